@@ -1,0 +1,100 @@
+"""Fixed-step schemes: one step ``state -> state`` of a :class:`Field` over [t, t + dt].
+
+* :class:`ExplicitRK` -- any explicit Runge--Kutta method from its Butcher tableau (euler, midpoint, heun, rk4).
+* :class:`PartitionedEuler` -- blocks updated one after another in the system's order, each seeing the
+  blocks already updated (Gauss--Seidel). With ``implicit_decay=False`` it is the papers' "IMEX" step
+  (LEM eq. 3, coRNN eq. 2.3 with explicit damping): block += dt (forcing − decay · block). With
+  ``implicit_decay=True`` the decay is implicit, block = (block + dt forcing) / (1 + dt decay) -- coRNN's
+  implicit-damping option and the LTC fused (semi-implicit) step. With ``symplectic=True`` it is
+  symplectic Euler for a (velocity, position) pair (UnICORNN, harmonic oscillators).
+
+All schemes are first order except the RK methods of higher order; ``order`` records the classical order.
+"""
+from __future__ import annotations
+
+from ..systems.base import State, System
+from .field import Field
+from .tableau import EULER, HEUN, MIDPOINT, RK4, ButcherTableau
+
+
+class Scheme:
+    """A one-step method. ``stages`` = derivative evaluations per step."""
+
+    name: str = ""
+    order: int = 1
+    stages: int = 1
+    adaptive: bool = False
+
+    def check(self, system: System) -> None:
+        """Raise ValueError when the scheme does not apply to ``system``."""
+
+    def step(self, field: Field, t: float, state: State, dt: float) -> State:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class ExplicitRK(Scheme):
+    """Explicit Runge--Kutta: k_i = f(t + c_i dt, y + dt Σ_j a_ij k_j), y_new = y + dt Σ_i b_i k_i."""
+
+    def __init__(self, tableau: ButcherTableau):
+        self.tableau = tableau
+        self.name, self.order, self.stages = tableau.name, tableau.order, tableau.stages
+
+    def step(self, field, t, state, dt):
+        tab = self.tableau
+        ks = []
+        for c, row in zip(tab.c, tab.a):
+            stage = state
+            for a, k in zip(row, ks):
+                if a != 0.0:
+                    stage = tuple(s + (dt * a) * kb for s, kb in zip(stage, k))
+            ks.append(field(t + c * dt, stage))
+        new = state
+        for b, k in zip(tab.b, ks):
+            if b != 0.0:
+                new = tuple(s + (dt * b) * kb for s, kb in zip(new, k))
+        return new
+
+
+class PartitionedEuler(Scheme):
+    """Block-by-block Euler in the system's declared order (see module docstring)."""
+
+    def __init__(self, name: str, implicit_decay: bool = False, symplectic: bool = False):
+        self.name, self.implicit_decay, self.symplectic = name, implicit_decay, symplectic
+
+    def check(self, system):
+        if self.symplectic and system.velocity_position is None:
+            raise ValueError(
+                f"method: {self.name!r} needs a (velocity, position) pair; {type(system).__name__} declares none "
+                "(set velocity_position on the system)"
+            )
+        if self.implicit_decay and not system.split_blocks:
+            raise ValueError(f"method: {self.name!r} needs a forcing/decay split; {type(system).__name__} has none")
+
+    def step(self, field, t, state, dt):
+        system = field.system
+        state = list(state)
+        for i in range(len(state)):
+            if not self.symplectic and system.has_split(i):
+                forcing, decay = field.split(i, t, state)
+                if self.implicit_decay:
+                    state[i] = (state[i] + dt * forcing) / (1.0 + dt * decay)
+                else:
+                    state[i] = state[i] + dt * (forcing - decay * state[i])
+            else:
+                state[i] = state[i] + dt * field.block(i, t, state)
+        field.evaluations += 1
+        return tuple(state)
+
+
+FIXED_SCHEMES: dict[str, Scheme] = {
+    "euler": ExplicitRK(EULER),
+    "midpoint": ExplicitRK(MIDPOINT),
+    "heun": ExplicitRK(HEUN),
+    "rk4": ExplicitRK(RK4),
+    "imex": PartitionedEuler("imex"),
+    "imex-implicit": PartitionedEuler("imex-implicit", implicit_decay=True),
+    "symplectic-euler": PartitionedEuler("symplectic-euler", symplectic=True),
+}

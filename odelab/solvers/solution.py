@@ -1,0 +1,69 @@
+"""The result of a solve: output times, states per block, per-sample statistics and status."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import torch
+from torch import Tensor
+
+
+class Status(IntEnum):
+    """Per-sample outcome of a solve."""
+
+    SUCCESS = 0
+    MAX_STEPS = 1
+    STEP_UNDERFLOW = 2
+    NONFINITE = 3
+
+
+class SolveError(RuntimeError):
+    """Raised (with ``throw=True``) when some samples failed; ``.solution`` holds the partial solution."""
+
+    def __init__(self, message: str, solution: "Solution"):
+        super().__init__(message)
+        self.solution = solution
+
+
+@dataclass
+class Solution:
+    """``ts`` (len(t),); ``ys`` one tensor per state block, batch first ``(batch, len(t), size)``;
+    ``stats`` per-sample tensors (``steps``, ``accepted``, ``rejected``, ``nfe``); ``status`` per-sample
+    :class:`Status` codes. Index by block name (``sol["y"]``); ``sol.y`` is the state of a one-block system."""
+
+    ts: Tensor
+    ys: tuple[Tensor, ...]
+    blocks: tuple[str, ...]
+    stats: dict[str, Tensor] = field(default_factory=dict)
+    status: Tensor | None = None
+
+    def __getitem__(self, name: str) -> Tensor:
+        try:
+            return self.ys[self.blocks.index(name)]
+        except ValueError:
+            raise KeyError(f"no block {name!r}; blocks are {list(self.blocks)}") from None
+
+    @property
+    def y(self) -> Tensor:
+        if len(self.ys) != 1:
+            raise AttributeError(f"solution has blocks {list(self.blocks)}; index it by name")
+        return self.ys[0]
+
+    @property
+    def success(self) -> Tensor:
+        return self.status == Status.SUCCESS
+
+    def failure_summary(self) -> str:
+        """One line per failure kind: how many samples, which (first few), and at what time they stopped."""
+        lines = []
+        for code in Status:
+            if code is Status.SUCCESS:
+                continue
+            idx = torch.nonzero(self.status == code).flatten().tolist()
+            if idx:
+                shown = ", ".join(map(str, idx[:8])) + (", ..." if len(idx) > 8 else "")
+                where = ""
+                if "t_final" in self.stats:
+                    where = f" (stopped at t = {self.stats['t_final'][idx[0]].item():.6g} for sample {idx[0]})"
+                lines.append(f"{len(idx)} sample(s) {code.name.lower().replace('_', ' ')}: [{shown}]{where}")
+        return "; ".join(lines)

@@ -1,0 +1,153 @@
+"""The systems contract: a vector field whose state is a tuple of named ``(batch, hidden)`` blocks.
+
+A scheme may ask a system for
+
+* ``derivative(t, state, inp)`` -- the full derivative, one tensor per block;
+* ``block_derivative(i, t, state, inp)`` -- the derivative of block ``i`` given the current values of
+  the others (partitioned schemes update blocks in ``blocks`` order, each seeing the ones already updated);
+* ``split(i, t, state, inp)`` -- ``(forcing, decay)`` with ``d block_i/dt = forcing - decay * block_i`` and
+  ``decay >= 0``, for the blocks listed in ``split_blocks`` (IMEX / semi-implicit schemes);
+* ``encode(u)`` -- an affine input encoding applied to whole sequences at once; ``inp`` above is always the
+  *encoded* input (``None`` for an autonomous system).
+
+Delay systems declare ``delays`` (constant lags) and receive the delayed states as a fourth argument
+``delayed``: one state tuple per delay, in ``delays`` order.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+State = tuple[Tensor, ...]
+
+
+class System(nn.Module):
+    """Base class of every vector field in odelab.
+
+    Subclasses set ``blocks`` (state block names in update order), ``observable`` (the block a sequence
+    model emits), ``hidden_size`` and ``input_size`` (0 for an autonomous system), and implement
+    ``derivative``. Second-order systems set ``velocity_position = ("z", "y")`` so that symplectic Euler
+    applies; systems with a decay split list the blocks in ``split_blocks`` and implement ``split``.
+    """
+
+    blocks: tuple[str, ...] = ("y",)
+    observable: str = "y"
+    split_blocks: tuple[str, ...] = ()
+    velocity_position: tuple[str, str] | None = None
+    delays: tuple[float, ...] = ()
+    input_size: int = 0
+    hidden_size: int = 1
+
+    # -- the contract -------------------------------------------------------------------------------
+    def derivative(self, t: float, state: State, inp: Tensor | None, *delayed: State) -> State:
+        raise NotImplementedError
+
+    def block_derivative(self, i: int, t: float, state: State, inp: Tensor | None, *delayed: State) -> Tensor:
+        """d(block i)/dt; the default evaluates the full derivative (override when cheaper)."""
+        return self.derivative(t, state, inp, *delayed)[i]
+
+    def split(self, i: int, t: float, state: State, inp: Tensor | None, *delayed: State) -> tuple[Tensor, Tensor]:
+        """``(forcing, decay)`` of block ``i``: d block/dt = forcing - decay * block, decay >= 0."""
+        raise NotImplementedError(f"{type(self).__name__} has no forcing/decay split for block {self.blocks[i]!r}")
+
+    def encode(self, u: Tensor) -> Tensor:
+        """Affine input encoding, applied to a whole sequence ``(..., input_size)`` at once."""
+        return u
+
+    def symbols(self) -> dict[str, Tensor]:
+        """Parameters under the paper's names (views, so edits write through)."""
+        return dict(self.named_parameters())
+
+    # -- conveniences -------------------------------------------------------------------------------
+    @property
+    def is_delay(self) -> bool:
+        return len(self.delays) > 0
+
+    def block_index(self, name: str) -> int:
+        return self.blocks.index(name)
+
+    def has_split(self, i: int) -> bool:
+        return self.blocks[i] in self.split_blocks
+
+    def block_sizes(self) -> tuple[int, ...]:
+        return (self.hidden_size,) * len(self.blocks)
+
+    def initial_state(self, batch: int, dtype: torch.dtype | None = None, device=None) -> State:
+        """The zero state ``(batch, size)`` per block (the papers' y0 = z0 = 0)."""
+        ref = next(self.parameters(), None)
+        dtype = dtype or (ref.dtype if ref is not None else torch.get_default_dtype())
+        device = device or (ref.device if ref is not None else None)
+        return tuple(torch.zeros(batch, n, dtype=dtype, device=device) for n in self.block_sizes())
+
+
+class FunctionSystem(System):
+    """Wraps a plain callable ``f(t, y)`` or ``f(t, y, u)`` with a tensor state as a one-block system."""
+
+    def __init__(self, func: Callable, size: int, takes_input: bool):
+        super().__init__()
+        self.func = func
+        self.hidden_size = size
+        self.takes_input = takes_input
+
+    def derivative(self, t, state, inp, *delayed):
+        y = state[0]
+        return (self.func(t, y, inp) if self.takes_input else self.func(t, y),)
+
+
+def _positional_arity(func: Callable) -> int | None:
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return None
+    return sum(1 for p in params if p.kind in kinds)
+
+
+def as_system(func_or_system, y0, *, has_input: bool) -> tuple[System, bool]:
+    """Return ``(system, is_function)``; a callable is wrapped in a :class:`FunctionSystem`."""
+    if isinstance(func_or_system, System):
+        return func_or_system, False
+    if not callable(func_or_system):
+        raise TypeError(f"system: expected an odelab System or a callable f(t, y[, u]), got {type(func_or_system).__name__}")
+    if not isinstance(y0, Tensor):
+        raise TypeError(f"y0: a plain callable needs a tensor state, got {type(y0).__name__}")
+    arity = _positional_arity(func_or_system)
+    if arity is not None and arity not in (2, 3):
+        raise TypeError(f"system: a callable must take (t, y) or (t, y, u), got {arity} positional parameters")
+    takes_input = arity == 3 if arity is not None else has_input
+    if has_input and not takes_input:
+        raise TypeError("u: an input was given but the callable takes only (t, y); use f(t, y, u)")
+    size = y0.shape[-1] if y0.dim() else 1
+    return FunctionSystem(func_or_system, size, takes_input), True
+
+
+def linear_init_(weight: Tensor, bound: float) -> Tensor:
+    with torch.no_grad():
+        return weight.uniform_(-bound, bound)
+
+
+def check_state(system: System, state: Sequence[Tensor], name: str = "y0") -> State:
+    """Validate a state tuple against a system's blocks."""
+    if isinstance(state, Tensor):
+        state = (state,)
+    if isinstance(state, dict):
+        missing = [b for b in system.blocks if b not in state]
+        if missing:
+            raise ValueError(f"{name}: missing blocks {missing}; expected {list(system.blocks)}")
+        state = tuple(state[b] for b in system.blocks)
+    state = tuple(state)
+    if len(state) != len(system.blocks):
+        raise ValueError(f"{name}: expected {len(system.blocks)} blocks {list(system.blocks)}, got {len(state)}")
+    for block, x in zip(system.blocks, state):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name}[{block!r}]: expected a tensor, got {type(x).__name__}")
+        if x.dim() != 2:
+            raise ValueError(f"{name}[{block!r}]: expected shape (batch, hidden), got {tuple(x.shape)}")
+        if x.shape[0] != state[0].shape[0]:
+            raise ValueError(f"{name}: blocks disagree on the batch size ({x.shape[0]} vs {state[0].shape[0]})")
+    return state
