@@ -32,3 +32,11 @@ class LSTM(_TorchRNN):
 
 class GRU(_TorchRNN):
     rnn_class = nn.GRU
+
+
+# CLI name -> constructor (input_size, hidden_size) -> module returning (outputs (batch, time, hidden), state).
+PRESETS = {
+    "lem": LEM,
+    "lstm": LSTM,
+    "gru": GRU,
+}
