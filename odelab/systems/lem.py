@@ -61,9 +61,9 @@ class LEM(System):
 
     def symbols(self) -> dict[str, Tensor]:
         d = self.hidden_size
-        W1, Wz = self.weight_y.split(d)
-        V1, Vz, V2, Vy = self.weight_input.split(d)
-        b1, bz, b2, by = self.bias.split(d)
+        W1, Wz = (self.weight_y[k * d:(k + 1) * d] for k in range(2))  # slices: single views, writable in place
+        V1, Vz, V2, Vy = (self.weight_input[k * d:(k + 1) * d] for k in range(4))
+        b1, bz, b2, by = (self.bias[k * d:(k + 1) * d] for k in range(4))
         return dict(W1=W1, W2=self.W2, Wz=Wz, Wy=self.Wy, V1=V1, V2=V2, Vz=Vz, Vy=Vy, b1=b1, b2=b2, bz=bz, by=by)
 
     def encode(self, u: Tensor) -> Tensor:

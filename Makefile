@@ -1,0 +1,74 @@
+# odelab developer Makefile.
+#
+#   make venv    create/reuse .venv and install odelab (+ test extra)
+#   make test    run the test suite (slow tests deselected; see pyproject.toml)
+#   make demo    fit FitzHugh-Nagumo with LEM, results in runs/demo
+#   make bench   run benchmarks/cell_speed.py (installs the bench extra)
+#   make clean   remove the venv and build/test artefacts (keeps runs/ and .odelab_cache/)
+#
+# Variables:
+#   PYTHON=python3.11                       interpreter used to create .venv
+#   VENV_FLAGS=--system-site-packages       reuse a system-wide torch instead of installing one
+#   TORCH_SPEC='torch==2.13.0'              torch requirement installed when .venv has no torch
+#                                           (may carry pip options, e.g.
+#                                            TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cu124')
+# torch is only installed when it is not already importable in .venv, so an existing
+# torch (CPU or CUDA, venv or --system-site-packages) is never replaced.
+
+PYTHON     ?= python3
+VENV       ?= .venv
+VENV_FLAGS ?=
+TORCH_SPEC ?=
+# torch build used on machines without a working nvidia-smi.
+CPU_TORCH_SPEC ?= torch==2.13.0
+
+PY    := $(VENV)/bin/python
+PIP   := $(PY) -m pip
+STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+
+.PHONY: venv test demo bench clean
+
+venv: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+
+# Re-run the install when pyproject.toml changes, or when odelab/__init__.py first
+# appears (an editable install made before the package existed maps nothing).
+$(STAMP): pyproject.toml $(wildcard odelab/__init__.py) | $(PY)
+	@set -e; \
+	if $(PY) -c 'import torch' >/dev/null 2>&1; then \
+	  echo "Using installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	else \
+	  spec='$(TORCH_SPEC)'; \
+	  if [ -z "$$spec" ]; then \
+	    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+	      spec='torch'; \
+	    else \
+	      spec='$(CPU_TORCH_SPEC)'; \
+	    fi; \
+	  fi; \
+	  echo "Installing $$spec into $(VENV) ..."; \
+	  $(PIP) install -q $$spec; \
+	fi
+	@echo "Installing odelab (editable, [test]) into $(VENV) ..."
+	@$(PIP) install -q -e '.[test]'
+	@touch $@
+
+$(BENCH_STAMP): $(STAMP)
+	@$(PIP) install -q -e '.[test,bench]'
+	@touch $@
+
+test: venv
+	$(PY) -m pytest -q
+
+demo: venv
+	$(VENV)/bin/odelab fit fhn --model lem --out runs/demo
+
+bench: $(BENCH_STAMP)
+	$(PY) benchmarks/cell_speed.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +
