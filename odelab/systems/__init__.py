@@ -1,6 +1,11 @@
 """Vector fields: the learnable sequence models and the classical dynamical systems."""
 from .base import FunctionSystem, System
 from .classical import FitzHughNagumo, HarmonicOscillator, LotkaVolterra, VanDerPol
+from .cornn import CoRNN
+from .gru import GRU
 from .lem import LEM
+from .liquid import LRC, LTC, STC
+from .oscillator import NeuralOscillator
+from .unicornn import UnICORNN
 
-__all__ = ["System", "FunctionSystem", "LEM", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator"]
+__all__ = ["System", "FunctionSystem", "LEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator"]
