@@ -1,15 +1,65 @@
 """Presets: the published cells as (system, scheme, dt), plus torch.nn baselines with the same interface."""
 from __future__ import annotations
 
+from functools import partial
+from typing import Sequence
+
 from torch import Tensor, nn
 
 from . import systems
 from .models import Recurrent
+from .unicornn import UnICORNNStack
 
 
 def LEM(input_size: int, hidden_size: int, dt: float = 1.0, **kwargs) -> Recurrent:
     """LEM cell (000 eq. 3) = LEM field (eq. 2) + partitioned Euler with explicit decay ("imex") + dt."""
     return Recurrent(systems.LEM(input_size, hidden_size, **kwargs), "imex", dt)
+
+
+def CoRNN(input_size: int, hidden_size: int, dt: float = 0.2, gamma: float = 1.0, epsilon: float = 1.0,
+          damping: str = "explicit", **kwargs) -> Recurrent:
+    """coRNN cell (002 eq. 2.3) = CoRNN field (eq. 2.2) + partitioned Euler, z then y, with the damping
+    explicit (n̄ = n−1, official code: "imex") or implicit (n̄ = n: "imex-implicit"). The defaults
+    (Δt, γ, ε) = (0.2, 1, 1) are our FitzHugh–Nagumo choice (the papers give none for it); they satisfy the
+    explicit-damping stability condition (2.47) Δt < (2ε − 1)/(γ + ε²) = 0.5."""
+    schemes = {"explicit": "imex", "implicit": "imex-implicit"}
+    if damping not in schemes:
+        raise ValueError(f"damping: expected 'explicit' or 'implicit', got {damping!r}")
+    return Recurrent(systems.CoRNN(input_size, hidden_size, gamma, epsilon, **kwargs), schemes[damping], dt)
+
+
+def UnICORNN(input_size: int, hidden_size: int, dt: float | Sequence[float] = 0.2, alpha: float = 1.0,
+             num_layers: int = 2, reversible: bool = False) -> UnICORNNStack:
+    """Multi-layer UnICORNN (002 eq. 3.6): per layer the UnICORNN field with time scale σ̂(c) + symplectic
+    Euler + Δt (one per layer allowed); ``reversible=True`` trains with the exact-inverse backward (eq. 3.7).
+    Defaults (Δt, α, L) = (0.2, 1, 2): our FitzHugh–Nagumo choice (the papers give none for it)."""
+    return UnICORNNStack(input_size, hidden_size, num_layers, dt, alpha, reversible)
+
+
+def NeuralOscillator(input_size: int, hidden_size: int, dt: float = 0.2) -> Recurrent:
+    """Neural oscillator (002 eq. 4.1) + symplectic Euler (z then y) + Δt (Δt = 0.2: our choice)."""
+    return Recurrent(systems.NeuralOscillator(input_size, hidden_size), "symplectic-euler", dt)
+
+
+def LTC(input_size: int, hidden_size: int, dt: float = 1.0, unfolds: int = 6) -> Recurrent:
+    """LTC with the ncps fused solver (004 §2.3 "H6"): LTC field (eq. 1) + semi-implicit Euler (decay
+    implicit), ``unfolds`` sub-steps of Δ/L per input sample."""
+    return Recurrent(systems.LTC(input_size, hidden_size), "imex-implicit", dt, unfolds=unfolds)
+
+
+def STC(input_size: int, hidden_size: int, dt: float = 1.0, unfolds: int = 6, scheme: str = "imex-implicit") -> Recurrent:
+    """STC (004 eq. 2) with the fused solver (STC-H6, default) or ``scheme="euler", unfolds=1`` (STC-E1)."""
+    return Recurrent(systems.STC(input_size, hidden_size), scheme, dt, unfolds=unfolds)
+
+
+def LRCU(input_size: int, hidden_size: int, elastance: str = "asymmetric", dt: float = 1.0) -> Recurrent:
+    """LRCU-A / LRCU-S (004 App. A.2.1, eq. 52) = LRC field (eqs. 3–5) + explicit Euler, one unfolding, Δt = 1."""
+    return Recurrent(systems.LRC(input_size, hidden_size, elastance), "euler", dt)
+
+
+def GRUODE(input_size: int, hidden_size: int, dt: float = 1.0, **kwargs) -> Recurrent:
+    """GRU as an ODE (004 App. A.2.2, eq. 54) + explicit Euler with Δt = 1 = the GRU (eq. 53)."""
+    return Recurrent(systems.GRU(input_size, hidden_size, **kwargs), "euler", dt)
 
 
 class _TorchRNN(nn.Module):
@@ -39,4 +89,12 @@ PRESETS = {
     "lem": LEM,
     "lstm": LSTM,
     "gru": GRU,
+    "cornn": CoRNN,
+    "unicornn": UnICORNN,
+    "oscillator": NeuralOscillator,
+    "ltc": LTC,
+    "stc": STC,
+    "lrcu-a": partial(LRCU, elastance="asymmetric"),
+    "lrcu-s": partial(LRCU, elastance="symmetric"),
+    "gru-ode": GRUODE,
 }
