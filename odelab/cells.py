@@ -62,6 +62,17 @@ def GRUODE(input_size: int, hidden_size: int, dt: float = 1.0, **kwargs) -> Recu
     return Recurrent(systems.GRU(input_size, hidden_size, **kwargs), "euler", dt)
 
 
+def TauGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, **kwargs) -> Recurrent:
+    """τ-GRU cell (001 eq. 14) = TauGRU delay field (eq. 1) + Euler + Δt = 1, h_{n−⌊τ/Δt⌋} from a ring
+    buffer with zero history; ``kwargs``: the ablation switches alpha, beta, weighting, gating."""
+    return Recurrent(systems.TauGRU(input_size, hidden_size, tau, **kwargs), "euler", dt)
+
+
+def DelayGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, **kwargs) -> Recurrent:
+    """Delay GRU cell (001 eq. 12) = DelayGRU delay field (eq. 9) + Euler + Δt = 1 + ring buffer."""
+    return Recurrent(systems.DelayGRU(input_size, hidden_size, tau, **kwargs), "euler", dt)
+
+
 class _TorchRNN(nn.Module):
     """torch.nn.LSTM/GRU behind the odelab interface: ``forward(x) -> (outputs, final_state)``, batch first."""
 
@@ -97,4 +108,6 @@ PRESETS = {
     "lrcu-a": partial(LRCU, elastance="asymmetric"),
     "lrcu-s": partial(LRCU, elastance="symmetric"),
     "gru-ode": GRUODE,
+    "taugru": partial(TauGRU, tau=20.0),  # τ = 20 steps: the paper's ENSO setting (001 Table 10)
+    "delaygru": partial(DelayGRU, tau=20.0),
 }

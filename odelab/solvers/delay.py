@@ -1,0 +1,360 @@
+"""Fixed-step stepping of delay differential equations  y'(t) = f(t, y(t), y(t − τ_1), …, y(t − τ_r), u(t)).
+
+Two drivers, one per way a delay system is used:
+
+* :func:`solve_fixed_delay` -- ``odelab.solve`` with a fixed-step scheme: the method of steps (taugru.md
+  §1.3, 001 eq. 15--16). Every scheme of ``odelab.solvers.schemes`` applies; each stage at time
+  t + c·dt reads the delayed states y(t + c·dt − τ_i) from the past of the solve:
+
+  - on a grid node (the delay is a multiple of dt and the stage time is a node): the stored state itself,
+    read from a ring buffer of the last ⌈max τ / dt⌉ + 2 nodes;
+  - between nodes: the cubic Hermite interpolant of the stored states and derivatives of the surrounding
+    step, O(dt⁴) accurate, so rk4 keeps order 4;
+  - before t0: the history φ(t − τ_i).
+
+  The step must not exceed the smallest delay (``dt ≤ min τ``), so every delayed time lies in steps
+  already taken: no extrapolation into the current step. The derivative jumps that a history propagates
+  (at t0 + k τ, the discontinuities of the method of steps) are added to the step grid up to depth
+  ``scheme.order``, so that the scheme's order survives them. A delay given as a scalar tensor that
+  requires grad is learnable: it is always read through the Hermite interpolant, which is differentiable
+  in τ (d/dτ y(t − τ) = −y'(t − τ)).
+
+* :func:`run_delay_recurrence` -- ``Recurrent.forward`` for delay systems: the papers' cells (001 eq. 11,
+  12, 14), one scheme step per sample (or ``unfolds`` sub-steps of h = dt/L), the delayed state frozen
+  over the step at h_{n−m}, m = ⌊τ/h⌋, read from a ring buffer of past states with zero history
+  (001 §3.3: h_n = 0 for n = −m, …, −1).
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import deque
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from ..systems.base import State, System
+from .field import Field
+from .inputs import Hold, InputPath
+from .schemes import ExplicitRK, PartitionedEuler, Scheme
+from .solution import Solution
+from .solve import finish, step_grid
+
+History = Callable[[float | Tensor], State]
+
+
+# -- delays and history ---------------------------------------------------------------------------------
+
+def delay_values(system: System) -> list[tuple[float, Tensor | None]]:
+    """``(value, learnable tensor or None)`` per delay of ``system``; one host read per delay, at setup."""
+    out = []
+    for i, tau in enumerate(system.delays):
+        learnable = None
+        if isinstance(tau, Tensor):
+            if tau.numel() != 1:
+                raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a scalar, got shape {tuple(tau.shape)}")
+            learnable = tau.reshape(()) if tau.requires_grad else None
+            value = float(tau.detach())
+        elif isinstance(tau, (int, float)):
+            value = float(tau)
+        else:
+            raise TypeError(f"{type(system).__name__}.delays[{i}]: expected a number or a scalar tensor, "
+                            f"got {type(tau).__name__}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a finite delay >= 0, got {value}")
+        out.append((value, learnable))
+    return out
+
+
+def _as_history_state(system: System, y0: State, value, what: str) -> State:
+    """Coerce one history value to a state tuple shaped like ``y0`` (broadcasting; errors name ``history``)."""
+    if isinstance(value, dict):
+        missing = [b for b in system.blocks if b not in value]
+        if missing:
+            raise ValueError(f"history: {what} misses blocks {missing}; expected {list(system.blocks)}")
+        value = tuple(value[b] for b in system.blocks)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return tuple(torch.full_like(y, float(value)) for y in y0)
+    if isinstance(value, Tensor):
+        value = (value,) * len(y0)
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"history: {what} must be a number, a tensor, a tuple of tensors or a dict by block, "
+                        f"got {type(value).__name__}")
+    if len(value) != len(y0):
+        raise ValueError(f"history: {what} has {len(value)} blocks, expected {len(y0)} {list(system.blocks)}")
+    out = []
+    for block, x, y in zip(system.blocks, value, y0):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"history: {what}[{block!r}] must be a tensor, got {type(x).__name__}")
+        try:
+            out.append(torch.broadcast_to(x.to(dtype=y.dtype, device=y.device), y.shape))
+        except RuntimeError:
+            raise ValueError(f"history: {what}[{block!r}] of shape {tuple(x.shape)} does not broadcast to the "
+                             f"state's {tuple(y.shape)}") from None
+    return tuple(out)
+
+
+def history_function(system: System, y0: State, history, t0: float) -> History:
+    """The initial function φ(t), t < t0, of a delay solve, as a callable returning a state tuple.
+
+    ``history``: ``None`` → φ ≡ y0 (a constant history); a number → every block filled with it; a tensor
+    → broadcast to every block (``(batch, 1)`` gives one constant per sample); a tuple/list of tensors or
+    a dict by block name → one per block; a callable φ(t) returning any of these (a tensor for one-block
+    systems). t is a float, or a 0-d tensor when the delay is learnable. The callable is checked once at
+    t0 − max τ. Errors name ``history``.
+    """
+    if history is None:
+        return lambda t: y0
+    if callable(history) and not isinstance(history, Tensor):
+        taus = [value for value, _ in delay_values(system)]
+        first = _as_history_state(system, y0, history(t0 - max(taus, default=0.0)), "the callable's value")
+        if not all(bool(torch.isfinite(x).all()) for x in first):
+            raise ValueError(f"history: φ(t0 − max τ) contains NaN or Inf")
+        return lambda t: _as_history_state(system, y0, history(t), "the callable's value")
+    constant = _as_history_state(system, y0, history, "a constant history")
+    if not all(bool(torch.isfinite(x).all()) for x in constant):
+        raise ValueError("history: contains NaN or Inf")
+    return lambda t: constant
+
+
+# -- the past of a fixed-step solve ----------------------------------------------------------------------
+
+def _hermite(y0: Tensor, f0: Tensor, y1: Tensor, f1: Tensor, theta, h: float) -> Tensor:
+    """Cubic Hermite interpolant on a step of length h at θ ∈ [0, 1]:
+    y(θ) = (2θ³ − 3θ² + 1) y0 + (θ³ − 2θ² + θ) h f0 + (3θ² − 2θ³) y1 + (θ³ − θ²) h f1."""
+    t2, t3 = theta * theta, theta * theta * theta
+    w_y0, w_f0, w_y1, w_f1 = 2 * t3 - 3 * t2 + 1, (t3 - 2 * t2 + theta) * h, 3 * t2 - 2 * t3, (t3 - t2) * h
+    if isinstance(theta, Tensor):
+        return w_y0 * y0 + w_f0 * f0 + w_y1 * y1 + w_f1 * f1
+    return torch.add(torch.add(torch.add(y0 * w_y0, f0, alpha=w_f0), y1, alpha=w_y1), f1, alpha=w_f1)
+
+
+class _Past:
+    """Grid nodes t_k with their states y_k and, when a Hermite read can occur, the derivatives
+    f(t_k⁺) (the first stage of the step from t_k) and f(t_k⁻) at nodes where a hold input jumps.
+    Entries older than max τ + 2 steps are released (ring buffer); reads cost no host sync."""
+
+    def __init__(self, grid: list[float], phi: History, delays: list[tuple[float, Tensor | None]],
+                 jumps: set[int], tol: float):
+        self.grid, self.phi, self.delays, self.jumps, self.tol = grid, phi, delays, jumps, tol
+        self.t0 = grid[0]
+        self.states: list[State | None] = []
+        self.right: list[State | None] = []
+        self.left: dict[int, State] = {}
+        self.complete = -1  # last interval [i, i+1] whose Hermite data are all stored
+        self.released = 0
+        self.reach = max(value for value, _ in delays)
+        self.cache: dict[float, tuple[State, ...]] = {}
+
+    def push(self, state: State) -> None:
+        self.states.append(state)
+        self.right.append(None)
+        self.cache.clear()
+        self._update_complete()
+
+    def set_right(self, k: int, derivative: State) -> None:
+        self.right[k] = derivative
+        self.cache.clear()
+        self._update_complete()
+
+    def set_left(self, k: int, derivative: State) -> None:
+        self.left[k] = derivative
+
+    def _end_derivative(self, k: int) -> State | None:
+        return self.left.get(k) if k in self.jumps else self.right[k]
+
+    def _update_complete(self) -> None:
+        i = self.complete + 1
+        while i + 1 < len(self.states) and self.right[i] is not None and self._end_derivative(i + 1) is not None:
+            self.complete = i
+            i += 1
+
+    def release_before(self, t: float) -> None:
+        """Drop nodes no read at times ≥ t can reach (they stay alive in the autograd graph if needed)."""
+        keep_from = bisect_right(self.grid, t - self.reach - self.tol) - 2
+        while self.released < min(keep_from, len(self.states) - 2):
+            k = self.released
+            self.states[k] = self.right[k] = None
+            self.left.pop(k, None)
+            self.released += 1
+
+    def __call__(self, t: float) -> tuple[State, ...]:
+        """The delayed states y(t − τ_i), one per delay (the ``delayed`` of a :class:`Field`)."""
+        out = self.cache.get(t)
+        if out is None:
+            out = self.cache[t] = tuple(self.read(t, value, learnable) for value, learnable in self.delays)
+        return out
+
+    def read(self, t: float, tau: float, learnable: Tensor | None) -> State:
+        s, tol, grid = t - tau, self.tol, self.grid
+        if s < self.t0 - (0.0 if learnable is not None else tol):
+            return self.phi(s if learnable is None else t - learnable)
+        last = len(self.states) - 1
+        k = min(bisect_right(grid, s + tol) - 1, last)
+        if learnable is None and abs(s - grid[k]) <= tol:
+            return self.states[k]  # a node: the ring-buffer read
+        i = min(k, self.complete)
+        if i < 0:  # the first step with τ = dt (learnable): only y(t0) is known
+            return self.states[0]
+        h = grid[i + 1] - grid[i]
+        theta = (s - grid[i]) / h if learnable is None else ((t - grid[i]) - learnable) / h
+        f1 = self._end_derivative(i + 1)
+        if isinstance(theta, Tensor):
+            theta = theta.to(self.states[i][0].dtype)
+        return tuple(_hermite(y0, f0, y1, g1, theta, h)
+                     for y0, f0, y1, g1 in zip(self.states[i], self.right[i], self.states[i + 1], f1))
+
+
+class _RecordingField(Field):
+    """A :class:`Field` that stores f(t_k, y_k) -- the first stage of an explicit RK step, recognised as the
+    call with the step's own state object -- in the past as the node's right derivative, at no cost."""
+
+    __slots__ = ("past", "node_state", "node_index")
+
+    def __init__(self, system: System, past: _Past):
+        super().__init__(system, delayed=past)
+        self.past, self.node_state, self.node_index = past, None, -1
+
+    def __call__(self, t, state):
+        out = super().__call__(t, state)
+        if state is self.node_state:
+            self.node_state = None
+            self.past.set_right(self.node_index, out)
+        return out
+
+
+def _stage_offsets(scheme: Scheme) -> tuple[float, ...] | None:
+    if isinstance(scheme, ExplicitRK):
+        return tuple(scheme.tableau.c)
+    if isinstance(scheme, PartitionedEuler):
+        return (0.0,)
+    return None  # unknown scheme: assume any stage time
+
+
+def _discontinuities(t0: float, t1: float, taus: Sequence[float], depth: int) -> list[float]:
+    """t0 + Σ n_i τ_i with 1 ≤ Σ n_i ≤ depth, inside (t0, t1): where a history's derivative jump propagates."""
+    points, frontier = set(), {t0}
+    for _ in range(depth):
+        frontier = {p + tau for p in frontier for tau in taus if t0 < p + tau < t1}
+        points |= frontier
+    return sorted(points)
+
+
+def _merge_close(points: list[float], landing: Sequence[float], tol: float) -> list[float]:
+    """Drop points within ``tol`` of a landing time or of a kept point (no steps of rounding size)."""
+    fixed = sorted(landing)
+    kept: list[float] = []
+    for p in points:
+        j = bisect_right(fixed, p)
+        near_fixed = (j > 0 and p - fixed[j - 1] <= tol) or (j < len(fixed) and fixed[j] - p <= tol)
+        if not near_fixed and not (kept and p - kept[-1] <= tol):
+            kept.append(p)
+    return kept
+
+
+def _is_multiple(x: float, dt: float) -> bool:
+    q = x / dt
+    return abs(q - round(q)) <= 1e-7 * max(1.0, q)
+
+
+def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
+                      path: InputPath | None, dt: float, history) -> Solution:
+    """Fixed-step DDE driver (method of steps) for ``odelab.solve``; see the module docstring.
+
+    ``history`` as in :func:`history_function`. Raises ValueError naming ``dt`` when dt exceeds the
+    smallest delay. Stats: ``nfe`` counts the stage evaluations plus the derivative evaluations the
+    Hermite interpolant needs beyond them (partitioned schemes; left limits at hold-input jumps).
+    """
+    delays = delay_values(system)
+    taus = [value for value, _ in delays]
+    if min(taus) <= 0:
+        raise ValueError(f"{type(system).__name__}.delays: solve needs positive delays, got {taus}")
+    if dt > min(taus) * (1 + 1e-9):
+        raise ValueError(f"dt: fixed-step DDE stepping needs dt <= the smallest delay {min(taus)} (a stage's "
+                         f"delayed time would fall inside the step being taken), got {dt}")
+    t0, t1 = times[0], times[-1]
+    phi = history_function(system, state, history, t0)
+    tol = 1e-7 * dt
+    hold_points = list(path.breakpoints) if isinstance(path, Hold) else []
+    jumps_at = _merge_close(_discontinuities(t0, t1, taus, max(scheme.order, 1)), list(times) + hold_points, tol)
+    grid, out_index = step_grid(times, dt, hold_points + jumps_at)
+    position = {v: i for i, v in enumerate(grid)}
+    jumps = {position[b] for b in hold_points if b in position and 0 < position[b] < len(grid) - 1}
+
+    offsets = _stage_offsets(scheme)
+    uniform = all(abs((b - a) - dt) <= tol for a, b in zip(grid, grid[1:]))
+    ring_only = (offsets is not None and all(c in (0.0, 1.0) for c in offsets) and uniform
+                 and all(_is_multiple(tau, dt) and learnable is None for tau, learnable in delays))
+
+    past = _Past(grid, phi, delays, jumps, tol)
+    field = _RecordingField(system, past)
+    past.push(state)
+    outputs, record = [state], set(out_index)
+    for k in range(len(grid) - 1):
+        ta, tb = grid[k], grid[k + 1]
+        if path is not None:
+            field.inp = path.segment(ta, tb)
+        field.node_state, field.node_index = state, k
+        new = scheme.step(field, ta, state, tb - ta)
+        field.node_state = None
+        if not ring_only:  # the Hermite data the scheme did not compute itself
+            if past.right[k] is None:
+                past.set_right(k, field(ta, state))
+            if k + 1 in jumps:  # f(t_{k+1}⁻): still this step's input segment
+                past.set_left(k + 1, field(tb, new))
+        state = new
+        past.push(state)
+        past.release_before(tb)
+        if k + 1 in record:
+            outputs.append(state)
+    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=field.evaluations)
+
+
+# -- the recurrent cells -----------------------------------------------------------------------------------
+
+def delay_steps(tau: float, h: float) -> int:
+    """m = ⌊τ/h⌋ (001 §3.3), robust to rounding (τ = 0.3, h = 0.1 gives 3)."""
+    q = tau / h
+    nearest = round(q)
+    return int(nearest) if abs(q - nearest) <= 1e-9 * max(1.0, q) else int(math.floor(q))
+
+
+class _Frozen:
+    """The delayed states of one recurrent step, constant over the step (001 eq. 11: scheme[f, h_n, h_l, Δt])."""
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value: tuple[State, ...] = ()
+
+    def __call__(self, t: float) -> tuple[State, ...]:
+        return self.value
+
+
+def run_delay_recurrence(model, x: Tensor, state: State) -> tuple[Tensor, State]:
+    """``Recurrent.forward`` for a delay system (001 eq. 12/14 for the τ-GRU cells).
+
+    Step n (input x_n, sub-step length h = dt/unfolds) reads h_{n−m_i}, m_i = ⌊τ_i/h⌋, from a ring
+    buffer of the last max m_i + 1 states; before the first state the history is zero (001 §3.3);
+    m_i = 0 reads the current state. The delayed states are held fixed during the step.
+    """
+    system = model.system
+    h = model.dt / model.unfolds
+    lags = [delay_steps(value, h) for value, _ in delay_values(system)]
+    zero = tuple(torch.zeros_like(block) for block in state)
+    past: deque[State] = deque([state], maxlen=max(lags) + 1)  # past[-1] = h_n, past[-1-m] = h_{n-m}
+    frozen = _Frozen()
+    field = Field(system, delayed=frozen)
+    step, obs = model.scheme.step, model.output_index
+    outputs = []
+    t = 0.0
+    for u_n in system.encode(x).unbind(1):  # one matmul for the whole sequence, unbound once
+        field.inp = lambda _t, u_n=u_n: u_n
+        for _ in range(model.unfolds):
+            frozen.value = tuple(past[-1 - m] if m < len(past) else zero for m in lags)
+            state = step(field, t, state, h)
+            past.append(state)
+            t += h
+        outputs.append(state[obs])
+    return torch.stack(outputs, dim=1), state
