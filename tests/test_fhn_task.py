@@ -48,16 +48,16 @@ def test_fhn_data_is_cached(tiny_data):
 
 def test_fit_cli_writes_results_plot_and_resumes_exactly(tiny_data, tmp_path, monkeypatch):
     monkeypatch.setattr(odelab.tasks.TASKS["fhn"], "load", lambda seed, solver="odelab": tiny_data)
-    args = ["fit", "fhn", "--model", "lem", "--epochs", "3", "--batch-size", "2", "--no-progress"]
+    args = ["fit", "fhn", "--model", "lem", "--epochs", "2", "--batch-size", "3", "--no-progress"]
     assert main(args + ["--out", str(tmp_path / "full")]) == 0
     result = json.loads((tmp_path / "full" / "results.json").read_text())
-    assert result["test_sequences"] == 5 and len(result["history"]["epoch"]) == 3
+    assert result["test_sequences"] == 5 and len(result["history"]["epoch"]) == 2
     assert np.isfinite(result["test_rmse"]) and result["best_epoch"] >= 1
     for name in ("predictions.png", "curves.png", "curves.csv", "checkpoint.pt"):
         assert (tmp_path / "full" / name).stat().st_size > 0
 
-    # a run stopped after 2 epochs and resumed to 3 ends with exactly the uninterrupted result
-    assert main(args[:4] + ["--epochs", "2", "--batch-size", "2", "--no-progress", "--out", str(tmp_path / "cut")]) == 0
+    # a run stopped after 1 epoch and resumed to 2 ends with exactly the uninterrupted result
+    assert main(args[:4] + ["--epochs", "1", "--batch-size", "3", "--no-progress", "--out", str(tmp_path / "cut")]) == 0
     assert main(args + ["--out", str(tmp_path / "cut"), "--resume"]) == 0
     resumed = json.loads((tmp_path / "cut" / "results.json").read_text())
     assert resumed["history"]["valid_rmse"] == result["history"]["valid_rmse"]

@@ -49,10 +49,11 @@ def fitzhugh_nagumo(seed: int = 1234, solver: str = "odelab", sizes=SPLITS, cach
 
     def build():
         generate = _trajectories_odelab if solver == "odelab" else _trajectories_scipy
+        c = initial_values(seed, sizes)
+        v = torch.tensor(generate(np.concatenate(list(c.values()))), dtype=torch.float32).unsqueeze(-1)
         out = {}
-        for name, c in initial_values(seed, sizes).items():
-            v = torch.tensor(generate(c), dtype=torch.float32).unsqueeze(-1)
-            out[name] = (v[:, :-1].contiguous(), v[:, 1:].contiguous())
+        for name, part in zip(c, v.split([len(x) for x in c.values()])):  # one batched solve for all splits
+            out[name] = (part[:, :-1].contiguous(), part[:, 1:].contiguous())
         return out
 
     if not cache:
