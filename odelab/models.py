@@ -6,24 +6,31 @@ model emits the system's observable block after every sample, like ``torch.nn.RN
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
 
 from .solvers.field import Field
 from .solvers.schemes import Scheme
 from .solvers.solve import resolve_scheme
-from .systems.base import State, System, check_state
+from .systems.base import FunctionSystem, State, System, check_state
 
 
 class Recurrent(nn.Module):
     """``forward(x, state=None) -> (outputs, final_state)``; x ``(batch, time, input)`` (batch first),
+    ``system`` an odelab System or a callable ``f(t, y, u)`` (e.g. an nn.Module) with ``hidden_size`` given;
     outputs ``(batch, time, hidden)`` = the observable block at every step, final_state a tuple of blocks.
     Delay systems keep their delayed states in a ring buffer (see ``odelab.solvers.delay``)."""
 
-    def __init__(self, system: System, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1):
+    def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
+                 hidden_size: int | None = None):
         super().__init__()
         if not isinstance(system, System):
-            raise TypeError(f"system: expected an odelab System, got {type(system).__name__}")
+            if not callable(system) or hidden_size is None:
+                raise TypeError("system: expected an odelab System, or a callable f(t, y, u) together with hidden_size, "
+                                f"got {type(system).__name__}")
+            system = FunctionSystem(system, hidden_size, takes_input=True)  # a Module's parameters stay registered
         self.scheme = resolve_scheme(scheme)
         self.scheme.check(system)
         if not (isinstance(dt, (int, float)) and dt > 0):

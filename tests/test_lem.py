@@ -98,3 +98,26 @@ def test_lem_runs_under_every_scheme():
         assert out.shape == (3, 10, 4) and torch.isfinite(out).all()
     with pytest.raises(ValueError, match="velocity"):
         odelab.Recurrent(cell_system, "symplectic-euler", 0.5)
+
+
+def test_recurrent_accepts_a_plain_callable_module():
+    """A user vector field f(t, y, u) as an nn.Module: Recurrent with euler = y_n = y + dt f(y, u_n)."""
+
+    class Field(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2 + 3, 3)
+
+        def forward(self, t, y, u):
+            return torch.tanh(self.lin(torch.cat([u, y], -1))) - y
+
+    f = Field()
+    model = odelab.Recurrent(f, "euler", 0.5, hidden_size=3)
+    assert sum(p.numel() for p in model.parameters()) == 5 * 3 + 3
+    x = torch.randn(4, 6, 2)
+    out, _ = model(x)
+    y, ref = torch.zeros(4, 3), []
+    for n in range(6):
+        y = y + 0.5 * (torch.tanh(x[:, n] @ f.lin.weight[:, :2].T + y @ f.lin.weight[:, 2:].T + f.lin.bias) - y)
+        ref.append(y)
+    assert (out - torch.stack(ref, 1)).abs().max() < 1e-6
