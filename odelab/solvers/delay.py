@@ -131,24 +131,33 @@ def _hermite(y0: Tensor, f0: Tensor, y1: Tensor, f1: Tensor, theta, h: float) ->
 
 
 class _Past:
-    """Grid nodes t_k with their states y_k and, when a Hermite read can occur, the derivatives
-    f(t_k⁺) (the first stage of the step from t_k) and f(t_k⁻) at nodes where a hold input jumps.
-    Entries older than max τ + 2 steps are released (ring buffer); reads cost no host sync."""
+    """The past of a fixed-step DDE solve, and the delayed-state reads from it.
+
+    Per grid node t_k: the state y_k, the stage states of the step from t_k (explicit RK), the derivative
+    f(t_k⁺) (that step's first stage) and, at nodes where a hold input jumps, f(t_k⁻). Entries older than
+    max τ + 2 steps are released (a ring buffer); reads cost no host sync.
+
+    ``plan`` (set per step) holds, per delay, the earlier step j with t_j = t_k − τ and the same length
+    (stage i then reads stage i of step j), −1 when every stage reads the history, or None (Hermite reads).
+    """
 
     def __init__(self, grid: list[float], phi: History, delays: list[tuple[float, Tensor | None]],
                  jumps: set[int], tol: float):
         self.grid, self.phi, self.delays, self.jumps, self.tol = grid, phi, delays, jumps, tol
         self.t0 = grid[0]
         self.states: list[State | None] = []
+        self.stages: list[list[State] | None] = []
         self.right: list[State | None] = []
         self.left: dict[int, State] = {}
         self.complete = -1  # last interval [i, i+1] whose Hermite data are all stored
         self.released = 0
         self.reach = max(value for value, _ in delays)
-        self.cache: dict[float, tuple[State, ...]] = {}
+        self.cache: dict[tuple[float, int], State] = {}
+        self.k, self.plan = 0, ()
 
     def push(self, state: State) -> None:
         self.states.append(state)
+        self.stages.append([])
         self.right.append(None)
         self.cache.clear()
         self._update_complete()
@@ -175,61 +184,107 @@ class _Past:
         keep_from = bisect_right(self.grid, t - self.reach - self.tol) - 2
         while self.released < min(keep_from, len(self.states) - 2):
             k = self.released
-            self.states[k] = self.right[k] = None
+            self.states[k] = self.right[k] = self.stages[k] = None
             self.left.pop(k, None)
             self.released += 1
 
     def __call__(self, t: float) -> tuple[State, ...]:
-        """The delayed states y(t − τ_i), one per delay (the ``delayed`` of a :class:`Field`)."""
-        out = self.cache.get(t)
-        if out is None:
-            out = self.cache[t] = tuple(self.read(t, value, learnable) for value, learnable in self.delays)
-        return out
+        """y(t − τ_i) for every delay, by time (the ``delayed`` of a :class:`Field`)."""
+        return tuple(self.read(t, i) for i in range(len(self.delays)))
 
-    def read(self, t: float, tau: float, learnable: Tensor | None) -> State:
+    def stage_delayed(self, index: int, t: float) -> tuple[State, ...]:
+        """The delayed states of stage ``index`` (at time t) of the current step."""
+        out = []
+        for i, j in enumerate(self.plan):
+            if j is not None and j >= 0:
+                out.append(self.stages[j][index])
+            else:
+                out.append(self.read(t, i))
+        return tuple(out)
+
+    def read(self, t: float, i: int) -> State:
+        key = (t, i)
+        if key not in self.cache:
+            self.cache[key] = self._read(t, *self.delays[i])
+        return self.cache[key]
+
+    def _read(self, t: float, tau: float, learnable: Tensor | None) -> State:
         s, tol, grid = t - tau, self.tol, self.grid
         if s < self.t0 - (0.0 if learnable is not None else tol):
             return self.phi(s if learnable is None else t - learnable)
         last = len(self.states) - 1
         k = min(bisect_right(grid, s + tol) - 1, last)
         if learnable is None and abs(s - grid[k]) <= tol:
-            return self.states[k]  # a node: the ring-buffer read
+            return self.states[k]  # a node
         i = min(k, self.complete)
         if i < 0:  # the first step with τ = dt (learnable): only y(t0) is known
             return self.states[0]
         h = grid[i + 1] - grid[i]
         theta = (s - grid[i]) / h if learnable is None else ((t - grid[i]) - learnable) / h
-        f1 = self._end_derivative(i + 1)
         if isinstance(theta, Tensor):
             theta = theta.to(self.states[i][0].dtype)
-        return tuple(_hermite(y0, f0, y1, g1, theta, h)
-                     for y0, f0, y1, g1 in zip(self.states[i], self.right[i], self.states[i + 1], f1))
+        return tuple(_hermite(y0, f0, y1, f1, theta, h) for y0, f0, y1, f1 in
+                     zip(self.states[i], self.right[i], self.states[i + 1], self._end_derivative(i + 1)))
 
 
-class _RecordingField(Field):
-    """A :class:`Field` that stores f(t_k, y_k) -- the first stage of an explicit RK step, recognised as the
-    call with the step's own state object -- in the past as the node's right derivative, at no cost."""
+class _DelayField(Field):
+    """The field as the fixed-step DDE driver binds it. Calls of the full derivative are the stages of an
+    explicit RK step, in the scheme's fixed order: their states are recorded (stage i of an aligned later
+    step reads them) and the first one, f(t_k, y_k), is kept as the node's right derivative at no cost."""
 
-    __slots__ = ("past", "node_state", "node_index")
+    __slots__ = ("past",)
 
     def __init__(self, system: System, past: _Past):
         super().__init__(system, delayed=past)
-        self.past, self.node_state, self.node_index = past, None, -1
+        self.past = past
 
     def __call__(self, t, state):
-        out = super().__call__(t, state)
-        if state is self.node_state:
-            self.node_state = None
-            self.past.set_right(self.node_index, out)
+        self.evaluations += 1
+        past = self.past
+        stages = past.stages[past.k]
+        index = len(stages)
+        stages.append(state)
+        u = None if self.inp is None else self.inp(t)
+        out = self.system.derivative(t, state, u, *past.stage_delayed(index, t))
+        if index == 0 and state is past.states[past.k] and t == past.grid[past.k]:
+            past.set_right(past.k, out)
         return out
 
+    def evaluate(self, t: float, state: State) -> State:
+        """An evaluation that is not a stage (Hermite data the scheme does not compute)."""
+        self.evaluations += 1
+        u = None if self.inp is None else self.inp(t)
+        return self.system.derivative(t, state, u, *self.past(t))
 
-def _stage_offsets(scheme: Scheme) -> tuple[float, ...] | None:
+
+def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: Scheme,
+          tol: float) -> list[tuple[int | None, ...]]:
+    """Per step and delay: the aligned earlier step j (t_j = t_k − τ, same length; stage i reads its stage i;
+    for a partitioned scheme, whose only stage is at t_k, a node j suffices), −1 (all stages read the
+    history) or None (Hermite reads by time). Learnable delays and unknown schemes always read by time."""
     if isinstance(scheme, ExplicitRK):
-        return tuple(scheme.tableau.c)
-    if isinstance(scheme, PartitionedEuler):
-        return (0.0,)
-    return None  # unknown scheme: assume any stage time
+        reach = max(scheme.tableau.c)
+    elif isinstance(scheme, PartitionedEuler):
+        reach = 0.0
+    else:
+        return [(None,) * len(delays)] * (len(grid) - 1)
+    t0, plan = grid[0], []
+    for k in range(len(grid) - 1):
+        ta, h = grid[k], grid[k + 1] - grid[k]
+        row = []
+        for tau, learnable in delays:
+            s = ta - tau
+            j = bisect_right(grid, s + tol) - 1
+            if learnable is not None:
+                row.append(None)
+            elif ta + reach * h - tau <= t0 + tol:
+                row.append(-1)
+            elif abs(grid[j] - s) <= tol and (reach == 0.0 or abs(grid[j + 1] - grid[j] - h) <= tol):
+                row.append(j)
+            else:
+                row.append(None)
+        plan.append(tuple(row))
+    return plan
 
 
 def _discontinuities(t0: float, t1: float, taus: Sequence[float], depth: int) -> list[float]:
@@ -251,11 +306,6 @@ def _merge_close(points: list[float], landing: Sequence[float], tol: float) -> l
         if not near_fixed and not (kept and p - kept[-1] <= tol):
             kept.append(p)
     return kept
-
-
-def _is_multiple(x: float, dt: float) -> bool:
-    q = x / dt
-    return abs(q - round(q)) <= 1e-7 * max(1.0, q)
 
 
 def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
@@ -282,27 +332,24 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     position = {v: i for i, v in enumerate(grid)}
     jumps = {position[b] for b in hold_points if b in position and 0 < position[b] < len(grid) - 1}
 
-    offsets = _stage_offsets(scheme)
-    uniform = all(abs((b - a) - dt) <= tol for a, b in zip(grid, grid[1:]))
-    ring_only = (offsets is not None and all(c in (0.0, 1.0) for c in offsets) and uniform
-                 and all(_is_multiple(tau, dt) and learnable is None for tau, learnable in delays))
+    plan = _plan(grid, delays, scheme, tol)
+    hermite = any(j is None for row in plan for j in row)
 
     past = _Past(grid, phi, delays, jumps, tol)
-    field = _RecordingField(system, past)
+    field = _DelayField(system, past)
     past.push(state)
     outputs, record = [state], set(out_index)
     for k in range(len(grid) - 1):
         ta, tb = grid[k], grid[k + 1]
         if path is not None:
             field.inp = path.segment(ta, tb)
-        field.node_state, field.node_index = state, k
+        past.k, past.plan = k, plan[k]
         new = scheme.step(field, ta, state, tb - ta)
-        field.node_state = None
-        if not ring_only:  # the Hermite data the scheme did not compute itself
+        if hermite:  # the Hermite data the scheme did not compute itself
             if past.right[k] is None:
-                past.set_right(k, field(ta, state))
+                past.set_right(k, field.evaluate(ta, state))
             if k + 1 in jumps:  # f(t_{k+1}⁻): still this step's input segment
-                past.set_left(k + 1, field(tb, new))
+                past.set_left(k + 1, field.evaluate(tb, new))
         state = new
         past.push(state)
         past.release_before(tb)
