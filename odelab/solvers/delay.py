@@ -210,12 +210,15 @@ class _Past:
 
     def _read(self, t: float, tau: float, learnable: Tensor | None) -> State:
         s, tol, grid = t - tau, self.tol, self.grid
-        if s < self.t0 - (0.0 if learnable is not None else tol):
+        at_end = t > grid[self.k] + tol  # a stage after the step's start: left limits at nodes
+        if s < self.t0 - tol or (at_end and s < self.t0 + tol):  # φ, and φ(t0⁻) (not y0) at a step's end
             return self.phi(s if learnable is None else t - learnable)
-        last = len(self.states) - 1
-        k = min(bisect_right(grid, s + tol) - 1, last)
-        if learnable is None and abs(s - grid[k]) <= tol:
+        k = min(bisect_right(grid, s + tol) - 1, len(self.states) - 1)
+        near_node = abs(s - grid[k]) <= tol
+        if near_node and learnable is None:
             return self.states[k]  # a node
+        if near_node and at_end:  # learnable: differentiate with the interval that ends at the node
+            k -= 1
         i = min(k, self.complete)
         if i < 0:  # the first step with τ = dt (learnable): only y(t0) is known
             return self.states[0]
