@@ -32,8 +32,13 @@ class InputPath:
 class _SampledInput(InputPath):
     def __init__(self, encoded: Tensor, times: Sequence[float]):
         self.values = encoded.unbind(1)  # unbind once: per-step indexing stays O(1) in the backward
+        self.encoded = encoded  # (batch, time, features): per-sample gathers for adaptive solvers
         self.times = list(times)
         self.breakpoints = tuple(self.times)
+
+    def time_tensor(self) -> Tensor:
+        """The sample times as a float64 tensor on the input's device."""
+        return torch.tensor(self.times, dtype=torch.float64, device=self.encoded.device)
 
 
 class Hold(_SampledInput):
@@ -45,6 +50,11 @@ class Hold(_SampledInput):
     def segment(self, ta, tb):
         value = self.values[self.index(0.5 * (ta + tb))]
         return lambda t: value
+
+    def at_indices(self, index: Tensor) -> Tensor:
+        """Per-sample sample: row b of the result is u_{index[b]} of sample b (index: (batch,) int64)."""
+        features = self.encoded.shape[-1]
+        return self.encoded.gather(1, index.view(-1, 1, 1).expand(-1, 1, features)).squeeze(1)
 
 
 class Linear(_SampledInput):
@@ -62,6 +72,17 @@ class Linear(_SampledInput):
 
     def segment(self, ta, tb):
         return self.at
+
+    def at_times(self, t: Tensor, times: Tensor) -> Tensor:
+        """Per-sample interpolation: row b at time t[b] (t: (batch,) float64; times: :meth:`time_tensor`)."""
+        if len(self.times) == 1:
+            return self.encoded[:, 0]
+        upper = torch.searchsorted(times, t.unsqueeze(1)).clamp_(1, len(self.times) - 1)
+        lower = upper - 1
+        weight = ((t.unsqueeze(1) - times[lower]) / (times[upper] - times[lower])).clamp_(0.0, 1.0)
+        features = self.encoded.shape[-1]
+        pick = lambda i: self.encoded.gather(1, i.view(-1, 1, 1).expand(-1, 1, features)).squeeze(1)
+        return torch.lerp(pick(lower), pick(upper), weight.to(self.encoded.dtype))
 
 
 class FunctionInput(InputPath):

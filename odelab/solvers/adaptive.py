@@ -1,0 +1,444 @@
+"""Adaptive explicit Runge--Kutta with one step size per sample: ``dopri5`` (the default of ``solve``),
+``tsit5`` and ``bosh3``; delay systems are solved by the method of steps on a dense history.
+
+Every sample b of the batch has its own time t_b, step h_b and accept/reject decision. The batch advances
+together -- one loop iteration is one attempted step of every active sample -- and masks keep finished,
+failed or rejected samples in place, so a stiff sample does not slow the others down. The loop synchronises
+with the host once per iteration (the termination test); everything else is masked tensor arithmetic.
+
+One step of a tableau (c, a, b, b_err = b − b̂) with stage increments hk_i = h f(t + c_i h, Y_i):
+
+    Y_i    = y + Σ_j a_ij hk_j                                   (stages; FSAL: hk_1 = h f(t, y) from the last step)
+    y_new  = y + Σ_i b_i hk_i                                    (the propagated, higher-order solution)
+    err    = Σ_i b_err_i hk_i                                    (embedded local error estimate)
+    ratio  = sqrt(mean_d (err_d / (atol + rtol max(|y_d|, |y_new,d|)))²)    per sample (HNW I, II.4 (4.11))
+    accept ⇔ ratio ≤ 1
+    h_next = h clamp(safety ratio^(−α) ratio_prev^β, factor_min, factor_max)   (PI control, HNW II (4.13),
+             α = 1/(q+1) − 0.75 β, β = 0.2/(q+1), q = embedded order; after a rejection the factor is ≤ 1)
+
+The first step follows Hairer's starting-step algorithm (HNW I, II.4). Outputs are dense: at a requested
+time t + θh inside an accepted step, y = y + Σ_i b_i(θ) hk_i with the method's continuous extension
+(Dormand--Prince's 4th-order one, Tsitouras', the cubic Hermite for Bogacki--Shampine), so the solver never
+shortens a step to hit an output time. It does land on every sample time of a hold input (the input jumps
+there; the first stage is then re-evaluated with the new sample), on the final time, and for delay systems
+on the derivative discontinuities t0 + Σ n_k τ_k up to the method's order.
+
+Delay systems: the accepted steps (start, length, state, stage increments) are written to a per-sample
+history buffer; y(t − τ) at every stage is the history function for t − τ ≤ t0 and otherwise the dense
+interpolant of the step containing t − τ. Steps are capped at the smallest delay (every stage's delayed time
+lies in the past), so no fixed-point iteration is needed.
+
+Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor (one
+time per sample) instead of a float.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from ..systems.base import System, check_state
+from .inputs import FunctionInput, Hold, InputPath, Linear
+from .solution import Solution, Status
+from .solve import ADAPTIVE_METHODS
+from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau
+
+_SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
+
+
+class _Options:
+    """Validated step-control options (errors name the option)."""
+
+    def __init__(self, tableau: ButcherTableau, *, rtol: float = 1e-6, atol: float = 1e-8,
+                 max_steps: int = 100_000, first_step: float | None = None, dt_min: float = 0.0,
+                 dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
+                 factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None):
+        def number(name, value, low, strict=True, allow_inf=False):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+            bad = value <= low if strict else value < low
+            if bad or math.isnan(value) or (math.isinf(value) and not allow_inf):
+                raise ValueError(f"{name}: expected a finite number {'>' if strict else '≥'} {low}, got {value!r}")
+            return float(value)
+
+        self.rtol = number("rtol", rtol, 0.0, strict=False)
+        self.atol = number("atol", atol, 0.0, strict=False)
+        if self.rtol == 0.0 and self.atol == 0.0:
+            raise ValueError("rtol, atol: at least one tolerance must be positive")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps: expected a positive integer, got {max_steps!r}")
+        self.max_steps = max_steps
+        self.first_step = None if first_step is None else number("first_step", first_step, 0.0)
+        self.dt_min = number("dt_min", dt_min, 0.0, strict=False)
+        self.dt_max = number("dt_max", dt_max, 0.0, allow_inf=True)
+        if self.dt_min >= self.dt_max:
+            raise ValueError(f"dt_min: must be below dt_max ({self.dt_max}), got {self.dt_min}")
+        self.safety = number("safety", safety, 0.0)
+        self.factor_min = number("factor_min", factor_min, 0.0)
+        self.factor_max = number("factor_max", factor_max, 1.0)
+        if self.factor_min >= 1.0:
+            raise ValueError(f"factor_min: expected a number in (0, 1), got {factor_min!r}")
+        q1 = tableau.embedded_order + 1
+        beta = 0.2 / q1 if pi_beta is None else number("pi_beta", pi_beta, 0.0, strict=False)
+        self.alpha, self.beta = 1.0 / q1 - 0.75 * beta, beta
+        if checkpoint_segments is not None and (isinstance(checkpoint_segments, bool)
+                                                or not isinstance(checkpoint_segments, int) or checkpoint_segments < 1):
+            raise ValueError(f"checkpoint_segments: expected a positive integer, got {checkpoint_segments!r}")
+        self.segments = checkpoint_segments
+
+
+class _Carry:
+    """What one segment of the loop hands to the next: the controller state per sample and the last
+    accepted step (for outputs that fall inside it). Packed as a tuple of tensors for checkpointing."""
+
+    fields = ("y", "k1", "t", "h", "prev", "landing", "steps", "accepted", "code",
+              "last_t", "last_h", "last_y", "last_hk")
+
+    def __init__(self, *tensors: Tensor):
+        for name, value in zip(self.fields, tensors):
+            setattr(self, name, value)
+
+    def pack(self) -> tuple[Tensor, ...]:
+        return tuple(getattr(self, name) for name in self.fields)
+
+
+class _History:
+    """Dense history of a delay solve, read from the loop's step records (start, length, state, interpolant
+    coefficients, end) of the last ``window`` iterations; ``before`` gives the state for t ≤ t0. The window
+    doubles whenever it no longer reaches back a full τ_max for some active sample, so lookups stay O(window)
+    per step (the records themselves are never copied into a growing buffer)."""
+
+    def __init__(self, before: Callable[[Tensor], Tensor], t0: float, tau_max: float, dense: Tensor):
+        self.before, self.t0, self.tau_max, self.dense = before, t0, tau_max, dense
+        self.window = 16
+
+    def load(self, records: list, t: Tensor, active: Tensor) -> Tensor:
+        """Stack the recent records for this step; returns a flag: some active sample is not covered."""
+        recent = records[-self.window:]
+        self.start, self.length, self.y, hk, self.end = (torch.stack(x) for x in zip(*recent))
+        self.coef = _coefficients(hk, self.dense)  # (W, B, dim, m)
+        self.end_rows = self.end.T.contiguous()
+        oldest = t - self.tau_max
+        return (active & (oldest > self.t0) & (self.end[0] >= oldest) & (len(recent) < len(records))).any()
+
+    def at(self, s: Tensor) -> Tensor:
+        """y(s) per sample (s: (batch,) float64, at most the sample's current time)."""
+        rows = torch.arange(s.shape[0], device=s.device).unsqueeze(1)
+        step = torch.searchsorted(self.end_rows, s.unsqueeze(1)).clamp_max_(self.end.shape[0] - 1)
+        theta = ((s.unsqueeze(1) - self.start[step, rows]) / self.length[step, rows]).to(self.y.dtype)
+        inside = _horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta)
+        return torch.where((s <= self.t0).unsqueeze(1), self.before(s), inside)
+
+
+def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor) -> Tensor:
+    """y + θ (C1 + θ (C2 + … θ Cm)): the continuous extension y + Σ_i b_i(θ) hk_i with C_p = Σ_i P_ip hk_i;
+    θ broadcasts against y."""
+    acc = coef[-1]
+    for c in reversed(coef[:-1]):
+        acc = torch.addcmul(c, theta, acc)
+    return torch.addcmul(y, theta, acc)
+
+
+def _coefficients(hk: Tensor, dense: Tensor) -> Tensor:
+    """C_p = Σ_i P_ip hk_i for stacked records hk (S, stages, B, dim) -> (S, B, dim, m)."""
+    records, stages, batch, dim = hk.shape
+    return torch.matmul(hk.view(records, stages, batch * dim).transpose(1, 2), dense).view(records, batch, dim, -1)
+
+
+class _Integrator:
+    """The per-sample adaptive loop for one tableau, system, input path and option set."""
+
+    def __init__(self, tableau: ButcherTableau, system: System, y0: Tensor, sizes: list[int], times: list[float],
+                 path: InputPath | None, history, opts: _Options):
+        self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
+        self.dtype, self.device = y0.dtype, y0.device
+        self.batch, self.dim = y0.shape
+        self.t0, self.t_end = times[0], times[-1]
+        time = dict(dtype=torch.float64, device=self.device)
+        self.rows = [[(j, a) for j, a in enumerate(row) if a != 0.0] for row in tableau.a]
+        self.b_err = torch.tensor(tableau.b_err, dtype=self.dtype, device=self.device)
+        self.dense = torch.tensor(tableau.dense, dtype=self.dtype, device=self.device)  # (stages, m)
+        self.mean = torch.full((self.dim,), 1.0 / self.dim, dtype=self.dtype, device=self.device)
+
+        self.path, self.hold_times, self.linear_times = path, None, None
+        landing = {self.t_end}
+        if isinstance(path, Hold):
+            self.hold_times = path.time_tensor()
+            landing |= {s for s in path.times if self.t0 < s < self.t_end}
+        elif isinstance(path, Linear):
+            self.linear_times = path.time_tensor()
+        elif path is not None and not isinstance(path, FunctionInput):
+            raise TypeError(f"u: adaptive solvers take hold, linear or callable inputs, got {type(path).__name__}")
+
+        self.delays = tuple(float(d) for d in system.delays)
+        self.history = None
+        if self.delays:
+            if min(self.delays) <= 0:
+                raise ValueError(f"delays: {type(system).__name__} declares non-positive delays {self.delays}")
+            if opts.segments is not None:
+                raise ValueError("checkpoint_segments: not supported for delay systems under adaptive methods")
+            self.history = _History(self._history_function(history, y0), self.t0, max(self.delays), self.dense)
+            landing |= self._discontinuities()
+        elif history is not None:
+            raise ValueError(f"history: {type(system).__name__} declares no delays")
+        self.landing = torch.tensor(sorted(landing) + [math.inf], **time)
+        if self.hold_times is not None:  # the hold sample driving the steps that end at landing point k
+            previous = torch.cat([torch.tensor([self.t0], **time), self.landing[:-1]])
+            self.hold_index = torch.searchsorted(self.hold_times, previous, right=True).clamp_max_(len(path.times) - 1)
+        self.dt_max = min(opts.dt_max, min(self.delays)) if self.delays else opts.dt_max
+        self.exact_time = self.linear_times is not None or self.history is not None  # float64 stage times needed
+
+    # -- the vector field on the flat state ---------------------------------------------------------
+    def _blocks(self, y: Tensor) -> tuple[Tensor, ...]:
+        return (y,) if len(self.sizes) == 1 else y.split(self.sizes, -1)
+
+    def _flat(self, state) -> Tensor:
+        return state[0] if len(state) == 1 else torch.cat(state, -1)
+
+    def field(self, t: Tensor | None, t_col: Tensor, y: Tensor, inp: Tensor | None) -> Tensor:
+        """f(t, y) per sample; t: (batch,) float64 stage times (needed for linear inputs and delays only),
+        t_col: the same as (batch, 1) in the state's dtype; inp: the step's held input or None."""
+        if self.linear_times is not None:
+            inp = self.path.at_times(t, self.linear_times)
+        elif isinstance(self.path, FunctionInput):
+            inp = self.path.at(t_col)
+        delayed = ()
+        if self.history is not None:
+            delayed = tuple(self._blocks(self.history.at(t - tau)) for tau in self.delays)
+        return self._flat(self.system.derivative(t_col, self._blocks(y), inp, *delayed))
+
+    def held_input(self, landing: Tensor) -> Tensor | None:
+        """The hold sample driving a step towards landing point ``landing`` (per sample): u_n on (t_{n−1}, t_n]."""
+        if self.hold_times is None:
+            return None
+        return self.path.at_indices(self.hold_index[landing])
+
+    # -- delay systems ------------------------------------------------------------------------------
+    def _history_function(self, history, y0: Tensor) -> Callable[[Tensor], Tensor]:
+        if history is None:
+            return lambda s: y0
+        if isinstance(history, (int, float)) and not isinstance(history, bool):
+            value = torch.full_like(y0, float(history))
+            return lambda s: value
+        if isinstance(history, (Tensor, tuple, list, dict)):
+            return lambda s, value=self._history_value(history, y0): value
+        if callable(history):
+            return lambda s: self._history_value(history(s.to(self.dtype).unsqueeze(1)), y0)
+        raise TypeError(f"history: expected a number, a state or a callable of t, got {type(history).__name__}")
+
+    def _history_value(self, value, y0: Tensor) -> Tensor:
+        if isinstance(value, Tensor) and len(self.sizes) == 1:
+            value = (value.expand_as(y0) if value.dim() < 2 else value,)
+        state = check_state(self.system, value, "history")
+        return self._flat(state).expand_as(y0)
+
+    def _discontinuities(self) -> set[float]:
+        """t0 + Σ n_k τ_k with 1 ≤ Σ n_k ≤ order, inside (t0, t_end): where y^(n) may jump."""
+        level, points = {self.t0}, set()
+        for _ in range(self.tab.order):
+            level = {x + tau for x in level for tau in self.delays if x + tau < self.t_end}
+            points |= level
+        return points
+
+    # -- step-size control --------------------------------------------------------------------------
+    def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor) -> Tensor:
+        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample."""
+        scale = torch.maximum(y.abs(), y_new.abs()).mul_(self.opts.rtol).add_(self.opts.atol)
+        return err.div_(scale).square_() @ self.mean
+
+    def initial_step(self, y0: Tensor, f0: Tensor, inp: Tensor | None) -> Tensor:
+        """Hairer's starting step per sample (HNW I, II.4): h0 = 0.01 ‖y0‖/‖f0‖, one probe Euler step,
+        h1 = (0.01 / max(‖f0‖, ‖f'‖))^(1/(p+1)), h = min(100 h0, h1)."""
+        opts, t = self.opts, torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
+        cap = min(self.t_end - self.t0, self.dt_max)
+        if opts.first_step is not None:
+            return torch.full_like(t, min(opts.first_step, cap))
+        with torch.no_grad():
+            scale = y0.abs().mul(opts.rtol).add_(opts.atol)
+            rms = lambda x: (x / scale).square() @ self.mean
+            d0, d1 = rms(y0).double().sqrt(), rms(f0).double().sqrt()
+            h0 = torch.where((d0 < 1e-5) | (d1 < 1e-5), torch.full_like(d0, 1e-6), 0.01 * d0 / d1).clamp_max(cap)
+            f1 = self.field(t + h0, (t + h0).to(self.dtype).unsqueeze(1), y0 + h0.to(self.dtype).unsqueeze(1) * f0, inp)
+            d2 = rms(f1 - f0).double().sqrt() / h0
+            top = torch.maximum(d1, d2)
+            h1 = torch.where(top <= 1e-15, (h0 * 1e-3).clamp_min(1e-6), (0.01 / top) ** (1.0 / (self.tab.order + 1)))
+            h = torch.minimum(100 * h0, h1).clamp_max(cap)
+        return torch.nan_to_num(h, nan=cap)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def start(self, y0: Tensor) -> _Carry:
+        t = torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
+        last_hk = y0.new_zeros(self.tab.stages, self.batch, self.dim)
+        if self.history is not None:
+            self.history.load([(t, torch.ones_like(t), y0, last_hk, t)], t, torch.zeros_like(t, dtype=torch.bool))
+        landing = torch.zeros(self.batch, dtype=torch.int64, device=self.device)  # index of the next landing point
+        inp = self.held_input(landing)
+        t_col = t.to(self.dtype).unsqueeze(1)
+        f0 = self.field(t, t_col, y0, inp)
+        h = self.initial_step(y0, f0, inp)
+        finite = torch.isfinite(f0).all(1)
+        code = torch.where(finite, _SUCCESS, _NONFINITE)
+        zeros = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
+        # log(safety ratio_prev^β) with ratio_prev = 1e-4 (dopri5.f)
+        prev = torch.full_like(t_col.squeeze(1), math.log(self.opts.safety) + self.opts.beta / 2 * math.log(1e-8))
+        return _Carry(y0, f0, t, h, prev, landing, zeros, zeros, code, t, torch.ones_like(t), y0, last_hk)
+
+    def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
+        """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
+        ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
+        opts, rows, c, stages, dtype = self.opts, self.rows, self.tab.c, self.tab.stages, self.dtype
+        y, k1, t, h, prev, landing = carry.y, carry.k1, carry.t, carry.h, carry.prev, carry.landing
+        steps, code = carry.steps, carry.code
+        fsal, exact_time = self.hold_times is None, self.exact_time
+        alpha2, beta2, log_safety = -opts.alpha / 2, opts.beta / 2, math.log(opts.safety)
+        records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_hk, carry.t)]
+        accepts = []
+        active = (code == _SUCCESS) & (t < t_stop)
+        budget = opts.max_steps - int(steps.max())  # iterations before any sample can reach max_steps
+        while True:  # one host synchronisation per iteration
+            if self.history is None:
+                if not bool(active.any()):
+                    break
+            else:
+                going, short = torch.stack([active.any(), self.history.load(records, t, active)]).tolist()
+                if short:
+                    self.history.window *= 2
+                    continue
+                if not going:
+                    break
+            # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
+            target = self.landing.index_select(0, landing)
+            gap = target - t
+            landed = h >= gap
+            h_step = torch.minimum(h, gap)
+            t_land = torch.where(landed, target, t + h_step)
+            t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
+            inp = self.held_input(landing)
+            if not fsal:
+                k1 = self.field(t, t_col, y, inp)
+            hk = [h_col * k1]
+            for i in range(1, stages):
+                y_i = y
+                for j, a in rows[i]:
+                    y_i = torch.add(y_i, hk[j], alpha=a)
+                k_i = self.field(torch.add(t, h_step, alpha=c[i]) if exact_time else None,
+                                 torch.add(t_col, h_col, alpha=c[i]), y_i, inp)
+                hk.append(h_col * k_i)
+            y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
+            hk = torch.stack(hk)
+            with torch.no_grad():
+                r2 = self.ratio2(y, y_new, (self.b_err @ hk.view(stages, -1)).view_as(y))
+                accept = (r2 <= 1.0) & active
+                log_r2 = r2.clamp_min(1e-20).log_()
+                # factor = safety ratio^(−α) ratio_prev^β, in logs; ≤ 1 after a rejection
+                factor = torch.nan_to_num(torch.add(prev, log_r2, alpha=alpha2).exp_(), nan=opts.factor_min)
+                factor = torch.minimum(factor.clamp_(opts.factor_min, opts.factor_max),
+                                       torch.where(accept, opts.factor_max, 1.0))
+                h_next = h_step * factor.double()
+                if self.dt_max < math.inf:
+                    h_next.clamp_max_(self.dt_max)
+                t_after = torch.where(accept, t_land, t)
+                landing = landing + (accept & landed)
+                stuck = (active & ~accept) & ((t + h_next) - t <= opts.dt_min)
+                steps = steps + active
+                code = torch.where(stuck, torch.where(torch.isfinite(r2), _UNDERFLOW, _NONFINITE), code)
+                if len(accepts) + 1 >= budget:
+                    code = torch.where(active & (steps >= opts.max_steps) & (t_after < self.t_end), _MAX_STEPS, code)
+                prev = torch.where(accept, log_r2.clamp_min_(math.log(1e-8)).mul_(beta2).add_(log_safety), prev)
+                h = torch.where(active, h_next, h)
+            records.append((t, h_step, y, hk, t_after))
+            accepts.append(accept)
+            mask = accept.unsqueeze(1)
+            y = torch.where(mask, y_new, y)
+            k1 = torch.where(mask, k_new, k1)
+            t = t_after
+            active = (code == _SUCCESS) & (t < t_stop)
+        accepted = carry.accepted + (torch.stack(accepts).sum(0) if accepts else 0)
+        outputs, last = self.dense_output(records, out_times, t)
+        return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, *last)
+
+    def dense_output(self, records, out_times: list[float], t_final: Tensor):
+        """Evaluate the continuous extension of the accepted step containing each output time, per sample;
+        times a sample never reached (it failed earlier) give NaN. Also returns the last accepted step."""
+        starts, lengths, ys, hks, ends = zip(*records)
+        start, length, end = torch.stack(starts), torch.stack(lengths), torch.stack(ends)  # (S, B)
+        y0 = torch.stack(ys).flatten(0, 1)  # (S B, dim): record k of sample b in row k B + b
+        hk = torch.stack(hks)  # (S, stages, B, dim)
+        end_rows = end.T.contiguous()
+        rows = torch.arange(self.batch, device=self.device)
+        last = torch.searchsorted(end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(len(records) - 1)
+        last_step = (start[last, rows], length[last, rows], y0[last * self.batch + rows], hk[last, :, rows].transpose(0, 1))
+        if not out_times:
+            return y0.new_zeros(self.batch, 0, self.dim), last_step
+        coef = _coefficients(hk, self.dense).flatten(0, 1)  # (S B, dim, m)
+        tau = torch.tensor(out_times, dtype=torch.float64, device=self.device).expand(self.batch, -1).contiguous()
+        step = torch.searchsorted(end_rows, tau)  # first record with end ≥ τ: the accepted step containing τ
+        reached = step < len(records)
+        step.clamp_max_(len(records) - 1)
+        theta = ((tau - start.T.gather(1, step)) / length.T.gather(1, step)).to(self.dtype).unsqueeze(-1)
+        flat = (step * self.batch + rows.unsqueeze(1)).flatten()
+        base = y0.index_select(0, flat).view(*tau.shape, self.dim)
+        coefs = coef.index_select(0, flat).view(*tau.shape, *coef.shape[1:]).unbind(-1)
+        return torch.where(reached.unsqueeze(-1), _horner(base, coefs, theta), math.nan), last_step
+
+
+def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
+              times: list[float], path: InputPath | None, history=None, **options) -> Solution:
+    """Solve with an embedded explicit RK pair (see the module docstring); ``options``: rtol, atol,
+    max_steps, first_step, dt_min, dt_max, safety, factor_min, factor_max, pi_beta, checkpoint_segments."""
+    opts = _Options(tableau, **options)
+    dtypes = {x.dtype for x in state}
+    if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
+        raise TypeError(f"y0: adaptive solvers need floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
+    sizes = [x.shape[1] for x in state]
+    y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
+    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts)
+    carry = solver.start(y0)
+
+    outputs = [y0.unsqueeze(1)]
+    segments = opts.segments or 1
+    bounds = [times[0] + (times[-1] - times[0]) * k / segments for k in range(1, segments)] + [times[-1]]
+    position = 1
+    for stop in bounds:
+        end = position
+        while end < len(times) and times[end] <= stop:
+            end += 1
+        chunk = times[position:end]
+        if opts.segments is None or not torch.is_grad_enabled():
+            out, carry = solver.segment(carry, stop, chunk)
+        else:
+            run = lambda *packed, stop=stop, chunk=chunk: _packed(solver.segment(_Carry(*packed), stop, chunk))
+            out, *packed = checkpoint(run, *carry.pack(), use_reentrant=False)
+            carry = _Carry(*packed)
+        outputs.append(out)
+        position = end
+    ys = torch.cat(outputs, 1) if len(outputs) > 1 else outputs[0]
+    blocks = (ys,) if len(sizes) == 1 else ys.split(sizes, -1)
+    evaluations = tableau.stages - 1 if solver.hold_times is None else tableau.stages
+    nfe = 1 + (opts.first_step is None) + carry.steps * evaluations
+    stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
+             "nfe": nfe, "t_final": carry.t}
+    return Solution(ts=t_tensor, ys=tuple(blocks), blocks=system.blocks, stats=stats, status=carry.code)
+
+
+def _packed(result: tuple[Tensor, _Carry]) -> tuple[Tensor, ...]:
+    out, carry = result
+    return (out, *carry.pack())
+
+
+def _driver(name: str) -> Callable[..., Solution]:
+    tableau = ADAPTIVE_TABLEAUX[name]
+
+    def driver(system, state, t_tensor, times, path, history=None, **options):
+        return integrate(tableau, system, state, t_tensor, times, path, history, **options)
+
+    driver.__name__ = driver.__qualname__ = name
+    driver.__doc__ = f"Adaptive {name} (embedded {tableau.order}({tableau.embedded_order}) pair); see odelab.solvers.adaptive."
+    return driver
+
+
+for _name in ADAPTIVE_TABLEAUX:
+    ADAPTIVE_METHODS[_name] = _driver(_name)
