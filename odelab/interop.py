@@ -3,6 +3,8 @@
 :func:`torchdiffeq_func` turns a (non-delay) system into the ``func(t, y)`` that ``torchdiffeq.odeint`` and
 ``torchdiffeq.odeint_adjoint`` integrate: y is the tuple of state blocks (torchdiffeq supports tuple states)
 and the input u(t) is bound and encoded inside.
+:func:`torchdde_system` (in ``interop_dde.py``) turns a delay system into the vector field of
+``torchdde.integrate``.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .systems.base import State, System
+from .interop_dde import TorchDDEField, torchdde_system  # delay systems -> torchdde.integrate
 
 
 class TorchdiffeqFunc(nn.Module):

@@ -197,7 +197,7 @@ def test_classical_ddes_against_scipy_method_of_steps(system, rhs, delta, horizo
 
 def test_enso_against_torchdde_and_the_adapter():
     torchdde = pytest.importorskip("torchdde")
-    from odelab.interop_dde import torchdde_system
+    from odelab.interop import torchdde_system
 
     system = ENSO()
     y0 = torch.rand(4, 1, generator=torch.Generator().manual_seed(1))
@@ -218,7 +218,7 @@ def test_enso_against_torchdde_and_the_adapter():
 
 
 def test_adapter_packs_blocks_and_inputs():
-    from odelab.interop_dde import torchdde_system
+    from odelab.interop import torchdde_system
 
     system = odelab.systems.TauGRU(2, 3, 1.5)
     field = torchdde_system(system)
@@ -322,6 +322,22 @@ def test_learnable_delay_gradient_matches_finite_differences():
 def test_malformed_history_raises_value_error(history):
     with pytest.raises(ValueError, match="history"):
         odelab.solve(Feedback(), torch.ones(2, 1), [0.0, 1.0], method="rk4", dt=0.1, history=history)
+
+
+def test_callable_history_receives_batch_times():
+    """φ(t) = cos t with t a (batch, 1) tensor (as under the adaptive methods); on [0, 1],
+    y' = −cos(t − 1) gives y = 1 − sin(t − 1) − sin 1."""
+    seen = []
+
+    def phi(t):
+        seen.append(tuple(t.shape))
+        return torch.cos(t)
+
+    times = [0.0, 0.5, 1.0]
+    sol = odelab.solve(Feedback(), torch.ones(3, 1), times, method="rk4", dt=0.1, history=phi)
+    exact = [1 - math.sin(t - 1) - math.sin(1) for t in times]
+    assert (sol.y[:, :, 0] - torch.tensor(exact)).abs().max().item() < 1e-6
+    assert set(seen) == {(3, 1)}
 
 
 def test_history_of_wrong_type_raises_type_error():

@@ -4,20 +4,25 @@ Two drivers, one per way a delay system is used:
 
 * :func:`solve_fixed_delay` -- ``odelab.solve`` with a fixed-step scheme: the method of steps (taugru.md
   §1.3, 001 eq. 15--16). Every scheme of ``odelab.solvers.schemes`` applies; each stage at time
-  t + c·dt reads the delayed states y(t + c·dt − τ_i) from the past of the solve:
+  t_k + c·h reads the delayed states y(t_k + c·h − τ_i) from the past of the solve:
 
-  - on a grid node (the delay is a multiple of dt and the stage time is a node): the stored state itself,
-    read from a ring buffer of the last ⌈max τ / dt⌉ + 2 nodes;
-  - between nodes: the cubic Hermite interpolant of the stored states and derivatives of the surrounding
-    step, O(dt⁴) accurate, so rk4 keeps order 4;
-  - before t0: the history φ(t − τ_i).
+  - when an earlier step j starts at t_k − τ_i and has the same length (τ_i a multiple of dt on a uniform
+    stretch of the grid): stage i reads stage i of step j, kept in a ring buffer of the last τ/dt + 2
+    steps. No interpolation: this is the scheme applied to the method-of-steps ODE system (the solution on
+    [t − τ, t] carried along), with the scheme's own order and error constant (ENSO, rk4, dt = 0.1:
+    5e-5 max error on [0, 400] against 4e-4 with the Hermite reads below);
+  - otherwise, between nodes: the cubic Hermite interpolant of the stored states and derivatives of the
+    surrounding step, O(dt⁴) accurate, so rk4 keeps order 4; derivatives are the steps' first stages
+    (free for explicit RK) and, at hold-input jumps, the left limit f(t_k⁻) (one extra evaluation);
+  - before t0: the history φ(t − τ_i); at t0 itself, φ(t0⁻) for the stage that ends a step and y0 for
+    the one that starts it.
 
   The step must not exceed the smallest delay (``dt ≤ min τ``), so every delayed time lies in steps
   already taken: no extrapolation into the current step. The derivative jumps that a history propagates
-  (at t0 + k τ, the discontinuities of the method of steps) are added to the step grid up to depth
+  (at t0 + Σ n_i τ_i, the discontinuities of the method of steps) are added to the step grid up to depth
   ``scheme.order``, so that the scheme's order survives them. A delay given as a scalar tensor that
   requires grad is learnable: it is always read through the Hermite interpolant, which is differentiable
-  in τ (d/dτ y(t − τ) = −y'(t − τ)).
+  in τ (d/dτ y(t − τ) = −y'(t − τ)); the step grid is that of its current value.
 
 * :func:`run_delay_recurrence` -- ``Recurrent.forward`` for delay systems: the papers' cells (001 eq. 11,
   12, 14), one scheme step per sample (or ``unfolds`` sub-steps of h = dt/L), the delayed state frozen
@@ -96,22 +101,31 @@ def _as_history_state(system: System, y0: State, value, what: str) -> State:
 
 
 def history_function(system: System, y0: State, history, t0: float) -> History:
-    """The initial function φ(t), t < t0, of a delay solve, as a callable returning a state tuple.
+    """The initial function φ(t), t < t0, of a delay solve, as a callable of a float (or a 0-d tensor, for a
+    learnable delay) returning a state tuple.
 
     ``history``: ``None`` → φ ≡ y0 (a constant history); a number → every block filled with it; a tensor
     → broadcast to every block (``(batch, 1)`` gives one constant per sample); a tuple/list of tensors or
     a dict by block name → one per block; a callable φ(t) returning any of these (a tensor for one-block
-    systems). t is a float, or a 0-d tensor when the delay is learnable. The callable is checked once at
-    t0 − max τ. Errors name ``history``.
+    systems). The callable receives t as a ``(batch, 1)`` tensor of the state's dtype, as under the
+    adaptive methods, and is checked once at t0 − max τ. Errors name ``history``.
     """
     if history is None:
         return lambda t: y0
     if callable(history) and not isinstance(history, Tensor):
-        taus = [value for value, _ in delay_values(system)]
-        first = _as_history_state(system, y0, history(t0 - max(taus, default=0.0)), "the callable's value")
+        like = y0[0]
+
+        def phi(t: float | Tensor) -> State:
+            if isinstance(t, Tensor):
+                t = t.to(dtype=like.dtype, device=like.device).reshape(1, 1).expand(like.shape[0], 1)
+            else:
+                t = torch.full((like.shape[0], 1), t, dtype=like.dtype, device=like.device)
+            return _as_history_state(system, y0, history(t), "the callable's value")
+
+        first = phi(t0 - max((value for value, _ in delay_values(system)), default=0.0))
         if not all(bool(torch.isfinite(x).all()) for x in first):
-            raise ValueError(f"history: φ(t0 − max τ) contains NaN or Inf")
-        return lambda t: _as_history_state(system, y0, history(t), "the callable's value")
+            raise ValueError("history: φ(t0 − max τ) contains NaN or Inf")
+        return phi
     constant = _as_history_state(system, y0, history, "a constant history")
     if not all(bool(torch.isfinite(x).all()) for x in constant):
         raise ValueError("history: contains NaN or Inf")
