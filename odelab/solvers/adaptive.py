@@ -40,7 +40,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..systems.base import System, check_state
+from ..systems.base import System
+from .delay import delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
 from .solve import ADAPTIVE_METHODS
@@ -88,6 +89,10 @@ class _Options:
                                                 or not isinstance(checkpoint_segments, int) or checkpoint_segments < 1):
             raise ValueError(f"checkpoint_segments: expected a positive integer, got {checkpoint_segments!r}")
         self.segments = checkpoint_segments
+
+
+_OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min",
+                 "factor_max", "pi_beta", "checkpoint_segments")
 
 
 class _Carry:
@@ -173,11 +178,11 @@ class _Integrator:
         elif path is not None and not isinstance(path, FunctionInput):
             raise TypeError(f"u: adaptive solvers take hold, linear or callable inputs, got {type(path).__name__}")
 
-        self.delays = tuple(float(d) for d in system.delays)
+        self.delays = tuple(value for value, _ in delay_values(system))
         self.history = None
         if self.delays:
             if min(self.delays) <= 0:
-                raise ValueError(f"delays: {type(system).__name__} declares non-positive delays {self.delays}")
+                raise ValueError(f"delays: adaptive solvers need positive delays, {type(system).__name__} has {self.delays}")
             if opts.segments is not None:
                 raise ValueError("checkpoint_segments: not supported for delay systems under adaptive methods")
             self.history = _History(self._history_function(history, y0), self.t0, max(self.delays), self.dense)
@@ -218,22 +223,13 @@ class _Integrator:
 
     # -- delay systems ------------------------------------------------------------------------------
     def _history_function(self, history, y0: Tensor) -> Callable[[Tensor], Tensor]:
-        if history is None:
-            return lambda s: y0
-        if isinstance(history, (int, float)) and not isinstance(history, bool):
-            value = torch.full_like(y0, float(history))
+        """φ(s) as a flat (batch, dim) tensor for per-sample times s (batch,); the callable gets s as a
+        (batch, 1) tensor (semantics of ``history`` as in :func:`odelab.solvers.delay.history_function`)."""
+        phi = history_function(self.system, self._blocks(y0), history, self.t0)
+        if history is None or not callable(history) or isinstance(history, Tensor):
+            value = self._flat(phi(self.t0))
             return lambda s: value
-        if isinstance(history, (Tensor, tuple, list, dict)):
-            return lambda s, value=self._history_value(history, y0): value
-        if callable(history):
-            return lambda s: self._history_value(history(s.to(self.dtype).unsqueeze(1)), y0)
-        raise TypeError(f"history: expected a number, a state or a callable of t, got {type(history).__name__}")
-
-    def _history_value(self, value, y0: Tensor) -> Tensor:
-        if isinstance(value, Tensor) and len(self.sizes) == 1:
-            value = (value.expand_as(y0) if value.dim() < 2 else value,)
-        state = check_state(self.system, value, "history")
-        return self._flat(state).expand_as(y0)
+        return lambda s: self._flat(phi(s.to(self.dtype).unsqueeze(1)))
 
     def _discontinuities(self) -> set[float]:
         """t0 + Σ n_k τ_k with 1 ≤ Σ n_k ≤ order, inside (t0, t_end): where y^(n) may jump."""
@@ -389,6 +385,10 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
               times: list[float], path: InputPath | None, history=None, **options) -> Solution:
     """Solve with an embedded explicit RK pair (see the module docstring); ``options``: rtol, atol,
     max_steps, first_step, dt_min, dt_max, safety, factor_min, factor_max, pi_beta, checkpoint_segments."""
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "
+                        f"expected some of {list(_OPTION_NAMES)}")
     opts = _Options(tableau, **options)
     dtypes = {x.dtype for x in state}
     if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:

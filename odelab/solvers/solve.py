@@ -5,6 +5,7 @@ import math
 from typing import Callable, Sequence
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 
 from ..systems.base import State, System, as_system, check_state
@@ -119,8 +120,11 @@ def solve(
         solution = ADAPTIVE_METHODS[method](system, state, t_tensor, times, path, history=history, **options)
     else:
         scheme = resolve_scheme(method)
+        segments = options.pop("checkpoint_segments", None)
         if options:
             raise TypeError(f"solve: unexpected options {sorted(options)} for fixed-step method {scheme.name!r}")
+        if segments is not None and (isinstance(segments, bool) or not isinstance(segments, int) or segments < 1):
+            raise ValueError(f"checkpoint_segments: expected a positive integer, got {segments!r}")
         if dt is None:
             raise ValueError(f"dt: the fixed-step method {scheme.name!r} needs a step size dt")
         if not isinstance(dt, (int, float)) or not math.isfinite(dt) or dt <= 0:
@@ -129,11 +133,13 @@ def solve(
         if system.is_delay:
             from .delay import solve_fixed_delay
 
+            if segments is not None:
+                raise ValueError("checkpoint_segments: not supported for delay systems")
             solution = solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history)
         else:
             if history is not None:
                 raise ValueError(f"history: {type(system).__name__} declares no delays")
-            solution = solve_fixed(system, scheme, state, t_tensor, times, path, float(dt))
+            solution = solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments)
 
     if throw and not bool(solution.success.all()):
         raise SolveError("solve failed: " + solution.failure_summary(), solution)
@@ -141,20 +147,39 @@ def solve(
 
 
 def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
-                path: InputPath | None, dt: float) -> Solution:
-    """Fixed-step driver: steps of ``dt`` landing on every output time and hold-input sample time."""
+                path: InputPath | None, dt: float, checkpoint_segments: int | None = None) -> Solution:
+    """Fixed-step driver: steps of ``dt`` landing on every output time and hold-input sample time.
+    ``checkpoint_segments=K`` runs the steps in K chunks under ``torch.utils.checkpoint`` (same values and
+    gradients; the backward recomputes each chunk, so stored activations grow with K, not the step count)."""
     breakpoints = path.breakpoints if isinstance(path, Hold) else ()
     grid, out_index = step_grid(times, dt, breakpoints)
     field = Field(system)
-    outputs = [state]
     record = set(out_index)
-    for k in range(len(grid) - 1):
-        ta, tb = grid[k], grid[k + 1]
-        if path is not None:
-            field.inp = path.segment(ta, tb)
-        state = scheme.step(field, ta, state, tb - ta)
-        if k + 1 in record:
-            outputs.append(state)
+    blocks = len(state)
+
+    def run(first: int, last: int, *start: Tensor) -> tuple[Tensor, ...]:
+        """Steps first..last-1 from ``start``; returns the recorded states (flattened) then the final state."""
+        state, recorded = start, []
+        for k in range(first, last):
+            ta, tb = grid[k], grid[k + 1]
+            if path is not None:
+                field.inp = path.segment(ta, tb)
+            state = scheme.step(field, ta, state, tb - ta)
+            if k + 1 in record:
+                recorded.extend(state)
+        return (*recorded, *state)
+
+    steps = len(grid) - 1
+    chunks = checkpoint_segments if checkpoint_segments and torch.is_grad_enabled() else 1
+    bounds = [round(steps * i / chunks) for i in range(chunks + 1)]
+    outputs = [state]
+    for first, last in zip(bounds, bounds[1:]):
+        if chunks == 1:
+            flat = run(first, last, *state)
+        else:
+            flat = torch.utils.checkpoint.checkpoint(run, first, last, *state, use_reentrant=False)
+        outputs.extend(tuple(flat[i:i + blocks]) for i in range(0, len(flat) - blocks, blocks))
+        state = tuple(flat[-blocks:])
     return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=(len(grid) - 1) * scheme.stages)
 
 
