@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
 from torch import Tensor, nn
 
 from .systems.base import State, System
