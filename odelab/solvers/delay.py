@@ -296,7 +296,7 @@ def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: 
                 row.append(None)
             elif ta + reach * h - tau <= t0 + tol:
                 row.append(-1)
-            elif abs(grid[j] - s) <= tol and (reach == 0.0 or abs(grid[j + 1] - grid[j] - h) <= tol):
+            elif j >= 0 and abs(grid[j] - s) <= tol and (reach == 0.0 or abs(grid[j + 1] - grid[j] - h) <= tol):
                 row.append(j)
             else:
                 row.append(None)
