@@ -1,0 +1,428 @@
+"""Stability studies of the continuous-time cells.
+
+* :func:`gradients_vs_lag` -- ‖∂L/∂h_k‖ against the lag T − k, L = r·o_T a fixed random projection of the last
+  output: the exploding/vanishing-gradient picture (000 §4, eqs. 5/25; 002 Props. 3.2.2–3.2.4; 001 Prop. 3),
+  odelab cells against torch.nn.LSTM and a tanh torch.nn.RNN.
+* :func:`lem_state_bound` -- 000 Prop. 4.1: for Δt ≤ 1 and z_0 = y_0 = 0,
+  max_i max(|z_n^i|, |y_n^i|) ≤ min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt), for any input.
+* :func:`unicornn_energy` / :func:`energy_drift` -- the Hamiltonian (thesis eq. 3.4) along trajectories;
+  :func:`invert_partitioned_euler` -- the exact inverse step (3.7).
+* :func:`field_jacobian` / :func:`eigen_study` -- eigenvalues of h·∂f/∂state along a trajectory against the
+  stability regions of explicit Euler, RK2, RK4 and implicit Euler.
+* :func:`damping_study` -- LRC vs STC (and LTC) oscillation damping: zero crossings after a step input and
+  of an oscillating pair (lrc.md §5.1, surrogates S1 and S2).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from .. import cells, systems
+from ..models import Recurrent
+from ..solvers.field import Field
+from ..solvers.schemes import FIXED_SCHEMES, Scheme
+from ..systems.base import State, System
+from .schemes import recurrent_layers
+
+# ----------------------------------------------------------------------------------------------------------------
+# Per-sample states of a Recurrent: a scheme wrapper that records (and optionally perturbs) the state after each
+# sample, so the model's own forward (plain or delay ring buffer) runs unchanged.
+
+
+class _SampleHook(Scheme):
+    """Wraps a scheme; after every ``unfolds`` sub-steps (the end of a sample) adds ``probes[n]`` to the state
+    (zero tensors whose gradient is ∂L/∂h_n) and records the state in ``states``."""
+
+    def __init__(self, inner: Scheme, unfolds: int, probes: Sequence[State] | None = None):
+        self.inner, self.unfolds, self.probes = inner, unfolds, probes
+        self.name, self.order, self.stages = inner.name, inner.order, inner.stages
+        self.substeps, self.states = 0, []
+
+    def check(self, system: System) -> None:
+        self.inner.check(system)
+
+    def step(self, field: Field, t: float, state: State, dt: float) -> State:
+        state = self.inner.step(field, t, state, dt)
+        self.substeps += 1
+        if self.substeps % self.unfolds == 0:
+            if self.probes is not None:
+                state = tuple(s + p for s, p in zip(state, self.probes[len(self.states)]))
+            self.states.append(state)
+        return state
+
+
+def single_layer(model: nn.Module) -> Recurrent:
+    """The one Recurrent of a cell or a one-layer UnICORNN stack (ValueError for deeper stacks)."""
+    layers = recurrent_layers(model)
+    if len(layers) != 1:
+        raise ValueError(f"model: expected a single recurrent layer, got {len(layers)}")
+    return layers[0]
+
+
+def trajectory(layer: Recurrent, x: Tensor, state: State | None = None,
+               probes: Sequence[State] | None = None) -> tuple[Tensor, list[State]]:
+    """``(outputs, states)``: the layer's outputs on x and its full state after every sample (a list of T tuples)."""
+    hook = _SampleHook(layer.scheme, layer.unfolds, probes)
+    saved, layer.scheme = layer.scheme, hook
+    try:
+        outputs, _ = layer(x, state)
+    finally:
+        layer.scheme = saved
+    return outputs, hook.states
+
+
+def stack_states(states: Sequence[State]) -> tuple[Tensor, ...]:
+    """T state tuples -> one ``(batch, T, size)`` tensor per block."""
+    return tuple(torch.stack(block, dim=1) for block in zip(*states))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Gradients against lag
+
+
+def _torch_rnn_gradients(rnn: nn.RNNBase, x: Tensor, direction: Tensor) -> Tensor:
+    """‖∂L/∂(h_k[, c_k])‖ per sample and step for a torch.nn.RNN/LSTM/GRU stepped one sample at a time."""
+    batch, hidden = x.shape[0], rnn.hidden_size
+    parts = 2 if isinstance(rnn, nn.LSTM) else 1
+    zeros = lambda: torch.zeros(1, batch, hidden, dtype=x.dtype, device=x.device)  # noqa: E731
+    state = tuple(zeros() for _ in range(parts))
+    probes = [tuple(zeros().requires_grad_() for _ in range(parts)) for _ in range(x.shape[1])]
+    for x_n, probe in zip(x.unbind(1), probes):
+        _, state = rnn(x_n.unsqueeze(1), state if parts == 2 else state[0])
+        state = state if parts == 2 else (state,)
+        state = tuple(s + p for s, p in zip(state, probe))
+    loss = (state[0][0] @ direction).sum()  # o_T = h_T (with its probe)
+    flat = [p for probe in probes for p in probe]
+    grads = torch.autograd.grad(loss, flat, allow_unused=True)  # c_T does not reach o_T
+    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, flat)]
+    per_step = torch.stack([torch.cat(grads[k * parts:(k + 1) * parts], -1)[0] for k in range(len(probes))], 1)
+    return per_step.norm(dim=-1)  # (batch, T)
+
+
+def state_gradients(model: nn.Module, x: Tensor, direction: Tensor) -> Tensor:
+    """``(batch, T)``: ‖∂L/∂h_k‖ for every step k (all state blocks together), L = Σ_batch direction·o_T.
+
+    ``model`` is an odelab cell (one Recurrent layer), a torch.nn RNN/LSTM/GRU, or the LSTM/GRU presets."""
+    rnn = getattr(model, "rnn", model)
+    if isinstance(rnn, nn.RNNBase):
+        return _torch_rnn_gradients(rnn, x, direction)
+    layer = single_layer(model)
+    batch = x.shape[0]
+    sizes = layer.system.block_sizes()
+    probes = [tuple(torch.zeros(batch, n, dtype=x.dtype, device=x.device, requires_grad=True) for n in sizes)
+              for _ in range(x.shape[1])]
+    outputs, _ = trajectory(layer, x, probes=probes)
+    loss = (outputs[:, -1] @ direction).sum()
+    flat = [p for probe in probes for p in probe]
+    grads = torch.autograd.grad(loss, flat, allow_unused=True)
+    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, flat)]
+    blocks = len(sizes)
+    per_step = torch.stack([torch.cat(grads[k * blocks:(k + 1) * blocks], -1) for k in range(len(probes))], 1)
+    return per_step.norm(dim=-1)
+
+
+def build_cell(name: str, input_size: int, hidden_size: int) -> nn.Module:
+    """A preset from :data:`odelab.cells.PRESETS`, or ``"rnn"`` = torch.nn.RNN with tanh (batch first)."""
+    if name == "rnn":
+        return nn.RNN(input_size, hidden_size, nonlinearity="tanh", batch_first=True)
+    if name not in cells.PRESETS:
+        raise ValueError(f"model: unknown model {name!r}; choose from {sorted(cells.PRESETS) + ['rnn']}")
+    return cells.PRESETS[name](input_size, hidden_size)
+
+
+def gradients_vs_lag(models: Sequence[str], steps: int, hidden_size: int = 16, batch: int = 4,
+                     seeds: Sequence[int] = (0, 1, 2), dtype: torch.dtype = torch.float64) -> dict:
+    """Median over random initialisations (``seeds``) of the batch-mean ‖∂L/∂h_k‖, as a function of the lag
+    T − k (lag 0 = the last state), for every model; inputs N(0, 1), one feature."""
+    result = {}
+    for name in models:
+        curves = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = build_cell(name, 1, hidden_size).to(dtype)
+            x = torch.randn(batch, steps, 1, dtype=dtype)
+            direction = F.normalize(torch.randn(hidden_size, dtype=dtype), dim=0)
+            curves.append(state_gradients(model, x, direction).mean(0).flip(0).detach())  # index = lag
+        median = torch.stack(curves).median(0).values
+        result[name] = {"lag": list(range(steps)), "median_norm": median.tolist(),
+                        "norm_lag0": float(median[0]), "norm_last": float(median[-1]),
+                        "log10_ratio_last_to_lag0": float(torch.log10(median[-1] / median[0]))}
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# LEM state bound (000 Prop. 4.1)
+
+
+def lem_bound(dt: float, t: Tensor) -> Tensor:
+    """min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt) (000 Prop. 4.1, Δt ≤ 1)."""
+    return torch.clamp((1 + dt) / math.sqrt(2 - dt) * t.sqrt(), max=1.0)
+
+
+def lem_state_bound(dts: Sequence[float] = (0.1, 0.5, 1.0, 1.5, 1.9), steps: int = 1000, hidden_size: int = 16,
+                    batch: int = 8, input_scale: float = 10.0, seeds: Sequence[int] = (0, 1, 2),
+                    dtype: torch.dtype = torch.float64) -> list[dict]:
+    """Random LEMs (official init, inputs N(0, input_scale²)) stepped by the published cell (imex, eq. 3) from
+    zero; per Δt the largest max_i max(|z_n^i|, |y_n^i|), the largest ratio to the Prop. 4.1 bound, and whether
+    the bound held at every step. For Δt > 1 (outside the hypothesis) the contraction bound
+    max(1, Δt/(2 − Δt)) (lem.md §2.1 [D]) is reported instead."""
+    rows = []
+    for dt in dts:
+        peak, ratio, holds = 0.0, 0.0, True
+        for seed in seeds:
+            torch.manual_seed(seed)
+            layer = Recurrent(systems.LEM(3, hidden_size), "imex", dt).to(dtype)
+            x = input_scale * torch.randn(batch, steps, 3, dtype=dtype)
+            with torch.no_grad():
+                z, y = stack_states(trajectory(layer, x)[1])
+            size = torch.maximum(z.abs(), y.abs()).amax(dim=(0, 2))  # (T,)
+            t = dt * torch.arange(1, steps + 1, dtype=dtype)
+            bound = lem_bound(dt, t) if dt <= 1 else torch.full_like(t, max(1.0, dt / (2 - dt)))
+            peak = max(peak, float(size.max()))
+            ratio = max(ratio, float((size / bound).max()))
+            holds = holds and bool((size <= bound * (1 + 1e-12)).all())
+        rows.append({"dt": dt, "hypothesis": dt <= 1, "max_state": peak, "max_ratio_to_bound": ratio,
+                     "bound_holds": holds, "bound": "min(1, Δ̄√t_n)" if dt <= 1 else "max(1, Δt/(2−Δt))"})
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# UnICORNN: energy and exact invertibility
+
+
+def _log_cosh(a: Tensor) -> Tensor:
+    return a.abs() + torch.log1p(torch.exp(-2 * a.abs())) - math.log(2.0)
+
+
+def unicornn_energy(system: systems.UnICORNN, z: Tensor, y: Tensor, encoded: Tensor) -> Tensor:
+    """H = (α/2)‖y‖² + ½‖z‖² + Σ_i (1/w_i)[log cosh(w_i y_i + x_i) − log cosh(x_i)], x = V u + b (thesis eq. 3.4;
+    the subtracted term is constant for a held input and keeps w_i → 0 finite, where the sum tends to
+    y_i tanh(x_i)). Summed over the last axis; the per-neuron time scale σ̂(c) leaves H conserved."""
+    w = system.w
+    small = w.abs() < 1e-6
+    safe_w = torch.where(small, torch.ones_like(w), w)
+    potential = torch.where(small, y * torch.tanh(encoded), (_log_cosh(w * y + encoded) - _log_cosh(encoded)) / safe_w)
+    return (0.5 * system.alpha * y.square() + 0.5 * z.square() + potential).sum(-1)
+
+
+def energy_drift(system: systems.UnICORNN, schemes: Sequence[str] = ("symplectic-euler", "euler", "rk4"),
+                 dt: float = 0.5, steps: int = 2000, batch: int = 8, seed: int = 0,
+                 dtype: torch.dtype = torch.float64) -> dict:
+    """H along trajectories from a random state N(0, 1) under a constant (held) random input, for each
+    scheme at the same step: max_n |H_n − H_0| and |H_N − H_0| (batch means), and the H curves."""
+    generator = torch.Generator().manual_seed(seed)
+    m, d = system.input_size, system.hidden_size
+    u = torch.randn(batch, 1, m, generator=generator, dtype=dtype).expand(batch, steps, m)
+    state = tuple(torch.randn(batch, d, generator=generator, dtype=dtype) for _ in range(2))
+    encoded = system.encode(u[:, 0])
+    result = {}
+    for name in schemes:
+        layer = Recurrent(system, name, dt)
+        with torch.no_grad():
+            z, y = stack_states(trajectory(layer, u, state)[1])
+            energy = torch.cat([unicornn_energy(system, *state, encoded).unsqueeze(1),
+                                unicornn_energy(system, z, y, encoded.unsqueeze(1))], 1)  # (batch, T + 1)
+        drift = (energy - energy[:, :1]).abs()
+        result[name] = {"max_drift": float(drift.max(1).values.mean()), "final_drift": float(drift[:, -1].mean()),
+                        "mean_energy": energy.mean(0).tolist()}
+    return result
+
+
+def invert_partitioned_euler(layer: Recurrent, final: State, x: Tensor) -> State:
+    """Run the partitioned (symplectic) Euler step backwards over the input sequence x: blocks in reverse
+    order, block_i ← block_i − h f_i(state). Exact when no block's derivative depends on that block itself
+    (UnICORNN: y' = σ̂(c) z, z' = −σ̂(c)[tanh(w y + V u + b) + α y]; thesis eq. 3.7)."""
+    system, h = layer.system, layer.dt / layer.unfolds
+    state = list(final)
+    inputs = system.encode(x).unbind(1)
+    t = h * layer.unfolds * len(inputs)
+    for u_n in reversed(inputs):
+        for _ in range(layer.unfolds):
+            t -= h
+            for i in reversed(range(len(state))):
+                state[i] = state[i] - h * system.block_derivative(i, t, tuple(state), u_n)
+    return tuple(state)
+
+
+def reconstruction_error(layer: Recurrent, x: Tensor, initial: State) -> float:
+    """max |inverse(forward(initial)) − initial| over the sequence x (forward with the layer's own scheme)."""
+    with torch.no_grad():
+        _, final = layer(x, initial)
+        rebuilt = invert_partitioned_euler(layer, final, x)
+    return max(float((a - b).abs().max()) for a, b in zip(rebuilt, initial))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Eigenvalues of h·J against stability regions
+
+STABILITY_FUNCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "euler": lambda z: 1 + z,  # |1 + z| ≤ 1
+    "rk2 (midpoint, heun)": lambda z: 1 + z + z ** 2 / 2,
+    "rk4": lambda z: 1 + z + z ** 2 / 2 + z ** 3 / 6 + z ** 4 / 24,
+    "implicit euler": lambda z: 1 / (1 - z),  # |1/(1 − z)| ≤ 1
+}
+
+
+def field_jacobian(system: System, t: float, state: State, inp: Tensor | None) -> Tensor:
+    """``(batch, n, n)``: ∂f/∂state of the vector field per sample, blocks flattened in ``system.blocks`` order."""
+    sizes = list(system.block_sizes())
+    jacobians = []
+    for b in range(state[0].shape[0]):
+        u_b = None if inp is None else inp[b:b + 1]
+
+        def flat_field(v: Tensor) -> Tensor:
+            blocks = tuple(part.unsqueeze(0) for part in v.split(sizes))
+            return torch.cat(system.derivative(t, blocks, u_b), -1)[0]
+
+        v = torch.cat([s[b] for s in state]).detach()
+        jacobians.append(torch.autograd.functional.jacobian(flat_field, v))
+    return torch.stack(jacobians)
+
+
+def inside_fraction(z: Tensor, region: str, tol: float = 1e-9) -> float:
+    """Fraction of the complex numbers z with |R(z)| ≤ 1 for the region's stability function R."""
+    return float((STABILITY_FUNCTIONS[region](z).abs() <= 1 + tol).double().mean())
+
+
+def eigen_study(models: Sequence[str], steps: int = 200, points: int = 10, hidden_size: int = 16, batch: int = 2,
+                seed: int = 0) -> dict:
+    """Eigenvalues of h·∂f/∂state (h = the cell's sub-step dt/unfolds) at ``points`` sample times along a
+    trajectory on N(0, 1) inputs, for each model at its published (system, scheme, dt); the fraction inside
+    each stability region."""
+    result = {}
+    for name in models:
+        torch.manual_seed(seed)
+        layer = single_layer(build_cell(name, 1, hidden_size)).double()
+        x = torch.randn(batch, steps, 1, dtype=torch.float64)
+        with torch.no_grad():
+            states = trajectory(layer, x)[1]
+        encoded = layer.system.encode(x)
+        h = layer.dt / layer.unfolds
+        eigs = []
+        for n in torch.linspace(0, steps - 2, points).round().long().tolist():
+            jac = field_jacobian(layer.system, (n + 1) * layer.dt, states[n], encoded[:, n + 1].detach())
+            eigs.append(torch.linalg.eigvals(h * jac).flatten())
+        z = torch.cat(eigs)
+        result[name] = {"scheme": layer.scheme.name, "h": h, "eigenvalues_real": z.real.tolist(),
+                        "eigenvalues_imag": z.imag.tolist(), "max_abs": float(z.abs().max()),
+                        "inside": {region: inside_fraction(z, region) for region in STABILITY_FUNCTIONS}}
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# LRC vs STC oscillation damping (lrc.md §5.1: surrogates S1 and S2, parameters as printed there)
+
+
+def sign_changes(values: Tensor, tol: float) -> int:
+    """Sign changes of a 1-D sequence, ignoring entries with |value| ≤ tol."""
+    kept = values[values.abs() > tol]
+    return int((torch.sign(kept[1:]) != torch.sign(kept[:-1])).sum()) if kept.numel() > 1 else 0
+
+
+def _set_synapses(system, g, a, k, g_leak, e_leak) -> None:
+    """Set eq. 1's g, a, k (presynaptic-first (m + n, m) nested lists; b = 0), g_l, e_l; g = 0 means no synapse."""
+    def raw(value: Tensor) -> Tensor:  # softplus⁻¹, with −∞ → softplus = 0 for absent synapses
+        return torch.where(value > 0, value + torch.log(-torch.expm1(-value.clamp_min(1e-300))),
+                           torch.full_like(value, -800.0))
+
+    dtype = torch.float64
+    with torch.no_grad():
+        system.raw_g.copy_(raw(torch.tensor(g, dtype=dtype)))
+        system.a.copy_(torch.tensor(a, dtype=dtype))
+        system.b.zero_()
+        system.k.copy_(torch.tensor(k, dtype=dtype))
+        system.raw_g_leak.copy_(raw(torch.tensor(g_leak, dtype=dtype)))
+        system.e_leak.copy_(torch.tensor(e_leak, dtype=dtype))
+
+
+def _set_elastance(system: systems.LRC, o_hidden, o_input, p, shift=None) -> None:
+    dtype = torch.float64
+    with torch.no_grad():
+        system.o_hidden.copy_(torch.tensor(o_hidden, dtype=dtype))
+        system.o_input.copy_(torch.tensor(o_input, dtype=dtype))
+        system.p.copy_(torch.tensor(p, dtype=dtype))
+        if shift is not None:
+            system.raw_k_shift.copy_(torch.log(torch.expm1(torch.tensor(shift, dtype=dtype))))
+
+
+def surrogate_s1() -> dict[str, System]:
+    """S1: one neuron, self synapse (g, a, k) = (1, 4, −3), input synapse (0.5, 1, 2), g_l = 0.1, e_l = 1;
+    LRC-A w = 0.5 h − x − 1, LRC-S w = 0.5 h with k = 0.2."""
+    models = {"LTC": systems.LTC(1, 1), "STC": systems.STC(1, 1), "LRC-A": systems.LRC(1, 1, "asymmetric"),
+              "LRC-S": systems.LRC(1, 1, "symmetric")}
+    for system in models.values():
+        system.double()
+        _set_synapses(system, [[1.0], [0.5]], [[4.0], [1.0]], [[-3.0], [2.0]], [0.1], [1.0])
+    _set_elastance(models["LRC-A"], [[0.5]], [[-1.0]], [-1.0])
+    _set_elastance(models["LRC-S"], [[0.5]], [[0.0]], [0.0], shift=[0.2])
+    return models
+
+
+def surrogate_s2() -> dict[str, System]:
+    """S2: two neurons, h2 → h1 (g, a, k) = (1, 2, −4), h1 → h2 (1, 2, 4), x → h1 (0.5, 1, 4), x → h2 (0.5, 1, −4),
+    no self synapses, g_l = 0.1, e_l = 1; four elastances (uniform, non-uniform A and S, state-dependent)."""
+    g = [[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]]
+    a = [[0.0, 2.0], [2.0, 0.0], [1.0, 1.0]]
+    k = [[0.0, 4.0], [-4.0, 0.0], [4.0, -4.0]]
+    models = {"STC": systems.STC(1, 2), "LRC-A uniform": systems.LRC(1, 2, "asymmetric"),
+              "LRC-A non-uniform": systems.LRC(1, 2, "asymmetric"), "LRC-S non-uniform": systems.LRC(1, 2, "symmetric"),
+              "LRC-A state-dependent": systems.LRC(1, 2, "asymmetric")}
+    for system in models.values():
+        system.double()
+        _set_synapses(system, g, a, k, [0.1, 0.1], [1.0, 1.0])
+    zero_h, zero_x = [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]]
+    _set_elastance(models["LRC-A uniform"], zero_h, zero_x, [-1.0, -1.0])
+    _set_elastance(models["LRC-A non-uniform"], zero_h, zero_x, [-4.0, 2.0])
+    _set_elastance(models["LRC-S non-uniform"], zero_h, zero_x, [0.0, 0.0], shift=[0.05, 3.0])
+    _set_elastance(models["LRC-A state-dependent"], [[3.0, 0.0], [3.0, 0.0]], zero_x, [-4.0, 2.0])
+    return models
+
+
+def equilibrium(system: System, inp: Tensor, guess: Tensor, iterations: int = 50) -> Tensor:
+    """Newton's method on f(h) = 0 for a one-block system with a held encoded input; returns h* ``(1, m)``."""
+    h = guess.clone()
+    for _ in range(iterations):
+        jac = field_jacobian(system, 0.0, (h,), inp)[0]
+        h = h - torch.linalg.solve(jac, system.derivative(0.0, (h,), inp)[0][0]).unsqueeze(0)
+    return h
+
+
+def damping_study(horizon: float = 40.0, fine_dt: float = 0.01, coarse_steps: int = 40,
+                  surrogates: Sequence[str] = ("S1", "S2")) -> dict:
+    """For S1 (step input x ≡ 1 from h = 0) and S2 (x ≡ 0 from h = (1, 0)): equilibrium h*, eig(J), |eig(I + J)|
+    (the E1 amplification at Δ = 1), zero crossings of h_1 − h_1* of the fine solution (rk4, ``fine_dt``) on
+    [0, horizon], and sign changes of the E1 trajectory h_0, ..., h_N (Δ = 1, N = ``coarse_steps``). Tolerances
+    as lrc.md: 1e-9 (S1), 1e-6 (S2)."""
+    setups = {"S1": (surrogate_s1, 1.0, [0.0], 1e-9), "S2": (surrogate_s2, 0.0, [1.0, 0.0], 1e-6)}
+    result = {}
+    for label in surrogates:
+        build, value, h0, tol = setups[label]
+        models = build()
+        rows = {}
+        for name, system in models.items():
+            state = (torch.tensor([h0], dtype=torch.float64),)
+            fine = Recurrent(system, "rk4", fine_dt)
+            coarse = Recurrent(system, "euler", 1.0)
+            with torch.no_grad():
+                x_fine = torch.full((1, round(horizon / fine_dt), 1), value, dtype=torch.float64)
+                h_fine = torch.cat([state[0], fine(x_fine, state)[0][0]])
+                x_coarse = torch.full((1, coarse_steps, 1), value, dtype=torch.float64)
+                h_coarse = torch.cat([state[0], coarse(x_coarse, state)[0][0]])  # h_0, h_1, ..., h_N
+            inp = system.encode(x_fine[:, 0])
+            star = equilibrium(system, inp, h_fine[-1:].detach())
+            jac = field_jacobian(system, 0.0, (star,), inp)[0]
+            eig = torch.linalg.eigvals(jac)
+            rows[name] = {
+                "equilibrium": star[0].tolist(),
+                "eig_real": eig.real.tolist(), "eig_imag": eig.imag.tolist(),
+                "e1_amplification": torch.linalg.eigvals(torch.eye(len(eig), dtype=jac.dtype) + jac).abs().tolist(),
+                "zero_crossings_fine": sign_changes(h_fine[:, 0] - star[0, 0], tol),
+                "sign_changes_e1": sign_changes(h_coarse[:, 0] - star[0, 0], tol),
+                "fine_h1": h_fine[:, 0].tolist(), "e1_h1": h_coarse[:, 0].tolist(),
+            }
+        result[label] = {"input": value, "h0": h0, "fine_dt": fine_dt, "horizon": horizon, "models": rows}
+    return result
