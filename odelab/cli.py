@@ -3,6 +3,8 @@
     odelab fit TASK --model M [--preset quick|paper] [--epochs N] [--seed S] [--device cuda] [--out DIR]
     odelab fit csv --csv PATH [--columns A,B] [--horizon H] [--window W]
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
+    odelab compare-schemes --task fhn --model lem [--quick] [--run DIR]   (odelab.analysis.commands)
+    odelab stability [--study all] [--model lem,cornn] [--steps N]
 
 Each subcommand is one ``add_*_command(subparsers)`` function that registers its parser and sets
 ``run=cmd_*``; ``main`` only parses and dispatches.
@@ -19,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from . import cells
+from .analysis.commands import add_analysis_commands
 from .tasks import TASKS, Task
 from .train import NonFiniteLoss, SequenceRegressor, TrainConfig, fit, predict, rank_and_world, write_results
 
@@ -187,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odelab", description="Continuous-time neural ODE/DDE sequence models.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_fit_command(subparsers)
+    add_analysis_commands(subparsers)
     args = parser.parse_args(argv)
     return args.run(args)
 
