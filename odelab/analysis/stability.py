@@ -411,7 +411,7 @@ def equilibrium(system: System, inp: Tensor, guess: Tensor, iterations: int = 50
     return h
 
 
-def damping_study(horizon: float = 40.0, fine_dt: float = 0.01, coarse_steps: int = 40,
+def damping_study(horizon: float = 40.0, fine_dt: float = 0.05, coarse_steps: int = 40,
                   surrogates: Sequence[str] = ("S1", "S2")) -> dict:
     """For S1 (step input x ≡ 1 from h = 0) and S2 (x ≡ 0 from h = (1, 0)): equilibrium h*, eig(J), |eig(I + J)|
     (the E1 amplification at Δ = 1), zero crossings of h_1 − h_1* of the fine solution (rk4, ``fine_dt``) on
