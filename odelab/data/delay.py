@@ -13,8 +13,9 @@ Where the paper is silent (taugru.md §5 items 2, 3, 4, 5), our choices:
   (N, 2000, 1), so the paper's "length 2000" counts input/target pairs of the 2001 kept nodes; no normalisation;
 * sizes: 128 train (stated for Mackey--Glass in App. H) / 128 validation / 1024 test, as FitzHugh--Nagumo;
   initial values drawn in that order from one ``np.random.RandomState(seed)`` stream, one ``rand()`` each;
-* the delayed value at RK4's half-step stage (t_k + dt/2 − δ, between nodes) is the cubic Hermite
-  interpolant of the stored nodes and derivatives (``odelab.solvers.delay``), which keeps order 4.
+* the delayed value at RK4's half-step stage (t_k + dt/2 − δ, between nodes) is the matching stage of the
+  step δ earlier (δ is a multiple of dt in both recipes: RK4 applied to the method-of-steps system, no
+  interpolation; see ``odelab.solvers.delay``).
 """
 from __future__ import annotations
 
