@@ -41,7 +41,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import System
-from .delay import delay_values, history_function
+from .delay import _as_history_state as as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
 from .solve import ADAPTIVE_METHODS
@@ -118,16 +118,27 @@ class _History:
 
     def __init__(self, before: Callable[[Tensor], Tensor], t0: float, tau_max: float, dense: Tensor):
         self.before, self.t0, self.tau_max, self.dense = before, t0, tau_max, dense
-        self.window = 16
+        self.window, self.stacked, self.source, self.loaded = 16, 0, None, 0
 
     def load(self, records: list, t: Tensor, active: Tensor) -> Tensor:
-        """Stack the recent records for this step; returns a flag: some active sample is not covered."""
-        recent = records[-self.window:]
-        self.start, self.length, self.y, hk, self.end = (torch.stack(x) for x in zip(*recent))
-        self.coef = _coefficients(hk, self.dense)  # (W, B, dim, m)
+        """Bring the stacked window up to date with ``records`` (appending the new ones: one copy of the
+        window per step, no per-record stacking) and return a flag: some active sample is not covered."""
+        fresh = records is not self.source or self.loaded > len(records) or self.stacked != self.window
+        first = max(0, len(records) - self.window) if fresh else self.loaded
+        start, length, y, hk, end = (torch.stack(x) for x in zip(*records[first:]))
+        coef = _coefficients(hk, self.dense)  # (new, B, dim, m)
+        if fresh:
+            self.start, self.length, self.y, self.coef, self.end = start, length, y, coef, end
+        else:
+            keep = lambda old, new: torch.cat([old, new])[-self.window:]
+            self.start, self.length, self.end = keep(self.start, start), keep(self.length, length), keep(self.end, end)
+            self.y, self.coef = keep(self.y, y), keep(self.coef, coef)
+        self.source, self.loaded, self.stacked = records, len(records), self.window
         self.end_rows = self.end.T.contiguous()
-        oldest = t - self.tau_max
-        return (active & (oldest > self.t0) & (self.end[0] >= oldest) & (len(recent) < len(records))).any()
+        # covered when the window's first record ends before the earliest delayed time that is past t0
+        earliest = (t - self.tau_max).clamp_min(self.t0)
+        short = active & (self.end[0] >= earliest) & (self.end[0] > self.t0)
+        return (short & (self.end.shape[0] < len(records))).any()
 
     def at(self, s: Tensor) -> Tensor:
         """y(s) per sample (s: (batch,) float64, at most the sample's current time)."""
@@ -225,11 +236,13 @@ class _Integrator:
     def _history_function(self, history, y0: Tensor) -> Callable[[Tensor], Tensor]:
         """φ(s) as a flat (batch, dim) tensor for per-sample times s (batch,); the callable gets s as a
         (batch, 1) tensor (semantics of ``history`` as in :func:`odelab.solvers.delay.history_function`)."""
-        phi = history_function(self.system, self._blocks(y0), history, self.t0)
+        blocks = self._blocks(y0)
+        phi = history_function(self.system, blocks, history, self.t0)  # validates; constant histories
         if history is None or not callable(history) or isinstance(history, Tensor):
             value = self._flat(phi(self.t0))
             return lambda s: value
-        return lambda s: self._flat(phi(s.to(self.dtype).unsqueeze(1)))
+        coerce = lambda value: self._flat(as_history_state(self.system, blocks, value, "the callable's value"))
+        return lambda s: coerce(history(s.to(self.dtype).unsqueeze(1)))
 
     def _discontinuities(self) -> set[float]:
         """t0 + Σ n_k τ_k with 1 ≤ Σ n_k ≤ order, inside (t0, t_end): where y^(n) may jump."""
