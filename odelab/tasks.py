@@ -22,6 +22,7 @@ from torch import Tensor
 
 from .data import adding, csv_series, duffing, enso, fitzhugh_nagumo, mackey_glass, spiral
 from .data.csv_series import persistence_rmse, rmse_by_column
+from .data.neural_ode import initial_state_rmse
 
 
 @dataclass
@@ -123,11 +124,11 @@ TASKS = {
         plot="scatter",
     ),
     "spiral": Task("spiral", load=lambda seed: spiral(seed=seed), presets=_neural_ode_presets(1000),
-                   baselines={"initial state (persistence)": lambda data: persistence_rmse(*data["test"]),
+                   baselines={"initial state (persistence)": lambda data: initial_state_rmse(*data["test"]),
                               "mean predictor": mean_predictor_rmse},
                    plot="phase", sample_dt=25.0 / 999),
     "duffing": Task("duffing", load=lambda seed: duffing(seed=seed), presets=_neural_ode_presets(2000),
-                    baselines={"initial state (persistence)": lambda data: persistence_rmse(*data["test"]),
+                    baselines={"initial state (persistence)": lambda data: initial_state_rmse(*data["test"]),
                                "mean predictor": mean_predictor_rmse},
                     plot="phase", sample_dt=25.0 / 999),
     "csv": Task(

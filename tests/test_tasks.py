@@ -102,7 +102,7 @@ def test_spiral_is_the_matrix_exponential_and_duffing_matches_scipy():
     data = spiral(seed=0, sizes=sizes, samples=401, cache=False)
     x, y = data["test"]
     assert x.shape == y.shape == (2, 400, 2) and data["train"][0].shape == (1024, 15, 2)
-    assert torch.equal(x[0, 0], torch.tensor([2.0, 0.0])) and torch.equal(x[:, :1].expand_as(x), x)
+    assert torch.equal(x[0, 0], torch.tensor([2.0, 0.0])) and not x[:, 1:].any()  # (y0, 0, …, 0)
     A = np.array([[-0.1, 2.0], [-2.0, -0.1]])
     t = np.linspace(0, 25, 401)
     for k in range(2):
@@ -116,7 +116,9 @@ def test_spiral_is_the_matrix_exponential_and_duffing_matches_scipy():
     assert np.abs(y[0].double().numpy() - ref[1:]).max() < 1e-4
     # a training window is a piece of a training trajectory: its input is the state one step before its targets
     windows_x, windows_y = data["train"]
-    assert torch.equal(windows_x[:, :1].expand_as(windows_x), windows_x)
+    assert not windows_x[:, 1:].any()
+    persistence = float(((x[:, :1] - y) ** 2).mean().sqrt())
+    assert abs(odelab.tasks.TASKS["duffing"].baselines["initial state (persistence)"]({"test": (x, y)}) - persistence) < 1e-6
     step = lambda s: torch.tensor(solve_ivp(rhs, [0, 0.0625], s.double().tolist(), method="DOP853", rtol=1e-11,
                                             atol=1e-11).y[:, -1])
     assert (step(windows_x[0, 0]) - windows_y[0, 0].double()).abs().max() < 1e-5
