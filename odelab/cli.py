@@ -70,6 +70,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     hidden = args.hidden or task.hidden.get(args.model, preset.pop("hidden_size"))
     preset.pop("hidden_size", None)
     overrides = {k: getattr(args, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(args, k) is not None}
+    if args.threads is not None:
+        if args.threads < 1:
+            args.error(f"--threads: expected a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
     device = init_distributed(args.device)
     try:
         return _fit(task, args, hidden, TrainConfig(**{**preset, **overrides}, seed=args.seed, device=device))
@@ -171,6 +175,8 @@ def add_fit_command(subparsers) -> None:
     p.add_argument("--clip", type=float, help="gradient-norm clipping")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)")
+    p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads); 1 is often fastest "
+                                               "for small recurrent models on a busy machine")
     p.add_argument("--out", help="output folder (default runs/TASK-MODEL)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true")

@@ -165,8 +165,14 @@ def test_csv_split_normalisation_windows_and_errors(tmp_path):
 def test_fit_csv_end_to_end(tmp_path, capsys):
     write_csv(tmp_path / "s.csv")
     out = tmp_path / "run"
-    assert main(["fit", "csv", "--csv", str(tmp_path / "s.csv"), "--columns", "load,temperature", "--horizon", "2",
-                 "--window", "24", "--hidden", "4", "--epochs", "1", "--no-progress", "--out", str(out)]) == 0
+    threads = torch.get_num_threads()
+    try:
+        assert main(["fit", "csv", "--csv", str(tmp_path / "s.csv"), "--columns", "load,temperature", "--horizon",
+                     "2", "--window", "24", "--hidden", "4", "--epochs", "1", "--threads", "1", "--no-progress",
+                     "--out", str(out)]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     result = json.loads((out / "results.json").read_text())
     assert set(result["baselines"]) == {"persistence"} and result["baselines"]["persistence"] > 0
     assert result["data"]["splits"]["test"] == [170, 200] and result["data"]["horizon"] == 2
