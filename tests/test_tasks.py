@@ -9,8 +9,10 @@ import scipy.linalg
 import torch
 from scipy.integrate import solve_ivp
 
+import odelab.cells
 import odelab.data.delay
 import odelab.tasks
+import odelab.train
 from odelab.cli import main
 from odelab.data import adding, csv_series, duffing, enso, mackey_glass, spiral
 from odelab.data.delay import initial_values
@@ -206,6 +208,8 @@ def test_fit_task_for_one_epoch(task, tmp_path, monkeypatch):
     monkeypatch.setattr(odelab.tasks.TASKS[task], "load", lambda seed, **options: data)
     out = tmp_path / task
     extra = ["--batch-size", "512"] if task in ("spiral", "duffing") else []  # 1024 windows: 2 batches
+    if task == "spiral":
+        extra += ["--preset", "paper"]  # RMSprop (004 Table 3)
     assert main(["fit", task, "--model", model, "--hidden", "4", "--epochs", "1", "--no-progress", "--out", str(out)]
                 + extra) == 0
     result = json.loads((out / "results.json").read_text())
@@ -215,6 +219,15 @@ def test_fit_task_for_one_epoch(task, tmp_path, monkeypatch):
         assert (out / name).stat().st_size > 0
     if task == "enso":
         assert result["model_options"] == {"tau": 20.0}  # 001 Table 10
+    if task == "spiral":
+        assert result["config"]["optimizer"] == "rmsprop" and result["config"]["lr"] == 1e-3
+
+
+def test_fit_rejects_an_unknown_optimizer():
+    data = {split: (torch.zeros(2, 3, 1), torch.zeros(2, 3, 1)) for split in ("train", "valid", "test")}
+    model = odelab.train.SequenceRegressor(odelab.cells.LEM(1, 2), 2, 1)
+    with pytest.raises(ValueError, match="optimizer"):
+        odelab.train.fit(model, data, odelab.train.TrainConfig(optimizer="sgd"), progress=False)
 
 
 def test_adding_paper_options_follow_the_length():
