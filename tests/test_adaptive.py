@@ -424,3 +424,17 @@ def test_cuda_matches_cpu(method, kw):
     assert gpu.y.is_cuda
     assert torch.allclose(gpu.y.cpu(), cpu.y, rtol=0, atol=1e-9)
     assert torch.equal(gpu.stats["steps"].cpu(), cpu.stats["steps"])
+
+
+@pytest.mark.slow
+def test_compiled_step_matches_eager():
+    """compile=True runs the same step function through torch.compile: same steps, values to round-off."""
+    mu = torch.tensor([0.5, 3.0], dtype=F64)
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 1.0]], dtype=F64)
+    t = torch.linspace(0, 10, 21, dtype=F64)
+    eager = odelab.solve(VanDerPol(mu=mu), y0, t, rtol=1e-8, atol=1e-10)
+    compiled = odelab.solve(VanDerPol(mu=mu), y0, t, rtol=1e-8, atol=1e-10, compile=True)
+    assert torch.equal(eager.stats["steps"], compiled.stats["steps"])
+    assert (eager.y - compiled.y).abs().max() < 1e-10
+    with pytest.raises(ValueError, match="compile"):
+        odelab.solve(lambda s, y, v: v, torch.zeros(1, 1), torch.tensor([0.0, 1.0]), u=torch.ones(1, 2, 1), compile=True)

@@ -56,7 +56,8 @@ class _Options:
     def __init__(self, tableau: ButcherTableau, *, rtol: float = 1e-6, atol: float = 1e-8,
                  max_steps: int = 100_000, first_step: float | None = None, dt_min: float = 0.0,
                  dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
-                 factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None):
+                 factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None,
+                 compile: bool = False):
         def number(name, value, low, strict=True, allow_inf=False):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
@@ -89,10 +90,13 @@ class _Options:
                                                 or not isinstance(checkpoint_segments, int) or checkpoint_segments < 1):
             raise ValueError(f"checkpoint_segments: expected a positive integer, got {checkpoint_segments!r}")
         self.segments = checkpoint_segments
+        if not isinstance(compile, bool):
+            raise TypeError(f"compile: expected True or False, got {type(compile).__name__}")
+        self.compile = compile
 
 
 _OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min",
-                 "factor_max", "pi_beta", "checkpoint_segments")
+                 "factor_max", "pi_beta", "checkpoint_segments", "compile")
 
 
 class _Carry:
@@ -100,7 +104,7 @@ class _Carry:
     accepted step (for outputs that fall inside it). Packed as a tuple of tensors for checkpointing."""
 
     fields = ("y", "k1", "t", "h", "prev", "landing", "steps", "accepted", "code",
-              "last_t", "last_h", "last_y", "last_hk")
+              "last_t", "last_h", "last_y", "last_coef")
 
     def __init__(self, *tensors: Tensor):
         for name, value in zip(self.fields, tensors):
@@ -125,8 +129,8 @@ class _History:
         window per step, no per-record stacking) and return a flag: some active sample is not covered."""
         fresh = records is not self.source or self.loaded > len(records) or self.stacked != self.window
         first = max(0, len(records) - self.window) if fresh else self.loaded
-        start, length, y, hk, end = (torch.stack(x) for x in zip(*records[first:]))
-        coef = _coefficients(hk, self.dense)  # (new, B, dim, m)
+        start, length, y, coef, end = (torch.stack(x) for x in zip(*records[first:]))
+        coef = coef.view(*y.shape, -1)  # (new, B, dim, m)
         if fresh:
             self.start, self.length, self.y, self.coef, self.end = start, length, y, coef, end
         else:
@@ -157,11 +161,6 @@ def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor) -> Tensor:
         acc = torch.addcmul(c, theta, acc)
     return torch.addcmul(y, theta, acc)
 
-
-def _coefficients(hk: Tensor, dense: Tensor) -> Tensor:
-    """C_p = Σ_i P_ip hk_i for stacked records hk (S, stages, B, dim) -> (S, B, dim, m)."""
-    records, stages, batch, dim = hk.shape
-    return torch.matmul(hk.view(records, stages, batch * dim).transpose(1, 2), dense).view(records, batch, dim, -1)
 
 
 class _Integrator:
@@ -206,6 +205,12 @@ class _Integrator:
             self.hold_index = torch.searchsorted(self.hold_times, previous, right=True).clamp_max_(len(path.times) - 1)
         self.dt_max = min(opts.dt_max, min(self.delays)) if self.delays else opts.dt_max
         self.exact_time = self.linear_times is not None or self.history is not None  # float64 stage times needed
+        self.t_end_tensor = torch.tensor(self.t_end, **time)
+        self.compiled = None
+        if opts.compile:
+            if path is not None or self.history is not None:
+                raise ValueError("compile: the compiled step supports systems without inputs or delays")
+            self.compiled = _compiled_attempt(self)
 
     # -- the vector field on the flat state ---------------------------------------------------------
     def _blocks(self, y: Tensor) -> tuple[Tensor, ...]:
@@ -280,9 +285,9 @@ class _Integrator:
     # -- the loop -----------------------------------------------------------------------------------
     def start(self, y0: Tensor) -> _Carry:
         t = torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
-        last_hk = y0.new_zeros(self.tab.stages, self.batch, self.dim)
+        last_coef = y0.new_zeros(self.batch * self.dim, self.dense.shape[1])
         if self.history is not None:
-            self.history.load([(t, torch.ones_like(t), y0, last_hk, t)], t, torch.zeros_like(t, dtype=torch.bool))
+            self.history.load([(t, torch.ones_like(t), y0, last_coef, t)], t, torch.zeros_like(t, dtype=torch.bool))
         landing = torch.zeros(self.batch, dtype=torch.int64, device=self.device)  # index of the next landing point
         inp = self.held_input(landing)
         t_col = t.to(self.dtype).unsqueeze(1)
@@ -293,20 +298,19 @@ class _Integrator:
         zeros = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
         # log(safety ratio_prev^β) with ratio_prev = 1e-4 (dopri5.f)
         prev = torch.full_like(t_col.squeeze(1), math.log(self.opts.safety) + self.opts.beta / 2 * math.log(1e-8))
-        return _Carry(y0, f0, t, h, prev, landing, zeros, zeros, code, t, torch.ones_like(t), y0, last_hk)
+        return _Carry(y0, f0, t, h, prev, landing, zeros, zeros, code, t, torch.ones_like(t), y0, last_coef)
 
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
-        opts, rows, c, stages, dtype = self.opts, self.rows, self.tab.c, self.tab.stages, self.dtype
         y, k1, t, h, prev, landing = carry.y, carry.k1, carry.t, carry.h, carry.prev, carry.landing
         steps, code = carry.steps, carry.code
-        fsal, exact_time = self.hold_times is None, self.exact_time
-        alpha2, beta2, log_safety = -opts.alpha / 2, opts.beta / 2, math.log(opts.safety)
-        records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_hk, carry.t)]
+        records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
         accepts = []
-        active = (code == _SUCCESS) & (t < t_stop)
-        budget = opts.max_steps - int(steps.max())  # iterations before any sample can reach max_steps
+        stop = torch.tensor(t_stop, dtype=torch.float64, device=self.device)
+        active = (code == _SUCCESS) & (t < stop)
+        budget = self.opts.max_steps - int(steps.max())  # iterations before any sample can reach max_steps
+        attempt = self.compiled or self.attempt
         while True:  # one host synchronisation per iteration
             if self.history is None:
                 if not bool(active.any()):
@@ -318,86 +322,123 @@ class _Integrator:
                     continue
                 if not going:
                     break
-            # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
-            target = self.landing.index_select(0, landing)
-            gap = target - t
-            landed = h >= gap
-            h_step = torch.minimum(h, gap)
-            t_land = torch.where(landed, target, t + h_step)
-            t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
-            inp = self.held_input(landing)
-            if not fsal:
-                k1 = self.field(t, t_col, y, inp)
-            hk = [h_col * k1]
-            for i in range(1, stages):
-                y_i = y
-                for j, a in rows[i]:
-                    y_i = torch.add(y_i, hk[j], alpha=a)
-                k_i = self.field(torch.add(t, h_step, alpha=c[i]) if exact_time else None,
-                                 torch.add(t_col, h_col, alpha=c[i]), y_i, inp)
-                hk.append(h_col * k_i)
-            y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
-            hk = torch.stack(hk)
-            with torch.no_grad():
-                r2 = self.ratio2(y, y_new, (self.b_err @ hk.view(stages, -1)).view_as(y))
-                accept = (r2 <= 1.0) & active
-                log_r2 = r2.clamp_min(1e-20).log_()
-                # factor = safety ratio^(−α) ratio_prev^β, in logs; ≤ 1 after a rejection
-                factor = torch.nan_to_num(torch.add(prev, log_r2, alpha=alpha2).exp_(), nan=opts.factor_min)
-                factor = torch.minimum(factor.clamp_(opts.factor_min, opts.factor_max),
-                                       torch.where(accept, opts.factor_max, 1.0))
-                h_next = h_step * factor.double()
-                if self.dt_max < math.inf:
-                    h_next.clamp_max_(self.dt_max)
-                t_after = torch.where(accept, t_land, t)
-                landing = landing + (accept & landed)
-                stuck = (active & ~accept) & ((t + h_next) - t <= opts.dt_min)
-                steps = steps + active
-                code = torch.where(stuck, torch.where(torch.isfinite(r2), _UNDERFLOW, _NONFINITE), code)
-                if len(accepts) + 1 >= budget:
-                    code = torch.where(active & (steps >= opts.max_steps) & (t_after < self.t_end), _MAX_STEPS, code)
-                prev = torch.where(accept, log_r2.clamp_min_(math.log(1e-8)).mul_(beta2).add_(log_safety), prev)
-                h = torch.where(active, h_next, h)
-            records.append((t, h_step, y, hk, t_after))
+            y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
+                y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
+                len(accepts) + 1 >= budget)
+            records.append((t, *record, t_after))
             accepts.append(accept)
-            mask = accept.unsqueeze(1)
-            y = torch.where(mask, y_new, y)
-            k1 = torch.where(mask, k_new, k1)
             t = t_after
-            active = (code == _SUCCESS) & (t < t_stop)
         accepted = carry.accepted + (torch.stack(accepts).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, *last)
 
+    def attempt(self, y: Tensor, k1: Tensor, t: Tensor, h: Tensor, prev: Tensor, landing: Tensor, steps: Tensor,
+                code: Tensor, active: Tensor, landing_points: Tensor, t_stop: Tensor, t_end: Tensor,
+                check_max_steps: bool) -> tuple:
+        """One attempted step of every sample (the loop body; a pure function of its arguments and the
+        integrator's constants, so ``compile=True`` can hand it to torch.compile). Returns the updated
+        controller state, the accept mask and the step's record (h, y, continuous-extension coefficients)."""
+        opts, rows, c, stages, dtype = self.opts, self.rows, self.tab.c, self.tab.stages, self.dtype
+        # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
+        target = landing_points.index_select(0, landing)
+        gap = target - t
+        landed = h >= gap
+        h_step = torch.minimum(h, gap)
+        t_land = torch.where(landed, target, t + h_step)
+        t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
+        inp = self.held_input(landing)
+        if self.hold_times is not None:  # the input jumped: no first-same-as-last reuse
+            k1 = self.field(t, t_col, y, inp)
+        hk = [h_col * k1]
+        for i in range(1, stages):
+            y_i = y
+            for j, a in rows[i]:
+                y_i = torch.add(y_i, hk[j], alpha=a)
+            k_i = self.field(torch.add(t, h_step, alpha=c[i]) if self.exact_time else None,
+                             torch.add(t_col, h_col, alpha=c[i]), y_i, inp)
+            hk.append(h_col * k_i)
+        y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
+        hk = torch.stack(hk)
+        with torch.no_grad():
+            r2 = self.ratio2(y, y_new, (self.b_err @ hk.view(stages, -1)).view_as(y))
+            accept = (r2 <= 1.0) & active
+            log_r2 = r2.clamp_min(1e-20).log_()
+            # factor = safety ratio^(−α) ratio_prev^β, in logs; ≤ 1 after a rejection
+            factor = torch.nan_to_num(torch.add(prev, log_r2, alpha=-opts.alpha / 2).exp_(), nan=opts.factor_min)
+            factor = torch.minimum(factor.clamp_(opts.factor_min, opts.factor_max),
+                                   torch.where(accept, opts.factor_max, 1.0))
+            h_next = h_step * factor.to(h_step.dtype)
+            if self.dt_max < math.inf:
+                h_next = h_next.clamp_max(self.dt_max)
+            t_after = torch.where(accept, t_land, t)
+            landing = landing + (accept & landed)
+            stuck = (active & ~accept) & ((t + h_next) - t <= opts.dt_min)
+            steps = steps + active
+            code = torch.where(stuck, torch.where(torch.isfinite(r2), _UNDERFLOW, _NONFINITE), code)
+            if check_max_steps:
+                code = torch.where(active & (steps >= opts.max_steps) & (t_after < t_end), _MAX_STEPS, code)
+            prev = torch.where(accept, log_r2.clamp_min(math.log(1e-8)) * (opts.beta / 2) + math.log(opts.safety),
+                               prev)
+            h = torch.where(active, h_next, h)
+        # continuous-extension coefficients C_p = Σ_i P_ip hk_i, one (B dim, m) matrix per step
+        record = (h_step, y, torch.mm(hk.view(stages, -1).t(), self.dense))
+        mask = accept.unsqueeze(1)
+        y = torch.where(mask, y_new, y)
+        k1 = torch.where(mask, k_new, k1)
+        active = (code == _SUCCESS) & (t_after < t_stop)
+        return y, k1, t_after, h, prev, landing, steps, code, active, accept, record
+
     def dense_output(self, records, out_times: list[float], t_final: Tensor):
         """Evaluate the continuous extension of the accepted step containing each output time, per sample;
         times a sample never reached (it failed earlier) give NaN. Also returns the last accepted step."""
-        starts, lengths, ys, hks, ends = zip(*records)
+        starts, lengths, ys, coefs, ends = zip(*records)
         start, length, end = torch.stack(starts), torch.stack(lengths), torch.stack(ends)  # (S, B)
         y0 = torch.stack(ys).flatten(0, 1)  # (S B, dim): record k of sample b in row k B + b
-        hk = torch.stack(hks)  # (S, stages, B, dim)
+        coef = torch.stack(coefs).view(len(records) * self.batch, -1)  # (S B, dim m)
         end_rows = end.T.contiguous()
         rows = torch.arange(self.batch, device=self.device)
         last = torch.searchsorted(end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(len(records) - 1)
-        last_step = (start[last, rows], length[last, rows], y0[last * self.batch + rows], hk[last, :, rows].transpose(0, 1))
+        flat = last * self.batch + rows
+        last_step = (start[last, rows], length[last, rows], y0[flat], coef[flat].view(self.batch * self.dim, -1))
         if not out_times:
             return y0.new_zeros(self.batch, 0, self.dim), last_step
-        coef = _coefficients(hk, self.dense).flatten(0, 1)  # (S B, dim, m)
         tau = torch.tensor(out_times, dtype=torch.float64, device=self.device).expand(self.batch, -1).contiguous()
         step = torch.searchsorted(end_rows, tau)  # first record with end ≥ τ: the accepted step containing τ
         reached = step < len(records)
         step.clamp_max_(len(records) - 1)
-        theta = ((tau - start.T.gather(1, step)) / length.T.gather(1, step)).to(self.dtype).unsqueeze(-1)
+        theta = ((tau - start.T.gather(1, step)) / length.T.gather(1, step)).to(self.dtype)
         flat = (step * self.batch + rows.unsqueeze(1)).flatten()
-        base = y0.index_select(0, flat).view(*tau.shape, self.dim)
-        coefs = coef.index_select(0, flat).view(*tau.shape, *coef.shape[1:]).unbind(-1)
-        return torch.where(reached.unsqueeze(-1), _horner(base, coefs, theta), math.nan), last_step
+        base = y0.index_select(0, flat)  # (B J, dim)
+        parts = coef.index_select(0, flat).view(-1, self.dim, self.dense.shape[1]).unbind(-1)
+        theta = theta.view(-1, 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
+        out = _horner(base, parts, theta).view(*tau.shape, self.dim)
+        if not bool(reached.all()):
+            out = torch.where(reached.unsqueeze(-1), out, math.nan)
+        return out, last_step
+
+
+_COMPILED: dict[tuple, Callable] = {}
+
+
+def _compiled_attempt(solver: _Integrator) -> Callable:
+    """torch.compile of ``solver.attempt``, cached per (tableau, system, dtype, device, shapes, options) so
+    that repeated solves reuse the compiled kernels; the first call pays the compilation (tens of seconds)."""
+    opts = solver.opts
+    key = (solver.tab.name, solver.system, solver.dtype, str(solver.device), solver.batch, tuple(solver.sizes),
+           opts.rtol, opts.atol, opts.safety, opts.factor_min, opts.factor_max, opts.alpha, opts.beta, opts.dt_min,
+           solver.dt_max, opts.max_steps)
+    if key not in _COMPILED:
+        if len(_COMPILED) >= 8:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = torch.compile(solver.attempt, dynamic=False)
+    return _COMPILED[key]
 
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
               times: list[float], path: InputPath | None, history=None, **options) -> Solution:
     """Solve with an embedded explicit RK pair (see the module docstring); ``options``: rtol, atol,
-    max_steps, first_step, dt_min, dt_max, safety, factor_min, factor_max, pi_beta, checkpoint_segments."""
+    max_steps, first_step, dt_min, dt_max, safety, factor_min, factor_max, pi_beta, checkpoint_segments and
+    compile (run the step through torch.compile; no inputs or delays; same results up to round-off)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "
