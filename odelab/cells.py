@@ -102,6 +102,7 @@ class GRU(_TorchRNN):
 # CLI name -> constructor (input_size, hidden_size) -> module returning (outputs (batch, time, hidden), state).
 PRESETS = {
     "lem": LEM,
+    "lem-official": partial(LEM, official_bias=True),  # the official code's doubled biases at initialisation
     "lstm": LSTM,
     "gru": GRU,
     "cornn": CoRNN,
