@@ -402,18 +402,25 @@ class _Integrator:
         last_step = (start[last, rows], length[last, rows], y0[flat], coef[flat].view(self.batch * self.dim, -1))
         if not out_times:
             return y0.new_zeros(self.batch, 0, self.dim), last_step
-        tau = torch.tensor(out_times, dtype=torch.float64, device=self.device).expand(self.batch, -1).contiguous()
-        step = torch.searchsorted(end_rows, tau)  # first record with end ≥ τ: the accepted step containing τ
-        reached = step < len(records)
-        step.clamp_max_(len(records) - 1)
-        theta = ((tau - start.T.gather(1, step)) / length.T.gather(1, step)).to(self.dtype)
-        flat = (step * self.batch + rows.unsqueeze(1)).flatten()
-        base = y0.index_select(0, flat)  # (B J, dim)
-        parts = coef.index_select(0, flat).view(-1, self.dim, self.dense.shape[1]).unbind(-1)
-        theta = theta.view(-1, 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
-        out = _horner(base, parts, theta).view(*tau.shape, self.dim)
-        if not bool(reached.all()):
-            out = torch.where(reached.unsqueeze(-1), out, math.nan)
+        times = torch.tensor(out_times, dtype=torch.float64, device=self.device)
+        start_rows, length_rows = start.T.contiguous(), length.T.contiguous()
+        chunk = max(1, 65536 // self.batch)  # outputs per pass: the temporaries stay cache-sized
+        pieces = []
+        for first in range(0, len(out_times), chunk):
+            tau = times[first:first + chunk].expand(self.batch, -1).contiguous()
+            step = torch.searchsorted(end_rows, tau)  # first record with end ≥ τ: the accepted step containing τ
+            reached = step < len(records)
+            step.clamp_max_(len(records) - 1)
+            theta = ((tau - start_rows.gather(1, step)) / length_rows.gather(1, step)).to(self.dtype)
+            flat = (step * self.batch + rows.unsqueeze(1)).flatten()
+            base = y0.index_select(0, flat)  # (B J, dim)
+            parts = coef.index_select(0, flat).view(-1, self.dim, self.dense.shape[1]).unbind(-1)
+            theta = theta.view(-1, 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
+            piece = _horner(base, parts, theta).view(*tau.shape, self.dim)
+            if not bool(reached.all()):
+                piece = torch.where(reached.unsqueeze(-1), piece, math.nan)
+            pieces.append(piece)
+        out = torch.cat(pieces, 1) if len(pieces) > 1 else pieces[0]
         return out, last_step
 
 
