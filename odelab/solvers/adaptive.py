@@ -11,21 +11,21 @@ One step of a tableau (c, a, b, b_err = b − b̂) with stage increments hk_i = 
     Y_i    = y + Σ_j a_ij hk_j                                   (stages; FSAL: hk_1 = h f(t, y) from the last step)
     y_new  = y + Σ_i b_i hk_i                                    (the propagated, higher-order solution)
     err    = Σ_i b_err_i hk_i                                    (embedded local error estimate)
-    ratio  = sqrt(mean_d (err_d / (atol + rtol max(|y_d|, |y_new,d|)))²)    per sample (HNW I, II.4 (4.11))
+    ratio  = sqrt(mean_d (err_d / (atol + rtol max(|y_d|, |y_new,d|)))²)    per sample (HNW I §II.4)
     accept ⇔ ratio ≤ 1
-    h_next = h clamp(safety ratio^(−α) ratio_prev^β, factor_min, factor_max)   (PI control, HNW II (4.13),
-             α = 1/(q+1) − 0.75 β, β = 0.2/(q+1), q = embedded order; after a rejection the factor is ≤ 1)
+    h_next = h clamp(safety ratio^(−α) ratio_prev^β, factor_min, factor_max)   (PI control, HNW II §IV.2 and
+             dopri5.f: α = 1/(q+1) − 0.75 β, β = 0.2/(q+1), q = embedded order; ≤ 1 after a rejection)
 
-The first step follows Hairer's starting-step algorithm (HNW I, II.4). Outputs are dense: at a requested
+The first step follows Hairer's starting-step algorithm (HNW I §II.4). HNW = Hairer, Nørsett & Wanner,
+Solving Ordinary Differential Equations I (1993) and II (1996). Outputs are dense: at a requested
 time t + θh inside an accepted step, y = y + Σ_i b_i(θ) hk_i with the method's continuous extension
 (Dormand--Prince's 4th-order one, Tsitouras', the cubic Hermite for Bogacki--Shampine), so the solver never
 shortens a step to hit an output time. It does land on every sample time of a hold input (the input jumps
 there; the first stage is then re-evaluated with the new sample), on the final time, and for delay systems
 on the derivative discontinuities t0 + Σ n_k τ_k up to the method's order.
 
-Delay systems: the accepted steps (start, length, state, stage increments) are written to a per-sample
-history buffer; y(t − τ) at every stage is the history function for t − τ ≤ t0 and otherwise the dense
-interpolant of the step containing t − τ. Steps are capped at the smallest delay (every stage's delayed time
+Delay systems: y(t − τ) at every stage is the history function for t − τ ≤ t0 and otherwise the continuous
+extension of the sample's accepted step containing t − τ, read from the loop's step records. Steps are capped at the smallest delay (every stage's delayed time
 lies in the past), so no fixed-point iteration is needed.
 
 Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor (one
@@ -162,7 +162,6 @@ def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor) -> Tensor:
     return torch.addcmul(y, theta, acc)
 
 
-
 class _Integrator:
     """The per-sample adaptive loop for one tableau, system, input path and option set."""
 
@@ -265,7 +264,7 @@ class _Integrator:
 
     def initial_step(self, y0: Tensor, f0: Tensor, inp: Tensor | None) -> Tensor:
         """Hairer's starting step per sample (HNW I, II.4): h0 = 0.01 ‖y0‖/‖f0‖, one probe Euler step,
-        h1 = (0.01 / max(‖f0‖, ‖f'‖))^(1/(p+1)), h = min(100 h0, h1)."""
+        h1 = (0.01 / max(‖f0‖, ‖f'‖))^(1/(p+1)), h = min(100 h0, h1); each norm is the per-sample RMS."""
         opts, t = self.opts, torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
         cap = min(self.t_end - self.t0, self.dt_max)
         if opts.first_step is not None:
