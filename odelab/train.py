@@ -94,13 +94,16 @@ def rmse(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str) -
 
 
 def _sum_gradients(parameters: list[nn.Parameter]) -> None:
-    """All-reduce (sum) the gradients of every rank in one flat buffer; a missing gradient counts as zero."""
+    """All-reduce (sum) the gradients of every rank in one flat buffer. A parameter without a gradient on a
+    rank counts as zero there, and keeps ``grad = None`` when no rank has one (as in one process, where the
+    optimizer then skips it)."""
+    present = torch.tensor([float(p.grad is not None) for p in parameters], device=parameters[0].device)
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    flat = torch.cat([g.reshape(-1) for g in grads] + [present])
     dist.all_reduce(flat)
     offset = 0
-    for p in parameters:
-        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+    for p, used in zip(parameters, flat[-len(parameters):].tolist()):
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone() if used else None
         offset += p.numel()
 
 

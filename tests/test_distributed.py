@@ -23,7 +23,9 @@ def tiny_data():
 
 def tiny_model():
     torch.manual_seed(1)
-    return SequenceRegressor(cells.LEM(1, 4), 4, 1)
+    model = SequenceRegressor(cells.LEM(1, 4), 4, 1)
+    model.register_parameter("unused", torch.nn.Parameter(torch.zeros(3)))  # no gradient: stays None
+    return model
 
 
 def _free_port() -> int:
@@ -40,6 +42,7 @@ def _fit_worker(rank: int, world: int, init_file: str, out: str) -> None:
             for p in model.parameters():
                 p.add_(1.0)
     result = fit(model, tiny_data(), TrainConfig(**CONFIG), progress=False)
+    assert model.unused.grad is None and model.readout.weight.grad is not None
     torch.save({"state": model.state_dict(), "result": result}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
