@@ -240,3 +240,17 @@ def test_adding_paper_options_follow_the_length():
 def test_mean_predictor_of_adding_is_near_one_sixth():
     data = adding(length=10, sizes=(("train", 4000), ("valid", 1), ("test", 4000)))
     assert abs(odelab.tasks.mean_predictor_rmse(data) ** 2 - 1 / 6) < 0.01
+
+
+@pytest.mark.gpu
+def test_fit_on_cuda_matches_cpu(tmp_path, monkeypatch):
+    data = enso(sizes=TINY, samples=SHORT)
+    monkeypatch.setattr(odelab.tasks.TASKS["enso"], "load", lambda seed, **options: data)
+    results = {}
+    for device in ("cpu", "cuda"):
+        args = ["fit", "enso", "--model", "lem", "--hidden", "4", "--epochs", "2", "--device", device, "--no-progress"]
+        assert main(args + ["--out", str(tmp_path / device)]) == 0
+        results[device] = json.loads((tmp_path / device / "results.json").read_text())
+    assert abs(results["cuda"]["test_rmse"] - results["cpu"]["test_rmse"]) < 1e-4
+    saved = torch.load(tmp_path / "cuda" / "checkpoint.pt", weights_only=True, map_location="cpu")
+    assert saved["epoch"] == 1 and (tmp_path / "cuda" / "predictions.png").exists()
