@@ -308,7 +308,8 @@ class _Integrator:
         accepts = []
         stop = torch.tensor(t_stop, dtype=torch.float64, device=self.device)
         active = (code == _SUCCESS) & (t < stop)
-        budget = self.opts.max_steps - int(steps.max())  # iterations before any sample can reach max_steps
+        # iterations before any sample can reach max_steps (one host read per segment)
+        budget = self.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         attempt = self.compiled or self.attempt
         while True:  # one host synchronisation per iteration
             if self.history is None:
@@ -393,17 +394,17 @@ class _Integrator:
         starts, lengths, ys, coefs, ends = zip(*records)
         start, length, end = torch.stack(starts), torch.stack(lengths), torch.stack(ends)  # (S, B)
         y0 = torch.stack(ys).flatten(0, 1)  # (S B, dim): record k of sample b in row k B + b
-        coef = torch.stack(coefs).view(len(records) * self.batch, -1)  # (S B, dim m)
+        coef = torch.stack(coefs).view(len(records) * self.batch, self.dim * self.dense.shape[1])  # (S B, dim m)
         end_rows = end.T.contiguous()
         rows = torch.arange(self.batch, device=self.device)
         last = torch.searchsorted(end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(len(records) - 1)
         flat = last * self.batch + rows
-        last_step = (start[last, rows], length[last, rows], y0[flat], coef[flat].view(self.batch * self.dim, -1))
+        last_step = (start[last, rows], length[last, rows], y0[flat], coef[flat].view(self.batch * self.dim, self.dense.shape[1]))
         if not out_times:
             return y0.new_zeros(self.batch, 0, self.dim), last_step
         times = torch.tensor(out_times, dtype=torch.float64, device=self.device)
         start_rows, length_rows = start.T.contiguous(), length.T.contiguous()
-        chunk = max(1, 65536 // self.batch)  # outputs per pass: the temporaries stay cache-sized
+        chunk = max(1, 65536 // max(1, self.batch))  # outputs per pass: the temporaries stay cache-sized
         pieces = []
         for first in range(0, len(out_times), chunk):
             tau = times[first:first + chunk].expand(self.batch, -1).contiguous()
@@ -413,8 +414,8 @@ class _Integrator:
             theta = ((tau - start_rows.gather(1, step)) / length_rows.gather(1, step)).to(self.dtype)
             flat = (step * self.batch + rows.unsqueeze(1)).flatten()
             base = y0.index_select(0, flat)  # (B J, dim)
-            parts = coef.index_select(0, flat).view(-1, self.dim, self.dense.shape[1]).unbind(-1)
-            theta = theta.view(-1, 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
+            parts = coef.index_select(0, flat).view(flat.numel(), self.dim, self.dense.shape[1]).unbind(-1)
+            theta = theta.reshape(flat.numel(), 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
             piece = _horner(base, parts, theta).view(*tau.shape, self.dim)
             if not bool(reached.all()):
                 piece = torch.where(reached.unsqueeze(-1), piece, math.nan)
