@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..systems.base import System
+from ..systems.base import FunctionSystem, System
 from .delay import _as_history_state as as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
@@ -430,8 +430,10 @@ _COMPILED: dict[tuple, Callable] = {}
 def _compiled_attempt(solver: _Integrator) -> Callable:
     """torch.compile of ``solver.attempt``, cached per (tableau, system, dtype, device, shapes, options) so
     that repeated solves reuse the compiled kernels; the first call pays the compilation (tens of seconds)."""
-    opts = solver.opts
-    key = (solver.tab.name, solver.system, solver.dtype, str(solver.device), solver.batch, tuple(solver.sizes),
+    opts, system = solver.opts, solver.system
+    # a plain callable gets a fresh FunctionSystem wrapper per solve: key it by the callable itself
+    system_key = (system.func, system.takes_input) if isinstance(system, FunctionSystem) else system
+    key = (solver.tab.name, system_key, solver.dtype, str(solver.device), solver.batch, tuple(solver.sizes),
            opts.rtol, opts.atol, opts.safety, opts.factor_min, opts.factor_max, opts.alpha, opts.beta, opts.dt_min,
            solver.dt_max, opts.max_steps)
     if key not in _COMPILED:
