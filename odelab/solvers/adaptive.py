@@ -54,7 +54,7 @@ class _Options:
     """Validated step-control options (errors name the option)."""
 
     def __init__(self, tableau: ButcherTableau, *, rtol: float = 1e-6, atol: float = 1e-8,
-                 max_steps: int = 100_000, first_step: float | None = None, dt_min: float = 0.0,
+                 max_steps: int = 10_000, first_step: float | None = None, dt_min: float = 0.0,
                  dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
                  factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None,
                  compile: bool = False):
@@ -205,6 +205,10 @@ class _Integrator:
         self.dt_max = min(opts.dt_max, min(self.delays)) if self.delays else opts.dt_max
         self.exact_time = self.linear_times is not None or self.history is not None  # float64 stage times needed
         self.t_end_tensor = torch.tensor(self.t_end, **time)
+        # 0-d constants for torch.where (a Python scalar there allocates a tensor every step)
+        constant = lambda value, dtype: torch.tensor(value, dtype=dtype, device=self.device)
+        self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
+        self.failure_codes = tuple(constant(c, torch.int64) for c in (_UNDERFLOW, _NONFINITE, _MAX_STEPS))
         self.compiled = None
         if opts.compile:
             if path is not None or self.history is not None:
@@ -366,17 +370,18 @@ class _Integrator:
             # factor = safety ratio^(−α) ratio_prev^β, in logs; ≤ 1 after a rejection
             factor = torch.nan_to_num(torch.add(prev, log_r2, alpha=-opts.alpha / 2).exp_(), nan=opts.factor_min)
             factor = torch.minimum(factor.clamp_(opts.factor_min, opts.factor_max),
-                                   torch.where(accept, opts.factor_max, 1.0))
+                                   torch.where(accept, self.factor_bounds[1], self.factor_bounds[0]))
             h_next = h_step * factor.to(h_step.dtype)
             if self.dt_max < math.inf:
                 h_next = h_next.clamp_max(self.dt_max)
             t_after = torch.where(accept, t_land, t)
             landing = landing + (accept & landed)
-            stuck = (active & ~accept) & ((t + h_next) - t <= opts.dt_min)
+            stuck = (active ^ accept) & ((t + h_next) - t <= opts.dt_min)  # rejected, and h below dt_min
             steps = steps + active
-            code = torch.where(stuck, torch.where(torch.isfinite(r2), _UNDERFLOW, _NONFINITE), code)
+            underflow, nonfinite, max_steps = self.failure_codes
+            code = torch.where(stuck, torch.where(r2 < math.inf, underflow, nonfinite), code)
             if check_max_steps:
-                code = torch.where(active & (steps >= opts.max_steps) & (t_after < t_end), _MAX_STEPS, code)
+                code = torch.where(active & (steps >= opts.max_steps) & (t_after < t_end), max_steps, code)
             prev = torch.where(accept, log_r2.clamp_min(math.log(1e-8)) * (opts.beta / 2) + math.log(opts.safety),
                                prev)
             h = torch.where(active, h_next, h)
