@@ -450,9 +450,16 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
               times: list[float], path: InputPath | None, history=None, **options) -> Solution:
-    """Solve with an embedded explicit RK pair (see the module docstring); ``options``: rtol, atol,
-    max_steps, first_step, dt_min, dt_max, safety, factor_min, factor_max, pi_beta, checkpoint_segments and
-    compile (run the step through torch.compile; no inputs or delays; same results up to round-off)."""
+    """Solve with an embedded explicit RK pair (see the module docstring).
+
+    Options: ``rtol`` (1e-6), ``atol`` (1e-8); ``max_steps`` (10 000 attempted steps per sample; the step
+    records behind the dense output are kept until the end of a segment, so memory grows with the steps);
+    ``first_step`` (default: Hairer's estimate); ``dt_min`` (0: a rejected step smaller than this, or lost in
+    the time's round-off, stops the sample with STEP_UNDERFLOW, or NONFINITE when the trial was non-finite);
+    ``dt_max``; ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (10), ``pi_beta`` (0.2/(q+1); 0 gives
+    the I controller); ``checkpoint_segments`` (K equal time segments, each recomputed in the backward pass;
+    same values and gradients); ``compile`` (torch.compile of the step, cached per configuration; systems
+    without inputs or delays; same steps and values up to round-off)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "
