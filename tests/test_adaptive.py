@@ -56,14 +56,16 @@ def test_tableau_order_conditions_and_continuous_extension(name):
         for k in range(order):
             assert abs(weights @ c**k - 1 / (k + 1)) < 1e-13
     assert abs(b_hat @ c**tab.embedded_order - 1 / (tab.embedded_order + 1)) > 1e-6  # b̂ is really lower order
-    # second-order tree conditions Σ b_i a_ij c_j = 1/6 and (order ≥ 4) Σ b_i c_i a_ij c_j = 1/8
+    # tree conditions beyond quadrature: Σ b_i a_ij c_j = 1/6; for order ≥ 4 also Σ b_i c_i a_ij c_j = 1/8 and
+    # Σ b_i a_ij a_jk c_k = 1/24
     assert abs(b @ A @ c - 1 / 6) < 1e-13
     if tab.order >= 4:
         assert abs((b * c) @ A @ c - 1 / 8) < 1e-13
         assert abs(b @ A @ A @ c - 1 / 24) < 1e-13
     # FSAL: last row of a equals b, c_last = 1
     assert tab.fsal and c[-1] == 1.0 and np.allclose(A[-1], b, atol=1e-15)
-    # continuous extension: b_i(1) = b_i, Σ_i b_i(θ) = θ, and the dense solution is order ≥ 3 in θ-quadrature
+    # continuous extension: b_i(1) = b_i, Σ_i b_i(θ) = θ, and the quadrature conditions at every θ up to the
+    # interpolant's order (4 for the 5th-order pairs, 3 for bosh3's Hermite)
     P = np.array(tab.dense)
     thetas = np.linspace(0, 1, 11)
     W = np.stack([thetas ** (p + 1) for p in range(P.shape[1])], -1) @ P.T  # W[k, i] = b_i(θ_k)
