@@ -5,6 +5,7 @@
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
     odelab compare-schemes --task fhn --model lem [--quick] [--run DIR]   (odelab.analysis.commands)
     odelab stability [--study all] [--model lem,cornn] [--steps N]
+    odelab reproduce fhn|enso|mackey-glass [--models lem,lstm] [--epochs N]   (odelab.reproduce)
 
 Each subcommand is one ``add_*_command(subparsers)`` function that registers its parser and sets
 ``run=cmd_*``; ``main`` only parses and dispatches.
@@ -22,6 +23,7 @@ import torch.distributed as dist
 
 from . import cells
 from .analysis.commands import add_analysis_commands
+from .reproduce import add_reproduce_command
 from .tasks import TASKS, Task
 from .train import NonFiniteLoss, SequenceRegressor, TrainConfig, fit, predict, rank_and_world, write_results
 
@@ -197,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_fit_command(subparsers)
     add_analysis_commands(subparsers)
+    add_reproduce_command(subparsers)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,27 @@
+"""`odelab reproduce`: runs each model once (reusing finished runs) and tabulates ours beside the paper's."""
+import json
+
+import pytest
+
+import odelab.tasks
+from odelab.cli import main
+from odelab.data import fitzhugh_nagumo
+
+
+def test_reproduce_runs_models_reuses_finished_runs_and_writes_the_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    tiny = fitzhugh_nagumo(seed=1234, sizes=(("train", 4), ("valid", 3), ("test", 3)))
+    monkeypatch.setattr(odelab.tasks.TASKS["fhn"], "load", lambda seed, **options: tiny)
+    argv = ["reproduce", "fhn", "--models", "lem,lstm", "--epochs", "1", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    table = json.loads((tmp_path / "fhn.json").read_text())
+    rows = {r["model"]: r for r in table["rows"]}
+    assert set(rows) == {"lem", "lstm"}
+    assert rows["lem"]["paper"] == 0.2 and rows["lstm"]["paper"] == 1.2
+    run = json.loads((tmp_path / "fhn-lem" / "results.json").read_text())
+    assert rows["lem"]["ours"] == pytest.approx(run["test_rmse"] * 100)
+    stamp = (tmp_path / "fhn-lem" / "results.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(argv) == 0  # second call reuses the finished runs
+    assert (tmp_path / "fhn-lem" / "results.json").stat().st_mtime_ns == stamp
+    assert "odelab fit" not in capsys.readouterr().out
