@@ -28,12 +28,23 @@ class FitzHughNagumo(_Classical):
     def __init__(self, tau=0.02, current=0.5, a=0.7, b=0.8):
         super().__init__()
         self.tau, self.current, self.a, self.b = tau, current, a, b
+        self._constants = {}
+
+    def _affine(self, x):
+        """(Aᵀ, c, k) with (v', w') = x Aᵀ + c + k ⊙ x³: the field in three kernels, cached per dtype/device."""
+        key = (x.dtype, x.device)
+        if key not in self._constants:
+            tau, b = self.tau, self.b
+            A = torch.tensor([[1.0, -1.0], [tau, -tau * b]], dtype=x.dtype, device=x.device)
+            c = torch.tensor([self.current, tau * self.a], dtype=x.dtype, device=x.device)
+            k = torch.tensor([-1.0 / 3.0, 0.0], dtype=x.dtype, device=x.device)
+            self._constants[key] = (A.T.contiguous(), c, k)
+        return self._constants[key]
 
     def derivative(self, t, state, inp=None, *delayed):
-        v, w = state[0].unbind(-1)
-        dv = v - v**3 / 3 - w + self.current
-        dw = self.tau * (v + self.a - self.b * w)
-        return (torch.stack((dv, dw), dim=-1),)
+        x = state[0]
+        A_T, c, k = self._affine(x)
+        return (torch.addmm(c, x, A_T).addcmul_(x.pow(3), k),)
 
 
 class VanDerPol(_Classical):
