@@ -41,7 +41,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import FunctionSystem, System
-from .delay import _as_history_state as as_history_state, delay_values, history_function
+from .delay import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
 from .solve import ADAPTIVE_METHODS

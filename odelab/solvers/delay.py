@@ -72,7 +72,7 @@ def delay_values(system: System) -> list[tuple[float, Tensor | None]]:
     return out
 
 
-def _as_history_state(system: System, y0: State, value, what: str) -> State:
+def as_history_state(system: System, y0: State, value, what: str) -> State:
     """Coerce one history value to a state tuple shaped like ``y0`` (broadcasting; errors name ``history``)."""
     if isinstance(value, dict):
         missing = [b for b in system.blocks if b not in value]
@@ -120,13 +120,13 @@ def history_function(system: System, y0: State, history, t0: float) -> History:
                 t = t.to(dtype=like.dtype, device=like.device).reshape(1, 1).expand(like.shape[0], 1)
             else:
                 t = torch.full((like.shape[0], 1), t, dtype=like.dtype, device=like.device)
-            return _as_history_state(system, y0, history(t), "the callable's value")
+            return as_history_state(system, y0, history(t), "the callable's value")
 
         first = phi(t0 - max((value for value, _ in delay_values(system)), default=0.0))
         if not all(bool(torch.isfinite(x).all()) for x in first):
             raise ValueError("history: φ(t0 − max τ) contains NaN or Inf")
         return phi
-    constant = _as_history_state(system, y0, history, "a constant history")
+    constant = as_history_state(system, y0, history, "a constant history")
     if not all(bool(torch.isfinite(x).all()) for x in constant):
         raise ValueError("history: contains NaN or Inf")
     return lambda t: constant
