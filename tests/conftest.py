@@ -22,3 +22,11 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False)")
     for item in gpu_items:
         item.add_marker(skip_gpu)
+
+
+def pytest_configure(config):
+    """The tests use small tensors: one intra-op thread avoids oversubscribing the cores (tests that spawn
+    processes run beside each other), and keeps timings stable on a shared 2-core machine."""
+    import torch
+
+    torch.set_num_threads(1)
