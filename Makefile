@@ -3,7 +3,7 @@
 #   make venv    create/reuse .venv and install odelab (+ test extra)
 #   make test    run the test suite (slow tests deselected; see pyproject.toml)
 #   make demo    fit FitzHugh-Nagumo with LEM, results in runs/demo
-#   make bench   run benchmarks/cell_speed.py (installs the bench extra)
+#   make bench   run every benchmark in benchmarks/ (installs the bench extra; ~10 min, JSON in benchmarks/results/)
 #   make clean   remove the venv and build/test artefacts (keeps runs/ and .odelab_cache/)
 #
 # Variables:
@@ -68,6 +68,9 @@ demo: venv
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/cell_speed.py
+	$(PY) benchmarks/solvers.py
+	$(PY) benchmarks/enso_torchdde.py
+	$(PY) benchmarks/unicornn_memory.py --threads 1
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
