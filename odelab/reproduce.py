@@ -30,12 +30,12 @@ def metric(result: dict, kind: str) -> float:
     return result["test_rmse"] if kind == "RMSE" else result["test_rmse"] ** 2
 
 
-def _finished(run: Path, epochs: int | None) -> dict | None:
+def _finished(run: Path, epochs: int | None, preset: str) -> dict | None:
     path = run / "results.json"
     if not path.exists():
         return None
     result = json.loads(path.read_text())
-    if result.get("preset") != "paper" or (epochs is not None and result["config"]["epochs"] != epochs):
+    if result.get("preset") != preset or (epochs is not None and result["config"]["epochs"] != epochs):
         return None
     return result
 
@@ -48,10 +48,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out = Path(args.out)
     rows = []
     for model in models:
-        run = out / f"{args.task}-{model}"
-        result = _finished(run, args.epochs)
+        run = out / f"{args.task}-{model}" if args.preset == "paper" else out / f"{args.task}-{model}-{args.preset}"
+        result = _finished(run, args.epochs, args.preset)
         if result is None:
-            argv = ["fit", args.task, "--model", model, "--preset", "paper", "--out", str(run), "--resume",
+            argv = ["fit", args.task, "--model", model, "--preset", args.preset, "--out", str(run), "--resume",
                     "--seed", str(args.seed)]
             argv += ["--epochs", str(args.epochs)] if args.epochs is not None else []
             argv += ["--threads", str(args.threads)] if args.threads is not None else []
@@ -59,12 +59,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             if odelab_main(argv) != 0:
                 print(f"odelab reproduce: {model} failed; see {run}")
                 continue
-            result = _finished(run, args.epochs)
+            result = _finished(run, args.epochs, args.preset)
         rows.append({"model": model, "ours": metric(result, kind) * 100, "paper": paper.get(model),
                      "epochs": result["config"]["epochs"], "best_epoch": result["best_epoch"],
                      "parameters": result["parameters"], "wall_seconds": result["wall_seconds"]})
 
-    print(f"\n{args.task}: test {kind} ×10⁻² on all test sequences (paper: verbatim from its table)")
+    print(f"\n{args.task} ({args.preset} preset): test {kind} ×10⁻² on all test sequences "
+          "(paper: verbatim from its table)")
     print(f"{'model':10s}{'ours':>10s}{'paper':>10s}{'epochs':>8s}{'params':>8s}")
     for r in rows:
         paper_value = f"{r['paper']:.4g}" if r["paper"] is not None else "—"
@@ -82,6 +83,8 @@ def add_reproduce_command(subparsers) -> None:
     p.add_argument("task", choices=sorted(PAPER))
     p.add_argument("--models", help="comma-separated subset (default: the paper's table plus lrcu-a, unicornn)")
     p.add_argument("--epochs", type=int, help="override the paper's epoch count (a shorter reproduction)")
+    p.add_argument("--preset", default="paper", help="the task preset to run (default: paper; fhn also has "
+                                                     "official-cuda, the official LEM_cuda example settings)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int)
     p.add_argument("--out", default="runs/reproduce")
