@@ -20,7 +20,7 @@ from . import schemes as scheme_analysis
 from . import stability
 
 # compare-schemes --quick: a few minutes on 2 CPU cores
-QUICK = dict(length=100, train=64, valid=32, test=32, epochs=5, retrain_epochs=3, finest=8)
+QUICK = dict(length=200, train=128, valid=64, test=64, epochs=20, retrain_epochs=8, finest=8)
 STUDIES = ("gradients", "lem-bound", "unicornn", "eigen", "lrc-damping")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
 STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
