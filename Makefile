@@ -64,7 +64,7 @@ test: venv
 	$(PY) -m pytest -q
 
 demo: venv
-	$(VENV)/bin/odelab fit fhn --model lem --out runs/demo
+	$(VENV)/bin/odelab fit fhn --model lem --threads 1 --out runs/demo
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/cell_speed.py
