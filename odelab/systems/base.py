@@ -62,6 +62,14 @@ class System(nn.Module):
         return dict(self.named_parameters())
 
     # -- conveniences -------------------------------------------------------------------------------
+    def set_sizes(self, input_size: int, hidden_size: int) -> None:
+        """Validate and store the sizes (ValueError naming the argument)."""
+        if not (isinstance(input_size, int) and input_size >= 0):
+            raise ValueError(f"input_size: expected an integer >= 0, got {input_size!r}")
+        if not (isinstance(hidden_size, int) and hidden_size >= 1):
+            raise ValueError(f"hidden_size: expected an integer >= 1, got {hidden_size!r}")
+        self.input_size, self.hidden_size = input_size, hidden_size
+
     @property
     def is_delay(self) -> bool:
         return len(self.delays) > 0
@@ -124,11 +132,6 @@ def as_system(func_or_system, y0, *, has_input: bool) -> tuple[System, bool]:
         raise TypeError("u: an input was given but the callable takes only (t, y); use f(t, y, u)")
     size = y0.shape[-1] if y0.dim() else 1
     return FunctionSystem(func_or_system, size, takes_input), True
-
-
-def linear_init_(weight: Tensor, bound: float) -> Tensor:
-    with torch.no_grad():
-        return weight.uniform_(-bound, bound)
 
 
 def check_state(system: System, state: Sequence[Tensor], name: str = "y0") -> State:

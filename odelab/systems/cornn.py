@@ -45,14 +45,10 @@ class CoRNN(System):
     def __init__(self, input_size: int, hidden_size: int, gamma: float = 1.0, epsilon: float = 1.0, *,
                  learn_coefficients: bool = False):
         super().__init__()
-        if not (isinstance(input_size, int) and input_size >= 0):
-            raise ValueError(f"input_size: expected an integer >= 0, got {input_size!r}")
-        if not (isinstance(hidden_size, int) and hidden_size >= 1):
-            raise ValueError(f"hidden_size: expected an integer >= 1, got {hidden_size!r}")
+        self.set_sizes(input_size, hidden_size)
         for name, value in (("gamma", gamma), ("epsilon", epsilon)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
-        self.input_size, self.hidden_size = input_size, hidden_size
         self.weight = nn.Parameter(torch.empty(hidden_size, input_size + 2 * hidden_size))
         self.bias = nn.Parameter(torch.empty(hidden_size))
         self.learn_coefficients = learn_coefficients

@@ -38,11 +38,8 @@ class GRU(System):
 
     def __init__(self, input_size: int, hidden_size: int, *, reset_after: bool = True):
         super().__init__()
-        if not (isinstance(input_size, int) and input_size >= 0):
-            raise ValueError(f"input_size: expected an integer >= 0, got {input_size!r}")
-        if not (isinstance(hidden_size, int) and hidden_size >= 1):
-            raise ValueError(f"hidden_size: expected an integer >= 1, got {hidden_size!r}")
-        self.input_size, self.hidden_size, self.reset_after = input_size, hidden_size, reset_after
+        self.set_sizes(input_size, hidden_size)
+        self.reset_after = reset_after
         d = hidden_size
         self.weight_input = nn.Parameter(torch.empty(3 * d, input_size))
         self.weight_hidden = nn.Parameter(torch.empty(3 * d, d))

@@ -39,9 +39,7 @@ class LEM(System):
 
     def __init__(self, input_size: int, hidden_size: int, *, official_bias: bool = False):
         super().__init__()
-        if input_size < 0 or hidden_size < 1:
-            raise ValueError(f"input_size >= 0 and hidden_size >= 1 expected, got {input_size}, {hidden_size}")
-        self.input_size, self.hidden_size = input_size, hidden_size
+        self.set_sizes(input_size, hidden_size)
         d, m = hidden_size, input_size
         self.weight_y = nn.Parameter(torch.empty(2 * d, d))
         self.W2 = nn.Parameter(torch.empty(d, d))

@@ -37,11 +37,7 @@ class NeuralOscillator(System):
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
-        if not (isinstance(input_size, int) and input_size >= 0):
-            raise ValueError(f"input_size: expected an integer >= 0, got {input_size!r}")
-        if not (isinstance(hidden_size, int) and hidden_size >= 1):
-            raise ValueError(f"hidden_size: expected an integer >= 1, got {hidden_size!r}")
-        self.input_size, self.hidden_size = input_size, hidden_size
+        self.set_sizes(input_size, hidden_size)
         self.weight = nn.Parameter(torch.empty(hidden_size, input_size + hidden_size))
         self.bias = nn.Parameter(torch.empty(hidden_size))
         self.reset_parameters()

@@ -47,13 +47,10 @@ class _GatedDelay(System):
     def __init__(self, input_size: int, hidden_size: int, tau: float, h_maps: int, input_maps: int,
                  official_bias: bool, delayed_map: bool = True):
         super().__init__()
-        if not isinstance(input_size, int) or input_size < 0:
-            raise ValueError(f"input_size: expected an integer >= 0, got {input_size!r}")
-        if not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ValueError(f"hidden_size: expected an integer >= 1, got {hidden_size!r}")
+        self.set_sizes(input_size, hidden_size)
         if not isinstance(tau, (int, float)) or not math.isfinite(tau) or tau < 0:
             raise ValueError(f"tau: expected a finite delay >= 0, got {tau!r}")
-        self.input_size, self.hidden_size, self.tau = input_size, hidden_size, float(tau)
+        self.tau = float(tau)
         d = hidden_size
         self.weight_h = nn.Parameter(torch.empty(h_maps * d, d))
         self.W2 = nn.Parameter(torch.empty(d, d)) if delayed_map else None

@@ -45,13 +45,10 @@ class UnICORNN(System):
 
     def __init__(self, input_size: int, hidden_size: int, alpha: float = 0.0):
         super().__init__()
-        if not (isinstance(input_size, int) and input_size >= 0):
-            raise ValueError(f"input_size: expected an integer >= 0, got {input_size!r}")
-        if not (isinstance(hidden_size, int) and hidden_size >= 1):
-            raise ValueError(f"hidden_size: expected an integer >= 1, got {hidden_size!r}")
+        self.set_sizes(input_size, hidden_size)
         if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
             raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
-        self.input_size, self.hidden_size, self.alpha = input_size, hidden_size, float(alpha)
+        self.alpha = float(alpha)
         self.w = nn.Parameter(torch.empty(hidden_size))
         self.c = nn.Parameter(torch.empty(hidden_size))
         self.weight_input = nn.Parameter(torch.empty(hidden_size, input_size))
