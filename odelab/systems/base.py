@@ -74,6 +74,15 @@ class System(nn.Module):
     def is_delay(self) -> bool:
         return len(self.delays) > 0
 
+    @torch.no_grad()
+    def init_uniform_(self, bound: float, params=None, doubled: Tensor | None = None) -> None:
+        """Draw ``params`` (default: every parameter) from U(−bound, bound); ``doubled`` gets a second draw
+        added (the official codes' two nn.Linear biases per pre-activation)."""
+        for p in self.parameters() if params is None else params:
+            p.uniform_(-bound, bound)
+        if doubled is not None:
+            doubled.add_(torch.empty_like(doubled).uniform_(-bound, bound))
+
     def block_index(self, name: str) -> int:
         return self.blocks.index(name)
 

@@ -60,10 +60,7 @@ class CoRNN(System):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.weight.shape[1])
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
-            self.bias.uniform_(-bound, bound)
+        self.init_uniform_(1.0 / math.sqrt(self.weight.shape[1]), (self.weight, self.bias))  # as nn.Linear
 
     def extra_repr(self) -> str:
         gamma, epsilon = self.coefficients.tolist()

@@ -48,10 +48,7 @@ class GRU(System):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-bound, bound)
+        self.init_uniform_(1.0 / math.sqrt(self.hidden_size))
 
     def extra_repr(self) -> str:
         return f"input_size={self.input_size}, hidden_size={self.hidden_size}, reset_after={self.reset_after}"

@@ -50,12 +50,7 @@ class LEM(System):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-bound, bound)
-            if self.official_bias:
-                self.bias.add_(torch.empty_like(self.bias).uniform_(-bound, bound))
+        self.init_uniform_(1.0 / math.sqrt(self.hidden_size), doubled=self.bias if self.official_bias else None)
 
     def symbols(self) -> dict[str, Tensor]:
         d = self.hidden_size

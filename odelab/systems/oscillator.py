@@ -43,10 +43,7 @@ class NeuralOscillator(System):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.weight.shape[1])
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
-            self.bias.uniform_(-bound, bound)
+        self.init_uniform_(1.0 / math.sqrt(self.weight.shape[1]), (self.weight, self.bias))  # as nn.Linear
 
     def symbols(self) -> dict[str, Tensor]:
         V, W = self.weight.split((self.input_size, self.hidden_size), dim=1)

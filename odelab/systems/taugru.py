@@ -60,12 +60,7 @@ class _GatedDelay(System):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-bound, bound)
-            if self.official_bias:
-                self.bias.add_(torch.empty_like(self.bias).uniform_(-bound, bound))
+        self.init_uniform_(1.0 / math.sqrt(self.hidden_size), doubled=self.bias if self.official_bias else None)
 
     @property
     def delays(self) -> tuple[float, ...]:
