@@ -1,8 +1,8 @@
 """Adaptive solvers: odelab dopri5 (one step size per sample) against torchdiffeq, torchode and scipy.
 
-    python benchmarks/solvers.py [--repeats 5] [--threads 1] [--quick]
+    python benchmarks/solvers.py [--repeats 5] [--threads 1] [--quick] [--device cuda] [--batch 1280]
 
-(a) FitzHugh--Nagumo (odelab.systems.FitzHughNagumo, defaults), 1280 trajectories from (c, 0), c ~ U[-1, 1]
+(a) FitzHugh--Nagumo (odelab.systems.FitzHughNagumo, defaults), 1280 trajectories (--batch) from (c, 0), c ~ U[-1, 1]
     (seed 0), t ∈ [0, 400], 1001 outputs, float64. Anchors at rtol 1e-6 / atol 1e-8: torchdiffeq dopri5,
     torchode dopri5 (skipped with a message if torchode is not installed) and a scipy solve_ivp(RK45) loop.
     The scipy loop is timed on the first 64 trajectories and scaled by 1280/64 (its cost is linear in the
@@ -17,7 +17,8 @@
 float64 because a float32 state has a round-off floor of ~1e-4 on this 400-time-unit relaxation oscillation,
 which makes tolerance/accuracy comparisons meaningless. Times are medians of --repeats runs (forward only,
 torch.no_grad), all contenders in the same process with the same torch thread count (default 1: the ops are
-tiny and a second thread only adds synchronisation). Writes benchmarks/results/solvers.json.
+tiny and a second thread only adds synchronisation). With --device cuda the torch solvers run on the GPU (timed
+with synchronisation; the scipy loop stays on the CPU). Writes benchmarks/results/solvers[_DEVICE].json.
 """
 from __future__ import annotations
 
@@ -43,10 +44,17 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
     out = fn()  # warm-up
     times = []
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
         out = fn()
+        synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times), out
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def fhn_numpy(system: FitzHughNagumo):
@@ -66,16 +74,17 @@ def reference(system, y0: np.ndarray, t: np.ndarray, path: Path) -> np.ndarray:
     return ys
 
 
-def fitzhugh_nagumo(repeats: int, quick: bool) -> dict:
+def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int) -> dict:
     system = FitzHughNagumo()
-    batch = 128 if quick else 1280
+    batch = 128 if quick else batch
     generator = torch.Generator().manual_seed(0)
     c = torch.rand(batch, generator=generator, dtype=F64) * 2 - 1
-    y0 = torch.stack([c, torch.zeros_like(c)], -1)
-    t = torch.linspace(0.0, 400.0, 1001, dtype=F64)
-    subset = list(range(0, batch, 10))
-    truth = reference(system, y0[subset].numpy(), t.numpy(), RESULTS / f"solvers_fhn_reference_{batch}.npz")
-    error = lambda ys: float(np.abs(np.asarray(ys)[subset] - truth).max())
+    y0_cpu = torch.stack([c, torch.zeros_like(c)], -1)
+    t_cpu = torch.linspace(0.0, 400.0, 1001, dtype=F64)
+    y0, t = y0_cpu.to(device), t_cpu.to(device)
+    subset = list(range(0, batch, 10))[:128]
+    truth = reference(system, y0_cpu[subset].numpy(), t_cpu.numpy(), RESULTS / f"solvers_fhn_reference_{batch}.npz")
+    error = lambda ys: float(np.abs(ys[subset].cpu().numpy() - truth).max())
     rtol, atol = 1e-6, 1e-8
     f = lambda s, y: system.derivative(s, (y,))[0]
     rows = {}
@@ -104,12 +113,12 @@ def fitzhugh_nagumo(repeats: int, quick: bool) -> dict:
     fn = fhn_numpy(system)
 
     def scipy_loop():
-        return [solve_ivp(fn, (0.0, 400.0), y, method="RK45", rtol=rtol, atol=atol, t_eval=t.numpy()).y.T
-                for y in y0[:scipy_count].numpy()]
+        return [solve_ivp(fn, (0.0, 400.0), y, method="RK45", rtol=rtol, atol=atol, t_eval=t_cpu.numpy()).y.T
+                for y in y0_cpu[:scipy_count].numpy()]
 
     seconds, _ = median_time(scipy_loop, max(1, repeats // 2))
-    scipy_ys = np.stack([solve_ivp(fn, (0.0, 400.0), y, method="RK45", rtol=rtol, atol=atol, t_eval=t.numpy()).y.T
-                         for y in y0[subset].numpy()])
+    scipy_ys = np.stack([solve_ivp(fn, (0.0, 400.0), y, method="RK45", rtol=rtol, atol=atol, t_eval=t_cpu.numpy()).y.T
+                         for y in y0_cpu[subset].numpy()])
     rows["scipy RK45 loop"] = dict(seconds=seconds * batch / scipy_count, measured_on=scipy_count,
                                    max_error=float(np.abs(scipy_ys - truth).max()), rtol=rtol, atol=atol)
 
@@ -137,8 +146,8 @@ def fitzhugh_nagumo(repeats: int, quick: bool) -> dict:
                                           compile_seconds=first - seconds)
     anchors = [k for k in ("torchdiffeq dopri5", "torchode dopri5") if k in rows]
     fastest_anchor = min(anchors, key=lambda k: rows[k]["seconds"])
-    return dict(problem="FitzHugh-Nagumo, 1280 x (c, 0), [0, 400], 1001 outputs, float64" if not quick else
-                "FitzHugh-Nagumo (quick: 128 trajectories)",
+    return dict(problem=f"FitzHugh-Nagumo, {batch} x (c, 0), [0, 400], 1001 outputs, float64, {device}",
+                batch=batch, device=str(device),
                 rows=rows, odelab_ladder=ladder, error_target=target,
                 speedup_vs_fastest_torch_anchor=rows[fastest_anchor]["seconds"] / chosen["seconds"],
                 compiled_speedup_vs_fastest_torch_anchor=rows[fastest_anchor]["seconds"]
@@ -147,11 +156,11 @@ def fitzhugh_nagumo(repeats: int, quick: bool) -> dict:
                 speedup_vs_scipy=rows["scipy RK45 loop"]["seconds"] / chosen["seconds"])
 
 
-def van_der_pol(repeats: int, quick: bool) -> dict:
+def van_der_pol(repeats: int, quick: bool, device: torch.device) -> dict:
     batch = 64 if quick else 256
-    mu = torch.linspace(0.1, 10.0, batch, dtype=F64)
-    y0 = torch.tensor([[2.0, 0.0]], dtype=F64).expand(batch, -1).contiguous()
-    t = torch.linspace(0.0, 50.0, 201, dtype=F64)
+    mu = torch.linspace(0.1, 10.0, batch, dtype=F64, device=device)
+    y0 = torch.tensor([[2.0, 0.0]], dtype=F64, device=device).expand(batch, -1).contiguous()
+    t = torch.linspace(0.0, 50.0, 201, dtype=F64, device=device)
     system = VanDerPol(mu=mu)
     rtol, atol = 1e-6, 1e-8
     with torch.no_grad():
@@ -172,7 +181,7 @@ def van_der_pol(repeats: int, quick: bool) -> dict:
     shared_steps = (calls[0] - 2) / 6  # dopri5: 6 evaluations per attempted step after f(t0) and the first-step probe
     steps = ours.stats["steps"].double()
     gap = float((ours.y - theirs.transpose(0, 1)).abs().max())
-    return dict(problem=f"Van der Pol, mu = linspace(0.1, 10, {batch}), [0, 50], 201 outputs, float64",
+    return dict(problem=f"Van der Pol, mu = linspace(0.1, 10, {batch}), [0, 50], 201 outputs, float64, {device}",
                 odelab=dict(seconds=ours_s, steps_min=int(steps.min()), steps_median=float(steps.median()),
                             steps_max=int(steps.max()), steps_mu_0_1=int(steps[0]), steps_mu_10=int(steps[-1]),
                             nfe_total=int(ours.stats["nfe"].sum())),
@@ -185,11 +194,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="small batches (a smoke run)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the scipy loop always runs on the CPU)")
+    parser.add_argument("--batch", type=int, default=1280, help="FitzHugh-Nagumo trajectories (default 1280)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
 
-    fhn = fitzhugh_nagumo(args.repeats, args.quick)
-    vdp = van_der_pol(args.repeats, args.quick)
+    fhn = fitzhugh_nagumo(args.repeats, args.quick, device, args.batch)
+    vdp = van_der_pol(args.repeats, args.quick, device)
 
     print(f"\n(a) {fhn['problem']}")
     print(f"{'solver':24s} {'rtol':>8s} {'time [s]':>10s} {'max error':>11s} {'steps (max)':>12s} {'odelab speedup':>15s}")
@@ -213,8 +225,10 @@ def main() -> None:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = dict(torch=torch.__version__, threads=args.threads, repeats=args.repeats, machine=platform.processor()
-                or platform.machine(), python=platform.python_version(), quick=args.quick)
-    out = RESULTS / ("solvers_quick.json" if args.quick else "solvers.json")
+                or platform.machine(), python=platform.python_version(), quick=args.quick, device=str(device),
+                gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    suffix = ("_quick" if args.quick else "") + ("" if device.type == "cpu" else f"_{device.type}")
+    out = RESULTS / f"solvers{suffix}.json"
     out.write_text(json.dumps(dict(meta=meta, fitzhugh_nagumo=fhn, van_der_pol=vdp), indent=2))
     print(f"\nwrote {out}")
 

@@ -1,6 +1,7 @@
 """The ``odelab`` command.
 
     odelab fit TASK --model M [--preset quick|paper] [--epochs N] [--seed S] [--device cuda] [--out DIR]
+               [--model-option KEY=VALUE ...]   (e.g. --model-option dt=0.1 --model-option gamma=2)
     odelab fit csv --csv PATH [--columns A,B] [--horizon H] [--window W]
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
     odelab compare-schemes --task fhn --model lem [--quick] [--run DIR]   (odelab.analysis.commands)
@@ -13,6 +14,8 @@ Each subcommand is one ``add_*_command(subparsers)`` function that registers its
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import os
 import sys
 import time
@@ -35,6 +38,33 @@ def build_model(name: str, input_size: int, hidden_size: int, output_size: int, 
     if name not in cells.PRESETS:
         raise SystemExit(f"odelab: unknown model {name!r}; choose from {', '.join(sorted(cells.PRESETS))}")
     return SequenceRegressor(cells.PRESETS[name](input_size, hidden_size, **options), hidden_size, output_size, last)
+
+
+def parse_model_options(model: str, items: list[str]) -> dict:
+    """``--model-option KEY=VALUE`` pairs -> keywords of the model's constructor (values read as Python
+    literals: 0.1, 2, True, 'implicit'; anything else stays a string). A key the constructor does not name is
+    an error that lists its keywords, unless it takes ``**kwargs`` (passed on to its system, which checks them)."""
+    constructor = cells.PRESETS.get(model)
+    if constructor is None:
+        raise SystemExit(f"odelab: unknown model {model!r}; choose from {', '.join(sorted(cells.PRESETS))}")
+    parameters = inspect.signature(constructor).parameters.values()
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    accepted = [p.name for p in parameters
+                if p.name not in ("input_size", "hidden_size") and p.kind is not p.VAR_KEYWORD]
+    options = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise SystemExit(f"odelab: --model-option: expected KEY=VALUE, got {item!r}")
+        if key not in accepted and not open_ended:
+            raise SystemExit(f"odelab: --model-option: {model} has no option {key!r}; "
+                             f"it accepts: {', '.join(accepted) or 'none'}")
+        try:
+            options[key] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            options[key] = text.strip()
+    return options
 
 
 def init_distributed(device: str) -> str:
@@ -71,6 +101,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     preset = dict(task.presets[args.preset])
     hidden = args.hidden or task.hidden.get(args.model, preset.pop("hidden_size"))
     preset.pop("hidden_size", None)
+    args.model_options = parse_model_options(args.model, args.model_option)
     overrides = {k: getattr(args, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(args, k) is not None}
     if args.threads is not None:
         if args.threads < 1:
@@ -108,8 +139,13 @@ def _fit(task: Task, args: argparse.Namespace, hidden: int, config: TrainConfig)
         f"({time.perf_counter() - tic:.1f} s)", flush=True)
     x_test, y_test = splits["test"]
     torch.manual_seed(config.seed)
-    model = build_model(args.model, x_test.shape[-1], hidden, y_test.shape[-1], task.target == "last",
-                        **task.model_options(args.model, options))
+    model_options = {**task.model_options(args.model, options), **args.model_options}
+    try:
+        model = build_model(args.model, x_test.shape[-1], hidden, y_test.shape[-1], task.target == "last",
+                            **model_options)
+    except (TypeError, ValueError) as err:
+        print(f"odelab: {args.model} with options {model_options}: {err}", file=sys.stderr)
+        return 2
     try:
         result = fit(model, splits, config, out_dir=out, resume=args.resume, progress=not args.no_progress)
     except NonFiniteLoss as err:
@@ -117,12 +153,12 @@ def _fit(task: Task, args: argparse.Namespace, hidden: int, config: TrainConfig)
             print(f"odelab: training stopped: {err}", file=sys.stderr)
         return 1
     if rank == 0:
-        _report(task, args, model, data, result, hidden, options, out, time.perf_counter() - tic)
+        _report(task, args, model, data, result, hidden, options, model_options, out, time.perf_counter() - tic)
     return 0
 
 
-def _report(task: Task, args, model, data: dict, result: dict, hidden: int, options: dict, out: Path,
-            wall: float) -> None:
+def _report(task: Task, args, model, data: dict, result: dict, hidden: int, options: dict, model_options: dict,
+            out: Path, wall: float) -> None:
     """results.json, curves.csv, the PNGs and the terminal table (rank 0)."""
     from .plots import plot_curves, plot_forecast, plot_phase, plot_predictions, plot_scatter
 
@@ -130,7 +166,7 @@ def _report(task: Task, args, model, data: dict, result: dict, hidden: int, opti
     baselines = {name: baseline(data) for name, baseline in task.baselines.items()}
     result.update(task=args.task, model=args.model, hidden_size=hidden, preset=args.preset, target=task.target,
                   parameters=sum(p.numel() for p in model.parameters()), data_options=options,
-                  model_options=task.model_options(args.model, options), baselines=baselines,
+                  model_options=model_options, baselines=baselines,
                   wall_seconds=wall, test_sequences=int(x_test.shape[0]))
     model.cpu()
     if "meta" in data:
@@ -174,6 +210,8 @@ def add_fit_command(subparsers) -> None:
     p.add_argument("--lr", type=float)
     p.add_argument("--batch-size", type=int, help="global batch size (split across processes under torchrun)")
     p.add_argument("--hidden", type=int)
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword of the model's constructor, e.g. dt=0.1 or gamma=2 (repeatable)")
     p.add_argument("--clip", type=float, help="gradient-norm clipping")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)")

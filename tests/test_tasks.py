@@ -254,3 +254,32 @@ def test_fit_on_cuda_matches_cpu(tmp_path, monkeypatch):
     assert abs(results["cuda"]["test_rmse"] - results["cpu"]["test_rmse"]) < 1e-4
     saved = torch.load(tmp_path / "cuda" / "checkpoint.pt", weights_only=True, map_location="cpu")
     assert saved["epoch"] == 1 and (tmp_path / "cuda" / "predictions.png").exists()
+
+
+def test_model_options_from_the_command_line_reach_the_model(tmp_path, monkeypatch, capsys):
+    data = enso(sizes=TINY, samples=SHORT)
+    monkeypatch.setattr(odelab.tasks.TASKS["enso"], "load", lambda seed, **options: data)
+    built = {}
+    original = odelab.cli.build_model
+
+    def spy(name, *args, **options):
+        built.update(options)
+        return original(name, *args, **options)
+
+    monkeypatch.setattr(odelab.cli, "build_model", spy)
+    out = tmp_path / "run"
+    argv = ["fit", "enso", "--model", "taugru", "--hidden", "4", "--epochs", "1", "--no-progress", "--out", str(out),
+            "--model-option", "tau=7.5", "--model-option", "dt=0.5"]
+    assert main(argv) == 0
+    assert built == {"tau": 7.5, "dt": 0.5}  # the command line overrides the task's τ = 20
+    assert json.loads((out / "results.json").read_text())["model_options"] == {"tau": 7.5, "dt": 0.5}
+    assert odelab.cli.parse_model_options("cornn", ["damping=implicit", "gamma=2"]) == {"damping": "implicit",
+                                                                                      "gamma": 2}
+    for bad, message in ((["foo=1"], "unicornn has no option 'foo'; it accepts: dt, alpha, num_layers, reversible"),
+                         (["dt"], "expected KEY=VALUE")):
+        with pytest.raises(SystemExit, match=message):
+            odelab.cli.parse_model_options("unicornn", bad)
+    # τ-GRU passes its ablation switches on to the system: accepted here, checked there
+    assert odelab.cli.parse_model_options("taugru", ["gating=False"]) == {"gating": False}
+    assert main(argv[:-4] + ["--model-option", "no_such_switch=1"]) == 2
+    assert "no_such_switch" in capsys.readouterr().err
