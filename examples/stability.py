@@ -36,7 +36,10 @@ def main() -> None:
     save("gradients", gradients)
     plots.plot_gradients(gradients, out / "gradients.png")
     for name, row in gradients.items():
-        print(f"{name:10s} ‖∂L/∂h_1‖ / ‖∂L/∂h_T‖ = 10^{row['log10_ratio_last_to_lag0']:.1f}")
+        ratio = row["log10_ratio_last_to_lag0"]
+        print(f"{name:10s} ‖∂L/∂h_1‖ / ‖∂L/∂h_T‖ = " + (f"10^{ratio:.1f}" if ratio is not None else
+                                                      f"0 (underflow from lag {row['underflow_lag']})")
+              + f", {row['decades_per_1000_steps']:.1f} decades per 1000 steps")
 
     bound = stability.lem_state_bound(steps=steps, hidden_size=hidden, seeds=seeds)
     save("lem_bound", bound)

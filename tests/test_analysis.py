@@ -171,6 +171,16 @@ def test_gradients_vs_lag_shapes_and_lag_zero():
     assert result["rnn"]["norm_last"] < result["rnn"]["norm_lag0"]
 
 
+def test_decay_summary_rate_and_underflow():
+    norms = torch.tensor([10.0 ** (-0.01 * k) for k in range(50)] + [0.0] * 5, dtype=torch.float64)
+    summary = stability.decay_summary(norms)
+    assert summary["decades_per_1000_steps"] == pytest.approx(-10.0)  # 0.01 decades per step
+    assert summary["underflow_lag"] == 50 and summary["log10_ratio_last_to_lag0"] is None
+    growing = stability.decay_summary(torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64))
+    assert growing["log10_ratio_last_to_lag0"] == pytest.approx(math.log10(4.0))
+    assert growing["underflow_lag"] is None and growing["decades_per_1000_steps"] > 0
+
+
 # ------------------------------------------------------------------------------------------------ LEM bound
 
 

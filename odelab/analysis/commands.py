@@ -164,9 +164,12 @@ def cmd_stability(args: argparse.Namespace) -> int:
         _write(out, "gradients", result)
         plots.plot_gradients(result, out / "gradients.png")
         print(f"gradients over {args.steps} steps (median of {len(seeds)} inits)\n"
-              f"{'model':14s}{'‖∂L/∂h_T‖':>12s}{'‖∂L/∂h_1‖':>12s}{'log10 ratio':>13s}")
+              f"{'model':14s}{'‖∂L/∂h_T‖':>12s}{'‖∂L/∂h_1‖':>12s}{'log10 ratio':>13s}{'decades/1000':>14s}  underflow")
         for name, row in result.items():
-            print(f"{name:14s}{row['norm_lag0']:12.3e}{row['norm_last']:12.3e}{row['log10_ratio_last_to_lag0']:13.2f}")
+            ratio = row["log10_ratio_last_to_lag0"]
+            print(f"{name:14s}{row['norm_lag0']:12.3e}{row['norm_last']:12.3e}"
+                  f"{'—' if ratio is None else f'{ratio:.2f}':>13s}{row['decades_per_1000_steps']:14.2f}  "
+                  + ("—" if row["underflow_lag"] is None else f"from lag {row['underflow_lag']}"))
     if "lem-bound" in studies:
         rows = stability.lem_state_bound(steps=args.steps, hidden_size=args.hidden, seeds=seeds)
         _write(out, "lem_bound", rows)

@@ -149,9 +149,24 @@ def gradients_vs_lag(models: Sequence[str], steps: int, hidden_size: int = 16, b
             curves.append(state_gradients(model, x, direction).mean(0).flip(0).detach())  # index = lag
         median = torch.stack(curves).median(0).values
         result[name] = {"lag": list(range(steps)), "median_norm": median.tolist(),
-                        "norm_lag0": float(median[0]), "norm_last": float(median[-1]),
-                        "log10_ratio_last_to_lag0": float(torch.log10(median[-1] / median[0]))}
+                        "norm_lag0": float(median[0]), "norm_last": float(median[-1]), **decay_summary(median)}
     return result
+
+
+def decay_summary(norms: Tensor) -> dict:
+    """log10 ‖∂L/∂h_1‖/‖∂L/∂h_T‖ (None once the gradient has underflowed to 0 in the working precision), the
+    first lag where it is 0 (None if never), and the fitted rate, decades per 1000 steps (least-squares slope of
+    log10 norm against lag over the lags where it is positive; < 0: vanishing, > 0: exploding)."""
+    positive = norms > 0
+    lags = torch.arange(len(norms), dtype=torch.float64)[positive]
+    logs = torch.log10(norms[positive].double())
+    slope = None
+    if len(lags) > 1:
+        centred = lags - lags.mean()
+        slope = float((centred * (logs - logs.mean())).sum() / (centred**2).sum()) * 1000
+    zero = (~positive).nonzero()
+    return {"log10_ratio_last_to_lag0": float(torch.log10(norms[-1] / norms[0])) if positive[-1] else None,
+            "underflow_lag": int(zero[0]) if len(zero) else None, "decades_per_1000_steps": slope}
 
 
 # ----------------------------------------------------------------------------------------------------------------
