@@ -152,6 +152,9 @@ def _fit(task: Task, args: argparse.Namespace, hidden: int, config: TrainConfig)
         if rank == 0:
             print(f"odelab: training stopped: {err}", file=sys.stderr)
         return 1
+    except ValueError as err:  # a checkpoint that does not match these settings
+        print(f"odelab: {err}", file=sys.stderr)
+        return 2
     if rank == 0:
         _report(task, args, model, data, result, hidden, options, model_options, out, time.perf_counter() - tic)
     return 0

@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from .tasks import TASKS
+
 PAPER = {
     "fhn": ("RMSE", {"lstm": 1.2, "cornn": 0.4, "lem": 0.2, "lem-official": 0.2}),
     "enso": ("MSE", {"lstm": 0.92, "gru": 0.53, "cornn": 4.00, "lem": 0.31, "delaygru": 0.2317, "taugru": 0.17}),
@@ -30,12 +32,14 @@ def metric(result: dict, kind: str) -> float:
     return result["test_rmse"] if kind == "RMSE" else result["test_rmse"] ** 2
 
 
-def _finished(run: Path, epochs: int | None, preset: str) -> dict | None:
+def _finished(run: Path, epochs: int, preset: str) -> dict | None:
+    """The results of a finished run with these settings, else None (a shorter finished run is then extended
+    from its checkpoint by ``--resume``)."""
     path = run / "results.json"
     if not path.exists():
         return None
     result = json.loads(path.read_text())
-    if result.get("preset") != preset or (epochs is not None and result["config"]["epochs"] != epochs):
+    if result.get("preset") != preset or result["config"]["epochs"] != epochs:
         return None
     return result
 
@@ -44,22 +48,24 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .cli import main as odelab_main
 
     kind, paper = PAPER[args.task]
+    if args.preset not in TASKS[args.task].presets:
+        raise SystemExit(f"odelab reproduce: --preset: choose from {', '.join(TASKS[args.task].presets)}")
+    epochs = args.epochs or TASKS[args.task].presets[args.preset]["epochs"]
     models = args.models.split(",") if args.models else default_models(args.task)
     out = Path(args.out)
     rows = []
     for model in models:
         run = out / f"{args.task}-{model}" if args.preset == "paper" else out / f"{args.task}-{model}-{args.preset}"
-        result = _finished(run, args.epochs, args.preset)
+        result = _finished(run, epochs, args.preset)
         if result is None:
             argv = ["fit", args.task, "--model", model, "--preset", args.preset, "--out", str(run), "--resume",
-                    "--seed", str(args.seed)]
-            argv += ["--epochs", str(args.epochs)] if args.epochs is not None else []
+                    "--seed", str(args.seed), "--epochs", str(epochs)]
             argv += ["--threads", str(args.threads)] if args.threads is not None else []
             argv += ["--no-progress"] if args.no_progress else []
             if odelab_main(argv) != 0:
                 print(f"odelab reproduce: {model} failed; see {run}")
                 continue
-            result = _finished(run, args.epochs, args.preset)
+            result = _finished(run, epochs, args.preset)
         rows.append({"model": model, "ours": metric(result, kind) * 100, "paper": paper.get(model),
                      "epochs": result["config"]["epochs"], "best_epoch": result["best_epoch"],
                      "parameters": result["parameters"], "wall_seconds": result["wall_seconds"]})

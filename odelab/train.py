@@ -133,6 +133,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     checkpoint = Path(out_dir) / "checkpoint.pt" if out_dir is not None else None
     if resume and checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=True, map_location=device)
+        check_resumable(saved.get("config"), config, checkpoint)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         shuffle.set_state(saved["shuffle"].cpu())
@@ -184,7 +185,8 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
         bar.set_postfix(train=f"{train:.2e}", valid=f"{valid:.2e}", best=f"{best['valid_rmse']:.2e}")
         if checkpoint is not None and rank == 0:
             atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "shuffle": shuffle.get_state(),
-                         "history": asdict(history), "best": best, "epoch": epoch, "elapsed": elapsed}, checkpoint)
+                         "history": asdict(history), "best": best, "epoch": epoch, "elapsed": elapsed,
+                         "config": resumable_fields(config)}, checkpoint)
     bar.close()
 
     if best["state"] is not None:
@@ -192,6 +194,22 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     test = rmse(model, *data["test"], config.eval_batch_size, device)
     return {"config": asdict(config), "best_epoch": best["epoch"], "valid_rmse": best["valid_rmse"], "test_rmse": test,
             "train_seconds": elapsed, "world_size": world, "history": asdict(history)}
+
+
+def resumable_fields(config: TrainConfig) -> dict:
+    """The settings a resumed run must share with the checkpoint: all but the epoch count (a finished run can be
+    extended: with no schedule the result is exactly that of the longer uninterrupted run), the device and the
+    evaluation batch size."""
+    return {k: v for k, v in asdict(config).items() if k not in ("epochs", "device", "eval_batch_size")}
+
+
+def check_resumable(saved: dict | None, config: TrainConfig, checkpoint: Path) -> None:
+    if saved is None:  # a checkpoint written before the settings were stored
+        return
+    changed = {k: (v, saved[k]) for k, v in resumable_fields(config).items() if k in saved and saved[k] != v}
+    if changed:
+        detail = ", ".join(f"{k} {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items())
+        raise ValueError(f"cannot resume from {checkpoint}: {detail}; use another output folder or the same settings")
 
 
 def write_results(result: dict, out_dir: str | Path) -> None:

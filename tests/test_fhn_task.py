@@ -64,6 +64,16 @@ def test_fit_cli_writes_results_plot_and_resumes_exactly(tiny_data, tmp_path, mo
     assert resumed["test_rmse"] == result["test_rmse"]
 
 
+def test_resume_refuses_a_checkpoint_of_other_settings(tiny_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(odelab.tasks.TASKS["fhn"], "load", lambda seed, solver="odelab": tiny_data)
+    args = ["fit", "fhn", "--model", "lem", "--epochs", "1", "--batch-size", "3", "--no-progress", "--out", str(tmp_path)]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args + ["--resume", "--lr", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "lr 0.5" in err and "checkpoint: 0.01545" in err
+
+
 def test_fit_stops_on_nonfinite_loss(tiny_data, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(odelab.tasks.TASKS["fhn"], "load", lambda seed, solver="odelab": tiny_data)
     code = main(["fit", "fhn", "--model", "lstm", "--epochs", "2", "--lr", "1e30", "--no-progress",

@@ -25,3 +25,8 @@ def test_reproduce_runs_models_reuses_finished_runs_and_writes_the_table(tmp_pat
     assert main(argv) == 0  # second call reuses the finished runs
     assert (tmp_path / "fhn-lem" / "results.json").stat().st_mtime_ns == stamp
     assert "odelab fit" not in capsys.readouterr().out
+    # a longer reproduction extends the finished runs from their checkpoints
+    assert main(argv[:-5] + ["--epochs", "2", "--out", str(tmp_path), "--no-progress"]) == 0
+    extended = json.loads((tmp_path / "fhn-lem" / "results.json").read_text())
+    assert extended["config"]["epochs"] == 2 and extended["history"]["epoch"] == [1, 2]
+    assert extended["history"]["valid_rmse"][0] == run["history"]["valid_rmse"][0]
