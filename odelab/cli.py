@@ -27,7 +27,7 @@ import torch.distributed as dist
 from . import cells
 from .analysis.commands import add_analysis_commands
 from .reproduce import add_reproduce_command
-from .tasks import TASKS, Task
+from .tasks import TASKS, Task, settings
 from .train import NonFiniteLoss, SequenceRegressor, TrainConfig, fit, predict, rank_and_world, write_results
 
 TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window")  # argparse dests of task options
@@ -98,9 +98,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         args.error("--csv: the csv task needs --csv PATH")
     if args.preset not in task.presets:
         args.error(f"--preset: choose from {', '.join(task.presets)}")
-    preset = dict(task.presets[args.preset])
-    hidden = args.hidden or task.hidden.get(args.model, preset.pop("hidden_size"))
-    preset.pop("hidden_size", None)
+    preset = settings(task, args.preset, args.model)
+    hidden = args.hidden or preset.pop("hidden_size")
     args.model_options = parse_model_options(args.model, args.model_option)
     overrides = {k: getattr(args, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(args, k) is not None}
     if args.threads is not None:

@@ -66,7 +66,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 print(f"odelab reproduce: {model} failed; see {run}")
                 continue
             result = _finished(run, epochs, args.preset)
-        rows.append({"model": model, "ours": metric(result, kind) * 100, "paper": paper.get(model),
+        rows.append({"model": model, "preset": args.preset, "ours": metric(result, kind) * 100,
+                     "paper": paper.get(model),
                      "epochs": result["config"]["epochs"], "best_epoch": result["best_epoch"],
                      "parameters": result["parameters"], "wall_seconds": result["wall_seconds"]})
 
@@ -76,11 +77,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     for r in rows:
         paper_value = f"{r['paper']:.4g}" if r["paper"] is not None else "—"
         print(f"{r['model']:10s}{r['ours']:10.4g}{paper_value:>10s}{r['epochs']:8d}{r['parameters']:8d}")
+    path = out / f"{args.task}.json"
+    table = merge_rows(json.loads(path.read_text())["rows"] if path.exists() else [], rows)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.task}.json").write_text(json.dumps({"task": args.task, "metric": f"{kind} x1e-2", "rows": rows},
-                                                      indent=2))
-    print(f"written {out / (args.task + '.json')}")
+    path.write_text(json.dumps({"task": args.task, "metric": f"{kind} x1e-2", "rows": table}, indent=2))
+    print(f"written {path} ({len(table)} rows: earlier runs with other models, presets or epochs are kept)")
     return 0
+
+
+def merge_rows(earlier: list[dict], new: list[dict]) -> list[dict]:
+    """The table's rows after this call: a row per (model, preset, epochs), the new one replacing an earlier."""
+    key = lambda row: (row["model"], row.get("preset", "paper"), row["epochs"])
+    replaced = {key(row) for row in new}
+    return [row for row in earlier if key(row) not in replaced] + new
 
 
 def add_reproduce_command(subparsers) -> None:

@@ -45,12 +45,20 @@ class Task:
     presets: dict[str, dict]  # preset -> TrainConfig fields + hidden_size
     options: dict[str, str] = field(default_factory=dict)
     hidden: dict[str, int] = field(default_factory=dict)  # per-model hidden size where the paper's table differs
+    per_model: dict[str, dict[str, dict]] = field(default_factory=dict)  # preset -> model -> overrides (e.g. lr)
     model_options: Callable[[str, dict], dict] = lambda model, options: {}
     baselines: dict[str, Callable[[dict], float]] = field(default_factory=dict)
     report: Callable[[Tensor, dict], dict] | None = None
     target: str = "sequence"
     plot: str = "series"
     sample_dt: float = 1.0  # time between samples, for plots
+
+
+def settings(task: Task, preset: str, model: str) -> dict:
+    """TrainConfig fields + hidden_size of ``model`` under ``preset``: the preset, then the model's hidden size
+    from the paper's table, then the preset's per-model overrides."""
+    return {**task.presets[preset], **({"hidden_size": task.hidden[model]} if model in task.hidden else {}),
+            **task.per_model.get(preset, {}).get(model, {})}
 
 
 def linear_extrapolation_rmse(x: Tensor, y: Tensor) -> float:

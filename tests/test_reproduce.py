@@ -30,3 +30,5 @@ def test_reproduce_runs_models_reuses_finished_runs_and_writes_the_table(tmp_pat
     extended = json.loads((tmp_path / "fhn-lem" / "results.json").read_text())
     assert extended["config"]["epochs"] == 2 and extended["history"]["epoch"] == [1, 2]
     assert extended["history"]["valid_rmse"][0] == run["history"]["valid_rmse"][0]
+    table = json.loads((tmp_path / "fhn.json").read_text())["rows"]  # the 1-epoch rows are kept beside the 2-epoch ones
+    assert sorted((r["model"], r["epochs"]) for r in table) == [("lem", 1), ("lem", 2), ("lstm", 1), ("lstm", 2)]

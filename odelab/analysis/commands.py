@@ -71,7 +71,7 @@ def _builder(task, model: str, input_size: int, hidden: int, output_size: int, s
 
 
 def cmd_compare_schemes(args: argparse.Namespace) -> int:
-    from ..tasks import TASKS
+    from ..tasks import TASKS, settings
     from ..train import TrainConfig, fit
     from .plots import plot_scheme_comparison
 
@@ -93,8 +93,8 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     if model_name not in cells.PRESETS:
         raise SystemExit(f"odelab: --model: unknown model {model_name!r}; choose from {sorted(cells.PRESETS)}")
     task = TASKS[task_name]
-    preset = dict(task.presets["quick"])
-    hidden = hidden or task.hidden.get(model_name, preset["hidden_size"])
+    preset = settings(task, "quick", model_name)
+    hidden = hidden or preset["hidden_size"]
     settings = dict(QUICK) if args.quick else dict(length=None, train=None, valid=None, test=None,
                                                    epochs=preset["epochs"], retrain_epochs=preset["epochs"], finest=8)
     for key in ("length", "epochs", "retrain_epochs", "finest"):
@@ -164,7 +164,8 @@ def cmd_stability(args: argparse.Namespace) -> int:
         _write(out, "gradients", result)
         plots.plot_gradients(result, out / "gradients.png")
         print(f"gradients over {args.steps} steps (median of {len(seeds)} inits)\n"
-              f"{'model':14s}{'‖∂L/∂h_T‖':>12s}{'‖∂L/∂h_1‖':>12s}{'log10 ratio':>13s}{'decades/1000':>14s}  underflow")
+              f"{'model':14s}{'‖∂L/∂h_T‖':>12s}{'‖∂L/∂h_1‖':>12s}{'log10 ratio':>13s}{'decades/1000':>14s}"
+              "  underflow")
         for name, row in result.items():
             ratio = row["log10_ratio_last_to_lag0"]
             print(f"{name:14s}{row['norm_lag0']:12.3e}{row['norm_last']:12.3e}"
