@@ -1,6 +1,8 @@
 """Presets: the published cells as (system, scheme, dt), plus torch.nn baselines with the same interface."""
 from __future__ import annotations
 
+import ast
+import inspect
 from functools import partial
 from typing import Sequence
 
@@ -116,3 +118,51 @@ PRESETS = {
     "taugru": partial(TauGRU, tau=20.0),  # τ = 20 steps: the paper's ENSO setting (001 Table 10)
     "delaygru": partial(DelayGRU, tau=20.0),
 }
+
+
+def preset_keywords(model: str, items: Sequence[str]) -> dict:
+    """``KEY=VALUE`` strings -> keywords of ``PRESETS[model]`` (values read as Python literals: 0.1, 2, True,
+    'implicit'; anything else stays a string). A key the constructor does not name raises ValueError listing its
+    keywords, unless it takes ``**kwargs`` (passed on to its system, which checks them)."""
+    if model not in PRESETS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(sorted(PRESETS))}")
+    parameters = inspect.signature(PRESETS[model]).parameters.values()
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    accepted = [p.name for p in parameters if p.name not in ("input_size", "hidden_size") and p.kind is not p.VAR_KEYWORD]
+    keywords = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        if key not in accepted and not open_ended:
+            raise ValueError(f"{model} has no option {key!r}; it accepts: {', '.join(accepted) or 'none'}")
+        try:
+            keywords[key] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            keywords[key] = text.strip()
+    return keywords
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``"lem"`` or ``"lem[dt=0.01,alpha=2]"`` -> (preset name, keywords) (see :func:`preset_keywords`)."""
+    name, bracket, rest = spec.strip().partition("[")
+    if not bracket:
+        return name, preset_keywords(name, [])
+    if not rest.endswith("]"):
+        raise ValueError(f"model spec {spec!r}: expected NAME[KEY=VALUE,...]")
+    items = [item for item in rest[:-1].split(",") if item.strip()]
+    return name.strip(), preset_keywords(name.strip(), items)
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated list of model specs, leaving the commas inside ``[...]`` alone."""
+    specs, depth, current = [], 0, ""
+    for char in text:
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            specs.append(current)
+            current = ""
+        else:
+            current += char
+    return [s.strip() for s in specs + [current] if s.strip()]

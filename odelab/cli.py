@@ -14,8 +14,6 @@ Each subcommand is one ``add_*_command(subparsers)`` function that registers its
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
 import os
 import sys
 import time
@@ -41,30 +39,11 @@ def build_model(name: str, input_size: int, hidden_size: int, output_size: int, 
 
 
 def parse_model_options(model: str, items: list[str]) -> dict:
-    """``--model-option KEY=VALUE`` pairs -> keywords of the model's constructor (values read as Python
-    literals: 0.1, 2, True, 'implicit'; anything else stays a string). A key the constructor does not name is
-    an error that lists its keywords, unless it takes ``**kwargs`` (passed on to its system, which checks them)."""
-    constructor = cells.PRESETS.get(model)
-    if constructor is None:
-        raise SystemExit(f"odelab: unknown model {model!r}; choose from {', '.join(sorted(cells.PRESETS))}")
-    parameters = inspect.signature(constructor).parameters.values()
-    open_ended = any(p.kind is p.VAR_KEYWORD for p in parameters)
-    accepted = [p.name for p in parameters
-                if p.name not in ("input_size", "hidden_size") and p.kind is not p.VAR_KEYWORD]
-    options = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise SystemExit(f"odelab: --model-option: expected KEY=VALUE, got {item!r}")
-        if key not in accepted and not open_ended:
-            raise SystemExit(f"odelab: --model-option: {model} has no option {key!r}; "
-                             f"it accepts: {', '.join(accepted) or 'none'}")
-        try:
-            options[key] = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            options[key] = text.strip()
-    return options
+    """``--model-option KEY=VALUE`` pairs -> keywords of the model's constructor (:func:`cells.preset_keywords`)."""
+    try:
+        return cells.preset_keywords(model, items)
+    except ValueError as err:
+        raise SystemExit(f"odelab: --model-option: {err}") from None
 
 
 def init_distributed(device: str) -> str:
@@ -99,7 +78,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.preset not in task.presets:
         args.error(f"--preset: choose from {', '.join(task.presets)}")
     preset = settings(task, args.preset, args.model)
-    hidden = args.hidden or preset.pop("hidden_size")
+    hidden = preset.pop("hidden_size")
+    hidden = args.hidden or hidden
     args.model_options = parse_model_options(args.model, args.model_option)
     overrides = {k: getattr(args, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(args, k) is not None}
     if args.threads is not None:

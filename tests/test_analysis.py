@@ -171,6 +171,19 @@ def test_gradients_vs_lag_shapes_and_lag_zero():
     assert result["rnn"]["norm_last"] < result["rnn"]["norm_lag0"]
 
 
+def test_model_specs_carry_keywords_into_the_studies():
+    assert cells.split_specs("lem,lem[dt=0.01,alpha=1], rnn") == ["lem", "lem[dt=0.01,alpha=1]", "rnn"]
+    assert cells.parse_spec("cornn[dt=0.1,damping=implicit]") == ("cornn", {"dt": 0.1, "damping": "implicit"})
+    for bad in ("unicornn[foo=1]", "lem[dt=0.1", "nope"):
+        with pytest.raises(ValueError):
+            cells.parse_spec(bad)
+    cell = stability.build_cell("lem[dt=0.25]", 1, 3)
+    assert cell.dt == 0.25
+    result = stability.gradients_vs_lag(["lem", "lem[dt=0.01]"], steps=50, hidden_size=4, batch=2, seeds=(0,))
+    # a smaller step moves the state less per step: the gradient decays more slowly with the lag (000 §4)
+    assert result["lem[dt=0.01]"]["norm_last"] > result["lem"]["norm_last"]
+
+
 def test_decay_summary_rate_and_underflow():
     norms = torch.tensor([10.0 ** (-0.01 * k) for k in range(50)] + [0.0] * 5, dtype=torch.float64)
     summary = stability.decay_summary(norms)

@@ -32,11 +32,15 @@ def _write(out: Path, name: str, result) -> None:
 
 
 def _model_list(text: str | None, default) -> list[str]:
-    names = list(default) if not text else [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in cells.PRESETS and n != "rnn"]
-    if unknown:
-        raise SystemExit(f"odelab: --model: unknown {unknown}; choose from {sorted(cells.PRESETS) + ['rnn']}")
-    return names
+    """Model specs from --model (``lem,lem[dt=0.01],rnn``), each checked (name and keywords)."""
+    specs = list(default) if not text else cells.split_specs(text)
+    for spec in specs:
+        if spec != "rnn":
+            try:
+                cells.parse_spec(spec)
+            except ValueError as err:
+                raise SystemExit(f"odelab: --model: {err} (or rnn)") from None
+    return specs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -194,7 +198,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
         print("inverse step (3.7) reconstruction error, Δt = 2: " + ", ".join(
             f"T={n}: f32 {a:.1e} / f64 {b:.1e}" for n, a, b in zip(lengths, inverse["float32"], inverse["float64"])))
     if "eigen" in studies:
-        names = [n for n in models if n in cells.PRESETS and n not in ("lstm", "gru", "taugru", "delaygru")]
+        names = [n for n in models if n != "rnn" and cells.parse_spec(n)[0] not in ("lstm", "gru", "taugru", "delaygru")]
         result = stability.eigen_study(names, steps=min(args.steps, 500), hidden_size=args.hidden)
         _write(out, "eigen", result)
         plots.plot_eigen(result, out / "eigen.png")
@@ -241,7 +245,8 @@ def add_analysis_commands(sub) -> None:
 
     p = sub.add_parser("stability", help="gradients vs lag, LEM bound, UnICORNN energy, eigenvalues, LRC damping")
     p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}); "
-                                   "lstm and rnn are always added to the gradient study")
+                                   "a model's keywords in brackets, e.g. lem[dt=0.01]; lstm and rnn are always "
+                                   "added to the gradient study")
     p.add_argument("--study", default="all", choices=STUDIES + ("all",))
     p.add_argument("--steps", type=int, default=1000, help="sequence length (up to 10^4 for the gradient study)")
     p.add_argument("--hidden", type=int, default=16)

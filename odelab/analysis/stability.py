@@ -125,13 +125,13 @@ def state_gradients(model: nn.Module, x: Tensor, direction: Tensor) -> Tensor:
     return per_step.norm(dim=-1)
 
 
-def build_cell(name: str, input_size: int, hidden_size: int) -> nn.Module:
-    """A preset from :data:`odelab.cells.PRESETS`, or ``"rnn"`` = torch.nn.RNN with tanh (batch first)."""
-    if name == "rnn":
+def build_cell(spec: str, input_size: int, hidden_size: int) -> nn.Module:
+    """A preset from :data:`odelab.cells.PRESETS`, with keywords as ``"lem[dt=0.01]"``
+    (:func:`odelab.cells.parse_spec`), or ``"rnn"`` = torch.nn.RNN with tanh (batch first)."""
+    if spec == "rnn":
         return nn.RNN(input_size, hidden_size, nonlinearity="tanh", batch_first=True)
-    if name not in cells.PRESETS:
-        raise ValueError(f"model: unknown model {name!r}; choose from {sorted(cells.PRESETS) + ['rnn']}")
-    return cells.PRESETS[name](input_size, hidden_size)
+    name, keywords = cells.parse_spec(spec)
+    return cells.PRESETS[name](input_size, hidden_size, **keywords)
 
 
 def gradients_vs_lag(models: Sequence[str], steps: int, hidden_size: int = 16, batch: int = 4,
