@@ -65,7 +65,7 @@ def test_imex_first_order_and_rk4_fourth_order_in_part_a_float64():
     imex_1 = next(r for r in rows if r["scheme"] == "imex" and r["factor"] == "1")
     with torch.no_grad():
         expected = float((model(x) - y).pow(2).mean().sqrt())
-    assert imex_1["test_rmse"] == pytest.approx(expected, rel=1e-12)
+    assert imex_1["test_rmse"] == pytest.approx(expected, rel=1e-12, abs=0)
 
 
 def test_discretized_swaps_scheme_and_substeps_then_restores():
@@ -182,6 +182,12 @@ def test_model_specs_carry_keywords_into_the_studies():
     result = stability.gradients_vs_lag(["lem", "lem[dt=0.01]"], steps=50, hidden_size=4, batch=2, seeds=(0,))
     # a smaller step moves the state less per step: the gradient decays more slowly with the lag (000 §4)
     assert result["lem[dt=0.01]"]["norm_last"] > result["lem"]["norm_last"]
+
+
+def test_scaled_norm_does_not_underflow_before_the_entries():
+    v = torch.tensor([[3e-200, 4e-200], [0.0, 0.0]], dtype=torch.float64)
+    assert v.norm(dim=-1)[0] == 0  # the plain norm squares the entries
+    assert stability.scaled_norm(v).tolist() == pytest.approx([5e-200, 0.0], rel=1e-12, abs=0)
 
 
 def test_decay_summary_rate_and_underflow():

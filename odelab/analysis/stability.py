@@ -100,7 +100,7 @@ def _torch_rnn_gradients(rnn: nn.RNNBase, x: Tensor, direction: Tensor) -> Tenso
     grads = torch.autograd.grad(loss, flat, allow_unused=True)  # c_T does not reach o_T
     grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, flat)]
     per_step = torch.stack([torch.cat(grads[k * parts:(k + 1) * parts], -1)[0] for k in range(len(probes))], 1)
-    return per_step.norm(dim=-1)  # (batch, T)
+    return scaled_norm(per_step)  # (batch, T)
 
 
 def state_gradients(model: nn.Module, x: Tensor, direction: Tensor) -> Tensor:
@@ -122,7 +122,15 @@ def state_gradients(model: nn.Module, x: Tensor, direction: Tensor) -> Tensor:
     grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, flat)]
     blocks = len(sizes)
     per_step = torch.stack([torch.cat(grads[k * blocks:(k + 1) * blocks], -1) for k in range(len(probes))], 1)
-    return per_step.norm(dim=-1)
+    return scaled_norm(per_step)
+
+
+def scaled_norm(v: Tensor) -> Tensor:
+    """‖v‖ over the last dimension, computed as m ‖v/m‖ with m = max |v| so that it does not underflow to 0
+    while the entries are still representable (a plain norm squares them: 0 below ~1e-154 in float64)."""
+    scale = v.abs().amax(dim=-1, keepdim=True)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return (v / safe).norm(dim=-1) * scale.squeeze(-1)
 
 
 def build_cell(spec: str, input_size: int, hidden_size: int) -> nn.Module:
