@@ -75,7 +75,7 @@ def _builder(task, model: str, input_size: int, hidden: int, output_size: int, s
 
 
 def cmd_compare_schemes(args: argparse.Namespace) -> int:
-    from ..tasks import TASKS, settings
+    from ..tasks import TASKS, settings as task_settings
     from ..train import TrainConfig, fit
     from .plots import plot_scheme_comparison
 
@@ -97,7 +97,7 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     if model_name not in cells.PRESETS:
         raise SystemExit(f"odelab: --model: unknown model {model_name!r}; choose from {sorted(cells.PRESETS)}")
     task = TASKS[task_name]
-    preset = settings(task, "quick", model_name)
+    preset = task_settings(task, "quick", model_name)
     hidden = hidden or preset["hidden_size"]
     settings = dict(QUICK) if args.quick else dict(length=None, train=None, valid=None, test=None,
                                                    epochs=preset["epochs"], retrain_epochs=preset["epochs"], finest=8)
@@ -135,8 +135,10 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"odelab: --schemes: unknown {unknown}; choose from {sorted(FIXED_SCHEMES)}")
     evaluation = scheme_analysis.evaluate_trained(model, *data["test"], schemes=schemes, finest=settings["finest"])
+    print(f"(a) evaluated under {', '.join(schemes)} ({time.perf_counter() - tic:.0f} s)", flush=True)
     training = None
     if not args.no_retrain:
+        print(f"(b) retraining under each scheme, {settings['retrain_epochs']} epochs each", flush=True)
         retrain = TrainConfig(**{**train_fields, "epochs": settings["retrain_epochs"]}, seed=args.seed)
         training = scheme_analysis.train_under_schemes(build, data, retrain, schemes)
     result = {"task": task_name, "model": model_name, "hidden_size": hidden, "settings": settings, "trained": trained,

@@ -222,4 +222,7 @@ def train_under_schemes(build, data: dict, config, schemes: Sequence[str]) -> li
         except NonFiniteLoss:
             row = {"test_rmse": None, "valid_rmse": None, "status": "diverged"}
         results.append({"scheme": scheme, "train_seconds": time.perf_counter() - tic, **row})
+        done = results[-1]
+        print(f"  trained under {scheme}: " + (f"test RMSE {done['test_rmse']:.3e}" if done["status"] == "ok"
+                                                else "diverged") + f", {done['train_seconds']:.0f} s", flush=True)
     return results
