@@ -43,6 +43,10 @@ def plot_scheme_comparison(evaluation: dict, training: list[dict] | None, path: 
     axes[0].set(xlabel="sub-step h", ylabel="max |observable − reference|",
                 title=f"trajectory error vs {evaluation['reference']}")
     axes[1].set(xlabel="sub-step h", ylabel="test RMSE", title="test error of the trained model")
+    steps = sorted({r["step"] for r in rows})
+    for ax in axes[:2]:  # ticks at the sub-steps themselves (the log axis' minor labels overlap)
+        ax.set_xticks(steps, [f"{h:.3g}" for h in steps])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].legend(fontsize=8)
     axes[1].legend(fontsize=8)
     if training:
