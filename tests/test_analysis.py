@@ -195,6 +195,8 @@ def test_decay_summary_rate_and_underflow():
     summary = stability.decay_summary(norms)
     assert summary["decades_per_1000_steps"] == pytest.approx(-10.0)  # 0.01 decades per step
     assert summary["underflow_lag"] == 50 and summary["log10_ratio_last_to_lag0"] is None
+    stalled = torch.tensor([1.0, 1e-200, 1e-310, 5e-324, 5e-324], dtype=torch.float64)  # subnormal tail
+    assert stability.decay_summary(stalled)["underflow_lag"] == 2
     growing = stability.decay_summary(torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64))
     assert growing["log10_ratio_last_to_lag0"] == pytest.approx(math.log10(4.0))
     assert growing["underflow_lag"] is None and growing["decades_per_1000_steps"] > 0

@@ -162,10 +162,11 @@ def gradients_vs_lag(models: Sequence[str], steps: int, hidden_size: int = 16, b
 
 
 def decay_summary(norms: Tensor) -> dict:
-    """log10 ‖∂L/∂h_1‖/‖∂L/∂h_T‖ (None once the gradient has underflowed to 0 in the working precision), the
-    first lag where it is 0 (None if never), and the fitted rate, decades per 1000 steps (least-squares slope of
-    log10 norm against lag over the lags where it is positive; < 0: vanishing, > 0: exploding)."""
-    positive = norms > 0
+    """log10 ‖∂L/∂h_1‖/‖∂L/∂h_T‖ (None once the gradient has underflowed), the first lag where it has (None if
+    never), and the fitted rate, decades per 1000 steps (least-squares slope of log10 norm against lag before the
+    underflow; < 0: vanishing, > 0: exploding). Underflowed = below the smallest normal number of the dtype:
+    subnormal gradients lose precision and stall at the smallest subnormal instead of decaying."""
+    positive = norms >= torch.finfo(norms.dtype).tiny
     lags = torch.arange(len(norms), dtype=torch.float64)[positive]
     logs = torch.log10(norms[positive].double())
     slope = None
