@@ -64,9 +64,10 @@ def plot_scheme_comparison(evaluation: dict, training: list[dict] | None, path: 
 def plot_gradients(result: dict, path: str | Path) -> None:
     """Median ‖∂L/∂h_k‖ against the lag T − k, one line per model (log scale)."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, curve in result.items():
+    colors = plt.get_cmap("tab20").colors if len(result) > 10 else plt.get_cmap("tab10").colors
+    for color, (name, curve) in zip(colors, result.items()):
         normal = [v if v >= np.finfo(np.float64).tiny else np.nan for v in curve["median_norm"]]  # cut at underflow
-        ax.semilogy(curve["lag"], normal, label=name,
+        ax.semilogy(curve["lag"], normal, label=name, color=color,
                     ls="--" if name in ("lstm", "rnn", "gru") else "-")
     ax.set(xlabel="lag T − k", ylabel="median ‖∂L/∂h_k‖", title="gradient of the last output w.r.t. the state at step k")
     ax.legend(fontsize=8, ncol=2)
