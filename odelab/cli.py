@@ -78,8 +78,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.preset not in task.presets:
         args.error(f"--preset: choose from {', '.join(task.presets)}")
     preset = settings(task, args.preset, args.model)
-    hidden = preset.pop("hidden_size")
-    hidden = args.hidden or hidden
+    preset_hidden = preset.pop("hidden_size")
+    hidden = args.hidden or preset_hidden
     args.model_options = parse_model_options(args.model, args.model_option)
     overrides = {k: getattr(args, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(args, k) is not None}
     if args.threads is not None:

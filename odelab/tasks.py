@@ -45,7 +45,6 @@ class Task:
     presets: dict[str, dict]  # preset -> TrainConfig fields + hidden_size
     options: dict[str, str] = field(default_factory=dict)
     hidden: dict[str, int] = field(default_factory=dict)  # per-model hidden size where the paper's table differs
-    per_model: dict[str, dict[str, dict]] = field(default_factory=dict)  # preset -> model -> overrides (e.g. lr)
     model_options: Callable[[str, dict], dict] = lambda model, options: {}
     baselines: dict[str, Callable[[dict], float]] = field(default_factory=dict)
     report: Callable[[Tensor, dict], dict] | None = None
@@ -55,10 +54,9 @@ class Task:
 
 
 def settings(task: Task, preset: str, model: str) -> dict:
-    """TrainConfig fields + hidden_size of ``model`` under ``preset``: the preset, then the model's hidden size
-    from the paper's table, then the preset's per-model overrides."""
-    return {**task.presets[preset], **({"hidden_size": task.hidden[model]} if model in task.hidden else {}),
-            **task.per_model.get(preset, {}).get(model, {})}
+    """TrainConfig fields + hidden_size of ``model`` under ``preset``: the preset, with the model's hidden size
+    from the paper's table where it differs."""
+    return {**task.presets[preset], **({"hidden_size": task.hidden[model]} if model in task.hidden else {})}
 
 
 def linear_extrapolation_rmse(x: Tensor, y: Tensor) -> float:
