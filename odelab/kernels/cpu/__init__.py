@@ -1,0 +1,1 @@
+"""CPU kernels: registrations (module paths only; see ``odelab.kernels``)."""
