@@ -1,2 +1,14 @@
 """CUDA kernels (Triton): registrations (module paths only; the kernel modules import Triton themselves, on
-first use, so a CPU-only install never needs it)."""
+first use, so a CPU-only install never needs it).
+
+Every kernel runs the whole sequence in one launch forward and one backward (see ``_common`` for the layout);
+fp32 (IEEE dots, no TF32) and fp64.
+"""
+from ... import systems
+from .. import register
+
+register(systems.LEM, "imex", "cuda", ".cuda.lem:run")
+register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit")
+register(systems.CoRNN, "imex-implicit", "cuda", ".cuda.oscillators:run_cornn_implicit")
+register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillators:run_oscillator")
+register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run")

@@ -1,0 +1,68 @@
+"""Shared pieces of the Triton kernels: accurate elementwise functions, the tiled matrix product of a state
+row block with a weight matrix, block sizes, and the host-side plumbing of the autograd Functions.
+
+Layout (every kernel): a program owns ``BB`` batch rows for the whole sequence (grid = ⌈B/BB⌉ programs, one
+launch). The states of every step are written to a ``(batch, T + 1, hidden)`` buffer per block (index 0 = the
+initial state); they are the outputs, and the only thing the backward keeps. A step reads the previous state
+from that buffer in ``BH``-wide hidden tiles and multiplies it with ``BH × BH`` weight tiles (``tl.dot``, fp32
+in IEEE precision, no TF32), so any hidden size runs in the same kernel: one tile (weights loop-invariant,
+served from L1/L2) when hidden ≤ BH, a loop over tiles otherwise. Phases of a step that need a full row of the
+previous phase (LEM's y after z, the adjoint after the pre-activation gradients) are separated by
+``tl.debug_barrier()`` (a CTA barrier; the global writes of the CTA are visible after it).
+
+Scalars (Δt, γ, ε, α) are read from a small tensor of the computation dtype, so that fp64 runs are fp64
+throughout (a Python float argument would be rounded to fp32).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+BLOCK_B = 16  # tl.dot needs M, N, K >= 16
+MAX_BLOCK_H = 64
+
+
+def block_sizes(batch: int, hidden: int, block_h: int | None = None) -> tuple[int, int]:
+    """(BB, BH): 16 batch rows per program; hidden tiles of the next power of two ≥ 16, at most 64."""
+    if block_h is None:
+        block_h = min(MAX_BLOCK_H, max(16, triton.next_power_of_2(hidden)))
+    return BLOCK_B, block_h
+
+
+@triton.jit
+def tanh(x):
+    """tanh(x) = −expm1(−2|x|) / (2 + expm1(−2|x|)) with sign; expm1 by Kahan's trick (accurate near 0,
+    where 1 − exp(−2|x|) would cancel)."""
+    u = -2.0 * tl.abs(x)
+    e = tl.exp(u)
+    safe = tl.where((e == 1.0) | (e == 0.0), 0.5, e)
+    em1 = tl.where(e == 1.0, u, (safe - 1.0) * u / tl.log(safe))
+    em1 = tl.where(e == 0.0, -1.0, em1)
+    t = -em1 / (2.0 + em1)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
+       TRANS: tl.constexpr, BH: tl.constexpr):
+    """acc (BB, BH) += S[rows, 0:K] @ op(W)[:, n0:n0 + BH], op(W) = Wᵀ (W stored (N, K), row stride w_stride)
+    or, with TRANS, W itself (stored (K, N)). S rows at s_ptr + row * s_stride (unit column stride)."""
+    cols = n0 + tl.arange(0, BH)
+    cmask = cols < N
+    for k0 in range(0, K, BH):
+        ks = k0 + tl.arange(0, BH)
+        kmask = ks < K
+        s = tl.load(s_ptr + rows[:, None] * s_stride + ks[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
+        if TRANS:
+            w = tl.load(w_ptr + ks[:, None] * w_stride + cols[None, :], mask=kmask[:, None] & cmask[None, :],
+                        other=0.0)
+        else:
+            w = tl.load(w_ptr + cols[None, :] * w_stride + ks[:, None], mask=kmask[:, None] & cmask[None, :],
+                        other=0.0)
+        acc = tl.dot(s, w, acc, input_precision="ieee")
+    return acc

@@ -1,0 +1,179 @@
+"""LEM with the "imex" scheme (000 eq. 3) as one Triton launch forward and one backward over the sequence.
+
+    z_n = z_{n−1} + Δt (σ̂(p1) ⊙ tanh(q) − σ̂(p1) ⊙ z_{n−1}),  p1 = W1 y_{n−1} + a1,  q = Wz y_{n−1} + az
+    y_n = y_{n−1} + Δt (σ̂(p2) ⊙ tanh(r) − σ̂(p2) ⊙ y_{n−1}),  p2 = W2 y_{n−1} + a2,  r = Wy z_n + ay
+
+with [a1, az, a2, ay] = ``system.encode(x)`` (one GEMM in torch, its backward by autograd). The forward keeps
+the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them and writes the gradient of every
+pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
+GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import block_sizes, mv, sigmoid, tanh
+
+
+@triton.jit
+def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    dt = tl.load(C)
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    for n in range(1, T + 1):
+        e = E + (n - 1) * 4 * H
+        yp = Y + (n - 1) * H
+        zp = Z + (n - 1) * H
+        zn = Z + n * H
+        yn = Y + n * H
+        for c0 in range(0, H, BH):  # z_n from (z_{n−1}, y_{n−1})
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH)
+            p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH)
+            q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            s1 = sigmoid(p1)
+            z = z + dt * (s1 * tanh(q) - s1 * z)
+            tl.store(zn + rows[:, None] * sS + cols[None, :], z, mask=m)
+        tl.debug_barrier()
+        for c0 in range(0, H, BH):  # y_n from (y_{n−1}, z_n)
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH)
+            p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH)
+            r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            s2 = sigmoid(p2)
+            y = y + dt * (s2 * tanh(r) - s2 * y)
+            tl.store(yn + rows[:, None] * sS + cols[None, :], y, mask=m)
+        tl.debug_barrier()
+
+
+@triton.jit
+def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+    """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    dt = tl.load(C)
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    sO = T * H
+    for i in range(0, T):
+        n = T - i
+        cur = n % 2
+        lz_cur = LZ + cur * B * H
+        ly_cur = LY + cur * B * H
+        lz_nxt = LZ + (1 - cur) * B * H
+        ly_nxt = LY + (1 - cur) * B * H
+        e = E + (n - 1) * 4 * H
+        g = G + (n - 1) * 4 * H
+        yp = Y + (n - 1) * H
+        zp = Z + (n - 1) * H
+        zn = Z + n * H
+        for c0 in range(0, H, BH):  # the y-step: g_p2, g_r; λy partial
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH)
+            p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH)
+            r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            ly = tl.load(ly_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            s2 = sigmoid(p2)
+            tr = tanh(r)
+            gp2 = ly * dt * (tr - y) * s2 * (1.0 - s2)
+            gr = ly * dt * s2 * (1.0 - tr * tr)
+            tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
+            tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
+            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly * (1.0 - dt * s2), mask=m)
+        tl.debug_barrier()
+        for c0 in range(0, H, BH):  # the z-step: λz_n total, g_p1, g_q, λz_{n−1}
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+            lz = mv(zero, g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH)
+            lz += tl.load(lz_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH)
+            p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH)
+            q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            s1 = sigmoid(p1)
+            tq = tanh(q)
+            tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - z) * s1 * (1.0 - s1), mask=m)
+            tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * dt * s1 * (1.0 - tq * tq), mask=m)
+            tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz * (1.0 - dt * s1), mask=m)
+        tl.debug_barrier()
+        for c0 in range(0, H, BH):  # λy_{n−1} = partial + [g_p1, g_q] W1z + g_p2 W2 + dL/dy_{n−1}
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            ly = tl.load(ly_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            ly = mv(ly, g, sE, rows, rmask, W1Z, H, c0, 2 * H, H, True, BH)
+            ly = mv(ly, g + 2 * H, sE, rows, rmask, W2, H, c0, H, H, True, BH)
+            ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
+            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
+        tl.debug_barrier()
+
+
+class LEMSequence(torch.autograd.Function):
+    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h) -> (ys, z_T, y_T)``."""
+
+    @staticmethod
+    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h):
+        B, T, _ = enc.shape
+        H = z0.shape[1]
+        enc, weight_y, W2, Wy = (t.contiguous() for t in (enc, weight_y, W2, Wy))
+        Z = enc.new_empty(B, T + 1, H)
+        Y = enc.new_empty(B, T + 1, H)
+        Z[:, 0] = z0
+        Y[:, 0] = y0
+        consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
+        BB, BH = block_sizes(B, H, block_h)
+        _lem_forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH)
+        ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts)
+        ctx.block_h = block_h
+        return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
+
+    @staticmethod
+    def backward(ctx, grad_ys, grad_z, grad_y):
+        enc, weight_y, W2, Wy, Z, Y, consts = ctx.saved_tensors
+        B, T, _ = enc.shape
+        H = Z.shape[2]
+        grad_ys = grad_ys.contiguous()
+        G = torch.empty_like(enc)
+        LZ = enc.new_empty(2, B, H)
+        LY = enc.new_empty(2, B, H)
+        LZ[T % 2] = grad_z
+        LY[T % 2] = grad_y + grad_ys[:, T - 1]
+        BB, BH = block_sizes(B, H, ctx.block_h)
+        _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, B, T, H,
+                                             BB=BB, BH=BH)
+        y_prev = Y[:, :-1]
+        d_weight_y = torch.einsum("btk,bth->kh", G[..., : 2 * H], y_prev)
+        d_W2 = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], y_prev)
+        d_Wy = torch.einsum("btk,bth->kh", G[..., 3 * H:], Z[:, 1:])
+        return G, d_weight_y, d_W2, d_Wy, LZ[0].clone(), LY[0].clone(), None, None
+
+
+def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+    """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0)."""
+    if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
+        x = x.repeat_interleave(unfolds, dim=1)
+        ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
+                                     float(dt) / unfolds, block_h)
+        return ys[:, unfolds - 1::unfolds], (z, y)
+    ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
+                                 float(dt), block_h)
+    return ys, (z, y)

@@ -1,0 +1,220 @@
+"""Second-order cells, state (z, y) with y' = z: coRNN ("imex": damping explicit, "imex-implicit": damping
+implicit; 002 eq. 2.3) and the neural oscillator ("symplectic-euler"; thesis eq. 4.1), one Triton launch
+forward and one backward over the sequence.
+
+    a_n = 𝒲 z_{n−1} + W y_{n−1} + (V u_n + b)          (the oscillator: 𝒲 = 0, γ = ε = 0)
+    z_n = z_{n−1} + Δt (tanh(a_n) − γ y_{n−1} − ε z_{n−1})          coRNN, explicit damping
+    z_n = (z_{n−1} + Δt (tanh(a_n) − γ y_{n−1})) / (1 + Δt ε)      coRNN, implicit damping
+    z_n = z_{n−1} + Δt tanh(a_n)                                    neural oscillator
+    y_n = y_{n−1} + Δt z_n
+
+The backward recomputes a_n from the stored states, writes g_a = ∂L/∂a_n per step (= the gradient of the
+encoding V u + b) and accumulates the γ, ε gradients per (batch, hidden) element; the recurrent weight
+gradient is one GEMM: d[𝒲 | W] = Σ_n g_aᵀ [z_{n−1} | y_{n−1}].
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import block_sizes, mv, tanh
+
+OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
+
+
+@triton.jit
+def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    dt = tl.load(C)
+    gamma = tl.load(C + 1)
+    eps = tl.load(C + 2)
+    sE = T * H
+    sS = (T + 1) * H
+    sW = H
+    if MODE != 0:
+        sW = 2 * H
+    WY = WR
+    if MODE != 0:
+        WY = WR + H
+    for n in range(1, T + 1):
+        zp = Z + (n - 1) * H
+        yp = Y + (n - 1) * H
+        for c0 in range(0, H, BH):
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            a = tl.load(E + (n - 1) * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            if MODE != 0:
+                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH)
+            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH)
+            z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            th = tanh(a)
+            if MODE == 0:
+                z = z + dt * th
+            elif MODE == 1:
+                z = z + dt * ((th - gamma * y) - eps * z)
+            else:
+                z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
+            y = y + dt * z
+            tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+            tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+        tl.debug_barrier()
+
+
+@triton.jit
+def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
+              BH: tl.constexpr):
+    """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    dt = tl.load(C)
+    gamma = tl.load(C + 1)
+    eps = tl.load(C + 2)
+    sE = T * H
+    sS = (T + 1) * H
+    sW = H
+    if MODE != 0:
+        sW = 2 * H
+    WY = WR
+    if MODE != 0:
+        WY = WR + H
+    for i in range(0, T):
+        n = T - i
+        cur = n % 2
+        lz_cur = LZ + cur * B * H
+        ly_cur = LY + cur * B * H
+        lz_nxt = LZ + (1 - cur) * B * H
+        ly_nxt = LY + (1 - cur) * B * H
+        zp = Z + (n - 1) * H
+        yp = Y + (n - 1) * H
+        g = G + (n - 1) * H
+        for c0 in range(0, H, BH):
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            a = tl.load(E + (n - 1) * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            if MODE != 0:
+                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH)
+            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH)
+            th = tanh(a)
+            lz = tl.load(lz_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            ly = tl.load(ly_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
+            if MODE == 0:
+                ga = lz * dt * (1.0 - th * th)
+                lz_part = lz
+                ly_part = ly
+            else:
+                z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+                y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+                acc_g = tl.load(AC + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+                acc_e = tl.load(AC + B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+                if MODE == 1:
+                    ga = lz * dt * (1.0 - th * th)
+                    lz_part = lz * (1.0 - dt * eps)
+                    ly_part = ly - lz * dt * gamma
+                    acc_g += -lz * dt * y
+                    acc_e += -lz * dt * z
+                else:
+                    d = 1.0 + dt * eps
+                    zn = tl.load(Z + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+                    ga = lz * dt / d * (1.0 - th * th)
+                    lz_part = lz / d
+                    ly_part = ly - lz * dt * gamma / d
+                    acc_g += -lz * dt * y / d
+                    acc_e += -lz * zn * dt / d
+                tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
+                tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
+            tl.store(g + rows[:, None] * sE + cols[None, :], ga, mask=m)
+            tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz_part, mask=m)
+            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly_part, mask=m)
+        tl.debug_barrier()
+        for c0 in range(0, H, BH):  # λ_{n−1} += g_a [𝒲 | W], + dL/dy_{n−1}
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            if MODE != 0:
+                lz = tl.load(lz_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+                lz = mv(lz, g, sE, rows, rmask, WR, sW, c0, H, H, True, BH)
+                tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz, mask=m)
+            ly = tl.load(ly_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            ly = mv(ly, g, sE, rows, rmask, WY, sW, c0, H, H, True, BH)
+            ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :],
+                          mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
+            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
+        tl.debug_barrier()
+
+
+class SecondOrderSequence(torch.autograd.Function):
+    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
+    (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε)."""
+
+    @staticmethod
+    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h):
+        B, T, H = enc.shape
+        enc, W_rec = enc.contiguous(), W_rec.contiguous()
+        Z = enc.new_empty(B, T + 1, H)
+        Y = enc.new_empty(B, T + 1, H)
+        Z[:, 0] = z0
+        Y[:, 0] = y0
+        consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
+                            coefficients.detach().to(enc.dtype)))
+        BB, BH = block_sizes(B, H, block_h)
+        _forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH)
+        ctx.save_for_backward(enc, W_rec, consts, Z, Y)
+        ctx.mode, ctx.block_h = mode, block_h
+        return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
+
+    @staticmethod
+    def backward(ctx, grad_ys, grad_z, grad_y):
+        enc, W_rec, consts, Z, Y = ctx.saved_tensors
+        B, T, H = enc.shape
+        mode = ctx.mode
+        grad_ys = grad_ys.contiguous()
+        G = torch.empty_like(enc)
+        LZ = enc.new_empty(2, B, H)
+        LY = enc.new_empty(2, B, H)
+        AC = enc.new_zeros(2, B, H)
+        LZ[T % 2] = grad_z
+        LY[T % 2] = grad_y + grad_ys[:, T - 1]
+        BB, BH = block_sizes(B, H, ctx.block_h)
+        _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
+                                         BB=BB, BH=BH)
+        d_Wy = torch.einsum("btk,bth->kh", G, Y[:, :-1])
+        if mode == OSCILLATOR:
+            d_W = d_Wy
+        else:
+            d_W = torch.cat((torch.einsum("btk,bth->kh", G, Z[:, :-1]), d_Wy), dim=1)
+        d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
+        return G, d_W, d_coefficients, LZ[0].clone(), LY[0].clone(), None, None, None
+
+
+def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h):
+    h = float(dt) / unfolds
+    if unfolds != 1:  # L sub-steps of dt/L with the input held
+        x = x.repeat_interleave(unfolds, dim=1)
+    ys, z, y = SecondOrderSequence.apply(system.encode(x), W_rec, coefficients, state[0], state[1], h, mode, block_h)
+    if unfolds != 1:
+        ys = ys[:, unfolds - 1::unfolds]
+    return ys, (z, y)
+
+
+def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+    """coRNN, "imex" (explicit damping, the official cell)."""
+    coefficients = torch.stack(system.gamma_epsilon())
+    return _run(system, x, state, dt, unfolds, EXPLICIT, system.weight[:, system.input_size:], coefficients, block_h)
+
+
+def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+    """coRNN, "imex-implicit" (implicit damping, the paper's option)."""
+    coefficients = torch.stack(system.gamma_epsilon())
+    return _run(system, x, state, dt, unfolds, IMPLICIT, system.weight[:, system.input_size:], coefficients, block_h)
+
+
+def run_oscillator(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+    """Neural oscillator, "symplectic-euler"."""
+    coefficients = x.new_zeros(2)
+    return _run(system, x, state, dt, unfolds, OSCILLATOR, system.weight[:, system.input_size:], coefficients,
+                block_h)

@@ -1,0 +1,115 @@
+"""One UnICORNN layer with symplectic Euler (002 eq. 3.6), the per-neuron step Δt σ̂(c):
+
+    z_n = z_{n−1} − Δt σ̂(c) ⊙ (tanh(w ⊙ y_{n−1} + x_n) + α y_{n−1}),   x_n = V u_n + b (``encode``)
+    y_n = y_{n−1} + Δt σ̂(c) ⊙ z_n
+
+The recurrence is diagonal, so the kernels are elementwise over batch × hidden: a 1-D grid of BLOCK elements,
+each running its whole sequence in registers (forward: writes z_n, y_n; backward: the adjoint recursion from
+the stored states, writing ∂L/∂x_n per step and per-element partial sums of ∂L/∂w and ∂L/∂σ̂(c), reduced over
+the batch in torch).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import sigmoid, tanh
+
+BLOCK = 128
+
+
+@triton.jit
+def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = idx < B * H
+    b = idx // H
+    j = idx % H
+    dt = tl.load(K)
+    alpha = tl.load(K + 1)
+    w = tl.load(Wv + j, mask=mask, other=0.0)
+    s = sigmoid(tl.load(Cv + j, mask=mask, other=0.0))
+    z = tl.load(Z + b * (T + 1) * H + j, mask=mask, other=0.0)
+    y = tl.load(Y + b * (T + 1) * H + j, mask=mask, other=0.0)
+    for n in range(1, T + 1):
+        x = tl.load(E + b * T * H + (n - 1) * H + j, mask=mask, other=0.0)
+        z = z + dt * (-s * (tanh(w * y + x) + alpha * y))
+        y = y + dt * (s * z)
+        tl.store(Z + b * (T + 1) * H + n * H + j, z, mask=mask)
+        tl.store(Y + b * (T + 1) * H + n * H + j, y, mask=mask)
+
+
+@triton.jit
+def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.constexpr):
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = idx < B * H
+    b = idx // H
+    j = idx % H
+    dt = tl.load(K)
+    alpha = tl.load(K + 1)
+    w = tl.load(Wv + j, mask=mask, other=0.0)
+    s = sigmoid(tl.load(Cv + j, mask=mask, other=0.0))
+    lz = tl.load(GZ + idx, mask=mask, other=0.0)
+    ly = tl.load(GY + idx, mask=mask, other=0.0) + tl.load(GO + b * T * H + (T - 1) * H + j, mask=mask, other=0.0)
+    gw = tl.zeros((BLOCK,), dtype=w.dtype)
+    gs = tl.zeros((BLOCK,), dtype=w.dtype)
+    for i in range(0, T):
+        n = T - i
+        zn = tl.load(Z + b * (T + 1) * H + n * H + j, mask=mask, other=0.0)
+        yp = tl.load(Y + b * (T + 1) * H + (n - 1) * H + j, mask=mask, other=0.0)
+        x = tl.load(E + b * T * H + (n - 1) * H + j, mask=mask, other=0.0)
+        th = tanh(w * yp + x)
+        gs += ly * dt * zn  # y_n = y_{n−1} + Δt s z_n
+        lz = lz + dt * s * ly
+        gs += -lz * dt * (th + alpha * yp)  # z_n = z_{n−1} − Δt s (tanh(a) + α y_{n−1})
+        ga = -lz * dt * s * (1.0 - th * th)
+        tl.store(G + b * T * H + (n - 1) * H + j, ga, mask=mask)
+        gw += ga * yp
+        ly = ly + ga * w - lz * dt * s * alpha
+        ly += tl.load(GO + b * T * H + (n - 2) * H + j, mask=mask & (idx * 0 + n >= 2), other=0.0)
+    tl.store(GZ + idx, lz, mask=mask)
+    tl.store(GY + idx, ly, mask=mask)
+    tl.store(GW + idx, gw, mask=mask)
+    tl.store(GS + idx, gs, mask=mask)
+
+
+class UnICORNNSequence(torch.autograd.Function):
+    """``apply(enc, w, c, z0, y0, dt, alpha) -> (ys, z_T, y_T)``."""
+
+    @staticmethod
+    def forward(ctx, enc, w, c, z0, y0, dt, alpha):
+        B, T, H = enc.shape
+        enc, w, c = enc.contiguous(), w.contiguous(), c.contiguous()
+        Z = enc.new_empty(B, T + 1, H)
+        Y = enc.new_empty(B, T + 1, H)
+        Z[:, 0] = z0
+        Y[:, 0] = y0
+        consts = torch.tensor([dt, alpha], dtype=enc.dtype, device=enc.device)
+        _forward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, B, T, H, BLOCK=BLOCK)
+        ctx.save_for_backward(enc, w, c, consts, Z, Y)
+        return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
+
+    @staticmethod
+    def backward(ctx, grad_ys, grad_z, grad_y):
+        enc, w, c, consts, Z, Y = ctx.saved_tensors
+        B, T, H = enc.shape
+        GZ = grad_z.contiguous().clone()
+        GY = grad_y.contiguous().clone()
+        G = torch.empty_like(enc)
+        GW = enc.new_empty(B, H)
+        GS = enc.new_empty(B, H)
+        _backward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, grad_ys.contiguous(), GZ, GY, G, GW, GS,
+                                                B, T, H, BLOCK=BLOCK)
+        s = torch.sigmoid(c)
+        return G, GW.sum(0), GS.sum(0) * s * (1.0 - s), GZ, GY, None, None
+
+
+def run(system, x, state, dt, unfolds=1, lags=(), **_):
+    """One UnICORNN layer, "symplectic-euler", over ``x`` from ``state`` = (z0, y0)."""
+    h = float(dt) / unfolds
+    if unfolds != 1:
+        x = x.repeat_interleave(unfolds, dim=1)
+    ys, z, y = UnICORNNSequence.apply(system.encode(x), system.w, system.c, state[0], state[1], h, system.alpha)
+    if unfolds != 1:
+        ys = ys[:, unfolds - 1::unfolds]
+    return ys, (z, y)
