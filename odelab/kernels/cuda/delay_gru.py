@@ -1,0 +1,238 @@
+"""τ-GRU (001 eq. 14, with the §5 ablation switches) and Delay GRU (001 eq. 12) with Euler and the papers'
+ring buffer (zero history), one Triton launch forward and one backward over the sequence. Step n reads the
+delayed state h_{n−1−m}, m = ⌊τ/h⌋ (``lags``; zero before the first state, the current state when m = 0):
+
+    τ-GRU:      h_n = h + Δt (g ⊙ (β tanh(W1 h + e_u) + α σ̂(W4 h + e_a) ⊙ tanh(W2 h_{n−1−m} + e_z)) − g ⊙ h)
+    Delay GRU:  h_n = h + Δt (g ⊙ tanh(W1 h + W2 h_{n−1−m} + e_c) − g ⊙ h)
+    g = σ̂(W3 h + e_g) (1 without gating),  h = h_{n−1},  [e_·] = ``encode(x)``
+
+The ring buffer is the state buffer itself: every state is kept (it is what the backward needs), so the
+delayed read is an offset. The backward writes the pre-activation gradients per step; the adjoint of the
+delayed read, g_delayed W2, is stored at index n−1−m of a (batch, T + 1, hidden) buffer and added when the
+backward sweep reaches that state. Weight gradients: GEMMs over all steps in torch.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import block_sizes, mv, sigmoid, tanh
+
+
+@triton.jit
+def _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
+              HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+    """(target, u, z, a, g) of one (BB, BH) tile; absent branches give 0 (u, z) or 1 (a, g)."""
+    cols = c0 + tl.arange(0, BH)
+    zero = tl.zeros((BB, BH), dtype=hp.dtype.element_ty)
+    one = zero + 1.0
+    target = zero
+    u = zero
+    z = zero
+    a = one
+    g = one
+    if HAS_U:
+        pu = tl.load(e + EU * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+        pu = mv(pu, hp, sS, rows, rmask, WH + WU * H * H, H, c0, H, H, False, BH)
+        if U_DELAYED:
+            pu = mv(pu, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH)
+        u = tanh(pu)
+        target = beta * u
+    if HAS_Z:
+        pz = tl.load(e + EZ * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+        pz = mv(pz, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH)
+        z = tanh(pz)
+        if HAS_A:
+            pa = tl.load(e + EA * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            pa = mv(pa, hp, sS, rows, rmask, WH + WA * H * H, H, c0, H, H, False, BH)
+            a = sigmoid(pa)
+        target += alpha * (a * z)
+    if HAS_G:
+        pg = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+        pg = mv(pg, hp, sS, rows, rmask, WH + WG * H * H, H, c0, H, H, False, BH)
+        g = sigmoid(pg)
+    return target, u, z, a, g
+
+
+@triton.jit
+def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
+             HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+             U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+             WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    dt = tl.load(C)
+    alpha = tl.load(C + 1)
+    beta = tl.load(C + 2)
+    sE = T * NE * H
+    sS = (T + 1) * H
+    for n in range(1, T + 1):
+        e = E + (n - 1) * NE * H
+        hp = S + (n - 1) * H
+        hd = S + (n - 1 - M) * H
+        dmask = rmask & (rows * 0 + n - 1 - M >= 0)  # zero history
+        for c0 in range(0, H, BH):
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            target, u, z, a, g = _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
+                                           HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA,
+                                           BB, BH)
+            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            h = h + dt * (g * target - g * h)
+            tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        tl.debug_barrier()
+
+
+@triton.jit
+def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
+              HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
+              BB: tl.constexpr, BH: tl.constexpr):
+    """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong; LD (B, T+1, H)
+    the delayed-read adjoints, zero-initialised; ED = the encoding block of the delayed pre-activation."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    dt = tl.load(C)
+    alpha = tl.load(C + 1)
+    beta = tl.load(C + 2)
+    sE = T * NE * H
+    sS = (T + 1) * H
+    sO = T * H
+    for i in range(0, T):
+        n = T - i
+        cur = n % 2
+        l_cur = L + cur * B * H
+        l_nxt = L + (1 - cur) * B * H
+        e = E + (n - 1) * NE * H
+        gp = G + (n - 1) * NE * H
+        hp = S + (n - 1) * H
+        hd = S + (n - 1 - M) * H
+        dmask = rmask & (rows * 0 + n - 1 - M >= 0)
+        for c0 in range(0, H, BH):
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            target, u, z, a, g = _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
+                                           HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA,
+                                           BB, BH)
+            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            lam = tl.load(l_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            gt = lam * dt * g  # ∂L/∂target
+            if HAS_G:
+                tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g),
+                         mask=m)
+            if HAS_U:
+                tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
+            if HAS_Z:
+                tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
+                if HAS_A:
+                    tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
+            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * g), mask=m)
+        tl.debug_barrier()
+        for c0 in range(0, H, BH):  # λ_{n−1} += Σ g_b W_b + dL/dh_{n−1} + delayed adjoints
+            cols = c0 + tl.arange(0, BH)
+            m = rmask[:, None] & (cols < H)[None, :]
+            zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
+            lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+            if HAS_U:
+                lam = mv(lam, gp + EU * H, sE, rows, rmask, WH + WU * H * H, H, c0, H, H, True, BH)
+            if HAS_G:
+                lam = mv(lam, gp + EG * H, sE, rows, rmask, WH + WG * H * H, H, c0, H, H, True, BH)
+            if HAS_A:
+                lam = mv(lam, gp + EA * H, sE, rows, rmask, WH + WA * H * H, H, c0, H, H, True, BH)
+            lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :],
+                           mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
+            lam += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            if HAS_D:
+                gd = mv(zero, gp + ED * H, sE, rows, rmask, W2, H, c0, H, H, True, BH)
+                lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
+                tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
+                         mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
+            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
+        tl.debug_barrier()
+
+
+class DelayGRUSequence(torch.autograd.Function):
+    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h) -> (hs, h_T)``; ``layout`` =
+    (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
+    (encoding block, weight_h block) pairs of the maps of h."""
+
+    @staticmethod
+    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h):
+        B, T, _ = enc.shape
+        H = h0.shape[1]
+        enc, weight_h = enc.contiguous(), weight_h.contiguous()
+        W2c = enc.new_zeros(1) if W2 is None else W2.contiguous()
+        S = enc.new_empty(B, T + 1, H)
+        S[:, 0] = h0
+        consts = torch.tensor([dt, alpha, beta], dtype=enc.dtype, device=enc.device)
+        BB, BH = block_sizes(B, H, block_h)
+        flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
+                          "WA"), layout[:13]))
+        _forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH)
+        ctx.save_for_backward(enc, weight_h, W2c, consts, S)
+        ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2 = lag, layout, block_h, W2 is not None
+        return S[:, 1:], S[:, T].clone()
+
+    @staticmethod
+    def backward(ctx, grad_hs, grad_h):
+        enc, weight_h, W2, consts, S = ctx.saved_tensors
+        B, T, _ = enc.shape
+        H = S.shape[2]
+        lag, layout = ctx.lag, ctx.layout
+        grad_hs = grad_hs.contiguous()
+        G = torch.zeros_like(enc)
+        L = enc.new_empty(2, B, H)
+        L[T % 2] = grad_h + grad_hs[:, T - 1]
+        LD = enc.new_zeros(B, T + 1, H)
+        BB, BH = block_sizes(B, H, ctx.block_h)
+        flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
+                          "WA", "ED"), layout[:14]))
+        flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
+        _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
+                                         BB=BB, BH=BH)
+        h_prev = S[:, :-1]
+        blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
+        d_weight_h = torch.cat([torch.einsum("btk,bth->kh", G[..., e * H:(e + 1) * H], h_prev) for e, _ in blocks])
+        d_W2 = None
+        if ctx.has_w2:
+            ed = layout[13]
+            d_W2 = torch.zeros_like(W2)
+            if T > lag:
+                d_W2 = torch.einsum("btk,bth->kh", G[:, lag:, ed * H:(ed + 1) * H], S[:, : T - lag])
+        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None
+
+
+def _lag(lags) -> int:
+    return int(lags[0]) if lags else 0  # no delay (τ = 0): the delayed state is the current one
+
+
+def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+    """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none)."""
+    if unfolds != 1:
+        x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
+    enc_index = {b: i for i, b in enumerate(system.branches)}
+    h_index = {b: i for i, b in enumerate(system.h_branches)}
+    has = {b: b in enc_index for b in "uzga"}
+    layout = (len(system.branches), has["u"], has["z"], has["g"], has["a"], False,
+              enc_index.get("u", 0), enc_index.get("z", 0), enc_index.get("g", 0), enc_index.get("a", 0),
+              h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
+              tuple((enc_index[b], h_index[b]) for b in system.h_branches))
+    hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
+                                    system.alpha, system.beta, _lag(lags), layout, block_h)
+    return hs[:, unfolds - 1::unfolds], (hT,)
+
+
+def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+    """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none)."""
+    if unfolds != 1:
+        x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
+    layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
+    hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
+                                    1.0, 1.0, _lag(lags), layout, block_h)
+    return hs[:, unfolds - 1::unfolds], (hT,)
