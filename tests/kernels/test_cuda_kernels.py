@@ -40,6 +40,10 @@ PRESETS = {
     "gru-ode": (lambda m, d: cells.GRUODE(m, d, dt=0.8), ".cuda.gru:run"),
     "taugru": (lambda m, d: cells.TauGRU(m, d, tau=2.0), ".cuda.delay_gru:run_taugru"),
     "delaygru": (lambda m, d: cells.DelayGRU(m, d, tau=1.0), ".cuda.delay_gru:run_delaygru"),
+    "ltc": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=6), ".cuda.liquid:run_ltc"),
+    "stc": (lambda m, d: cells.STC(m, d, dt=1.0, unfolds=6), ".cuda.liquid:run_stc"),
+    "lrcu-a": (lambda m, d: cells.LRCU(m, d, "asymmetric"), ".cuda.liquid:run_lrc"),
+    "lrcu-s": (lambda m, d: cells.LRCU(m, d, "symmetric"), ".cuda.liquid:run_lrc"),
     "gru-ode-reset-before": (lambda m, d: cells.GRUODE(m, d, dt=0.8, reset_after=False), ".cuda.gru:run"),
 }
 
