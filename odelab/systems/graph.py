@@ -264,7 +264,7 @@ class GradientGating(GraphSystem):
         p = _number("p", p)
         if p <= 0:
             raise ValueError(f"p: expected a number > 0, got {p!r}")
-        self.register_buffer("exponent", torch.tensor(p))
+        self._p = p
         if gate_coupling is not None and not isinstance(gate_coupling, nn.Module):
             raise TypeError(f"gate_coupling: expected an nn.Module or None, got {type(gate_coupling).__name__}")
         self.gate_coupling = gate_coupling
@@ -276,7 +276,7 @@ class GradientGating(GraphSystem):
 
     @property
     def p(self) -> float:
-        return float(self.exponent)
+        return self._p
 
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, p={self.p:g}, activation={self.activation_name}, "
@@ -284,7 +284,7 @@ class GradientGating(GraphSystem):
                 f"shared_gate={self.gate_coupling is None}, num_nodes={self.num_nodes}")
 
     def symbols(self) -> dict[str, Tensor]:
-        out = {"p": self.exponent}
+        out = {"p": torch.tensor(self._p)}
         out.update(self._coupling_symbols("F_θ", "W", self.coupling))
         if self.gate_coupling is not None:
             out.update(self._coupling_symbols("F̂_θ̂", "Ŵ", self.gate_coupling))
@@ -293,7 +293,14 @@ class GradientGating(GraphSystem):
     def rates(self, x: Tensor, edges: Tensor, tau_hat: Tensor) -> Tensor:
         """τ = tanh(AGG_{j→i} |τ̂_j − τ̂_i|^p) per node and channel (8.4), x and τ̂ in node layout."""
         src, dst = edges[0], edges[1]
-        diff = (tau_hat[src] - tau_hat[dst]).abs().pow(self.exponent)
+        diff = tau_hat.index_select(0, src) - tau_hat.index_select(0, dst)
+        p = self._p
+        if p == 2.0:
+            diff = diff.square()
+        elif p == 1.0:
+            diff = diff.abs()
+        else:  # |d|^p with a float exponent (a tensor exponent takes the slow generic pow)
+            diff = diff.abs().pow(p)
         total = torch.zeros_like(tau_hat).index_add_(0, dst, diff)
         if self.aggregation == "mean":
             count = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device).index_add_(
