@@ -38,17 +38,21 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor) -> float:
     return float(diff.square().sum() / x.shape[0])
 
 
-def mad(x: Tensor, edge_index: Tensor | None = None, eps: float = 1e-12) -> float:
+def mad(x: Tensor, edge_index: Tensor | None = None, eps: float | None = None) -> float:
     """Mean average distance (Chen et al. 2020): D_ij = 1 − cos(X_i, X_j) over the pairs of the mask (all
     pairs, or the edges when ``edge_index`` is given); per-node mean over its non-zero entries, then the
-    mean over nodes with a non-zero value."""
-    norm = x / x.norm(dim=1, keepdim=True).clamp_min(eps)
+    mean over nodes with a non-zero value. Distances ≤ ``eps`` (default 16 × the dtype's machine epsilon,
+    the round-off of a cosine) count as zero."""
+    eps = 16 * torch.finfo(x.dtype).eps if eps is None else eps
+    norm = x / x.norm(dim=1, keepdim=True).clamp_min(1e-30)
     if edge_index is None:
-        dist = (1.0 - norm @ norm.T).clamp_min(0.0)
+        dist = 1.0 - norm @ norm.T
+        dist = torch.where(dist > eps, dist, torch.zeros_like(dist))
         dist.fill_diagonal_(0.0)
         total, count = dist.sum(1), (dist > eps).sum(1)
     else:
-        d = (1.0 - (norm[edge_index[0]] * norm[edge_index[1]]).sum(1)).clamp_min(0.0)
+        d = 1.0 - (norm[edge_index[0]] * norm[edge_index[1]]).sum(1)
+        d = torch.where(d > eps, d, torch.zeros_like(d))
         total = torch.zeros(x.shape[0], dtype=x.dtype).index_add_(0, edge_index[1], d)
         count = torch.zeros(x.shape[0], dtype=x.dtype).index_add_(0, edge_index[1], (d > eps).to(x.dtype))
     has = count > 0
