@@ -2,6 +2,7 @@
 #
 #   make venv    create/reuse .venv and install odelab (+ test extra)
 #   make test    run the test suite (slow tests deselected; see pyproject.toml)
+#   make test-long   the same with the long hypothesis profile (1000 examples per property)
 #   make demo    fit FitzHugh-Nagumo with LEM, results in runs/demo
 #   make bench   run every benchmark in benchmarks/ (installs the bench extra; ~10 min, JSON in benchmarks/results/)
 #   make clean   remove the venv and build/test artefacts (keeps runs/ and .odelab_cache/)
@@ -27,7 +28,7 @@ PIP   := $(PY) -m pip
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test test-long demo bench clean
 
 venv: $(STAMP)
 
@@ -61,7 +62,12 @@ $(BENCH_STAMP): $(STAMP)
 	@touch $@
 
 test: venv
+	@$(PY) -c 'import platform, torch; print(f"Python {platform.python_version()}, torch {torch.__version__}")'
 	$(PY) -m pytest -q
+
+test-long: venv
+	@$(PY) -c 'import platform, torch; print(f"Python {platform.python_version()}, torch {torch.__version__}")'
+	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q
 
 demo: venv
 	$(VENV)/bin/odelab fit fhn --model lem --threads 1 --out runs/demo

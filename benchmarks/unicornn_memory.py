@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from odelab.unicornn import UnICORNNStack
+from odelab import UnICORNNStack
 
 
 def saved_bytes(model: UnICORNNStack, x: torch.Tensor) -> int:

@@ -15,7 +15,7 @@ from odelab import cells
 from odelab.analysis import schemes
 from odelab.analysis.plots import plot_scheme_comparison
 from odelab.data import fitzhugh_nagumo
-from odelab.train import SequenceRegressor, TrainConfig, fit
+from odelab import SequenceRegressor, TrainConfig, fit
 
 
 def main() -> None:

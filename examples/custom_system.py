@@ -1,5 +1,5 @@
 """Your own vector field as a sequence model: a System subclass and a plain nn.Module f(t, y, u), both trained
-on FitzHugh--Nagumo one-step prediction with odelab.Recurrent + odelab.train.fit, then re-stepped by rk4.
+on FitzHugh--Nagumo one-step prediction with odelab.Recurrent + odelab.fit, then re-stepped by rk4.
 
     python examples/custom_system.py [--tiny] [--epochs N]
 
@@ -21,7 +21,8 @@ from odelab import Recurrent
 from odelab.analysis.schemes import discretized
 from odelab.data import fitzhugh_nagumo
 from odelab.systems import System
-from odelab.train import SequenceRegressor, TrainConfig, fit, rmse
+from odelab import SequenceRegressor, TrainConfig, fit
+from odelab.training import rmse
 
 
 class NeuralFitzHughNagumo(System):

@@ -18,7 +18,7 @@ import odelab
 from odelab import cells
 from odelab.data import enso
 from odelab.systems import ENSO
-from odelab.train import SequenceRegressor, TrainConfig, fit
+from odelab import SequenceRegressor, TrainConfig, fit
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--tiny", action="store_true")

@@ -11,8 +11,8 @@ import torch
 
 from odelab import cells
 from odelab.data import fitzhugh_nagumo
-from odelab.plots import plot_predictions
-from odelab.train import SequenceRegressor, TrainConfig, fit
+from odelab.training.plots import plot_predictions
+from odelab import SequenceRegressor, TrainConfig, fit
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a slice of the data")

@@ -14,7 +14,7 @@ import odelab
 from odelab import cells
 from odelab.data import mackey_glass
 from odelab.systems import MackeyGlass
-from odelab.train import SequenceRegressor, TrainConfig, fit
+from odelab import SequenceRegressor, TrainConfig, fit
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--tiny", action="store_true")

@@ -4,7 +4,20 @@ Tests marked ``gpu`` are skipped automatically when no CUDA device is available.
 The ``slow`` and ``gpu`` markers are registered in pyproject.toml.
 """
 
+import os
+
 import pytest
+
+try:  # property-based tests: a short profile for CI, a long one for `make test-long`
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("long", max_examples=1000, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # hypothesis comes with the test extra; without it those tests are skipped
+    pass
 
 
 def _cuda_available() -> bool:
@@ -30,3 +43,14 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def float64():
+    """Run a test with float64 as torch's default dtype (numerical-accuracy tests)."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)

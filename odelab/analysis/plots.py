@@ -81,7 +81,7 @@ def plot_lem_bound(rows: list[dict], path: str | Path) -> None:
         line, = ax.plot(row["t"], row["max_state_curve"], label=f"Δt = {row['dt']}")
         ax.plot(row["t"], row["bound_curve"], ls="--", color=line.get_color(), lw=1)
     ax.set(xscale="log", yscale="log", xlabel="t_n", ylabel="max state (solid) / bound (dashed)",
-           title="LEM hidden-state bound (000 Prop. 4.1)")
+           title="LEM hidden-state bound (Rusch et al. 2022, Prop. 4.1)")
     ax.legend(fontsize=8)
     _save(fig, path)
 

@@ -26,9 +26,9 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..models import Recurrent
+from ..models import Recurrent, UnICORNNStack
 from ..solvers.schemes import FIXED_SCHEMES
-from ..unicornn import UnICORNNStack
+from ..training import NonFiniteLoss, fit
 
 REFERENCE_SCHEME = "rk4"
 
@@ -206,7 +206,6 @@ def train_under_schemes(build, data: dict, config, schemes: Sequence[str]) -> li
     """Part (b): ``build()`` (a fresh ``SequenceRegressor``, same seed each time) trained with
     :func:`odelab.train.fit` under each scheme; test/valid RMSE, wall time, and ``status`` "ok" or
     "diverged" (a non-finite loss stopped the run)."""
-    from ..train import NonFiniteLoss, fit
 
     results = []
     for scheme in schemes:

@@ -1,16 +1,16 @@
 """Stability studies of the continuous-time cells.
 
 * :func:`gradients_vs_lag` -- ‖∂L/∂h_k‖ against the lag T − k, L = r·o_T a fixed random projection of the last
-  output: the exploding/vanishing-gradient picture (000 §4, eqs. 5/25; 002 Props. 3.2.2–3.2.4; 001 Prop. 3),
+  output: the exploding/vanishing-gradient picture (Rusch et al. 2022, §4, eqs. 5/25; Rusch 2023, Props. 3.2.2–3.2.4; Erichson et al. 2025, Prop. 3),
   odelab cells against torch.nn.LSTM and a tanh torch.nn.RNN.
-* :func:`lem_state_bound` -- 000 Prop. 4.1: for Δt ≤ 1 and z_0 = y_0 = 0,
+* :func:`lem_state_bound` -- Rusch et al. 2022, Prop. 4.1: for Δt ≤ 1 and z_0 = y_0 = 0,
   max_i max(|z_n^i|, |y_n^i|) ≤ min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt), for any input.
 * :func:`unicornn_energy` / :func:`energy_drift` -- the Hamiltonian (thesis eq. 3.4) along trajectories;
   :func:`invert_partitioned_euler` -- the exact inverse step (3.7).
 * :func:`field_jacobian` / :func:`eigen_study` -- eigenvalues of h·∂f/∂state along a trajectory against the
   stability regions of explicit Euler, RK2, RK4 and implicit Euler.
 * :func:`damping_study` -- LRC vs STC (and LTC) oscillation damping: zero crossings after a step input and
-  of an oscillating pair (lrc.md §5.1, surrogates S1 and S2).
+  of an oscillating pair .
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .. import cells, systems
-from ..models import Recurrent
+from .. import systems
+from ..models import Recurrent, cells
 from ..solvers.field import Field
 from ..solvers.schemes import FIXED_SCHEMES, Scheme
 from ..systems.base import State, System
@@ -67,11 +67,12 @@ def trajectory(layer: Recurrent, x: Tensor, state: State | None = None,
                probes: Sequence[State] | None = None) -> tuple[Tensor, list[State]]:
     """``(outputs, states)``: the layer's outputs on x and its full state after every sample (a list of T tuples)."""
     hook = _SampleHook(layer.scheme, layer.unfolds, probes)
-    saved, layer.scheme = layer.scheme, hook
+    saved, layer.scheme = (layer.scheme, layer.engine), hook
+    layer.engine = "generic"  # the hook is a scheme: only the generic loop steps through it
     try:
         outputs, _ = layer(x, state)
     finally:
-        layer.scheme = saved
+        layer.scheme, layer.engine = saved
     return outputs, hook.states
 
 
@@ -133,15 +134,6 @@ def scaled_norm(v: Tensor) -> Tensor:
     return (v / safe).norm(dim=-1) * scale.squeeze(-1)
 
 
-def build_cell(spec: str, input_size: int, hidden_size: int) -> nn.Module:
-    """A preset from :data:`odelab.cells.PRESETS`, with keywords as ``"lem[dt=0.01]"``
-    (:func:`odelab.cells.parse_spec`), or ``"rnn"`` = torch.nn.RNN with tanh (batch first)."""
-    if spec == "rnn":
-        return nn.RNN(input_size, hidden_size, nonlinearity="tanh", batch_first=True)
-    name, keywords = cells.parse_spec(spec)
-    return cells.PRESETS[name](input_size, hidden_size, **keywords)
-
-
 def gradients_vs_lag(models: Sequence[str], steps: int, hidden_size: int = 16, batch: int = 4,
                      seeds: Sequence[int] = (0, 1, 2), dtype: torch.dtype = torch.float64) -> dict:
     """Median over random initialisations (``seeds``) of the batch-mean ‖∂L/∂h_k‖, as a function of the lag
@@ -151,7 +143,7 @@ def gradients_vs_lag(models: Sequence[str], steps: int, hidden_size: int = 16, b
         curves = []
         for seed in seeds:
             torch.manual_seed(seed)
-            model = build_cell(name, 1, hidden_size).to(dtype)
+            model = cells.build(name, 1, hidden_size).to(dtype)
             x = torch.randn(batch, steps, 1, dtype=dtype)
             direction = F.normalize(torch.randn(hidden_size, dtype=dtype), dim=0)
             curves.append(state_gradients(model, x, direction).mean(0).flip(0).detach())  # index = lag
@@ -179,11 +171,11 @@ def decay_summary(norms: Tensor) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# LEM state bound (000 Prop. 4.1)
+# LEM state bound (Rusch et al. 2022, Prop. 4.1)
 
 
 def lem_bound(dt: float, t: Tensor) -> Tensor:
-    """min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt) (000 Prop. 4.1, Δt ≤ 1)."""
+    """min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt) (Rusch et al. 2022, Prop. 4.1, Δt ≤ 1)."""
     return torch.clamp((1 + dt) / math.sqrt(2 - dt) * t.sqrt(), max=1.0)
 
 
@@ -193,7 +185,7 @@ def lem_state_bound(dts: Sequence[float] = (0.1, 0.5, 1.0, 1.5, 1.9), steps: int
     """Random LEMs (official init, inputs N(0, input_scale²)) stepped by the published cell (imex, eq. 3) from
     zero; per Δt the largest max_i max(|z_n^i|, |y_n^i|), the largest ratio to the Prop. 4.1 bound, and whether
     the bound held at every step. For Δt > 1 (outside the hypothesis) the contraction bound
-    max(1, Δt/(2 − Δt)) (lem.md §2.1 [D]) is reported instead."""
+    max(1, Δt/(2 − Δt))  is reported instead."""
     rows = []
     for dt in dts:
         peak, ratio, holds, curve = 0.0, 0.0, True, None
@@ -340,7 +332,7 @@ def eigen_study(models: Sequence[str], steps: int = 200, points: int = 10, hidde
     result = {}
     for name in models:
         torch.manual_seed(seed)
-        layer = single_layer(build_cell(name, 1, hidden_size)).double()
+        layer = single_layer(cells.build(name, 1, hidden_size)).double()
         x = torch.randn(batch, steps, 1, dtype=torch.float64)
         with torch.no_grad():
             states = trajectory(layer, x)[1]
@@ -358,7 +350,7 @@ def eigen_study(models: Sequence[str], steps: int = 200, points: int = 10, hidde
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# LRC vs STC oscillation damping (lrc.md §5.1: surrogates S1 and S2, parameters as printed there)
+# LRC vs STC oscillation damping 
 
 
 def sign_changes(values: Tensor, tol: float) -> int:
@@ -440,7 +432,7 @@ def damping_study(horizon: float = 40.0, fine_dt: float = 0.05, coarse_steps: in
     """For S1 (step input x ≡ 1 from h = 0) and S2 (x ≡ 0 from h = (1, 0)): equilibrium h*, eig(J), |eig(I + J)|
     (the E1 amplification at Δ = 1), zero crossings of h_1 − h_1* of the fine solution (rk4, ``fine_dt``) on
     [0, horizon], and sign changes of the E1 trajectory h_0, ..., h_N (Δ = 1, N = ``coarse_steps``). Tolerances
-    as lrc.md: 1e-9 (S1), 1e-6 (S2)."""
+    as the LRC paper's surrogates: 1e-9 (S1), 1e-6 (S2)."""
     setups = {"S1": (surrogate_s1, 1.0, [0.0], 1e-9), "S2": (surrogate_s2, 0.0, [1.0, 0.0], 1e-6)}
     result = {}
     for label in surrogates:

@@ -1,7 +1,7 @@
 """Sequence tasks, generated offline with odelab's solvers and cached on disk."""
 from .adding import adding
 from .csv_series import csv_series
-from .delay import enso, mackey_glass
+from .delay_oscillators import enso, mackey_glass
 from .fhn import fitzhugh_nagumo
 from .neural_ode import duffing, spiral
 

@@ -1,4 +1,4 @@
-"""The adding problem (000 §5.1, 001 §5; recipe in ../shared/papers/lem.md §3.1 and taugru.md §3.3).
+"""The adding problem (Rusch et al. 2022, §5.1, Erichson et al. 2025, §5; the recipe is documented in docs/references.md).
 
 Input: a sequence of length N with two channels, u_n ~ U(0, 1) and a marker m_n that is 1 at exactly two
 positions, one in each half -- i ∈ [0, ⌊N/2⌋), j ∈ [⌊N/2⌋, N) (official LEM code) -- and 0 elsewhere.

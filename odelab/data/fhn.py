@@ -1,4 +1,4 @@
-"""FitzHugh--Nagumo one-step-ahead prediction (000 §5.5; recipe in ../shared/papers/lem.md §3.5).
+"""FitzHugh--Nagumo one-step-ahead prediction (Rusch et al. 2022, §5.5; the recipe is documented in docs/references.md).
 
 v' = v − v³/3 − w + 0.5, w' = 0.02 (v + 0.7 − 0.8 w) from (c, 0), c ~ U[−1, 1], on [0, 400] sampled at 1001
 points. Input v(t_0..t_999), target v(t_1..t_1000), shape (N, 1000, 1); w is never observed.

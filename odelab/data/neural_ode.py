@@ -1,4 +1,4 @@
-"""The Neural-ODE tasks of the LRC paper (004 §4.2; ../shared/papers/lrc.md §4.3): a linear spiral towards
+"""The Neural-ODE tasks of the LRC paper (Farsang et al. 2024, §4.2): a linear spiral towards
 the origin and a nonlinear (Duffing) oscillator, state (x, y). Train on short windows of 16 points, test on
 the whole 1000-point trajectory given only its initial state (open-loop rollout).
 

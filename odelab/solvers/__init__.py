@@ -1,9 +1,13 @@
-"""Schemes and drivers: how a system is stepped."""
+"""Schemes and drivers: how a system is stepped. ``solve`` (solve.py) dispatches to the drivers: fixed.py (ODEs),
+fixed_delay.py (DDEs, method of steps), adaptive.py (embedded RK pairs); recurrence.py is the sequence loop of
+a recurrent model."""
+from .adaptive import ADAPTIVE_METHODS
 from .inputs import FunctionInput, Hold, InputPath, Linear
-from .schemes import FIXED_SCHEMES, ExplicitRK, PartitionedEuler, Scheme
+from .recurrence import run_sequence
+from .schemes import FIXED_SCHEMES, ExplicitRK, PartitionedEuler, Scheme, resolve_scheme
 from .solution import Solution, SolveError, Status
-from .solve import ADAPTIVE_METHODS, available_methods, solve
-from . import adaptive  # registers dopri5, tsit5, bosh3 in ADAPTIVE_METHODS
+from .solve import available_methods, solve
 
 __all__ = ["solve", "Solution", "SolveError", "Status", "Scheme", "ExplicitRK", "PartitionedEuler",
-           "FIXED_SCHEMES", "ADAPTIVE_METHODS", "available_methods", "Hold", "Linear", "FunctionInput", "InputPath"]
+           "FIXED_SCHEMES", "ADAPTIVE_METHODS", "available_methods", "resolve_scheme", "run_sequence", "Hold",
+           "Linear", "FunctionInput", "InputPath"]

@@ -41,10 +41,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import FunctionSystem, System
-from .delay import as_history_state, delay_values, history_function
+from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
-from .solve import ADAPTIVE_METHODS
 from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau
 
 _SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
@@ -243,7 +242,7 @@ class _Integrator:
     # -- delay systems ------------------------------------------------------------------------------
     def _history_function(self, history, y0: Tensor) -> Callable[[Tensor], Tensor]:
         """φ(s) as a flat (batch, dim) tensor for per-sample times s (batch,); the callable gets s as a
-        (batch, 1) tensor (semantics of ``history`` as in :func:`odelab.solvers.delay.history_function`)."""
+        (batch, 1) tensor (semantics of ``history`` as in :func:`odelab.solvers.history.history_function`)."""
         blocks = self._blocks(y0)
         phi = history_function(self.system, blocks, history, self.t0)  # validates; constant histories
         if history is None or not callable(history) or isinstance(history, Tensor):
@@ -515,5 +514,5 @@ def _driver(name: str) -> Callable[..., Solution]:
     return driver
 
 
-for _name in ADAPTIVE_TABLEAUX:
-    ADAPTIVE_METHODS[_name] = _driver(_name)
+# name -> driver(system, y0, t_tensor, times, path, history=None, **options) -> Solution
+ADAPTIVE_METHODS: dict[str, Callable[..., Solution]] = {name: _driver(name) for name in ADAPTIVE_TABLEAUX}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..systems.base import State, System
 from .field import Field
-from .tableau import EULER, HEUN, MIDPOINT, RK4, ButcherTableau
+from .tableau import ADAPTIVE_TABLEAUX, EULER, HEUN, MIDPOINT, RK4, ButcherTableau
 
 
 class Scheme:
@@ -98,3 +98,15 @@ FIXED_SCHEMES: dict[str, Scheme] = {
     "imex-implicit": PartitionedEuler("imex-implicit", implicit_decay=True),
     "symplectic-euler": PartitionedEuler("symplectic-euler", symplectic=True),
 }
+
+
+def resolve_scheme(method: "str | Scheme") -> Scheme:
+    """A fixed-step scheme by name (or the scheme itself); ValueError naming ``method`` otherwise."""
+    if isinstance(method, Scheme):
+        return method
+    if not isinstance(method, str):
+        raise TypeError(f"method: expected a name or a Scheme, got {type(method).__name__}")
+    if method not in FIXED_SCHEMES:
+        kind = " (adaptive: it takes rtol/atol, not a fixed dt)" if method in ADAPTIVE_TABLEAUX else ""
+        raise ValueError(f"method: unknown fixed-step scheme {method!r}{kind}; expected one of {sorted(FIXED_SCHEMES)}")
+    return FIXED_SCHEMES[method]

@@ -67,3 +67,17 @@ class Solution:
                     where = f" (stopped at t = {self.stats['t_final'][idx[0]].item():.6g} for sample {idx[0]})"
                 lines.append(f"{len(idx)} sample(s) {code.name.lower().replace('_', ' ')}: [{shown}]{where}")
         return "; ".join(lines)
+
+
+def finish(system, t_tensor: Tensor, outputs: list[State], steps, nfe, extra_stats=None, status=None) -> Solution:
+    """Stack recorded states batch-first and attach per-sample stats and status (non-finite detection)."""
+    ys = tuple(torch.stack(block, dim=1) for block in zip(*outputs))
+    batch, device = ys[0].shape[0], ys[0].device
+    finite = torch.stack([torch.isfinite(y).flatten(1).all(1) for y in ys]).all(0)
+    if status is None:
+        status = torch.full((batch,), int(Status.SUCCESS), dtype=torch.int64, device=device)
+    status = torch.where(finite, status, torch.full_like(status, int(Status.NONFINITE)))
+    as_tensor = lambda v: v if isinstance(v, Tensor) else torch.full((batch,), int(v), dtype=torch.int64, device=device)
+    stats = {"steps": as_tensor(steps), "accepted": as_tensor(steps), "rejected": as_tensor(0), "nfe": as_tensor(nfe)}
+    stats.update(extra_stats or {})
+    return Solution(ts=t_tensor, ys=ys, blocks=system.blocks, stats=stats, status=status)

@@ -1,8 +1,9 @@
 """Vector fields: the learnable sequence models and the classical dynamical systems."""
 from .base import FunctionSystem, System
 from .classical import FitzHughNagumo, HarmonicOscillator, LotkaVolterra, VanDerPol
-from .delay import ENSO, MackeyGlass
+from .delay_oscillators import ENSO, MackeyGlass
 from .cornn import CoRNN
+from .graph import GradientGating, GraphCON
 from .gru import GRU
 from .lem import LEM
 from .liquid import LRC, LTC, STC
@@ -10,4 +11,4 @@ from .oscillator import NeuralOscillator
 from .taugru import DelayGRU, TauGRU
 from .unicornn import UnICORNN
 
-__all__ = ["System", "FunctionSystem", "LEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator", "TauGRU", "DelayGRU", "ENSO", "MackeyGlass"]
+__all__ = ["System", "FunctionSystem", "LEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator", "TauGRU", "DelayGRU", "ENSO", "MackeyGlass", "GraphCON", "GradientGating"]

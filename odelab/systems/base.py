@@ -46,7 +46,11 @@ class System(nn.Module):
         raise NotImplementedError
 
     def block_derivative(self, i: int, t: float, state: State, inp: Tensor | None, *delayed: State) -> Tensor:
-        """d(block i)/dt; the default evaluates the full derivative (override when cheaper)."""
+        """d(block i)/dt: forcing − decay · block for a split block, else the full derivative's block i
+        (override when cheaper)."""
+        if self.has_split(i):
+            forcing, decay = self.split(i, t, state, inp, *delayed)
+            return forcing - decay * state[i]
         return self.derivative(t, state, inp, *delayed)[i]
 
     def split(self, i: int, t: float, state: State, inp: Tensor | None, *delayed: State) -> tuple[Tensor, Tensor]:

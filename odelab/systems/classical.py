@@ -20,7 +20,7 @@ class _Classical(System):
 
 
 class FitzHughNagumo(_Classical):
-    """FitzHugh--Nagumo (000 §5.5):  v' = v − v³/3 − w + I,   w' = τ (v + a − b w).
+    """FitzHugh--Nagumo (Rusch et al. 2022, §5.5):  v' = v − v³/3 − w + I,   w' = τ (v + a − b w).
     State x = (v, w); defaults τ = 0.02, I = 0.5, a = 0.7, b = 0.8."""
 
     dim = 2

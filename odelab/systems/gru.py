@@ -113,9 +113,5 @@ class GRU(System):
             candidate = torch.tanh(in_u + F.linear(reset * h, W_u))
         return update * candidate, update  # σ(f) tanh(u) − σ(f) h
 
-    def block_derivative(self, i, t, state, inp, *delayed):
-        forcing, decay = self.split(i, t, state, inp)
-        return forcing - decay * state[0]
-
     def derivative(self, t, state, inp, *delayed):
         return (self.block_derivative(0, t, state, inp),)

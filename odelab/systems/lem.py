@@ -21,7 +21,7 @@ from .base import System
 
 
 class LEM(System):
-    """LEM vector field (000 eq. 2); state ``(z, y)`` in update order, observable ``y``.
+    """LEM vector field (Rusch et al. 2022, eq. 2); state ``(z, y)`` in update order, observable ``y``.
 
     Storage: ``weight_y`` = [W1; Wz] acting on y for the z-equation, ``W2`` (y-gate), ``Wy`` (acting on z),
     ``weight_input`` = [V1; Vz; V2; Vy] and ``bias`` = [b1; bz; b2; by], so that the encoded input
@@ -79,10 +79,6 @@ class LEM(System):
             target = F.linear(z, self.Wy) + target_in
         gate = torch.sigmoid(gate)
         return gate * torch.tanh(target), gate
-
-    def block_derivative(self, i, t, state, inp, *delayed):
-        forcing, decay = self.split(i, t, state, inp)
-        return forcing - decay * state[i]
 
     def derivative(self, t, state, inp, *delayed):
         return tuple(self.block_derivative(i, t, state, inp) for i in range(2))

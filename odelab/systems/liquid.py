@@ -96,10 +96,6 @@ class _ChemicalSynapses(System):
         u = torch.einsum("bjm,jm->bm", opening, self.k[:rows]) + g_leak
         return f, u
 
-    def block_derivative(self, i, t, state, inp, *delayed):
-        forcing, decay = self.split(i, t, state, inp)
-        return forcing - decay * state[0]
-
     def derivative(self, t, state, inp, *delayed):
         return (self.block_derivative(0, t, state, inp),)
 

@@ -1,7 +1,7 @@
 """τ-GRU and Delay GRU (Erichson, Lim, Mahoney, "Gated Recurrent Neural Networks with Weighted Time-Delay
-Feedback", 001): gated delay differential equations with one constant delay τ and zero history.
+Feedback", Erichson et al. 2025): gated delay differential equations with one constant delay τ and zero history.
 
-τ-GRU, continuous (001 eq. 1), with the ablation switches α, β of §5 (α = β = 1 is the paper's model):
+τ-GRU, continuous (Erichson et al. 2025, eq. 1), with the ablation switches α, β of §5 (α = β = 1 is the paper's model):
 
     u = tanh(W1 h(t) + U1 x(t) + b1)                     instantaneous unit        (3)
     z = tanh(W2 h(t − τ) + U2 x(t) + b2)                 delay unit                (4)
@@ -12,13 +12,13 @@ Feedback", 001): gated delay differential equations with one constant delay τ a
 Its forward-Euler step with Δt = 1 and the delayed state h_{n−⌊τ/Δt⌋} is the published cell (eq. 2 = 14):
 h_{n+1} = (1 − g_n) ⊙ h_n + g_n ⊙ (β u_n + α a_n ⊙ z_n) -- ``Recurrent(TauGRU(...), "euler", 1.0)``.
 
-Delay GRU, the time-warped delayed RNN (001 eq. 8--9; its Euler step is eq. 12):
+Delay GRU, the time-warped delayed RNN (Erichson et al. 2025, eq. 8--9; its Euler step is eq. 12):
 
     dh/dt = g ⊙ (tanh(W1 h(t) + W2 h(t − τ) + U x(t) + b) − h),   g = σ̂(W3 h + U3 x + b3)     (9, 12)
 
 Both fields split as forcing − decay · h with decay = g ≥ 0, so the IMEX schemes apply too.
 
-Official code (model_repos.md §4, not implemented): its cell lags the *input* too -- z and a read
+Official code : its cell lags the *input* too -- z and a read
 (h_{n−τ+1}, x_{n−τ}) -- and multiplies the gate by Δt; the system contract passes no delayed input, so
 that variant is not a vector field of this form. This module follows the paper's equations.
 """
@@ -75,10 +75,6 @@ class _GatedDelay(System):
             inp = self.bias.expand(h.shape[0], -1)
         return list(inp.split(self.hidden_size, dim=-1))
 
-    def block_derivative(self, i, t, state, inp, *delayed):
-        forcing, decay = self.split(i, t, state, inp, *delayed)
-        return forcing - decay * state[0]
-
     def derivative(self, t, state: State, inp: Tensor | None, *delayed: State) -> State:
         return (self.block_derivative(0, t, state, inp, *delayed),)
 
@@ -87,10 +83,10 @@ class _GatedDelay(System):
 
 
 class TauGRU(_GatedDelay):
-    """τ-GRU vector field (001 eq. 1, 3--6); state ``(h,)``; ``delays = (τ,)`` in time units (steps of
+    """τ-GRU vector field (Erichson et al. 2025, eq. 1, 3--6); state ``(h,)``; ``delays = (τ,)`` in time units (steps of
     the cell when Δt = 1).
 
-    Ablations (001 §5, Tables 4, 6, 8, 9): ``alpha`` (delay branch α a ⊙ z; 0 removes z, a and W2),
+    Ablations (Erichson et al. 2025, §5, Tables 4, 6, 8, 9): ``alpha`` (delay branch α a ⊙ z; 0 removes z, a and W2),
     ``beta`` (instantaneous branch β u; 0 removes u), ``weighting=False`` (a ≡ 1, "without a_t"),
     ``gating=False`` (g ≡ 1, "no gating": dh/dt = β u + α a ⊙ z − h, the ungated eq. 17), ``tau=0``
     (no delay: z reads h(t)). Branches switched off own no parameters, so parameter counts follow the
@@ -149,7 +145,7 @@ class TauGRU(_GatedDelay):
 
 
 class DelayGRU(_GatedDelay):
-    """Delay GRU vector field (001 eq. 9; the cell eq. 12 is its Euler step with Δt = 1); state ``(h,)``.
+    """Delay GRU vector field (Erichson et al. 2025, eq. 9; the cell eq. 12 is its Euler step with Δt = 1); state ``(h,)``.
 
     Storage: ``weight_h`` = [W1; W3], ``W2`` (on h(t − τ)), ``weight_input`` = [U; U3], ``bias`` = [b; b3].
     """

@@ -5,7 +5,7 @@ Every kernel runs the whole sequence in one launch forward and one backward (see
 fp32 (IEEE dots, no TF32) and fp64.
 """
 from ... import systems
-from .. import register
+from ..registry import register
 
 register(systems.LEM, "imex", "cuda", ".cuda.lem:run")
 register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit")

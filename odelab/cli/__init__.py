@@ -1,0 +1,29 @@
+"""The ``odelab`` command: one module per subcommand, each with ``add_command(subparsers)`` registering its
+parser and its ``run``; ``main`` parses and dispatches. Nothing in the package imports this layer.
+
+    odelab fit TASK --model M ...          train a model on a task (fit.py)
+    odelab reproduce TASK ...              a paper's table, ours beside theirs (reproduce.py)
+    odelab compare-schemes ...             one trained model under every scheme and step (compare_schemes.py)
+    odelab stability ...                   gradients, state bounds, energy, eigenvalues, damping (stability.py)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import compare_schemes, fit, reproduce, stability
+
+COMMANDS = (fit, reproduce, compare_schemes, stability)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="odelab", description="Continuous-time neural ODE/DDE sequence models.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_command(subparsers)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

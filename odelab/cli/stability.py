@@ -1,0 +1,120 @@
+"""``odelab stability``: gradients vs lag, the LEM state bound, UnICORNN energy and inverse, eigenvalues along
+trajectories, LRC damping (``odelab.analysis.stability``).
+
+    odelab stability [--model lem,cornn,...] [--study gradients|lem-bound|unicornn|eigen|lrc-damping|all]
+                     [--steps N] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from ..analysis import plots, stability
+from ..analysis.schemes import json_ready
+from ..models import cells
+from ..systems import UnICORNN
+
+STUDIES = ("gradients", "lem-bound", "unicornn", "eigen", "lrc-damping")
+# single-layer odelab cells of the stability studies (delay cells join the gradient study only)
+STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
+BASELINES = ("lstm", "rnn")
+
+
+def _write(out: Path, name: str, result) -> None:
+    (out / f"{name}.json").write_text(json.dumps(json_ready(result), indent=1))
+
+
+def _model_list(text: str | None, default) -> list[str]:
+    """Model specs from --model (``lem,lem[dt=0.01],rnn``), each checked (name and keywords)."""
+    specs = list(default) if not text else cells.split_specs(text)
+    for spec in specs:
+        if spec != "rnn":
+            try:
+                cells.parse_spec(spec)
+            except ValueError as err:
+                raise SystemExit(f"odelab: --model: {err} (or rnn)") from None
+    return specs
+
+
+def cmd_stability(args: argparse.Namespace) -> int:
+    studies = STUDIES if args.study == "all" else (args.study,)
+    models = _model_list(args.model, STABILITY_MODELS)
+    seeds = tuple(range(args.seeds))
+    out = Path(args.out or "runs/stability")
+    out.mkdir(parents=True, exist_ok=True)
+    tic = time.perf_counter()
+    if "gradients" in studies:
+        names = models + [b for b in BASELINES if b not in models]
+        result = stability.gradients_vs_lag(names, args.steps, args.hidden, seeds=seeds)
+        _write(out, "gradients", result)
+        plots.plot_gradients(result, out / "gradients.png")
+        print(f"gradients over {args.steps} steps (median of {len(seeds)} inits)\n"
+              f"{'model':14s}{'‖∂L/∂h_T‖':>12s}{'‖∂L/∂h_1‖':>12s}{'log10 ratio':>13s}{'decades/1000':>14s}"
+              "  underflow")
+        for name, row in result.items():
+            ratio = row["log10_ratio_last_to_lag0"]
+            print(f"{name:14s}{row['norm_lag0']:12.3e}{row['norm_last']:12.3e}"
+                  f"{'—' if ratio is None else f'{ratio:.2f}':>13s}{row['decades_per_1000_steps']:14.2f}  "
+                  + ("—" if row["underflow_lag"] is None else f"from lag {row['underflow_lag']}"))
+    if "lem-bound" in studies:
+        rows = stability.lem_state_bound(steps=args.steps, hidden_size=args.hidden, seeds=seeds)
+        _write(out, "lem_bound", rows)
+        plots.plot_lem_bound(rows, out / "lem_bound.png")
+        print(f"\nLEM state bound (Rusch et al. 2022, Prop. 4.1), {args.steps} steps, inputs N(0, 100)\n"
+              f"{'Δt':>6s}{'max state':>12s}{'max/bound':>11s}{'holds':>7s}  bound")
+        for row in rows:
+            print(f"{row['dt']:6.2f}{row['max_state']:12.4f}{row['max_ratio_to_bound']:11.4f}{str(row['bound_holds']):>7s}"
+                  f"  {row['bound']}{'' if row['hypothesis'] else ' (outside Δt ≤ 1)'}")
+    if "unicornn" in studies:
+        torch.manual_seed(seeds[0])
+        system = UnICORNN(1, args.hidden, alpha=0.5).double()
+        energy = stability.energy_drift(system, steps=args.steps)
+        lengths = sorted({10, 100, min(1000, args.steps), args.steps})
+        inverse = stability.inverse_study(lengths, hidden_size=args.hidden)
+        _write(out, "unicornn", {"energy": energy, "inverse": inverse})
+        plots.plot_unicornn(energy, inverse, out / "unicornn.png")
+        print(f"\nUnICORNN energy, Δt = 0.5, {args.steps} steps, held input\n{'scheme':18s}{'max |ΔH|':>12s}{'final |ΔH|':>12s}")
+        for name, row in energy.items():
+            print(f"{name:18s}{row['max_drift']:12.3e}{row['final_drift']:12.3e}")
+        print("inverse step (3.7) reconstruction error, Δt = 2: " + ", ".join(
+            f"T={n}: f32 {a:.1e} / f64 {b:.1e}" for n, a, b in zip(lengths, inverse["float32"], inverse["float64"])))
+    if "eigen" in studies:
+        names = [n for n in models if n != "rnn" and cells.parse_spec(n)[0] not in ("lstm", "gru", "taugru", "delaygru")]
+        result = stability.eigen_study(names, steps=min(args.steps, 500), hidden_size=args.hidden)
+        _write(out, "eigen", result)
+        plots.plot_eigen(result, out / "eigen.png")
+        regions = list(stability.STABILITY_FUNCTIONS)
+        print("\neigenvalues of h·J along a trajectory: fraction inside each stability region\n"
+              f"{'model':12s}{'scheme':>18s}{'max|hλ|':>9s}" + "".join(f"{r[:14]:>16s}" for r in regions))
+        for name, row in result.items():
+            print(f"{name:12s}{row['scheme']:>18s}{row['max_abs']:9.3f}"
+                  + "".join(f"{row['inside'][r]:16.2f}" for r in regions))
+    if "lrc-damping" in studies:
+        result = stability.damping_study()
+        _write(out, "lrc_damping", result)
+        plots.plot_damping(result, out / "lrc_damping.png")
+        print(f"\nLRC vs STC damping \n{'':4s}{'model':24s}{'ZC fine':>8s}{'E1 sign ch.':>12s}"
+              f"{'|eig(I+J)|':>18s}")
+        for label, setup in result.items():
+            for name, row in setup["models"].items():
+                amp = ", ".join(f"{a:.3f}" for a in row["e1_amplification"])
+                print(f"{label:4s}{name:24s}{row['zero_crossings_fine']:8d}{row['sign_changes_e1']:12d}{amp:>18s}")
+    print(f"\n{time.perf_counter() - tic:.0f} s; results in {out}/")
+    return 0
+
+
+def add_command(sub) -> None:
+    p = sub.add_parser("stability", help="gradients vs lag, LEM bound, UnICORNN energy, eigenvalues, LRC damping")
+    p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}); "
+                                   "a model's keywords in brackets, e.g. lem[dt=0.01]; lstm and rnn are always "
+                                   "added to the gradient study")
+    p.add_argument("--study", default="all", choices=STUDIES + ("all",))
+    p.add_argument("--steps", type=int, default=1000, help="sequence length (up to 10^4 for the gradient study)")
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--seeds", type=int, default=3, help="random initialisations (median)")
+    p.add_argument("--out", help="output folder (default runs/stability)")
+    p.set_defaults(run=cmd_stability)

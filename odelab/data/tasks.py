@@ -1,0 +1,155 @@
+"""Tasks of the ``odelab fit`` command: data, presets of hyperparameters, per-model options, trivial baselines.
+
+Presets: ``quick`` runs in a few minutes on 2 CPU cores (a smoke run that shows the curves, not the paper's
+numbers; adding: 2 epochs = 200 steps of 50 sequences of length 2000, 160 s per epoch with ``--threads 1`` on a
+busy 2-core machine, too few for LEM, which needs ~2000 steps to pass MSE 0.01); ``paper`` is the paper's
+protocol where one exists:
+
+* fhn: Rusch et al. 2022, Table 8 / official code (d = 16, lr 9.04e-3, batch 32, 400 epochs);
+* enso, mackey-glass: Erichson et al. 2025, §3.0 / Table 10 (d = 16, Adam lr 0.01, 400 epochs; τ-GRU τ = 20 / 10 steps);
+  the batch size is not given: 32 (ours);
+* adding: Erichson et al. 2025, Table 10 for N = 2000 (d = 128, lr 2.6e-3, 200 epochs, τ-GRU τ = 900; N = 5000: τ = 2000,
+  else τ = 0.45 N) with LEM's batch 50 and Δt = 1/√N (Rusch et al. 2022, Table 8, App. B.1);
+* spiral, duffing: Farsang et al. 2024, Table 3 (RMSprop lr 1e-3, batch 16, 1000 / 2000 iterations, rounded up to 16 / 32 epochs of our
+  1024 windows; d = 16);
+* csv: no paper; ``quick`` only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from torch import Tensor
+
+from .adding import adding
+from .csv_series import csv_series, persistence_rmse, rmse_by_column
+from .delay_oscillators import enso, mackey_glass
+from .fhn import fitzhugh_nagumo
+from .neural_ode import duffing, initial_state_rmse, spiral
+
+
+@dataclass
+class Task:
+    """One ``odelab fit`` task.
+
+    ``load(seed, **options) -> {"train"|"valid"|"test": (inputs, targets), optionally "meta": dict}``;
+    ``options`` maps a keyword of ``load`` to the CLI option (argparse destination) that sets it;
+    ``model_options(model, options)`` gives extra constructor keywords for a model (e.g. τ-GRU's τ);
+    ``baselines`` name -> ``f(data) -> test RMSE`` of a trivial predictor the model must beat;
+    ``report(test_predictions, data)`` optional extra entries for results.json;
+    ``target``: ``"sequence"`` (a target at every step) or ``"last"`` (one target per sequence, read from the
+    last step); ``plot``: ``"series"``, ``"phase"``, ``"scatter"`` or ``"forecast"``.
+    """
+
+    name: str
+    load: Callable[..., dict]
+    presets: dict[str, dict]  # preset -> TrainConfig fields + hidden_size
+    options: dict[str, str] = field(default_factory=dict)
+    hidden: dict[str, int] = field(default_factory=dict)  # per-model hidden size where the paper's table differs
+    model_options: Callable[[str, dict], dict] = lambda model, options: {}
+    baselines: dict[str, Callable[[dict], float]] = field(default_factory=dict)
+    report: Callable[[Tensor, dict], dict] | None = None
+    target: str = "sequence"
+    plot: str = "series"
+    sample_dt: float = 1.0  # time between samples, for plots
+
+
+def settings(task: Task, preset: str, model: str) -> dict:
+    """TrainConfig fields + hidden_size of ``model`` under ``preset``: the preset, with the model's hidden size
+    from the paper's table where it differs."""
+    return {**task.presets[preset], **({"hidden_size": task.hidden[model]} if model in task.hidden else {})}
+
+
+def linear_extrapolation_rmse(x: Tensor, y: Tensor) -> float:
+    """RMSE of predicting y_n = 2 x_n − x_{n−1} wherever x_{n−1} exists: the bar a model must beat."""
+    return float(((2 * x[:, 1:] - x[:, :-1] - y[:, 1:]) ** 2).mean().sqrt())
+
+
+def mean_predictor_rmse(data: dict) -> float:
+    """RMSE on test of predicting the mean training target (per output feature)."""
+    y_train, y_test = data["train"][1], data["test"][1]
+    mean = y_train.reshape(-1, y_train.shape[-1]).mean(0)
+    return float(((y_test - mean) ** 2).mean().sqrt())
+
+
+ONE_STEP_BASELINES = {
+    "persistence": lambda data: persistence_rmse(*data["test"]),
+    "linear extrapolation": lambda data: linear_extrapolation_rmse(*data["test"]),
+}
+
+
+def _delay_models(tau: float) -> Callable[[str, dict], dict]:
+    return lambda model, options: {"tau": tau} if model in ("taugru", "delaygru") else {}
+
+
+def _adding_models(model: str, options: dict) -> dict:
+    length = options.get("length", 2000)
+    if model in ("taugru", "delaygru"):
+        return {"tau": {2000: 900.0, 5000: 2000.0}.get(length, float(round(0.45 * length)))}
+    if model == "lem":
+        return {"dt": 1.0 / math.sqrt(length)}
+    return {}
+
+
+def _delay_presets() -> dict[str, dict]:
+    return {"paper": dict(hidden_size=16, epochs=400, lr=0.01, batch_size=32),
+            "quick": dict(hidden_size=16, epochs=30, lr=0.01, batch_size=32)}
+
+
+def _neural_ode_presets(iterations: int) -> dict[str, dict]:
+    epochs = math.ceil(iterations * 16 / 1024)  # batch 16 over 1024 windows: 64 iterations per epoch
+    return {"paper": dict(hidden_size=16, epochs=epochs, lr=1e-3, batch_size=16, optimizer="rmsprop"),
+            "quick": dict(hidden_size=16, epochs=epochs, lr=3e-3, batch_size=16)}
+
+
+TASKS = {
+    "fhn": Task(
+        "fhn",
+        load=lambda seed, solver="odelab": fitzhugh_nagumo(seed=seed, solver=solver),
+        presets={
+            # the paper's protocol (Rusch et al. 2022, Table 8 / official FitzHughNagumo_task.py)
+            "paper": dict(hidden_size=16, epochs=400, lr=9.04e-3, batch_size=32),
+            # the official LEM_cuda/example settings (same data and model, lr 0.01546, 500 epochs)
+            "official-cuda": dict(hidden_size=16, epochs=500, lr=0.01545927736419477, batch_size=32),
+            # ~3 minutes on a 2-core CPU with --threads 1 (the official-cuda learning rate, 100 epochs)
+            "quick": dict(hidden_size=16, epochs=100, lr=0.01545927736419477, batch_size=32),
+        },
+        options={"solver": "data_solver"},
+        hidden={"cornn": 24},  # Rusch et al. 2022, Table 4: coRNN with 24 units
+        baselines={"linear extrapolation": ONE_STEP_BASELINES["linear extrapolation"]},
+        sample_dt=0.4,
+    ),
+    "enso": Task("enso", load=lambda seed: enso(seed=seed), presets=_delay_presets(),
+                 model_options=_delay_models(20.0), baselines=ONE_STEP_BASELINES, sample_dt=0.1),
+    "mackey-glass": Task("mackey-glass", load=lambda seed: mackey_glass(seed=seed), presets=_delay_presets(),
+                         model_options=_delay_models(10.0), baselines=ONE_STEP_BASELINES, sample_dt=0.25),
+    "adding": Task(
+        "adding",
+        load=lambda seed, length=2000: adding(length=length, seed=seed),
+        presets={"paper": dict(hidden_size=128, epochs=200, lr=2.6e-3, batch_size=50),
+                 "quick": dict(hidden_size=32, epochs=2, lr=2.6e-3, batch_size=50)},
+        options={"length": "length"},
+        model_options=_adding_models,
+        baselines={"mean predictor": mean_predictor_rmse},
+        target="last",
+        plot="scatter",
+    ),
+    "spiral": Task("spiral", load=lambda seed: spiral(seed=seed), presets=_neural_ode_presets(1000),
+                   baselines={"initial state (persistence)": lambda data: initial_state_rmse(*data["test"]),
+                              "mean predictor": mean_predictor_rmse},
+                   plot="phase", sample_dt=25.0 / 999),
+    "duffing": Task("duffing", load=lambda seed: duffing(seed=seed), presets=_neural_ode_presets(2000),
+                    baselines={"initial state (persistence)": lambda data: initial_state_rmse(*data["test"]),
+                               "mean predictor": mean_predictor_rmse},
+                    plot="phase", sample_dt=25.0 / 999),
+    "csv": Task(
+        "csv",
+        load=lambda seed, path=None, columns=None, horizon=1, window=64: csv_series(path, columns, horizon, window),
+        presets={"quick": dict(hidden_size=32, epochs=30, lr=3e-3, batch_size=16)},
+        options={"path": "csv", "columns": "columns", "horizon": "horizon", "window": "window"},
+        baselines={"persistence": lambda data: persistence_rmse(*data["test"])},
+        report=lambda prediction, data: {"test_rmse_by_column": rmse_by_column(prediction, *data["test"], data["meta"])},
+        plot="forecast",
+    ),
+}

@@ -1,0 +1,34 @@
+"""torch.nn recurrent baselines behind the odelab interface: ``forward(x, state) -> (outputs, state)``, batch first."""
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class _TorchRNN(nn.Module):
+    """torch.nn.LSTM/GRU behind the odelab interface: ``forward(x) -> (outputs, final_state)``, batch first."""
+
+    rnn_class: type[nn.RNNBase]
+    rnn_options: dict = {}
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1):
+        super().__init__()
+        self.rnn = self.rnn_class(input_size, hidden_size, num_layers=num_layers, batch_first=True, **self.rnn_options)
+        self.hidden_size = hidden_size
+
+    def forward(self, x: Tensor, state=None):
+        return self.rnn(x, state)
+
+
+class LSTM(_TorchRNN):
+    rnn_class = nn.LSTM
+
+
+class GRU(_TorchRNN):
+    rnn_class = nn.GRU
+
+
+class RNN(_TorchRNN):
+    """The tanh RNN h_n = tanh(W h_{n−1} + U x_n + b) (torch.nn.RNN)."""
+
+    rnn_class = nn.RNN
+    rnn_options = {"nonlinearity": "tanh"}

@@ -1,0 +1,102 @@
+"""A sequence model = a system + a scheme + a step: ``Recurrent(system, scheme, dt)``.
+
+Sample x_n of the input sequence drives the step(s) from t_{n−1} to t_n = n·dt (the hold convention); the
+model emits the system's observable block after every sample, like ``torch.nn.RNN`` with
+``batch_first=True``. ``unfolds`` = L runs L sub-steps of dt/L per sample (the LTC fused solver).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor, nn
+
+from .. import kernels
+from ..solvers.recurrence import delay_lags, run_sequence
+from ..solvers.schemes import Scheme, resolve_scheme
+from ..systems.base import FunctionSystem, State, System, check_state
+
+ENGINES = ("auto", "generic", "fused")
+
+
+class Recurrent(nn.Module):
+    """``forward(x, state=None) -> (outputs, final_state)``; x ``(batch, time, input)`` (batch first),
+    ``system`` an odelab System or a callable ``f(t, y, u)`` (e.g. an nn.Module) with ``hidden_size`` given;
+    outputs ``(batch, time, hidden)`` = the observable block at every step, final_state a tuple of blocks.
+    Delay systems keep their delayed states in a ring buffer (``odelab.solvers.recurrence``).
+
+    ``engine``: ``"generic"`` steps the scheme in Python (the definition); ``"fused"`` runs the registered
+    kernel of this (system, scheme) pair on x's device (``odelab.kernels``; an error if there is none);
+    ``"auto"`` (default) takes the kernel when one exists and the generic loop otherwise.
+    """
+
+    def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
+                 hidden_size: int | None = None, engine: str = "auto"):
+        super().__init__()
+        if not isinstance(system, System):
+            if not callable(system) or hidden_size is None:
+                raise TypeError("system: expected an odelab System, or a callable f(t, y, u) together with hidden_size, "
+                                f"got {type(system).__name__}")
+            system = FunctionSystem(system, hidden_size, takes_input=True)  # a Module's parameters stay registered
+        self.scheme = resolve_scheme(scheme)
+        self.scheme.check(system)
+        if not (isinstance(dt, (int, float)) and dt > 0):
+            raise ValueError(f"dt: expected a positive number, got {dt!r}")
+        if not (isinstance(unfolds, int) and unfolds >= 1):
+            raise ValueError(f"unfolds: expected a positive integer, got {unfolds!r}")
+        self.system, self.dt, self.unfolds = system, float(dt), unfolds
+        self.output_index = system.block_index(system.observable)
+        self.engine = engine
+
+    @property
+    def engine(self) -> str:
+        return self._engine
+
+    @engine.setter
+    def engine(self, value: str) -> None:
+        if value not in ENGINES:
+            raise ValueError(f"engine: expected one of {list(ENGINES)}, got {value!r}")
+        self._engine = value
+
+    @property
+    def hidden_size(self) -> int:
+        return self.system.block_sizes()[self.output_index]
+
+    def extra_repr(self) -> str:
+        return f"scheme={self.scheme.name!r}, dt={self.dt}, unfolds={self.unfolds}, engine={self.engine!r}"
+
+    def _check_input(self, x: Tensor) -> None:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x: expected a tensor (batch, time, input), got {type(x).__name__}")
+        if x.dim() != 3:
+            raise ValueError(f"x: expected shape (batch, time, input), got {tuple(x.shape)}")
+        if self.system.input_size and x.shape[-1] != self.system.input_size:
+            raise ValueError(f"x: expected {self.system.input_size} input features, got {x.shape[-1]}")
+        weight = next(self.system.parameters(), None)
+        if weight is not None and x.is_floating_point() and x.dtype != weight.dtype:
+            raise TypeError(f"x: the model's parameters are {weight.dtype}, got input of dtype {x.dtype} "
+                            f"(convert one: model.to({x.dtype}) or x.to({weight.dtype}))")
+
+    def kernel(self, x: Tensor) -> Callable | None:
+        """The fused implementation that ``forward(x)`` would run, or None for the generic loop."""
+        if self.engine == "generic":
+            return None
+        impl = kernels.find(self.system, self.scheme.name, x)
+        if impl is not None and impl.available():
+            return impl.load()
+        if self.engine == "fused":
+            raise ValueError(f"engine: no fused kernel for ({type(self.system).__name__}, {self.scheme.name!r}) on "
+                             f"{x.device.type} with {x.dtype}; use engine='auto' or 'generic'")
+        return None
+
+    def forward(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+        self._check_input(x)
+        system = self.system
+        if state is None:
+            state = system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
+        else:
+            state = check_state(system, state, "state")
+        lags = delay_lags(system, self.dt / self.unfolds) if system.is_delay else ()
+        kernel = self.kernel(x)
+        if kernel is not None:
+            return kernel(system, x, state, self.dt, self.unfolds, lags)
+        return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags)

@@ -1,0 +1,93 @@
+"""Delays and initial functions of delay systems: reading ``system.delays`` and coercing a ``history``."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..systems.base import State, System
+
+History = Callable[[float | Tensor], State]
+
+
+def delay_values(system: System) -> list[tuple[float, Tensor | None]]:
+    """``(value, learnable tensor or None)`` per delay of ``system``; one host read per delay, at setup."""
+    out = []
+    for i, tau in enumerate(system.delays):
+        learnable = None
+        if isinstance(tau, Tensor):
+            if tau.numel() != 1:
+                raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a scalar, got shape {tuple(tau.shape)}")
+            learnable = tau.reshape(()) if tau.requires_grad else None
+            value = float(tau.detach())
+        elif isinstance(tau, (int, float)):
+            value = float(tau)
+        else:
+            raise TypeError(f"{type(system).__name__}.delays[{i}]: expected a number or a scalar tensor, "
+                            f"got {type(tau).__name__}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a finite delay >= 0, got {value}")
+        out.append((value, learnable))
+    return out
+
+
+def as_history_state(system: System, y0: State, value, what: str) -> State:
+    """Coerce one history value to a state tuple shaped like ``y0`` (broadcasting; errors name ``history``)."""
+    if isinstance(value, dict):
+        missing = [b for b in system.blocks if b not in value]
+        if missing:
+            raise ValueError(f"history: {what} misses blocks {missing}; expected {list(system.blocks)}")
+        value = tuple(value[b] for b in system.blocks)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return tuple(torch.full_like(y, float(value)) for y in y0)
+    if isinstance(value, Tensor):
+        value = (value,) * len(y0)
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"history: {what} must be a number, a tensor, a tuple of tensors or a dict by block, "
+                        f"got {type(value).__name__}")
+    if len(value) != len(y0):
+        raise ValueError(f"history: {what} has {len(value)} blocks, expected {len(y0)} {list(system.blocks)}")
+    out = []
+    for block, x, y in zip(system.blocks, value, y0):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"history: {what}[{block!r}] must be a tensor, got {type(x).__name__}")
+        try:
+            out.append(torch.broadcast_to(x.to(dtype=y.dtype, device=y.device), y.shape))
+        except RuntimeError:
+            raise ValueError(f"history: {what}[{block!r}] of shape {tuple(x.shape)} does not broadcast to the "
+                             f"state's {tuple(y.shape)}") from None
+    return tuple(out)
+
+
+def history_function(system: System, y0: State, history, t0: float) -> History:
+    """The initial function φ(t), t < t0, of a delay solve, as a callable of a float (or a 0-d tensor, for a
+    learnable delay) returning a state tuple.
+
+    ``history``: ``None`` → φ ≡ y0 (a constant history); a number → every block filled with it; a tensor
+    → broadcast to every block (``(batch, 1)`` gives one constant per sample); a tuple/list of tensors or
+    a dict by block name → one per block; a callable φ(t) returning any of these (a tensor for one-block
+    systems). The callable receives t as a ``(batch, 1)`` tensor of the state's dtype, as under the
+    adaptive methods, and is checked once at t0 − max τ. Errors name ``history``.
+    """
+    if history is None:
+        return lambda t: y0
+    if callable(history) and not isinstance(history, Tensor):
+        like = y0[0]
+
+        def phi(t: float | Tensor) -> State:
+            if isinstance(t, Tensor):
+                t = t.to(dtype=like.dtype, device=like.device).reshape(1, 1).expand(like.shape[0], 1)
+            else:
+                t = torch.full((like.shape[0], 1), t, dtype=like.dtype, device=like.device)
+            return as_history_state(system, y0, history(t), "the callable's value")
+
+        first = phi(t0 - max((value for value, _ in delay_values(system)), default=0.0))
+        if not all(bool(torch.isfinite(x).all()) for x in first):
+            raise ValueError("history: φ(t0 − max τ) contains NaN or Inf")
+        return phi
+    constant = as_history_state(system, y0, history, "a constant history")
+    if not all(bool(torch.isfinite(x).all()) for x in constant):
+        raise ValueError("history: contains NaN or Inf")
+    return lambda t: constant

@@ -1,0 +1,7 @@
+"""Training: the loop (model selection, checkpoints, exact resume), data-parallel training, one ``run_fit`` for
+every command that trains, results and plots, and the papers' tables (``reproduce``)."""
+from .loop import NonFiniteLoss, TrainConfig, fit, predict, rmse
+from .run import FitError, FitSpec, build_regressor, model_keywords, run_fit
+
+__all__ = ["fit", "TrainConfig", "NonFiniteLoss", "predict", "rmse", "run_fit", "FitSpec", "FitError", "build_regressor",
+           "model_keywords"]

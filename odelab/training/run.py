@@ -1,0 +1,162 @@
+"""One ``odelab fit`` run as a function: ``run_fit(FitSpec(...))`` loads the task's data, builds the model, trains
+it and writes the results. The ``fit`` and ``reproduce`` commands and ``compare-schemes`` all go through it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..data.tasks import TASKS, Task, settings
+from ..models import SequenceRegressor, cells
+from .distributed import rank_and_world
+from .loop import NonFiniteLoss, TrainConfig, fit, predict
+from .results import print_table, write_results
+
+
+class FitError(Exception):
+    """A run that cannot start or finish, with the exit code of the command (2: bad input, 1: training failed)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class FitSpec:
+    """Everything that decides an ``odelab fit`` run; None keeps the preset's value."""
+
+    task: str
+    model: str = "lem"
+    preset: str = "quick"
+    hidden: int | None = None
+    epochs: int | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    clip: float | None = None
+    seed: int = 1234
+    device: str = "cpu"
+    model_options: dict = field(default_factory=dict)
+    data_options: dict = field(default_factory=dict)
+    out: Path | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def check(self) -> Task:
+        """The task, after checking the names (before any data is loaded)."""
+        if self.task not in TASKS:
+            raise FitError(f"unknown task {self.task!r}; choose from {', '.join(sorted(TASKS))}")
+        task = TASKS[self.task]
+        if self.model not in cells.PRESETS:
+            raise FitError(f"--model: unknown model {self.model!r}; choose from {', '.join(sorted(cells.PRESETS))}")
+        if self.preset not in task.presets:
+            raise FitError(f"--preset: choose from {', '.join(task.presets)}")
+        return task
+
+    def config(self, task: Task) -> tuple[int, TrainConfig]:
+        """(hidden size, training configuration): the preset with this spec's overrides."""
+        preset = settings(task, self.preset, self.model)
+        hidden = self.hidden or preset.pop("hidden_size")
+        preset.pop("hidden_size", None)
+        overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(self, k) is not None}
+        return hidden, TrainConfig(**{**preset, **overrides}, seed=self.seed, device=self.device)
+
+
+def model_keywords(task: Task, model: str, data_options: dict | None = None, options: dict | None = None) -> dict:
+    """The constructor keywords of ``model`` on ``task``: the task's (e.g. τ-GRU's τ), then ``options``."""
+    return {**task.model_options(model, data_options or {}), **(options or {})}
+
+
+def build_regressor(task: Task, model: str, input_size: int, hidden: int, output_size: int,
+                    keywords: dict | None = None) -> SequenceRegressor:
+    """The preset ``model`` with ``keywords`` (see :func:`model_keywords`) behind a linear readout: at every step,
+    or at the last one for tasks whose target is ``"last"``."""
+    return SequenceRegressor(cells.PRESETS[model](input_size, hidden, **(keywords or {})), hidden, output_size,
+                             task.target == "last")
+
+
+def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
+    """Train ``spec.model`` on ``spec.task`` and return (the model at its best validation epoch, the result).
+
+    ``data`` replaces the task's loader (``{"train"|"valid"|"test": (x, y)}``, e.g. a subset). With ``spec.out``
+    the run writes results.json, curves.csv, the figures and a checkpoint every epoch, and prints its table
+    (rank 0). Errors a user can fix raise :class:`FitError`.
+    """
+    task = spec.check()
+    hidden, config = spec.config(task)
+    rank, world = rank_and_world()
+    say = print if rank == 0 and spec.out is not None else (lambda *a, **k: None)
+    out = Path(spec.out) if spec.out is not None else None
+    if out is not None and rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    say(f"odelab fit {spec.task}: model {spec.model}, hidden {hidden}, preset {spec.preset}, {config.epochs} epochs, "
+        f"seed {config.seed}, device {config.device}" + (f", {world} processes" if world > 1 else ""), flush=True)
+    tic = time.perf_counter()
+    if data is None:
+        data = _load(task, spec, rank, world)
+    splits = {k: data[k] for k in ("train", "valid", "test")}
+    say(f"data: {', '.join(f'{k} {tuple(v[0].shape)}' for k, v in splits.items())} "
+        f"({time.perf_counter() - tic:.1f} s)", flush=True)
+    x_test, y_test = splits["test"]
+    torch.manual_seed(config.seed)
+    model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
+    try:
+        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, y_test.shape[-1], model_options)
+    except (TypeError, ValueError) as err:
+        raise FitError(f"{spec.model} with options {model_options}: {err}") from None
+    try:
+        result = fit(model, splits, config, out_dir=out, resume=spec.resume, progress=spec.progress)
+    except NonFiniteLoss as err:
+        raise FitError(f"training stopped: {err}", code=1) from None
+    except ValueError as err:  # a checkpoint that does not match these settings
+        raise FitError(str(err)) from None
+    result.update(task=spec.task, model=spec.model, hidden_size=hidden, preset=spec.preset, target=task.target,
+                  parameters=sum(p.numel() for p in model.parameters()), data_options=spec.data_options,
+                  model_options=model_options, wall_seconds=time.perf_counter() - tic,
+                  test_sequences=int(x_test.shape[0]))
+    if out is not None and rank == 0:
+        _report(task, spec, model, data, result, out)
+    return model, result
+
+
+def _load(task: Task, spec: FitSpec, rank: int, world: int) -> dict:
+    import torch.distributed as dist
+
+    try:
+        if rank != 0:
+            dist.barrier()  # rank 0 generates and caches the data first
+        data = task.load(spec.seed, **spec.data_options)
+        if rank == 0 and world > 1:
+            dist.barrier()
+    except (ValueError, FileNotFoundError) as err:
+        raise FitError(str(err)) from None
+    return data
+
+
+def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dict, out: Path) -> None:
+    """results.json, curves.csv, the PNGs and the terminal table."""
+    from .plots import plot_curves, plot_forecast, plot_phase, plot_predictions, plot_scatter
+
+    x_test, y_test = data["test"]
+    result["baselines"] = {name: baseline(data) for name, baseline in task.baselines.items()}
+    model.cpu()
+    if "meta" in data:
+        result["data"] = data["meta"]
+    if task.report is not None:
+        result.update(task.report(predict(model, x_test, result["config"]["eval_batch_size"], "cpu"), data))
+    write_results(result, out)
+
+    title = f"{spec.task}: {spec.model} (test RMSE {result['test_rmse']:.2e})"
+    figure = "forecast.png" if task.plot == "forecast" else "predictions.png"
+    if task.plot == "forecast":
+        plot_forecast(model, x_test, y_test, data["meta"], out / figure, title=title)
+    elif task.plot == "scatter":
+        plot_scatter(model, x_test, y_test, out / figure, title=title)
+    elif task.plot == "phase":
+        plot_phase(model, x_test, y_test, out / figure, dt=task.sample_dt, title=title)
+    else:
+        plot_predictions(model, x_test, y_test, out / figure, dt=task.sample_dt, title=title)
+    plot_curves(result["history"], out / "curves.png", title=title)
+    print_table(result, out, figure)

@@ -1,0 +1,126 @@
+"""Fixed-step schemes: empirical convergence order, symplectic energy behaviour, output landing, inputs."""
+import math
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+
+import odelab
+from odelab.systems import HarmonicOscillator, System
+
+T_END = 1.0
+DTS = [0.1, 0.05, 0.025, 0.0125]
+
+
+class LinearSplit(System):
+    """z' = b y − a z,  y' = c z − e y: a two-block linear system with a forcing/decay split (a, e ≥ 0)."""
+
+    blocks = ("z", "y")
+    split_blocks = ("z", "y")
+    hidden_size = 1
+    a, b, c, e = 2.0, 1.0, -1.5, 0.5
+
+    def split(self, i, t, state, inp, *delayed):
+        z, y = state
+        return (self.b * y, torch.full_like(z, self.a)) if i == 0 else (self.c * z, torch.full_like(y, self.e))
+
+    def derivative(self, t, state, inp, *delayed):
+        z, y = state
+        return (self.b * y - self.a * z, self.c * z - self.e * y)
+
+    def exact(self, x0, t):
+        A = np.array([[-self.a, self.b], [self.c, -self.e]])
+        return scipy.linalg.expm(A * t) @ x0
+
+
+pytestmark = pytest.mark.usefixtures("float64")
+
+
+def slope(dts, errors):
+    return np.polyfit(np.log(dts), np.log(errors), 1)[0]
+
+
+def explicit_errors(method):
+    """y' = y cos t, y(0) = 1  ->  y = exp(sin t)."""
+    errs = []
+    for dt in DTS:
+        sol = odelab.solve(lambda t, y: y * math.cos(t), torch.ones(1, 1), [0.0, T_END], method=method, dt=dt)
+        errs.append(abs(sol.y[0, -1, 0].item() - math.exp(math.sin(T_END))))
+    return errs
+
+
+@pytest.mark.parametrize("method,order", [("euler", 1), ("midpoint", 2), ("heun", 2), ("rk4", 4)])
+def test_explicit_rk_order(method, order):
+    assert abs(slope(DTS, explicit_errors(method)) - order) < 0.2
+
+
+@pytest.mark.parametrize("method", ["imex", "imex-implicit"])
+def test_partitioned_order_on_linear_split_system(method):
+    system = LinearSplit()
+    x0 = np.array([1.0, -0.5])
+    y0 = (torch.tensor([[x0[0]]]), torch.tensor([[x0[1]]]))
+    exact = system.exact(x0, T_END)
+    errs = []
+    for dt in DTS:
+        sol = odelab.solve(system, y0, [0.0, T_END], method=method, dt=dt)
+        got = np.array([sol["z"][0, -1, 0].item(), sol["y"][0, -1, 0].item()])
+        errs.append(np.abs(got - exact).max())
+    assert abs(slope(DTS, errs) - 1) < 0.2
+
+
+def test_symplectic_euler_order_on_harmonic_oscillator():
+    omega = 2.0
+    system = HarmonicOscillator(omega)
+    errs = []
+    for dt in DTS:
+        sol = odelab.solve(system, (torch.zeros(1, 1), torch.ones(1, 1)), [0.0, T_END], method="symplectic-euler", dt=dt)
+        p, q = sol["p"][0, -1, 0].item(), sol["q"][0, -1, 0].item()
+        errs.append(max(abs(q - math.cos(omega * T_END)), abs(p + omega * math.sin(omega * T_END))))
+    assert abs(slope(DTS, errs) - 1) < 0.2
+
+
+def test_symplectic_euler_keeps_energy_bounded_where_euler_grows():
+    system = HarmonicOscillator(1.0)
+    y0 = (torch.zeros(1, 1), torch.ones(1, 1))
+    t = torch.linspace(0, 1000.0, 101)  # 10^4 steps of dt = 0.1
+    energies = {}
+    for method in ("symplectic-euler", "euler"):
+        sol = odelab.solve(system, y0, t, method=method, dt=0.1)
+        energies[method] = system.energy((sol["p"][0], sol["q"][0]))
+    e0 = 0.5
+    assert (energies["symplectic-euler"] - e0).abs().max() / e0 < 0.06  # O(dt) oscillation, no drift
+    assert energies["euler"][-1] / e0 > 1e3  # (1 + dt^2)^N growth
+
+
+def test_output_times_not_multiples_of_dt_land_exactly():
+    t = torch.tensor([0.0, 0.33, 0.71, 1.0, 1.234])
+    sol = odelab.solve(lambda t, y: -y, torch.ones(2, 1), t, method="rk4", dt=0.1)
+    assert torch.allclose(sol.ts, t)
+    assert (sol.y[:, :, 0] - torch.exp(-t)).abs().max() < 1e-6
+    assert int(sol.stats["steps"][0]) == 15  # 12 regular steps + 3 landing points inside the grid
+
+
+def test_hold_and_linear_inputs_are_integrated_exactly():
+    """y' = u(t): hold integrates the samples u_n over (t_{n-1}, t_n]; linear gives the trapezoid rule."""
+    samples = torch.tensor([[0.0, 1.0, -2.0, 3.0, 0.5]]).unsqueeze(-1)
+    t = torch.tensor([0.0, 0.5, 1.25, 2.0, 3.0])
+    f = lambda t, y, u: u
+    widths = torch.diff(t)
+    hold = odelab.solve(f, torch.zeros(1, 1), t, u=samples, method="euler", dt=0.3)
+    expected_hold = torch.cat([torch.zeros(1), torch.cumsum(samples[0, 1:, 0] * widths, 0)])
+    assert torch.allclose(hold.y[0, :, 0], expected_hold, atol=1e-12)
+    linear = odelab.solve(f, torch.zeros(1, 1), t, u=samples, interpolation="linear", method="heun", dt=0.3)
+    trapezoid = 0.5 * (samples[0, 1:, 0] + samples[0, :-1, 0]) * widths
+    assert torch.allclose(linear.y[0, :, 0], torch.cat([torch.zeros(1), torch.cumsum(trapezoid, 0)]), atol=1e-12)
+    callable_u = odelab.solve(f, torch.zeros(1, 1), t, u=lambda s: torch.full((1, 1), s), method="rk4", dt=0.3)
+    assert torch.allclose(callable_u.y[0, :, 0], t**2 / 2, atol=1e-12)
+
+
+def test_solution_reports_stats_and_nonfinite_status():
+    t = torch.linspace(0, 1, 3)
+    sol = odelab.solve(lambda t, y: y**2, torch.tensor([[0.1], [50.0]]), t, method="euler", dt=0.05, throw=False)
+    assert sol.status.tolist() == [int(odelab.Status.SUCCESS), int(odelab.Status.NONFINITE)]
+    assert sol.stats["nfe"].tolist() == [20, 20]
+    with pytest.raises(odelab.SolveError, match="1 sample"):
+        odelab.solve(lambda t, y: y**2, torch.tensor([[0.1], [50.0]]), t, method="euler", dt=0.05)
