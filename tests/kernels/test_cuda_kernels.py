@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 pytest.importorskip("triton")
 
-from odelab import cells  # noqa: E402
+from odelab import Recurrent, cells, systems  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -40,8 +40,8 @@ PRESETS = {
     "gru-ode": (lambda m, d: cells.GRUODE(m, d, dt=0.8), ".cuda.gru:run"),
     "taugru": (lambda m, d: cells.TauGRU(m, d, tau=2.0), ".cuda.delay_gru:run_taugru"),
     "delaygru": (lambda m, d: cells.DelayGRU(m, d, tau=1.0), ".cuda.delay_gru:run_delaygru"),
-    "ltc": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=6), ".cuda.liquid:run_ltc"),
-    "stc": (lambda m, d: cells.STC(m, d, dt=1.0, unfolds=6), ".cuda.liquid:run_stc"),
+    "ltc": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_ltc"),  # 6: test_unfolds
+    "stc": (lambda m, d: cells.STC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_stc"),
     "lrcu-a": (lambda m, d: cells.LRCU(m, d, "asymmetric"), ".cuda.liquid:run_lrc"),
     "lrcu-s": (lambda m, d: cells.LRCU(m, d, "symmetric"), ".cuda.liquid:run_lrc"),
     "gru-ode-reset-before": (lambda m, d: cells.GRUODE(m, d, dt=0.8, reset_after=False), ".cuda.gru:run"),
@@ -99,8 +99,8 @@ def relative_errors(model, run, batch, time, hidden, dtype, input_size=3, seed=0
 
 SIZES = [  # (batch, time, hidden, block_h): hidden 1 and 17, batch 1, T = 1, two hidden tiles
     (1, 1, 1, None),
-    (3, 4, 17, None),
-    (17, 3, 17, 16),
+    (3, 3, 17, None),
+    (17, 2, 17, 16),
 ]
 
 
@@ -141,3 +141,97 @@ def test_delay_edge_cases(name):
     errors = relative_errors(DELAY_CASES[name](3, 6), kernel(target), 2, 4, 6, torch.float32)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[torch.float32], (worst, errors[worst])
+
+
+UNFOLDS = {  # sub-steps inside the kernel: the presets' L = 6, and L > 1 on cells that default to one
+    "ltc-6": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=6), ".cuda.liquid:run_ltc"),
+    "stc-6": (lambda m, d: cells.STC(m, d, dt=0.5, unfolds=6), ".cuda.liquid:run_stc"),
+    "lem-3": (lambda m, d: Recurrent(systems.LEM(m, d), "imex", 0.9, unfolds=3), ".cuda.lem:run"),
+    "taugru-2": (lambda m, d: Recurrent(systems.TauGRU(m, d, tau=1.0), "euler", 1.0, unfolds=2),
+                 ".cuda.delay_gru:run_taugru"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNFOLDS))
+def test_unfolds(name):
+    build, target = UNFOLDS[name]
+    errors = relative_errors(build(2, 4), kernel(target), 2, 2, 4, torch.float32, input_size=2)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[torch.float32], (worst, errors[worst])
+
+
+def test_registry_targets_resolve():
+    """Every registered CUDA kernel points at a function of this package (module paths only until used)."""
+    from odelab.kernels import REGISTRY
+
+    cuda = {key: impl for key, impl in REGISTRY.items() if key[2] == "cuda"}
+    assert len(cuda) == 11
+    for impl in cuda.values():
+        assert callable(impl.load())
+
+
+# -- full size, on a GPU -----------------------------------------------------------------------------------
+
+FULL_SIZES = [(32, 1000, 16), (8, 100, 300)]  # the benchmark's small size; hidden 300 = five 64-wide tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_full_size_cuda(name, size):
+    """fp64 at full size is the exactness check (1e-10); fp32 over 1000 steps accumulates the round-off of two
+    different summation orders, bounded here at 1e-4 relative (max |a − b| / max |b| per tensor)."""
+    build, target = PRESETS[name]
+    batch, time, hidden = size
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
+        errors = relative_errors(build(4, hidden), kernel(target), batch, time, hidden, dtype, input_size=4)
+        worst = max(errors, key=errors.get)
+        assert errors[worst] <= tol, (dtype, worst, errors[worst])
+
+
+# -- compilation for a GPU without one -----------------------------------------------------------------------
+
+COMPILE_CHECK = r"""
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from odelab.kernels.cuda import lem, oscillators, unicornn, gru, delay_gru, liquid
+
+def compile_(fn, constexprs, dtype):
+    ints = {"B", "T", "H", "P", "NX", "M"}
+    sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*" + dtype) for n in fn.arg_names}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+tile = dict(BB=16, BH=32)
+names = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA")
+tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)), **tile)
+dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)), **tile)
+jobs = [(lem._lem_forward, tile), (lem._lem_backward, tile), (unicornn._forward, dict(BLOCK=128)),
+        (unicornn._backward, dict(BLOCK=128)), (delay_gru._forward, tau), (delay_gru._backward, dict(tau, ED=1, HAS_D=True)),
+        (delay_gru._forward, dgru), (delay_gru._backward, dict(dgru, ED=0, HAS_D=True))]
+jobs += [(k, dict(MODE=mode, **tile)) for mode in (0, 1, 2) for k in (oscillators._forward, oscillators._backward)]
+jobs += [(k, dict(RESET_AFTER=ra, **tile)) for ra in (True, False) for k in (gru._forward, gru._backward)]
+jobs += [(k, dict(MODE=mode, BJ=8, **tile)) for mode in (0, 1, 2, 3) for k in (liquid._forward, liquid._backward)]
+for fn, constexprs in jobs:
+    for dtype in DTYPES:
+        compile_(fn, constexprs, dtype)
+print("compiled", len(jobs) * len(DTYPES))
+"""
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """Every kernel variant compiles to a cubin for sm_90 (Triton's bundled ptxas; no GPU needed), fp32 and
+    fp64: the interpreter does not check what only the compiler rejects. About two minutes on two cores."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    code = "DTYPES = ('fp32', 'fp64')\n" + COMPILE_CHECK
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compiled" in result.stdout
