@@ -15,7 +15,7 @@ from ..solvers.recurrence import delay_lags, run_sequence
 from ..solvers.schemes import Scheme, resolve_scheme
 from ..systems.base import FunctionSystem, State, System, check_state
 
-ENGINES = ("auto", "generic", "fused")
+ENGINES = ("auto", "generic", "fused", "cuda-graph")
 
 
 class Recurrent(nn.Module):
@@ -26,7 +26,9 @@ class Recurrent(nn.Module):
 
     ``engine``: ``"generic"`` steps the scheme in Python (the definition); ``"fused"`` runs the registered
     kernel of this (system, scheme) pair on x's device (``odelab.kernels``; an error if there is none);
-    ``"auto"`` (default) takes the kernel when one exists and the generic loop otherwise.
+    ``"auto"`` (default) takes the kernel when one exists and the generic loop otherwise; ``"cuda-graph"``
+    runs the generic loop captured in CUDA graphs, forward and backward, once per input shape
+    (``odelab.kernels.cuda_graph``: for systems without a kernel, static shapes, CUDA only).
     """
 
     def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
@@ -46,6 +48,7 @@ class Recurrent(nn.Module):
         self.system, self.dt, self.unfolds = system, float(dt), unfolds
         self.output_index = system.block_index(system.observable)
         self.engine = engine
+        self._graphs = None  # the captured loops of engine="cuda-graph", by input shape
 
     @property
     def engine(self) -> str:
@@ -78,7 +81,7 @@ class Recurrent(nn.Module):
 
     def kernel(self, x: Tensor) -> Callable | None:
         """The fused implementation that ``forward(x)`` would run, or None for the generic loop."""
-        if self.engine == "generic":
+        if self.engine in ("generic", "cuda-graph"):
             return None
         impl = kernels.find(self.system, self.scheme.name, x)
         if impl is not None and impl.available():
@@ -96,6 +99,12 @@ class Recurrent(nn.Module):
         else:
             state = check_state(system, state, "state")
         lags = delay_lags(system, self.dt / self.unfolds) if system.is_delay else ()
+        if self.engine == "cuda-graph":
+            if self._graphs is None:
+                from ..kernels.cuda_graph import GraphCache
+
+                self._graphs = GraphCache()
+            return self._graphs.run(system, self.scheme, x, state, self.dt, self.unfolds, lags)
         kernel = self.kernel(x)
         if kernel is not None:
             return kernel(system, x, state, self.dt, self.unfolds, lags)
