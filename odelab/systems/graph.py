@@ -44,7 +44,13 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .base import System
-from .graph_coupling import GATCoupling, GCNCoupling, HeadMean, check_edge_index
+from .graph_coupling import GATCoupling, GCNCoupling, HeadMean, _Propagator, _SpMM, check_edge_index
+
+
+def _adjacency(edge_index: Tensor, num_nodes: int, dtype) -> Tensor:
+    """The 0/1 adjacency (rows = targets) as a sparse COO matrix, duplicates summed as in the edge sums."""
+    values = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+    return torch.sparse_coo_tensor(edge_index.flip(0), values, (num_nodes, num_nodes), check_invariants=False).coalesce()
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": torch.relu, "tanh": torch.tanh, "elu": F.elu, "sigmoid": torch.sigmoid, "identity": lambda x: x,
@@ -172,7 +178,7 @@ class GraphCON(GraphSystem):
         Y' = σ(F_θ(X, G) + R X) − γ X − α Y,   X' = Y
 
     ``coupling``: F_θ, a module ``F(x, edge_index) -> (nodes, hidden_size)``; ``alpha`` (damping α ≥ 0) and
-    ``gamma`` (frequency γ ≥ 0) fixed floats (buffers); ``activation`` σ ("relu" as the official GCN/SAGE
+    ``gamma`` (frequency γ ≥ 0) fixed floats; ``activation`` σ ("relu" as the official GCN/SAGE
     models, "identity" with :class:`HeadMean` for the ELU-4-head GAT variant, "tanh", or a callable);
     ``residual``: ``True`` for a learned ``nn.Linear(hidden, hidden)`` R inside σ (the official experiment
     models), or a module, or ``None`` (7.3 as printed). Y splits for IMEX: forcing σ(·) − γX, decay α.
@@ -188,7 +194,7 @@ class GraphCON(GraphSystem):
                  num_nodes: int | None = None):
         super().__init__(coupling, hidden_size, edge_index, num_nodes)
         alpha, gamma = _number("alpha", alpha), _number("gamma", gamma)
-        self.register_buffer("coefficients", torch.tensor([alpha, gamma]))
+        self._alpha, self._gamma = alpha, gamma  # fixed floats (as the official code): no tensor ops, no sync
         self.activation_name, self.activation = _activation(activation, "activation")
         if residual is True:
             residual = nn.Linear(hidden_size, hidden_size)
@@ -200,18 +206,18 @@ class GraphCON(GraphSystem):
 
     @property
     def alpha(self) -> float:
-        return float(self.coefficients[0])
+        return self._alpha
 
     @property
     def gamma(self) -> float:
-        return float(self.coefficients[1])
+        return self._gamma
 
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, alpha={self.alpha:g}, gamma={self.gamma:g}, "
                 f"activation={self.activation_name}, num_nodes={self.num_nodes}")
 
     def symbols(self) -> dict[str, Tensor]:
-        out = {"α": self.coefficients[0], "γ": self.coefficients[1]}
+        out = {"α": torch.tensor(self._alpha), "γ": torch.tensor(self._gamma)}
         out.update(self._coupling_symbols("F_θ", "W", self.coupling))
         if self.residual is not None:
             out.update({f"R.{name}": p for name, p in self.residual.named_parameters()})
@@ -225,17 +231,17 @@ class GraphCON(GraphSystem):
         pre = self.coupling(x, edges)
         if self.residual is not None:
             pre = pre + self.residual(x)
-        return (self.activation(pre) - self.coefficients[1] * x).reshape(shape)
+        return torch.sub(self.activation(pre), x, alpha=self._gamma).reshape(shape)
 
     def split(self, i, t, state, inp, *delayed):
         if i != 0:
             return super().split(i, t, state, inp)
-        return self._forcing(t, state), self.coefficients[0]
+        return self._forcing(t, state), self._alpha
 
     def block_derivative(self, i, t, state, inp, *delayed):
         if i == 1:  # X' = Y
             return state[0]
-        return self._forcing(t, state) - self.coefficients[0] * state[0]
+        return torch.sub(self._forcing(t, state), state[0], alpha=self._alpha)
 
     def derivative(self, t, state, inp, *delayed):
         return self.block_derivative(0, t, state, inp), state[0]
@@ -273,6 +279,8 @@ class GradientGating(GraphSystem):
         if aggregation not in ("mean", "sum"):
             raise ValueError(f"aggregation: expected 'mean' or 'sum', got {aggregation!r}")
         self.aggregation = aggregation
+        self.sparse_square = True  # p = 2: the sparse-product form of the τ sum (False: edge-wise, exact zeros)
+        self._adjacency, self._deg_cache = _Propagator(), None
 
     @property
     def p(self) -> float:
@@ -292,21 +300,37 @@ class GradientGating(GraphSystem):
 
     def rates(self, x: Tensor, edges: Tensor, tau_hat: Tensor) -> Tensor:
         """τ = tanh(AGG_{j→i} |τ̂_j − τ̂_i|^p) per node and channel (8.4), x and τ̂ in node layout."""
-        src, dst = edges[0], edges[1]
-        diff = tau_hat.index_select(0, src) - tau_hat.index_select(0, dst)
         p = self._p
-        if p == 2.0:
-            diff = diff.square()
-        elif p == 1.0:
-            diff = diff.abs()
-        else:  # |d|^p with a float exponent (a tensor exponent takes the slow generic pow)
-            diff = diff.abs().pow(p)
-        total = torch.zeros_like(tau_hat).index_add_(0, dst, diff)
+        if p == 2.0 and self.sparse_square:
+            # Σ_j A_ij (τ̂_j − τ̂_i)² = (A τ̂²)_i − 2 τ̂_i (A τ̂)_i + deg_i τ̂_i²: two sparse products instead of
+            # (E, m) gathers and scatters (~8x faster on 10⁶ edges); clamped at 0 against round-off
+            adjacency, transpose = self._adjacency.get(edges, x.shape[0], tau_hat.dtype, tau_hat.device, _adjacency)
+            both = _SpMM.apply(adjacency, transpose, torch.cat([tau_hat.square(), tau_hat], 1))
+            sq, lin = both.split(tau_hat.shape[1], 1)
+            deg = self._degree(edges, x.shape[0], tau_hat)
+            total = (sq - 2 * tau_hat * lin + deg * tau_hat.square()).clamp_min(0.0)
+        else:
+            src, dst = edges[0], edges[1]
+            diff = tau_hat.index_select(0, src) - tau_hat.index_select(0, dst)
+            if p == 2.0:
+                diff = diff.square()
+            elif p == 1.0:
+                diff = diff.abs()
+            else:  # |d|^p with a float exponent (a tensor exponent takes the slow generic pow)
+                diff = diff.abs().pow(p)
+            total = torch.zeros_like(tau_hat).index_add_(0, dst, diff)
         if self.aggregation == "mean":
-            count = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device).index_add_(
-                0, dst, torch.ones_like(dst, dtype=x.dtype))
-            total = total / count.clamp_min(1.0).unsqueeze(1)
+            total = total / self._degree(edges, x.shape[0], tau_hat).clamp_min(1.0)
         return torch.tanh(total)
+
+    def _degree(self, edges: Tensor, n: int, like: Tensor) -> Tensor:
+        """In-degree (n, 1), cached per graph tensor."""
+        key = (edges.data_ptr(), tuple(edges.shape), n, like.dtype, str(like.device))
+        if self._deg_cache is None or self._deg_cache[0] != key:
+            deg = torch.zeros(n, dtype=like.dtype, device=like.device).index_add_(
+                0, edges[1], torch.ones(edges.shape[1], dtype=like.dtype, device=like.device))
+            self._deg_cache = (key, deg.unsqueeze(1))
+        return self._deg_cache[1]
 
     def gate_and_update(self, t, x: Tensor) -> tuple[Tensor, Tensor]:
         """(τ, σ(F_θ(X))) in the block's own layout."""

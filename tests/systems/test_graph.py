@@ -264,3 +264,15 @@ def test_symbols_and_registration():
     assert GraphCON.blocks == ("Y", "X") and GraphCON.velocity_position == ("Y", "X")
     g = GradientGating(GCNCoupling(3), 3, 1.5).symbols()
     assert float(g["p"]) == 1.5 and "W" in g
+
+
+def test_g2_sparse_square_form_equals_edge_sums():
+    edge_index, n = small_graph(seed=15)
+    system = GradientGating(gcn(4, 9), 4, 2.0, edge_index=edge_index, num_nodes=n)
+    X = torch.randn(n, 4, dtype=DT, requires_grad=True)
+    fast = system.derivative(0.0, (X,), None)[0]
+    (g_fast,) = torch.autograd.grad(fast.square().sum(), X)
+    system.sparse_square = False
+    slow = system.derivative(0.0, (X,), None)[0]
+    (g_slow,) = torch.autograd.grad(slow.square().sum(), X)
+    assert (fast - slow).abs().max() <= 1e-10 and (g_fast - g_slow).abs().max() <= 1e-9
