@@ -19,14 +19,33 @@ import triton
 import triton.language as tl
 
 BLOCK_B = 16  # tl.dot needs M, N, K >= 16
-MAX_BLOCK_H = 64
+MAX_BLOCK_H = 32  # BH = 64 spills (ptxas, sm_90: 255 registers + stack) in the tiled backward
+MAX_RESIDENT = 32  # hidden sizes up to this run the register-resident variant (where a kernel has one)
+
+
+def available() -> bool:
+    """The registry's check (``Implementation.available``): Triton imported (this module did) and a CUDA device."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resident(hidden: int, block_h: int | None) -> bool:
+    """Use the register-resident variant: weights and state held on chip for the whole sequence (one tile)."""
+    return block_h is None and hidden <= MAX_RESIDENT
 
 
 def block_sizes(batch: int, hidden: int, block_h: int | None = None) -> tuple[int, int]:
-    """(BB, BH): 16 batch rows per program; hidden tiles of the next power of two ≥ 16, at most 64."""
+    """(BB, BH): 16 batch rows per program; hidden tiles of the next power of two ≥ 16, at most 32
+    (``block_h`` forces a tile width, and with it the tiled variant)."""
     if block_h is None:
         block_h = min(MAX_BLOCK_H, max(16, triton.next_power_of_2(hidden)))
     return BLOCK_B, block_h
+
+
+def warps(block_h: int) -> int:
+    """Warps per program: 8 from 32-wide tiles on (4 warps spill there: 238–255 registers on sm_90)."""
+    return 4 if block_h <= 16 else 8
 
 
 @triton.jit

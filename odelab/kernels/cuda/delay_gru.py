@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import block_sizes, mv, sigmoid, tanh
+from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
 
 
 @triton.jit
@@ -174,7 +174,7 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
                           "WA"), layout[:13]))
-        _forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH)
+        _forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_h, W2c, consts, S)
         ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2 = lag, layout, block_h, W2 is not None
         return S[:, 1:], S[:, T].clone()
@@ -195,7 +195,7 @@ class DelayGRUSequence(torch.autograd.Function):
                           "WA", "ED"), layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
         _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
-                                         BB=BB, BH=BH)
+                                         BB=BB, BH=BH, num_warps=warps(BH))
         h_prev = S[:, :-1]
         blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
         d_weight_h = torch.cat([torch.einsum("btk,bth->kh", G[..., e * H:(e + 1) * H], h_prev) for e, _ in blocks])

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import block_sizes, mv, sigmoid, tanh
+from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
 
 
 @triton.jit
@@ -160,7 +160,7 @@ class GRUSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
         _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
-                                        BB=BB, BH=BH)
+                                        BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S)
         ctx.reset_after, ctx.block_h = reset_after, block_h
         return S[:, 1:], S[:, T].clone()
@@ -178,7 +178,7 @@ class GRUSequence(torch.autograd.Function):
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
         _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, B, T, H,
-                                         RESET_AFTER=reset_after, BB=BB, BH=BH)
+                                         RESET_AFTER=reset_after, BB=BB, BH=BH, num_warps=warps(BH))
         h_prev = S[:, :-1]
         d_rf = torch.einsum("btk,bth->kh", G[..., : 2 * H], h_prev)
         if reset_after:

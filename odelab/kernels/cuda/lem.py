@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import block_sizes, mv, sigmoid, tanh
+from ._common import available, block_sizes, warps, mv, resident, sigmoid, tanh  # noqa: F401
 
 
 @triton.jit
@@ -127,6 +127,109 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
         tl.debug_barrier()
 
 
+@triton.jit
+def _tile(ptr, stride, rows, rmask, cols, cmask):
+    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)
+
+
+@triton.jit
+def _weights(W, H, BH: tl.constexpr):
+    """W (H × H, row-major) as a zero-padded (BH, BH) register tile, and its transpose."""
+    i = tl.arange(0, BH)
+    m = (i < H)[:, None] & (i < H)[None, :]
+    w = tl.load(W + i[:, None] * H + i[None, :], mask=m, other=0.0)
+    wt = tl.load(W + i[None, :] * H + i[:, None], mask=m, other=0.0)
+    return w, wt
+
+
+@triton.jit
+def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+    """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
+    barrier, no re-read); each step reads its encoded input and writes z_n, y_n."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    _, w1t = _weights(W1Z, H, BH)
+    _, wzt = _weights(W1Z + H * H, H, BH)
+    _, w2t = _weights(W2, H, BH)
+    _, wyt = _weights(WY, H, BH)
+    z = _tile(Z, sS, rows, rmask, cols, cmask)
+    y = _tile(Y, sS, rows, rmask, cols, cmask)
+    for n in range(1, T + 1):
+        e = E + (n - 1) * 4 * H
+        p1 = tl.dot(y, w1t, _tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        q = tl.dot(y, wzt, _tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p2 = tl.dot(y, w2t, _tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        s1 = sigmoid(p1)
+        z = z + dt * (s1 * tanh(q) - s1 * z)
+        r = tl.dot(z, wyt, _tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        s2 = sigmoid(p2)
+        y = y + dt * (s2 * tanh(r) - s2 * y)
+        tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+        tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+
+
+@triton.jit
+def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+    """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
+    the adjoints of the final state on entry and those of the initial state on exit."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    sO = T * H
+    w1, w1t = _weights(W1Z, H, BH)
+    wz, wzt = _weights(W1Z + H * H, H, BH)
+    w2, w2t = _weights(W2, H, BH)
+    wy, wyt = _weights(WY, H, BH)
+    lz = _tile(LZ, H, rows, rmask, cols, cmask)
+    ly = _tile(LY, H, rows, rmask, cols, cmask)
+    for i in range(0, T):
+        n = T - i
+        e = E + (n - 1) * 4 * H
+        g = G + (n - 1) * 4 * H
+        yp = _tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        zp = _tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        zn = _tile(Z + n * H, sS, rows, rmask, cols, cmask)
+        p2 = tl.dot(yp, w2t, _tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        r = tl.dot(zn, wyt, _tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p1 = tl.dot(yp, w1t, _tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        q = tl.dot(yp, wzt, _tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        s2 = sigmoid(p2)
+        tr = tanh(r)
+        gp2 = ly * dt * (tr - yp) * s2 * (1.0 - s2)
+        gr = ly * dt * s2 * (1.0 - tr * tr)
+        lz = tl.dot(gr, wy, lz, input_precision="ieee")  # z_n feeds r
+        s1 = sigmoid(p1)
+        tq = tanh(q)
+        gp1 = lz * dt * (tq - zp) * s1 * (1.0 - s1)
+        gq = lz * dt * s1 * (1.0 - tq * tq)
+        tl.store(g + rows[:, None] * sE + cols[None, :], gp1, mask=m)
+        tl.store(g + H + rows[:, None] * sE + cols[None, :], gq, mask=m)
+        tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
+        tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
+        lz = lz * (1.0 - dt * s1)
+        ly = ly * (1.0 - dt * s2)
+        ly = tl.dot(gp1, w1, ly, input_precision="ieee")
+        ly = tl.dot(gq, wz, ly, input_precision="ieee")
+        ly = tl.dot(gp2, w2, ly, input_precision="ieee")
+        ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                      other=0.0)
+    tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
+    tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
+
+
 class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h) -> (ys, z_T, y_T)``."""
 
@@ -141,7 +244,8 @@ class LEMSequence(torch.autograd.Function):
         Y[:, 0] = y0
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        _lem_forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH)
+        forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
+        forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts)
         ctx.block_h = block_h
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
@@ -158,8 +262,13 @@ class LEMSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, B, T, H,
-                                             BB=BB, BH=BH)
+        if resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
+            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
+            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0],
+                                                          consts, B, T, H, BB=BB, BH=BH, num_warps=warps(BH))
+        else:
+            _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, B, T, H,
+                                                 BB=BB, BH=BH, num_warps=warps(BH))
         y_prev = Y[:, :-1]
         d_weight_y = torch.einsum("btk,bth->kh", G[..., : 2 * H], y_prev)
         d_W2 = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], y_prev)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch.nn import functional as F
 
-from ._common import block_sizes, mv, sigmoid, tanh
+from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
 BLOCK_J = 8
@@ -237,7 +237,7 @@ class LiquidSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=like.dtype, device=like.device)
         BB, BH = block_sizes(B, H, block_h)
         _forward[(triton.cdiv(B, BB),)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, B, T, H, P,
-                                        NX, MODE=mode, BB=BB, BJ=BLOCK_J, BH=BH)
+                                        NX, MODE=mode, BB=BB, BJ=BLOCK_J, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S)
         ctx.mode, ctx.block_h = mode, block_h
         return S[:, 1:], S[:, T].clone()
@@ -260,7 +260,7 @@ class LiquidSequence(torch.autograd.Function):
         AE = S.new_zeros(3, B, H)
         ACC = S.new_zeros(programs, 4, P, H)
         _backward[(programs,)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, grad_hs, GX, GW, L,
-                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=BLOCK_J, BH=BH)
+                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=BLOCK_J, BH=BH, num_warps=warps(BH))
         d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
         d_e_leak, d_g_leak, d_shift = AE.sum(1).unbind(0)
         lrc = mode >= LRC_ASYMMETRIC

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import block_sizes, mv, tanh
+from ._common import available, block_sizes, warps, mv, tanh  # noqa: F401
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
 
@@ -162,7 +162,7 @@ class SecondOrderSequence(torch.autograd.Function):
         consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
-        _forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH)
+        _forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, W_rec, consts, Z, Y)
         ctx.mode, ctx.block_h = mode, block_h
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
@@ -181,7 +181,7 @@ class SecondOrderSequence(torch.autograd.Function):
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
         _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
-                                         BB=BB, BH=BH)
+                                         BB=BB, BH=BH, num_warps=warps(BH))
         d_Wy = torch.einsum("btk,bth->kh", G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy

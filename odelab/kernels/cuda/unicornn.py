@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import sigmoid, tanh
+from ._common import available, sigmoid, tanh  # noqa: F401
 
 BLOCK = 128
 
