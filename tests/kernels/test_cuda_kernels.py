@@ -35,6 +35,11 @@ PRESETS = {
     "cornn": (lambda m, d: cells.CoRNN(m, d, dt=0.45), ".cuda.oscillators:run_cornn_explicit"),
     "cornn-implicit": (lambda m, d: cells.CoRNN(m, d, dt=0.45, damping="implicit"),
                        ".cuda.oscillators:run_cornn_implicit"),
+    "cornn-learned-coefficients": (lambda m, d: cells.CoRNN(m, d, dt=0.3, learn_coefficients=True),
+                                   ".cuda.oscillators:run_cornn_explicit"),
+    "cornn-implicit-learned-coefficients": (
+        lambda m, d: cells.CoRNN(m, d, dt=0.3, damping="implicit", learn_coefficients=True),
+        ".cuda.oscillators:run_cornn_implicit"),
     "oscillator": (lambda m, d: cells.NeuralOscillator(m, d, dt=0.3), ".cuda.oscillators:run_oscillator"),
     "unicornn": (lambda m, d: cells.UnICORNN(m, d, dt=0.9, alpha=0.4).layers[0], ".cuda.unicornn:run"),
     "gru-ode": (lambda m, d: cells.GRUODE(m, d, dt=0.8), ".cuda.gru:run"),

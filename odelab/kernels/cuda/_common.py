@@ -85,3 +85,19 @@ def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
                         other=0.0)
         acc = tl.dot(s, w, acc, input_precision="ieee")
     return acc
+
+
+@triton.jit
+def tile(ptr, stride, rows, rmask, cols, cmask):
+    """A (BB, BH) block of a row-major array (row stride ``stride``), zero outside the masks."""
+    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)
+
+
+@triton.jit
+def weights(W, stride, H, BH: tl.constexpr):
+    """An H × H matrix (row stride ``stride``) as a zero-padded (BH, BH) register tile, and its transpose."""
+    i = tl.arange(0, BH)
+    m = (i < H)[:, None] & (i < H)[None, :]
+    w = tl.load(W + i[:, None] * stride + i[None, :], mask=m, other=0.0)
+    wt = tl.load(W + i[None, :] * stride + i[:, None], mask=m, other=0.0)
+    return w, wt

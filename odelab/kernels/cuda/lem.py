@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import available, block_sizes, warps, mv, resident, sigmoid, tanh  # noqa: F401
+from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
 
 
 @triton.jit
@@ -128,21 +128,6 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
 
 
 @triton.jit
-def _tile(ptr, stride, rows, rmask, cols, cmask):
-    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)
-
-
-@triton.jit
-def _weights(W, H, BH: tl.constexpr):
-    """W (H × H, row-major) as a zero-padded (BH, BH) register tile, and its transpose."""
-    i = tl.arange(0, BH)
-    m = (i < H)[:, None] & (i < H)[None, :]
-    w = tl.load(W + i[:, None] * H + i[None, :], mask=m, other=0.0)
-    wt = tl.load(W + i[None, :] * H + i[:, None], mask=m, other=0.0)
-    return w, wt
-
-
-@triton.jit
 def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
     barrier, no re-read); each step reads its encoded input and writes z_n, y_n."""
@@ -155,20 +140,20 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     dt = tl.load(C)
     sE = T * 4 * H
     sS = (T + 1) * H
-    _, w1t = _weights(W1Z, H, BH)
-    _, wzt = _weights(W1Z + H * H, H, BH)
-    _, w2t = _weights(W2, H, BH)
-    _, wyt = _weights(WY, H, BH)
-    z = _tile(Z, sS, rows, rmask, cols, cmask)
-    y = _tile(Y, sS, rows, rmask, cols, cmask)
+    _, w1t = weights(W1Z, H, H, BH)
+    _, wzt = weights(W1Z + H * H, H, H, BH)
+    _, w2t = weights(W2, H, H, BH)
+    _, wyt = weights(WY, H, H, BH)
+    z = tile(Z, sS, rows, rmask, cols, cmask)
+    y = tile(Y, sS, rows, rmask, cols, cmask)
     for n in range(1, T + 1):
         e = E + (n - 1) * 4 * H
-        p1 = tl.dot(y, w1t, _tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        q = tl.dot(y, wzt, _tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        p2 = tl.dot(y, w2t, _tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p1 = tl.dot(y, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        q = tl.dot(y, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p2 = tl.dot(y, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
         s1 = sigmoid(p1)
         z = z + dt * (s1 * tanh(q) - s1 * z)
-        r = tl.dot(z, wyt, _tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        r = tl.dot(z, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
         s2 = sigmoid(p2)
         y = y + dt * (s2 * tanh(r) - s2 * y)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
@@ -189,23 +174,23 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
     sE = T * 4 * H
     sS = (T + 1) * H
     sO = T * H
-    w1, w1t = _weights(W1Z, H, BH)
-    wz, wzt = _weights(W1Z + H * H, H, BH)
-    w2, w2t = _weights(W2, H, BH)
-    wy, wyt = _weights(WY, H, BH)
-    lz = _tile(LZ, H, rows, rmask, cols, cmask)
-    ly = _tile(LY, H, rows, rmask, cols, cmask)
+    w1, w1t = weights(W1Z, H, H, BH)
+    wz, wzt = weights(W1Z + H * H, H, H, BH)
+    w2, w2t = weights(W2, H, H, BH)
+    wy, wyt = weights(WY, H, H, BH)
+    lz = tile(LZ, H, rows, rmask, cols, cmask)
+    ly = tile(LY, H, rows, rmask, cols, cmask)
     for i in range(0, T):
         n = T - i
         e = E + (n - 1) * 4 * H
         g = G + (n - 1) * 4 * H
-        yp = _tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        zp = _tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        zn = _tile(Z + n * H, sS, rows, rmask, cols, cmask)
-        p2 = tl.dot(yp, w2t, _tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        r = tl.dot(zn, wyt, _tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        p1 = tl.dot(yp, w1t, _tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        q = tl.dot(yp, wzt, _tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
+        p2 = tl.dot(yp, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        r = tl.dot(zn, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p1 = tl.dot(yp, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        q = tl.dot(yp, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
         s2 = sigmoid(p2)
         tr = tanh(r)
         gp2 = ly * dt * (tr - yp) * s2 * (1.0 - s2)

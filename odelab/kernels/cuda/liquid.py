@@ -22,7 +22,11 @@ from torch.nn import functional as F
 from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
-BLOCK_J = 8
+
+
+def block_j(block_h: int) -> int:
+    """Presynaptic rows per (BB, BJ, BH) block: 8 with 16-wide tiles, 4 with 32 (8 spills there on sm_90)."""
+    return 8 if block_h <= 16 else 4
 
 
 @triton.jit
@@ -237,7 +241,7 @@ class LiquidSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=like.dtype, device=like.device)
         BB, BH = block_sizes(B, H, block_h)
         _forward[(triton.cdiv(B, BB),)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, B, T, H, P,
-                                        NX, MODE=mode, BB=BB, BJ=BLOCK_J, BH=BH, num_warps=warps(BH))
+                                        NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S)
         ctx.mode, ctx.block_h = mode, block_h
         return S[:, 1:], S[:, T].clone()
@@ -260,7 +264,7 @@ class LiquidSequence(torch.autograd.Function):
         AE = S.new_zeros(3, B, H)
         ACC = S.new_zeros(programs, 4, P, H)
         _backward[(programs,)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, grad_hs, GX, GW, L,
-                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=BLOCK_J, BH=BH, num_warps=warps(BH))
+                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH, num_warps=warps(BH))
         d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
         d_e_leak, d_g_leak, d_shift = AE.sum(1).unbind(0)
         lrc = mode >= LRC_ASYMMETRIC

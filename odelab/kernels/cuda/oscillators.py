@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import available, block_sizes, warps, mv, tanh  # noqa: F401
+from ._common import available, block_sizes, mv, resident, tanh, tile, warps, weights  # noqa: F401
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
 
@@ -147,6 +147,108 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
         tl.debug_barrier()
 
 
+@triton.jit
+def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+    """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    gamma = tl.load(C + 1)
+    eps = tl.load(C + 2)
+    sE = T * H
+    sS = (T + 1) * H
+    if MODE == 0:
+        _, wyt = weights(WR, H, H, BH)
+        wzt = wyt
+    else:
+        _, wzt = weights(WR, 2 * H, H, BH)
+        _, wyt = weights(WR + H, 2 * H, H, BH)
+    z = tile(Z, sS, rows, rmask, cols, cmask)
+    y = tile(Y, sS, rows, rmask, cols, cmask)
+    for n in range(1, T + 1):
+        a = tl.dot(y, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        if MODE != 0:
+            a = tl.dot(z, wzt, a, input_precision="ieee")
+        th = tanh(a)
+        if MODE == 0:
+            z = z + dt * th
+        elif MODE == 1:
+            z = z + dt * ((th - gamma * y) - eps * z)
+        else:
+            z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
+        y = y + dt * z
+        tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+        tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+
+
+@triton.jit
+def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
+                       BH: tl.constexpr):
+    """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
+    initial-state adjoints out; AC (2, B, H) the γ, ε sums out."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    gamma = tl.load(C + 1)
+    eps = tl.load(C + 2)
+    sE = T * H
+    sS = (T + 1) * H
+    if MODE == 0:
+        wy, wyt = weights(WR, H, H, BH)
+        wz = wy
+        wzt = wyt
+    else:
+        wz, wzt = weights(WR, 2 * H, H, BH)
+        wy, wyt = weights(WR + H, 2 * H, H, BH)
+    lz = tile(LZ, H, rows, rmask, cols, cmask)
+    ly = tile(LY, H, rows, rmask, cols, cmask)
+    acc_g = tl.zeros((BB, BH), dtype=lz.dtype)
+    acc_e = tl.zeros((BB, BH), dtype=lz.dtype)
+    for i in range(0, T):
+        n = T - i
+        zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        a = tl.dot(yp, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        if MODE != 0:
+            a = tl.dot(zp, wzt, a, input_precision="ieee")
+        th = tanh(a)
+        lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
+        if MODE == 0:
+            ga = lz * dt * (1.0 - th * th)
+        elif MODE == 1:
+            ga = lz * dt * (1.0 - th * th)
+            acc_g += -lz * dt * yp
+            acc_e += -lz * dt * zp
+            ly = ly - lz * dt * gamma
+            lz = lz * (1.0 - dt * eps)
+        else:
+            d = 1.0 + dt * eps
+            zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
+            ga = lz * dt / d * (1.0 - th * th)
+            acc_g += -lz * dt * yp / d
+            acc_e += -lz * zn * dt / d
+            ly = ly - lz * dt * gamma / d
+            lz = lz / d
+        tl.store(G + (n - 1) * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
+        if MODE != 0:
+            lz = tl.dot(ga, wz, lz, input_precision="ieee")
+        ly = tl.dot(ga, wy, ly, input_precision="ieee")
+        ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                      other=0.0)
+    tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
+    tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
+    tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
+    tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
+
+
 class SecondOrderSequence(torch.autograd.Function):
     """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
     (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε)."""
@@ -162,7 +264,8 @@ class SecondOrderSequence(torch.autograd.Function):
         consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
-        _forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH, num_warps=warps(BH))
+        forward = _forward_resident if resident(H, block_h) else _forward
+        forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, W_rec, consts, Z, Y)
         ctx.mode, ctx.block_h = mode, block_h
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
@@ -180,8 +283,13 @@ class SecondOrderSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
-                                         BB=BB, BH=BH, num_warps=warps(BH))
+        if resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
+            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
+            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ[0], LY[0], AC, B, T, H,
+                                                      MODE=mode, BB=BB, BH=BH, num_warps=warps(BH))
+        else:
+            _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
+                                             BB=BB, BH=BH, num_warps=warps(BH))
         d_Wy = torch.einsum("btk,bth->kh", G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy
