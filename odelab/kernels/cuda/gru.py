@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
+from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
 
 
 @triton.jit
@@ -145,6 +145,82 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
         tl.debug_barrier()
 
 
+@triton.jit
+def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+    """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    sE = T * 3 * H
+    sS = (T + 1) * H
+    _, wrt = weights(WH, H, H, BH)
+    _, wft = weights(WH + H * H, H, H, BH)
+    _, wut = weights(WH + 2 * H * H, H, H, BH)
+    bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
+    h = tile(S, sS, rows, rmask, cols, cmask)
+    for n in range(1, T + 1):
+        e = E + (n - 1) * 3 * H
+        r = tl.dot(h, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        f = tl.dot(h, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        mu = tl.dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, input_precision="ieee")
+        c = tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sigmoid(r) * mu
+        sf = sigmoid(f)
+        h = h + dt * (sf * tanh(c) - sf * h)
+        tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+
+
+@triton.jit
+def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+    """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
+    initial-state adjoint out."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    sE = T * 3 * H
+    sG = T * 4 * H
+    sS = (T + 1) * H
+    sO = T * H
+    wr, wrt = weights(WH, H, H, BH)
+    wf, wft = weights(WH + H * H, H, H, BH)
+    wu, wut = weights(WH + 2 * H * H, H, H, BH)
+    bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
+    lam = tile(L, H, rows, rmask, cols, cmask)
+    for i in range(0, T):
+        n = T - i
+        e = E + (n - 1) * 3 * H
+        g = G + (n - 1) * 4 * H
+        hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        r = tl.dot(hp, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        f = tl.dot(hp, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        mu = tl.dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, input_precision="ieee")
+        sr = sigmoid(r)
+        sf = sigmoid(f)
+        tc = tanh(tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sr * mu)
+        gc = lam * dt * sf * (1.0 - tc * tc)
+        gf = lam * dt * (tc - hp) * sf * (1.0 - sf)
+        gr = gc * mu * sr * (1.0 - sr)
+        gm = gc * sr
+        tl.store(g + rows[:, None] * sG + cols[None, :], gr, mask=m)
+        tl.store(g + H + rows[:, None] * sG + cols[None, :], gf, mask=m)
+        tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
+        tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gm, mask=m)
+        lam = lam * (1.0 - dt * sf)
+        lam = tl.dot(gr, wr, lam, input_precision="ieee")
+        lam = tl.dot(gf, wf, lam, input_precision="ieee")
+        lam = tl.dot(gm, wu, lam, input_precision="ieee")
+        lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                       other=0.0)
+    tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
+
+
 class GRUSequence(torch.autograd.Function):
     """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h) -> (hs, h_T)``."""
 
@@ -159,8 +235,12 @@ class GRUSequence(torch.autograd.Function):
         R = enc.new_empty(B, H)
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
-                                        BB=BB, BH=BH, num_warps=warps(BH))
+        if reset_after and resident(H, block_h):
+            _forward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, B, T, H, BB=BB, BH=BH,
+                                                     num_warps=warps(BH))
+        else:
+            _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
+                                            BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S)
         ctx.reset_after, ctx.block_h = reset_after, block_h
         return S[:, 1:], S[:, T].clone()
@@ -177,8 +257,13 @@ class GRUSequence(torch.autograd.Function):
         L = enc.new_empty(2, B, H)
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, B, T, H,
-                                         RESET_AFTER=reset_after, BB=BB, BH=BH, num_warps=warps(BH))
+        if reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
+            L[0] = L[T % 2]
+            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0], B, T, H,
+                                                      BB=BB, BH=BH, num_warps=warps(BH))
+        else:
+            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, B, T, H,
+                                             RESET_AFTER=reset_after, BB=BB, BH=BH, num_warps=warps(BH))
         h_prev = S[:, :-1]
         d_rf = torch.einsum("btk,bth->kh", G[..., : 2 * H], h_prev)
         if reset_after:
