@@ -7,7 +7,8 @@ oscillator update costs at most 20 % on top of the message passing (ratio ≤ 1.
 
     python benchmarks/graph_layer.py [--nodes 100000] [--edges 1000000] [--hidden 64] [--repeats 15]
 
-Writes benchmarks/results/graph_layer.json (median seconds per forward + backward, ratios).
+Writes benchmarks/results/graph_layer.json (median seconds per forward + backward, interleaved runs; the
+ratio is the median of the per-repeat ratios).
 """
 from __future__ import annotations
 
@@ -27,15 +28,22 @@ from odelab.systems.graph import GradientGating, GraphCON
 from odelab.systems.graph_coupling import GCNCoupling
 
 
-def timed(fn, repeats: int, warmup: int = 2) -> dict:
+def timed(fns: dict, repeats: int, warmup: int = 2) -> dict:
+    """Median and min seconds of each function, the functions interleaved within every repeat (a shared
+    machine's load then hits all of them alike), plus the median of the per-repeat ratios to the first."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    first = next(iter(fns))
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats,
+                   "paired_ratio_median": statistics.median(a / b for a, b in zip(t, times[first]))}
+            for name, t in times.items()}
 
 
 def main() -> None:
@@ -95,12 +103,11 @@ def main() -> None:
         print("torch-geometric not installed: timing the built-in GCNCoupling only (pip install odelab[graph])")
     results = {}
     for name, conv in couplings.items():
-        alone = timed(coupling_alone(conv), args.repeats)
-        layer = timed(graphcon_layer(conv), args.repeats)
-        g2 = timed(g2_layer(conv), args.repeats)
-        results[name] = {"coupling_alone": alone, "graphcon_layer": layer, "g2_layer": g2,
-                         "graphcon_ratio": layer["median_s"] / alone["median_s"],
-                         "g2_ratio": g2["median_s"] / alone["median_s"]}
+        timing = timed({"coupling_alone": coupling_alone(conv), "graphcon_layer": graphcon_layer(conv),
+                        "g2_layer": g2_layer(conv)}, args.repeats)
+        alone, layer, g2 = timing["coupling_alone"], timing["graphcon_layer"], timing["g2_layer"]
+        results[name] = {**timing, "graphcon_ratio": layer["paired_ratio_median"], "g2_ratio": g2["paired_ratio_median"],
+                         "graphcon_ratio_of_medians": layer["median_s"] / alone["median_s"]}
         print(f"{name:20s} coupling {alone['median_s'] * 1e3:8.1f} ms   GraphCON layer {layer['median_s'] * 1e3:8.1f} ms"
               f" ({results[name]['graphcon_ratio']:.2f}x)   G2 layer {g2['median_s'] * 1e3:8.1f} ms ({results[name]['g2_ratio']:.2f}x)")
     if len(couplings) == 2:

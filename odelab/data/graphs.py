@@ -198,12 +198,14 @@ def pyg_random_partition_graph(num_classes: int = 5, nodes_per_class: int = 200,
                                homophily_ratio: float = 0.8, num_features: int = 16, *, root: str,
                                seed: int = 0) -> GraphData:
     """The same kind of graph from PyG's ``RandomPartitionGraphDataset`` (generated locally into ``root``;
-    needs ``pip install odelab[graph]``); labels are PyG's, features PyG's Gaussian class features."""
+    needs ``pip install odelab[graph]``: torch-geometric and scikit-learn); labels and features are PyG's."""
     try:
         from torch_geometric.datasets import RandomPartitionGraphDataset
+        import sklearn  # noqa: F401  (PyG's generator draws its features with sklearn's make_classification)
     except ImportError as err:
-        raise ImportError("pyg_random_partition_graph needs PyTorch Geometric; install it with "
-                          "`pip install odelab[graph]`") from err
+        raise ImportError("pyg_random_partition_graph needs PyTorch Geometric and scikit-learn; install them with "
+                          "`pip install odelab[graph]` (torch-geometric, scikit-learn); the plain-torch "
+                          "random_partition_graph needs neither") from err
     torch.manual_seed(seed)
     ds = RandomPartitionGraphDataset(root, num_classes=num_classes, num_nodes_per_class=nodes_per_class,
                                      node_homophily_ratio=homophily_ratio, average_degree=average_degree,

@@ -223,3 +223,19 @@ def test_webkb_missing_split_is_named(tmp_path):
     os.remove(tmp_path / "out1_graph_edges.txt")
     with pytest.raises(FileNotFoundError, match="out1_graph_edges.txt"):
         load_webkb("wisconsin", str(tmp_path))
+
+
+def test_pyg_generator_error_names_the_extra(tmp_path):
+    try:
+        import sklearn  # noqa: F401
+        import torch_geometric  # noqa: F401
+    except ImportError:
+        from odelab.data.graphs import pyg_random_partition_graph
+
+        with pytest.raises(ImportError, match=r"odelab\[graph\]"):
+            pyg_random_partition_graph(root=str(tmp_path))
+    else:
+        from odelab.data.graphs import pyg_random_partition_graph
+
+        g = pyg_random_partition_graph(3, 40, 4.0, 0.9, 8, root=str(tmp_path), seed=0)
+        assert g.num_nodes == 120 and homophily(g.edge_index, g.y, "node") > 0.7
