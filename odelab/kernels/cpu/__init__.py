@@ -1,1 +1,19 @@
-"""CPU kernels: registrations (module paths only; see ``odelab.kernels``)."""
+"""CPU kernels: registrations (module paths only; see ``odelab.kernels``).
+
+The kernels are one C++ source (:mod:`.source`) compiled on first use (:mod:`.extension`; it needs a C++
+compiler, nothing else) and wrapped in autograd Functions with hand-derived backward passes, one module per
+cell. :func:`available` says whether the compiled library loads here; when it does not, callers use the
+generic path. Importing this package compiles nothing.
+"""
+from ... import systems
+from ..registry import register
+
+
+def available() -> bool:
+    """Whether the compiled CPU kernels can run here (builds them once, on the first call)."""
+    from .extension import available as _available
+
+    return _available()
+
+
+register(systems.LEM, "imex", "cpu", ".cpu.lem:run")

@@ -1,0 +1,59 @@
+"""LEM (000 eq. 3) = LEM field (eq. 2) + "imex" (z first, then y; decays explicit), fused on CPU.
+
+Forward: the input encoding for all steps in one GEMM (``system.encode``), then the time loop in C++
+(``lem_forward``: two matrix products and one fused gate loop per update, per step), which adds the recurrent
+products into the encoding buffer in place, so that it ends up holding the gates' pre-activations; it stores
+the states z, y. Backward: ``lem_backward`` runs BPTT in C++ from the stored states and pre-activations
+(gates recomputed elementwise, no matrix product recomputed) and writes the pre-activation gradients ``dA`` of
+every step; the recurrent weight gradients are then one GEMM each over all steps, and autograd takes ``dA``
+through ``encode`` (V, b, x).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .common import contiguous, encode_flat, every_sample, previous
+from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+class LEMFunction(torch.autograd.Function):
+    """(A, z0, y0, Wg = [W1; Wz; W2], Wy, h) -> (Y, z_T, A): Y (B, T, d) all y, z_T the last z; the encoded
+    input A (B·T, 4d) is overwritten by the pre-activations (marked dirty)."""
+
+    @staticmethod
+    def forward(ctx, A, z0, y0, Wg, Wy, h):
+        z0, y0, Wg, Wy = contiguous(z0, y0, Wg, Wy)
+        B, d = z0.shape
+        T = A.shape[0] // B
+        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+        call("lem_forward", [A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), Z, Y], (B, T, d), (h,))
+        ctx.mark_dirty(A)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(A, z0, y0, Wg, Wy, Z, Y)
+        ctx.h = h
+        return Y, Z[:, -1].clone(), A
+
+    @staticmethod
+    def backward(ctx, dY, dzT, _dA):
+        A, z0, y0, Wg, Wy, Z, Y = ctx.saved_tensors
+        B, d = z0.shape
+        T = A.shape[0] // B
+        gz = dzT.contiguous().clone() if dzT is not None else A.new_zeros(B, d)
+        gy = A.new_zeros(B, d)
+        dY = dY.contiguous() if dY is not None else None
+        dA = A.new_empty(B * T, 4 * d)
+        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA], (B, T, d), (ctx.h,))
+        flat = dA
+        dWg = flat[:, :3 * d].t() @ previous(Y, y0) if ctx.needs_input_grad[3] else None
+        dWy = flat[:, 3 * d:].t() @ Z.view(B * T, d) if ctx.needs_input_grad[4] else None
+        return dA, gz, gy, dWg, dWy, None
+
+
+def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """The LEM cell over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop."""
+    z0, y0 = state
+    A = encode_flat(system, x, unfolds)
+    Wg = torch.cat((system.weight_y, system.W2), dim=0)
+    Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, dt / unfolds)
+    return every_sample(Y, unfolds), (zT, Y[:, -1])
