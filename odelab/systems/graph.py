@@ -151,13 +151,9 @@ class GraphSystem(System):
             return x.reshape(-1, m), self._edges_for(x.shape[0]), tuple(x.shape)
         raise ValueError(f"state: expected node layout ({v}, {m}) or packed (B, {v * m}), got {tuple(x.shape)}")
 
-    def initial_state(self, batch: int = 1, dtype=None, device=None):
-        """Zero state in the packed layout ``(batch, num_nodes * m)`` per block."""
-        ref = next(self.parameters(), None)
-        dtype = dtype or (ref.dtype if ref is not None else torch.get_default_dtype())
-        device = device or (ref.device if ref is not None else None)
-        return tuple(torch.zeros(batch, self.num_nodes * self.hidden_size, dtype=dtype, device=device)
-                     for _ in self.blocks)
+    def block_sizes(self) -> tuple[int, ...]:
+        """Packed block widths ``num_nodes * m`` (what ``initial_state`` and the solvers' flat state use)."""
+        return (max(self.num_nodes, 1) * self.hidden_size,) * len(self.blocks)
 
     def _coupling_symbols(self, prefix: str, weight_name: str, module: nn.Module) -> dict[str, Tensor]:
         """The coupling's parameters as ``prefix.name``, and its weight matrix (as nn.Linear stores it,

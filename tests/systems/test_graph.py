@@ -192,6 +192,7 @@ def test_packed_batch_equals_node_layout():
     system = GraphCON(gcn(m, 4), m, 0.3, 1.0, edge_index=edge_index, num_nodes=n)
     X = torch.randn(2, n, m, dtype=DT)
     Y = torch.randn(2, n, m, dtype=DT)
+    assert [tuple(z.shape) for z in system.initial_state(2)] == [(2, n * m)] * 2
     packed = FIXED_SCHEMES["imex"].step(Field(system), 0.0, (system.pack(Y), system.pack(X)), 1.0)
     for b in range(2):
         nodes = FIXED_SCHEMES["imex"].step(Field(system), 0.0, (Y[b], X[b]), 1.0)
@@ -226,6 +227,15 @@ def test_pyg_gcnconv_is_a_drop_in_coupling():
     assert (X1 - rX).abs().max() <= 1e-6 and (Y1 - rY).abs().max() <= 1e-6
     model = G2Model(5, m, 2, 3, coupling="pyg-sage")
     assert model(torch.randn(n, 5), edge_index).shape == (n, 2)
+    # the plain-torch GAT coupling computes what PyG's GATConv computes (same weights, 2 heads)
+    ours, theirs = GATCoupling(m, 3, heads=2).double(), pyg_nn.GATConv(m, 3, heads=2).double()
+    with torch.no_grad():
+        theirs.lin.weight.copy_(ours.weight)
+        theirs.att_src.copy_(ours.att_src)
+        theirs.att_dst.copy_(ours.att_dst)
+        theirs.bias.copy_(torch.randn(6))
+        ours.bias.copy_(theirs.bias)
+    assert (ours(X, edge_index) - theirs(X, edge_index)).abs().max() <= 1e-10
 
 
 def test_errors_name_the_argument():
