@@ -140,10 +140,14 @@ DELAY_CASES = {  # ring-buffer edge cases: lag 1, lag 0 (τ = 0), lag > T, a fra
 }
 
 
-@pytest.mark.parametrize("name", list(DELAY_CASES))
-def test_delay_edge_cases(name):
+TILED = {"taugru-tau0", "taugru-lag-beyond-T", "delaygru-lag-beyond-T", "delaygru-tau0"}
+
+
+@pytest.mark.parametrize("name,block_h", [(n, None) for n in DELAY_CASES] + [(n, 16) for n in sorted(TILED)])
+def test_delay_edge_cases(name, block_h):
+    """block_h=None: the register-resident kernels (hidden 6); 16: the tiled ones on the same cases."""
     target = ".cuda.delay_gru:run_" + ("taugru" if name.startswith("taugru") else "delaygru")
-    errors = relative_errors(DELAY_CASES[name](3, 6), kernel(target), 2, 4, 6, torch.float32)
+    errors = relative_errors(DELAY_CASES[name](3, 6), kernel(target), 2, 4, 6, torch.float32, block_h=block_h)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[torch.float32], (worst, errors[worst])
 
@@ -203,23 +207,34 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from odelab.kernels.cuda import lem, oscillators, unicornn, gru, delay_gru, liquid
+from odelab.kernels.cuda._common import warps
 
 def compile_(fn, constexprs, dtype):
+    constexprs = dict(constexprs)
+    num_warps = constexprs.pop("num_warps", 4)
     ints = {"B", "T", "H", "P", "NX", "M"}
     sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*" + dtype) for n in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
-tile = dict(BB=16, BH=32)
 names = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA")
-tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)), **tile)
-dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)), **tile)
-jobs = [(lem._lem_forward, tile), (lem._lem_backward, tile), (unicornn._forward, dict(BLOCK=128)),
-        (unicornn._backward, dict(BLOCK=128)), (delay_gru._forward, tau), (delay_gru._backward, dict(tau, ED=1, HAS_D=True)),
-        (delay_gru._forward, dgru), (delay_gru._backward, dict(dgru, ED=0, HAS_D=True))]
-jobs += [(k, dict(MODE=mode, **tile)) for mode in (0, 1, 2) for k in (oscillators._forward, oscillators._backward)]
-jobs += [(k, dict(RESET_AFTER=ra, **tile)) for ra in (True, False) for k in (gru._forward, gru._backward)]
-jobs += [(k, dict(MODE=mode, BJ=8, **tile)) for mode in (0, 1, 2, 3) for k in (liquid._forward, liquid._backward)]
+tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)))
+dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)))
+jobs = [(unicornn._forward, dict(BLOCK=128)), (unicornn._backward, dict(BLOCK=128))]
+for bh in (16, 32):
+    tile = dict(BB=16, BH=bh)
+    dense = [(lem._lem_forward, tile), (lem._lem_backward, tile), (lem._lem_forward_resident, tile),
+             (lem._lem_backward_resident, tile), (gru._forward_resident, tile), (gru._backward_resident, tile)]
+    dense += [(k, dict(tau, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]
+    dense += [(k, dict(tau, ED=1, HAS_D=True, **tile)) for k in (delay_gru._backward, delay_gru._backward_resident)]
+    dense += [(k, dict(dgru, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]
+    dense += [(k, dict(dgru, ED=0, HAS_D=True, **tile)) for k in (delay_gru._backward, delay_gru._backward_resident)]
+    dense += [(k, dict(MODE=mode, **tile)) for mode in (0, 1, 2) for k in
+              (oscillators._forward, oscillators._backward, oscillators._forward_resident, oscillators._backward_resident)]
+    dense += [(k, dict(RESET_AFTER=ra, **tile)) for ra in (True, False) for k in (gru._forward, gru._backward)]
+    dense += [(k, dict(MODE=mode, BJ=liquid.block_j(bh), **tile)) for mode in (0, 1, 2, 3)
+              for k in (liquid._forward, liquid._backward)]
+    jobs += [(fn, dict(constexprs, num_warps=warps(bh))) for fn, constexprs in dense]
 for fn, constexprs in jobs:
     for dtype in DTYPES:
         compile_(fn, constexprs, dtype)
@@ -230,7 +245,7 @@ print("compiled", len(jobs) * len(DTYPES))
 @pytest.mark.slow
 def test_kernels_compile_for_sm90():
     """Every kernel variant compiles to a cubin for sm_90 (Triton's bundled ptxas; no GPU needed), fp32 and
-    fp64: the interpreter does not check what only the compiler rejects. About two minutes on two cores."""
+    fp64: the interpreter does not check what only the compiler rejects. Several minutes on two cores."""
     import subprocess
     import sys
 

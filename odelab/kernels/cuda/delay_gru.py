@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
+from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
 
 
 @triton.jit
@@ -157,6 +157,148 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
         tl.debug_barrier()
 
 
+@triton.jit
+def _weights_resident(WH, W2, H, HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                      U_DELAYED: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr,
+                      BH: tl.constexpr):
+    """(W, Wᵀ) register tiles of the present maps (u, g, a of h; W2 of the delayed state); zeros otherwise."""
+    none = tl.zeros((BH, BH), dtype=WH.dtype.element_ty)
+    wu, wut, wg, wgt, wa, wat, w2, w2t = none, none, none, none, none, none, none, none
+    if HAS_U:
+        wu, wut = weights(WH + WU * H * H, H, H, BH)
+    if HAS_G:
+        wg, wgt = weights(WH + WG * H * H, H, H, BH)
+    if HAS_A:
+        wa, wat = weights(WH + WA * H * H, H, H, BH)
+    if HAS_Z or U_DELAYED:
+        w2, w2t = weights(W2, H, H, BH)
+    return wu, wut, wg, wgt, wa, wat, w2, w2t
+
+
+@triton.jit
+def _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha, beta,
+                       HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                       U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
+                       EA: tl.constexpr, H):
+    """:func:`_branches` with the weights and h in registers."""
+    zero = h * 0.0
+    target = zero
+    u = zero
+    z = zero
+    a = zero + 1.0
+    g = zero + 1.0
+    if HAS_U:
+        pu = tl.dot(h, wut, tile(e + EU * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        if U_DELAYED:
+            pu = tl.dot(hd, w2t, pu, input_precision="ieee")
+        u = tanh(pu)
+        target = beta * u
+    if HAS_Z:
+        z = tanh(tl.dot(hd, w2t, tile(e + EZ * H, sE, rows, rmask, cols, cmask), input_precision="ieee"))
+        if HAS_A:
+            a = sigmoid(tl.dot(h, wat, tile(e + EA * H, sE, rows, rmask, cols, cmask), input_precision="ieee"))
+        target += alpha * (a * z)
+    if HAS_G:
+        g = sigmoid(tl.dot(h, wgt, tile(e + EG * H, sE, rows, rmask, cols, cmask), input_precision="ieee"))
+    return target, u, z, a, g
+
+
+@triton.jit
+def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
+                      HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                      U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
+                      EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
+                      BH: tl.constexpr):
+    """hidden ≤ BH: weights and h in registers; the delayed state read back from the state buffer (a barrier
+    per step makes the other threads' stores visible)."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    alpha = tl.load(C + 1)
+    beta = tl.load(C + 2)
+    sE = T * NE * H
+    sS = (T + 1) * H
+    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, H, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
+                                                           WU, WG, WA, BH)
+    h = tile(S, sS, rows, rmask, cols, cmask)
+    for n in range(1, T + 1):
+        e = E + (n - 1) * NE * H
+        hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
+        target, u, z, a, g = _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha,
+                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H)
+        h = h + dt * (g * target - g * h)
+        tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        tl.debug_barrier()
+
+
+@triton.jit
+def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
+                       HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                       U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
+                       EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr,
+                       HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+    """hidden ≤ BH: weights and the adjoint in registers; L (B, H): final-state adjoint in, initial out; LD as in
+    :func:`_backward` (global: written at step n for the state n − 1 − m, read m steps later)."""
+    pid = tl.program_id(0)
+    rows = pid * BB + tl.arange(0, BB)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    alpha = tl.load(C + 1)
+    beta = tl.load(C + 2)
+    sE = T * NE * H
+    sS = (T + 1) * H
+    sO = T * H
+    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, H, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
+                                                           WU, WG, WA, BH)
+    lam = tile(L, H, rows, rmask, cols, cmask)
+    for i in range(0, T):
+        n = T - i
+        e = E + (n - 1) * NE * H
+        gp = G + (n - 1) * NE * H
+        h = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
+        target, u, z, a, g = _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha,
+                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H)
+        gt = lam * dt * g
+        new = lam * (1.0 - dt * g)
+        if HAS_G:
+            gg = lam * dt * (target - h) * g * (1.0 - g)
+            tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], gg, mask=m)
+            new = tl.dot(gg, wg, new, input_precision="ieee")
+        if HAS_U:
+            gu = gt * beta * (1.0 - u * u)
+            tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gu, mask=m)
+            new = tl.dot(gu, wu, new, input_precision="ieee")
+        if HAS_Z:
+            gz = gt * alpha * a * (1.0 - z * z)
+            tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gz, mask=m)
+            if HAS_A:
+                ga = gt * alpha * z * a * (1.0 - a)
+                tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
+                new = tl.dot(ga, wa, new, input_precision="ieee")
+        if HAS_D:
+            if U_DELAYED:
+                gd = tl.dot(gu, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision="ieee")
+            else:
+                gd = tl.dot(gz, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision="ieee")
+            new += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
+            tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
+                     mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
+        new += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                       other=0.0)
+        tl.debug_barrier()  # LD[n − 1] was written m steps ago, possibly by another thread
+        new += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+        lam = new
+    tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
+
+
 class DelayGRUSequence(torch.autograd.Function):
     """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h) -> (hs, h_T)``; ``layout`` =
     (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
@@ -174,7 +316,8 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
                           "WA"), layout[:13]))
-        _forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH, num_warps=warps(BH))
+        forward = _forward_resident if resident(H, block_h) else _forward
+        forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_h, W2c, consts, S)
         ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2 = lag, layout, block_h, W2 is not None
         return S[:, 1:], S[:, T].clone()
@@ -194,8 +337,13 @@ class DelayGRUSequence(torch.autograd.Function):
         flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
                           "WA", "ED"), layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
-        _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
-                                         BB=BB, BH=BH, num_warps=warps(BH))
+        if resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
+            L[0] = L[T % 2]
+            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD, B, T, H, lag,
+                                                      **flags, BB=BB, BH=BH, num_warps=warps(BH))
+        else:
+            _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
+                                             BB=BB, BH=BH, num_warps=warps(BH))
         h_prev = S[:, :-1]
         blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
         d_weight_h = torch.cat([torch.einsum("btk,bth->kh", G[..., e * H:(e + 1) * H], h_prev) for e, _ in blocks])
