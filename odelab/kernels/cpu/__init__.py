@@ -17,3 +17,7 @@ def available() -> bool:
 
 
 register(systems.LEM, "imex", "cpu", ".cpu.lem:run")
+register(systems.CoRNN, "imex", "cpu", ".cpu.cornn:run_explicit")
+register(systems.CoRNN, "imex-implicit", "cpu", ".cpu.cornn:run_implicit")
+register(systems.UnICORNN, "symplectic-euler", "cpu", ".cpu.unicornn:run")
+register(systems.GRU, "euler", "cpu", ".cpu.gru:run")

@@ -178,6 +178,178 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
   }
 }
 
+// =====================================================================================================
+// coRNN (002 eq. 2.3), z first then y = y + h z_new; damping explicit ("imex") or implicit ("imex-implicit").
+//   A (B·T, d): on entry a = V u + b, on exit s = 𝒲 z + W y + a (in place). Wct = 𝒲^T, Wyt = W^T.
+//   F = tanh(s) − γ y;  explicit z' = z + h (F − ε z);  implicit z' = (z + h F) / (1 + h ε);  y' = y + h z'
+// =====================================================================================================
+template <typename S>
+void cornn_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wct, const S* Wyt, double hd,
+               double gd, double ed, int implicit, S* Z, S* Y) {
+  const S h = S(hd), gamma = S(gd), eps = S(ed);
+  const S den = S(1) + h * eps;
+  const i64 ls = T * d;
+  for (i64 n = 0; n < T; ++n) {
+    const S* yp = n ? Y + (n - 1) * d : y0; const S* zp = n ? Z + (n - 1) * d : z0; const i64 lp = n ? ls : d;
+    S* a = A + n * d;
+    mm(B, d, d, zp, lp, Wct, d, S(1), a, ls);
+    mm(B, d, d, yp, lp, Wyt, d, S(1), a, ls);
+    for (i64 b = 0; b < B; ++b) {
+      const S* __restrict__ s = a + b * ls; const S* __restrict__ z = zp + b * lp; const S* __restrict__ y = yp + b * lp;
+      S* __restrict__ zo = Z + n * d + b * ls; S* __restrict__ yo = Y + n * d + b * ls;
+      if (implicit) for (i64 j = 0; j < d; ++j) {
+        const S f = tanh_(s[j]) - gamma * y[j];
+        const S zn = (z[j] + h * f) / den;
+        zo[j] = zn; yo[j] = y[j] + h * zn;
+      } else for (i64 j = 0; j < d; ++j) {
+        const S f = tanh_(s[j]) - gamma * y[j];
+        const S zn = z[j] + h * (f - eps * z[j]);
+        zo[j] = zn; yo[j] = y[j] + h * zn;
+      }
+    }
+  }
+}
+
+template <typename S>
+void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* Wc, const S* Wy, double hd,
+               double gd, double ed, int implicit, const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA) {
+  const S h = S(hd), gamma = S(gd), eps = S(ed);
+  const S den = S(1) + h * eps;
+  const S q = implicit ? h / den : h;                       // dz'/dF
+  const S keep = implicit ? S(1) / den : S(1) - h * eps;    // dz'/dz
+  const i64 ls = T * d;
+  for (i64 n = T - 1; n >= 0; --n) {
+    const S* a = A + n * d; S* da = dA + n * d;
+    for (i64 b = 0; b < B; ++b) {
+      const S* __restrict__ s = a + b * ls; S* __restrict__ ds = da + b * ls;
+      S* __restrict__ Gy = gy + b * d; S* __restrict__ Gz = gz + b * d;
+      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
+      for (i64 j = 0; j < d; ++j) {
+        const S t = tanh_(s[j]);
+        const S gyj = Gy[j] + (dy ? dy[j] : S(0));
+        const S gzt = Gz[j] + h * gyj;                       // y' = y + h z'
+        ds[j] = gzt * q * (S(1) - t * t);
+        Gy[j] = gyj - gzt * q * gamma;
+        Gz[j] = gzt * keep;
+      }
+    }
+    mm(B, d, d, da, ls, Wc, d, S(1), gz, d);                  // dL/dz += ds 𝒲
+    mm(B, d, d, da, ls, Wy, d, S(1), gy, d);                  // dL/dy += ds W
+  }
+}
+
+// =====================================================================================================
+// UnICORNN layer (002 eq. 3.6), symplectic Euler with the per-neuron step h σ̂(c) -- diagonal, no products.
+//   a = V u + b (B·T, d), k = σ̂(c), s = w y + a:  z' = z + h (−k (tanh(s) + α y)),  y' = y + h (k z')
+// =====================================================================================================
+template <typename S>
+void unicornn_fwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* w, const S* k, double hd,
+                  double al, S* Z, S* Y) {
+  const S h = S(hd), alpha = S(al);
+  const i64 ls = T * d;
+  for (i64 b = 0; b < B; ++b) {
+    for (i64 n = 0; n < T; ++n) {
+      const S* __restrict__ yp = n ? Y + b * ls + (n - 1) * d : y0 + b * d;
+      const S* __restrict__ zp = n ? Z + b * ls + (n - 1) * d : z0 + b * d;
+      const S* __restrict__ a = A + b * ls + n * d;
+      S* __restrict__ zo = Z + b * ls + n * d; S* __restrict__ yo = Y + b * ls + n * d;
+      for (i64 j = 0; j < d; ++j) {
+        const S zn = zp[j] + h * (-k[j] * (tanh_(w[j] * yp[j] + a[j]) + alpha * yp[j]));
+        zo[j] = zn; yo[j] = yp[j] + h * (k[j] * zn);
+      }
+    }
+  }
+}
+
+// dw, dk: (d) accumulators (zeroed by the caller), summed over the batch and the steps in double.
+template <typename S>
+void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* w, const S* k, double hd,
+                  double al, const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, S* dw, S* dk) {
+  const S h = S(hd), alpha = S(al);
+  const i64 ls = T * d;
+  std::vector<double> accw(d, 0.0), acck(d, 0.0);
+  for (i64 b = 0; b < B; ++b) {
+    S* __restrict__ Gy = gy + b * d; S* __restrict__ Gz = gz + b * d;
+    for (i64 n = T - 1; n >= 0; --n) {
+      const S* __restrict__ yp = n ? Y + b * ls + (n - 1) * d : y0 + b * d;
+      const S* __restrict__ zn = Z + b * ls + n * d;
+      const S* __restrict__ a = A + b * ls + n * d;
+      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
+      S* __restrict__ ds = dA + b * ls + n * d;
+      for (i64 j = 0; j < d; ++j) {
+        const S t = tanh_(w[j] * yp[j] + a[j]);
+        const S gyj = Gy[j] + (dy ? dy[j] : S(0));
+        const S gzt = Gz[j] + gyj * h * k[j];                 // y' = y + h k z'
+        const S force = t + alpha * yp[j];
+        const S gf = -(gzt * h * k[j]);                       // dL/d(tanh(s) + α y)
+        const S dsj = gf * (S(1) - t * t);
+        acck[j] += double(gyj * h * zn[j]) - double(gzt * h * force);
+        accw[j] += double(dsj * yp[j]);
+        ds[j] = dsj;
+        Gy[j] = gyj + gf * alpha + dsj * w[j];
+        Gz[j] = gzt;
+      }
+    }
+  }
+  for (i64 j = 0; j < d; ++j) { dw[j] = S(accw[j]); dk[j] = S(acck[j]); }
+}
+
+// =====================================================================================================
+// GRU-ODE (004 eq. 54) + Euler, torch's reset-after convention:
+//   A (B·T, 3d) = [a_r | a_f | a_u] on entry; on exit [s_r | s_f | s_u] with s_r = W_r h + a_r,
+//   s_f = W_f h + a_f, s_u = a_u + σ(s_r) ⊙ c, c = W_u h + b_hu (stored in C (B·T, d)).
+//   h' = h + Δ (σ(s_f) tanh(s_u) − σ(s_f) h)
+// =====================================================================================================
+template <typename S>
+void gru_fwd(i64 B, i64 T, i64 d, S* A, S* C, const S* h0, const S* Wrft, const S* Wut, const S* bhu, double hd,
+             S* H) {
+  const S h = S(hd);
+  const i64 ls = T * d, la = T * 3 * d;
+  for (i64 n = 0; n < T; ++n) {
+    const S* hp = n ? H + (n - 1) * d : h0; const i64 lp = n ? ls : d;
+    S* a = A + n * 3 * d; S* c = C + n * d;
+    mm(B, 2 * d, d, hp, lp, Wrft, 2 * d, S(1), a, la);
+    mm(B, d, d, hp, lp, Wut, d, S(0), c, ls);
+    for (i64 b = 0; b < B; ++b) {
+      S* __restrict__ s = a + b * la; S* __restrict__ cb = c + b * ls; const S* __restrict__ bias = bhu;
+      for (i64 j = 0; j < d; ++j) {
+        const S cj = cb[j] + bias[j];
+        cb[j] = cj;
+        s[2 * d + j] = s[2 * d + j] + sigmoid(s[j]) * cj;
+      }
+      relax_fwd(d, h, s + d, s + 2 * d, hp + b * lp, H + n * d + b * ls);
+    }
+  }
+}
+
+template <typename S>
+void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* Wrf, const S* Wu, double hd,
+             const S* H, const S* dY, S* gh, S* dA, S* dC) {
+  const S h = S(hd);
+  std::vector<S> G(B * d);
+  const i64 ls = T * d, la = T * 3 * d;
+  for (i64 n = T - 1; n >= 0; --n) {
+    const S* hp = n ? H + (n - 1) * d : h0; const i64 lp = n ? ls : d;
+    const S* a = A + n * 3 * d; S* da = dA + n * 3 * d;
+    if (dY) for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += dY[b * ls + n * d + j];
+    for (i64 b = 0; b < B; ++b) {
+      relax_bwd(d, h, a + b * la + d, a + b * la + 2 * d, hp + b * lp, gh + b * d, G.data() + b * d,
+                da + b * la + d, da + b * la + 2 * d);
+      const S* __restrict__ s = a + b * la; const S* __restrict__ c = C + n * d + b * ls;
+      S* __restrict__ dsr = da + b * la; const S* __restrict__ dsu = da + b * la + 2 * d;
+      S* __restrict__ dc = dC + n * d + b * ls;
+      for (i64 j = 0; j < d; ++j) {
+        const S r = sigmoid(s[j]);
+        dc[j] = dsu[j] * r;
+        dsr[j] = dsu[j] * c[j] * r * (S(1) - r);
+      }
+    }
+    std::memcpy(gh, G.data(), B * d * sizeof(S));
+    mm(B, d, 2 * d, da, la, Wrf, d, S(1), gh, d);             // dL/dh += [ds_r ds_f] [W_r; W_f]
+    mm(B, d, d, dC + n * d, ls, Wu, d, S(1), gh, d);          // dL/dh += dc W_u
+  }
+}
+
 }  // namespace
 
 // ---- exports: NAME(f64, sizes, pointers, scalars); see odelab/kernels/cpu/extension.py ----------------
@@ -201,4 +373,21 @@ ODELAB_EXPORT(lem_forward, lem_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), 
 // sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA; scalars h
 ODELAB_EXPORT(lem_backward, lem_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
                                        PTR(7), PTR(8), PTR(9), PTR(10)))
+// sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y; scalars h γ ε
+ODELAB_EXPORT(cornn_forward, cornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
+                                          (int)n[3], PTR(5), PTR(6)))
+// sizes (B, T, d, implicit); pointers A z0 y0 𝒲 W Z Y dY gz gy dA; scalars h γ ε
+ODELAB_EXPORT(cornn_backward, cornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
+                                           (int)n[3], PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10)))
+// sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
+ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
+                                                PTR(5), PTR(6)))
+// sizes (B, T, d); pointers A z0 y0 w k Z Y dY gz gy dA dw dk; scalars h α
+ODELAB_EXPORT(unicornn_backward, unicornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
+                                                 PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11), PTR(12)))
+// sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H; scalars Δ
+ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6)))
+// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC; scalars Δ
+ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
+                                       PTR(7), PTR(8), PTR(9)))
 """

@@ -1,0 +1,69 @@
+"""coRNN (002 eq. 2.3) = CoRNN field (eq. 2.2) + partitioned Euler, z then y, damping explicit ("imex") or
+implicit ("imex-implicit"), fused on CPU. As :mod:`.lem`: the encoding in one GEMM, the time loop in C++ adding
+𝒲 z + W y into the encoding buffer in place (it ends up holding the pre-activations), BPTT in C++ writing the
+pre-activation gradients, the recurrent weight gradients as one GEMM each over all steps.
+
+Learned γ, ε (``learn_coefficients=True``) run the generic loop (their gradients are not derived here).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .common import contiguous, encode_flat, every_sample, generic, previous
+from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+class CoRNNFunction(torch.autograd.Function):
+    """(A, z0, y0, 𝒲, W, h, γ, ε, implicit) -> (Y, z_T, A); A (B·T, d) is overwritten by s = 𝒲 z + W y + a."""
+
+    @staticmethod
+    def forward(ctx, A, z0, y0, Wc, Wy, h, gamma, epsilon, implicit):
+        z0, y0, Wc, Wy = contiguous(z0, y0, Wc, Wy)
+        B, d = z0.shape
+        T = A.shape[0] // B
+        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+        call("cornn_forward", [A, z0, y0, Wc.t().contiguous(), Wy.t().contiguous(), Z, Y], (B, T, d, int(implicit)),
+             (h, gamma, epsilon))
+        ctx.mark_dirty(A)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(A, z0, y0, Wc, Wy, Z, Y)
+        ctx.args = (h, gamma, epsilon, int(implicit))
+        return Y, Z[:, -1].clone(), A
+
+    @staticmethod
+    def backward(ctx, dY, dzT, _dA):
+        A, z0, y0, Wc, Wy, Z, Y = ctx.saved_tensors
+        h, gamma, epsilon, implicit = ctx.args
+        B, d = z0.shape
+        T = A.shape[0] // B
+        gz = dzT.contiguous().clone() if dzT is not None else A.new_zeros(B, d)
+        gy = A.new_zeros(B, d)
+        dY = dY.contiguous() if dY is not None else None
+        dA = A.new_empty(B * T, d)
+        call("cornn_backward", [A, z0, y0, Wc, Wy, Z, Y, dY, gz, gy, dA], (B, T, d, implicit), (h, gamma, epsilon))
+        dWc = dA.t() @ previous(Z, z0) if ctx.needs_input_grad[3] else None
+        dWy = dA.t() @ previous(Y, y0) if ctx.needs_input_grad[4] else None
+        return dA, gz, gy, dWc, dWy, None, None, None, None
+
+
+def _run(system, x: Tensor, state, dt: float, unfolds: int, implicit: bool):
+    if system.learn_coefficients:
+        return generic(system, "imex-implicit" if implicit else "imex", x, state, dt, unfolds)
+    z0, y0 = state
+    m, d = system.input_size, system.hidden_size
+    gamma, epsilon = (float(v) for v in system.coefficients.tolist())
+    A = encode_flat(system, x, unfolds)
+    Wc, Wy = system.weight[:, m:m + d], system.weight[:, m + d:]
+    Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, dt / unfolds, gamma, epsilon, implicit)
+    return every_sample(Y, unfolds), (zT, Y[:, -1])
+
+
+def run_explicit(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """coRNN with explicit damping ("imex", the official code)."""
+    return _run(system, x, state, dt, unfolds, False)
+
+
+def run_implicit(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """coRNN with implicit damping ("imex-implicit")."""
+    return _run(system, x, state, dt, unfolds, True)

@@ -1,0 +1,58 @@
+"""GRU-ODE (004 eq. 54) + explicit Euler (= the GRU for Δt = 1, eq. 53), fused on CPU, torch's reset-after
+convention (``reset_after=True``, the default; the reset-before variant runs the generic loop).
+
+Forward in C++ per step: [W_r; W_f] h added into the encoding buffer in place, c = W_u h + b_hu stored, and
+one fused gate loop; backward in C++ writes the pre-activation gradients and dL/dc of every step, after which
+the recurrent weight gradients are one GEMM each over all steps.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .common import contiguous, encode_flat, every_sample, generic, previous
+from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+class GRUFunction(torch.autograd.Function):
+    """(A, h0, W_rf, W_u, b_hu, Δ) -> (H, A): A (B·T, 3d) is overwritten by the pre-activations."""
+
+    @staticmethod
+    def forward(ctx, A, h0, Wrf, Wu, bhu, h):
+        h0, Wrf, Wu, bhu = contiguous(h0, Wrf, Wu, bhu)
+        B, d = h0.shape
+        T = A.shape[0] // B
+        H, C = A.new_empty(B, T, d), A.new_empty(B * T, d)
+        call("gru_forward", [A, C, h0, Wrf.t().contiguous(), Wu.t().contiguous(), bhu, H], (B, T, d), (h,))
+        ctx.mark_dirty(A)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(A, C, h0, Wrf, Wu, H)
+        ctx.h = h
+        return H, A
+
+    @staticmethod
+    def backward(ctx, dH, _dA):
+        A, C, h0, Wrf, Wu, H = ctx.saved_tensors
+        B, d = h0.shape
+        T = A.shape[0] // B
+        gh = A.new_zeros(B, d)
+        dH = dH.contiguous() if dH is not None else None
+        dA, dC = A.new_empty(B * T, 3 * d), A.new_empty(B * T, d)
+        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC], (B, T, d), (ctx.h,))
+        hp = previous(H, h0) if (ctx.needs_input_grad[2] or ctx.needs_input_grad[3]) else None
+        dWrf = dA[:, :2 * d].t() @ hp if ctx.needs_input_grad[2] else None
+        dWu = dC.t() @ hp if ctx.needs_input_grad[3] else None
+        dbhu = dC.sum(0) if ctx.needs_input_grad[4] else None
+        return dA, gh, dWrf, dWu, dbhu, None
+
+
+def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """The GRU-ODE Euler cell over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop."""
+    if not system.reset_after:
+        return generic(system, "euler", x, state, dt, unfolds)
+    (h0,) = state
+    d = system.hidden_size
+    A = encode_flat(system, x, unfolds)
+    H, _ = GRUFunction.apply(A, h0, system.weight_hidden[:2 * d], system.weight_hidden[2 * d:],
+                             system.bias_hidden_candidate, dt / unfolds)
+    return every_sample(H, unfolds), (H[:, -1],)
