@@ -1,9 +1,18 @@
-"""Training-step speed of the LEM cell: odelab's generic (system, scheme, dt) path against torch.nn.LSTM and a
-plain hand-written LEM loop (eq. 3, with the same performance rules: one input matmul, unbind, stack).
+"""Training-step speed of the published cells: odelab's fused engine (``engine="fused"``: a compiled C++ loop
+on CPU, Triton on CUDA) and generic engine (the (system, scheme, dt) loop in Python) against torch.nn.LSTM /
+torch.nn.GRU of the same hidden size, plus a plain hand-written LEM loop (eq. 3, with the same performance rules:
+one input matmul, unbind, stack) as the yardstick of the generic path.
 
-    python benchmarks/cell_speed.py [--repeats 7] [--sizes 32x1000x16,128x1000x128] [--device cpu]
+    python benchmarks/cell_speed.py [--models lem,cornn,...] [--sizes 32x1000x16,128x1000x128]
+                                    [--device cpu,cuda] [--repeats 7] [--threads 1] [--out FILE]
 
-Prints a table of median times (forward + backward) and ratios; writes benchmarks/results/cell_speed.json.
+For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
+of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step (CUDA:
+``torch.cuda.max_memory_allocated`` above what was allocated before the step; CPU: not measured -- the CPU
+allocator keeps no peak statistic, and process-level figures such as the peak RSS never go down, so they would
+measure the largest model run so far rather than this one). The models are interleaved over the repeats so that
+machine noise hits all of them alike. Prints one table per size with ratios to nn.LSTM and writes JSON
+(``benchmarks/results/cell_speed.json`` by default).
 """
 from __future__ import annotations
 
@@ -16,9 +25,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 import odelab
+from odelab import cells
 
 
 class HandWrittenLEM(nn.Module):
@@ -47,63 +56,186 @@ class HandWrittenLEM(nn.Module):
         return torch.stack(outputs, 1), (z, y)
 
 
-def time_training_step(model: nn.Module, x: torch.Tensor, repeats: int) -> float:
-    """Median seconds of forward + backward of a mean loss over the outputs."""
-    def step():
-        out = model(x)[0]
-        out.mean().backward()
+# name -> constructor (input_size, hidden_size); the cells with an engine run twice (fused, generic)
+MODELS = {
+    "lem": cells.LEM,
+    "cornn": cells.CoRNN,
+    "cornn-implicit": lambda m, d: cells.CoRNN(m, d, damping="implicit"),
+    "unicornn": cells.UnICORNN,
+    "oscillator": cells.NeuralOscillator,
+    "gru-ode": cells.GRUODE,
+    "lrcu-a": cells.PRESETS["lrcu-a"],
+    "lrcu-s": cells.PRESETS["lrcu-s"],
+    "taugru": cells.PRESETS["taugru"],
+    "delaygru": cells.PRESETS["delaygru"],
+    "ltc": cells.LTC,
+    "stc": cells.STC,
+}
+ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM}
 
-    step()  # warm-up
-    times = []
+
+def recurrent_layers(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if hasattr(m, "engine") and hasattr(m, "kernel")]
+
+
+def set_engine(model: nn.Module, engine: str) -> bool:
+    """Force ``engine`` on every Recurrent layer of ``model``; False if it has none (an anchor)."""
+    layers = recurrent_layers(model)
+    for layer in layers:
+        layer.engine = engine
+    return bool(layers)
+
+
+def has_fused(model: nn.Module, x: torch.Tensor) -> bool:
+    """Whether every Recurrent layer of ``model`` has a fused kernel for x's device and dtype."""
+    layers = recurrent_layers(model)
+    saved = [layer.engine for layer in layers]
+    try:
+        ok = True
+        for layer in layers:
+            layer.engine = "auto"
+            ok = ok and layer.kernel(x) is not None  # a layer of a stack sees its own input width, same device
+        return ok and bool(layers)
+    finally:
+        for layer, engine in zip(layers, saved):
+            layer.engine = engine
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def training_step(model: nn.Module, x: torch.Tensor) -> None:
+    model(x)[0].mean().backward()
+
+
+def forward_only(model: nn.Module, x: torch.Tensor) -> None:
+    with torch.no_grad():
+        model(x)
+
+
+def timed(fn, model, x) -> float:
+    sync(x.device.type)
+    tic = time.perf_counter()
+    fn(model, x)
+    sync(x.device.type)
+    return time.perf_counter() - tic
+
+
+def peak_memory(model: nn.Module, x: torch.Tensor) -> int | None:
+    """Peak bytes allocated during one training step above the memory held before it (CUDA only)."""
+    if x.device.type != "cuda":
+        return None
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    training_step(model, x)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str], repeats: int,
+               forward: bool) -> list[dict]:
+    torch.manual_seed(0)
+    x = torch.randn(batch, steps, 1, device=device)
+    entries = []  # (label, model, engine)
+    for name in names:
+        if name in ANCHORS:
+            entries.append((name, ANCHORS[name](1, hidden).to(device), None))
+            continue
+        model = MODELS[name](1, hidden).to(device)
+        if has_fused(model, x):
+            entries.append((name, model, "fused"))
+        else:
+            print(f"  ({name}: no fused kernel on {device}; generic only)")
+        entries.append((name, model, "generic"))
+    for _, model, engine in entries:  # warm-up (and the one-time kernel build)
+        if engine:
+            set_engine(model, engine)
+        training_step(model, x)
+        forward_only(model, x)
+    samples = {i: {"fwd_bwd": [], "fwd": []} for i in range(len(entries))}
     for _ in range(repeats):
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        tic = time.perf_counter()
-        step()
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - tic)
-    return statistics.median(times)
+        for i, (_, model, engine) in enumerate(entries):
+            if engine:
+                set_engine(model, engine)
+            samples[i]["fwd_bwd"].append(timed(training_step, model, x))
+            if forward:
+                samples[i]["fwd"].append(timed(forward_only, model, x))
+    rows = []
+    for i, (name, model, engine) in enumerate(entries):
+        if engine:
+            set_engine(model, engine)
+        rows.append({
+            "model": name, "engine": engine or "torch", "device": device, "batch": batch, "time": steps,
+            "hidden": hidden,
+            "fwd_bwd_median_s": statistics.median(samples[i]["fwd_bwd"]),
+            "fwd_median_s": statistics.median(samples[i]["fwd"]) if forward else None,
+            "fwd_bwd_samples_s": samples[i]["fwd_bwd"], "fwd_samples_s": samples[i]["fwd"],
+            "peak_memory_bytes": peak_memory(model, x),
+        })
+    lstm = next((r for r in rows if r["model"] == "lstm"), None)
+    for row in rows:
+        if lstm is not None:
+            row["fwd_bwd_over_lstm"] = row["fwd_bwd_median_s"] / lstm["fwd_bwd_median_s"]
+            if forward:
+                row["fwd_over_lstm"] = row["fwd_median_s"] / lstm["fwd_median_s"]
+    return rows
+
+
+def print_table(rows: list[dict], repeats: int, threads: int) -> None:
+    r0 = rows[0]
+    print(f"\nbatch {r0['batch']}, time {r0['time']}, hidden {r0['hidden']} ({r0['device']}, {threads} thread(s), "
+          f"median of {repeats})")
+    print(f"  {'model':16s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s}")
+    for r in rows:
+        fwd = f"{r['fwd_median_s'] * 1e3:9.1f}" if r["fwd_median_s"] is not None else f"{'-':>9s}"
+        mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] is not None else f"{'n/m':>9s}"
+        ratio = f"{r['fwd_bwd_over_lstm']:7.2f}" if "fwd_bwd_over_lstm" in r else f"{'-':>7s}"
+        fratio = f"{r['fwd_over_lstm']:7.2f}" if "fwd_over_lstm" in r else f"{'-':>7s}"
+        print(f"  {r['model']:16s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join([*MODELS, *ANCHORS]),
+                        help=f"comma separated, from {', '.join([*MODELS, *ANCHORS])}")
+    parser.add_argument("--sizes", default="32x1000x16,128x1000x128,1024x1000x256",
+                        help="batch x time x hidden, comma separated")
+    parser.add_argument("--device", default="cpu,cuda" if torch.cuda.is_available() else "cpu",
+                        help="comma separated: cpu, cuda")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--sizes", default="32x1000x16,128x1000x128", help="batch x time x hidden, comma separated")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU); default: torch's")
+    parser.add_argument("--no-forward", action="store_true", help="time forward + backward only")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_speed.json"))
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS and n not in ANCHORS]
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {', '.join([*MODELS, *ANCHORS])}")
+    if "lstm" not in names:
+        names.append("lstm")  # the anchor of every ratio
+    devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    if "cuda" in devices and not torch.cuda.is_available():
+        parser.error("--device: cuda requested but torch.cuda.is_available() is False")
 
     rows = []
-    for spec in args.sizes.split(","):
-        batch, steps, hidden = map(int, spec.split("x"))
-        torch.manual_seed(0)
-        x = torch.randn(batch, steps, 1, device=args.device)
-        models = {
-            "odelab LEM (imex)": odelab.cells.LEM(1, hidden).to(args.device),
-            "hand-written LEM": HandWrittenLEM(1, hidden).to(args.device),
-            "torch.nn.LSTM": odelab.cells.LSTM(1, hidden).to(args.device),
-        }
-        # interleave the models over repeats so that machine noise hits all of them alike
-        samples = {name: [] for name in models}
-        for _ in range(args.repeats):
-            for name, model in models.items():
-                samples[name].append(time_training_step(model, x, 1))
-        med = {name: statistics.median(v) for name, v in samples.items()}
-        row = {"batch": batch, "time": steps, "hidden": hidden, "median_seconds": med,
-               "odelab_over_handwritten": med["odelab LEM (imex)"] / med["hand-written LEM"],
-               "odelab_over_lstm": med["odelab LEM (imex)"] / med["torch.nn.LSTM"],
-               "handwritten_over_lstm": med["hand-written LEM"] / med["torch.nn.LSTM"]}
-        rows.append(row)
-        print(f"\nbatch {batch}, time {steps}, hidden {hidden} ({args.device}, median of {args.repeats})")
-        for name, s in med.items():
-            print(f"  {name:22s} {s * 1e3:9.1f} ms")
-        print(f"  odelab / hand-written  {row['odelab_over_handwritten']:9.2f}x   (target <= 1.1x)")
-        print(f"  odelab / nn.LSTM       {row['odelab_over_lstm']:9.2f}x")
-        print(f"  hand-written / LSTM    {row['handwritten_over_lstm']:9.2f}x")
+    for device in devices:
+        for spec in args.sizes.split(","):
+            batch, steps, hidden = map(int, spec.split("x"))
+            size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward)
+            print_table(size_rows, args.repeats, torch.get_num_threads())
+            rows.extend(size_rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": platform.machine(), "repeats": args.repeats}
+    meta = {"devices": devices, "torch": torch.__version__, "odelab": odelab.__version__,
+            "threads": torch.get_num_threads(), "machine": platform.machine(), "processor": platform.processor(),
+            "repeats": args.repeats, "dtype": "float32", "input_size": 1,
+            "forward_only": "under torch.no_grad()", "cpu_peak_memory": "not measured",
+            "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"\nwritten {args.out}")
 
