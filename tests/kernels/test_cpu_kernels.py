@@ -27,9 +27,20 @@ CELLS = {
     "cornn-implicit": lambda m, d: cells.CoRNN(m, d, dt=0.4, gamma=0.8, epsilon=3.1, damping="implicit"),
     "unicornn": lambda m, d: _layer(cells.UnICORNN(m, d, dt=1.3, alpha=0.7)),
     "gru-ode": lambda m, d: cells.GRUODE(m, d, dt=0.8),
+    "oscillator": lambda m, d: cells.NeuralOscillator(m, d, dt=0.3),
+    "delaygru": lambda m, d: cells.DelayGRU(m, d, tau=3.0, dt=1.0),
+    "delaygru-lag1-unfolds": lambda m, d: _unfolded(cells.DelayGRU(m, d, tau=0.5, dt=1.0), 2),  # m = 1 per sub-step
+    "delaygru-lag-beyond-T": lambda m, d: cells.DelayGRU(m, d, tau=50.0),
+    "delaygru-no-delay": lambda m, d: cells.DelayGRU(m, d, tau=0.0),  # m = 0: reads the current state
+    "taugru": lambda m, d: cells.TauGRU(m, d, tau=2.0, dt=0.7),  # m = ⌊2/0.7⌋ = 2
+    "taugru-lag1": lambda m, d: cells.TauGRU(m, d, tau=1.0),
+    "taugru-lag-beyond-T": lambda m, d: cells.TauGRU(m, d, tau=64.0),
+    "taugru-alpha-beta": lambda m, d: cells.TauGRU(m, d, tau=3.0, alpha=0.6, beta=0.3),
+    "taugru-no-delay": lambda m, d: cells.TauGRU(m, d, tau=0.0),
     # configurations the kernels hand to the generic loop (the "fused" engine must still give the same)
     "cornn-learned-coefficients": lambda m, d: cells.CoRNN(m, d, learn_coefficients=True),
     "gru-ode-reset-before": lambda m, d: cells.GRUODE(m, d, reset_after=False),
+    "taugru-ablation": lambda m, d: cells.TauGRU(m, d, tau=2.0, weighting=False),
 }
 
 # (batch, time, hidden, input)

@@ -350,6 +350,142 @@ void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* 
   }
 }
 
+// =====================================================================================================
+// Neural oscillator (002 eq. 4.1) + symplectic Euler:  s = W y + a (in place in A (B·T, d)),
+//   z' = z + h tanh(s),  y' = y + h z'
+// =====================================================================================================
+template <typename S>
+void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, double hd, S* Z, S* Y) {
+  const S h = S(hd);
+  const i64 ls = T * d;
+  for (i64 n = 0; n < T; ++n) {
+    const S* yp = n ? Y + (n - 1) * d : y0; const S* zp = n ? Z + (n - 1) * d : z0; const i64 lp = n ? ls : d;
+    S* a = A + n * d;
+    mm(B, d, d, yp, lp, Wt, d, S(1), a, ls);
+    for (i64 b = 0; b < B; ++b) {
+      const S* __restrict__ sb = a + b * ls; const S* __restrict__ z = zp + b * lp; const S* __restrict__ y = yp + b * lp;
+      S* __restrict__ zo = Z + n * d + b * ls; S* __restrict__ yo = Y + n * d + b * ls;
+      for (i64 j = 0; j < d; ++j) { const S zn = z[j] + h * tanh_(sb[j]); zo[j] = zn; yo[j] = y[j] + h * zn; }
+    }
+  }
+}
+
+template <typename S>
+void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY, S* gz, S* gy, S* dA) {
+  const S h = S(hd);
+  const i64 ls = T * d;
+  for (i64 n = T - 1; n >= 0; --n) {
+    for (i64 b = 0; b < B; ++b) {
+      const S* __restrict__ sb = A + n * d + b * ls; S* __restrict__ ds = dA + n * d + b * ls;
+      S* __restrict__ Gy = gy + b * d; S* __restrict__ Gz = gz + b * d;
+      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
+      for (i64 j = 0; j < d; ++j) {
+        const S t = tanh_(sb[j]);
+        const S gyj = Gy[j] + (dy ? dy[j] : S(0));
+        const S gzt = Gz[j] + h * gyj;
+        ds[j] = gzt * h * (S(1) - t * t);
+        Gy[j] = gyj; Gz[j] = gzt;
+      }
+    }
+    mm(B, d, d, dA + n * d, ls, W, d, S(1), gy, d);
+  }
+}
+
+// =====================================================================================================
+// Gated delay cells (Erichson et al., eqs. 12, 14) + Euler, delayed state h_{n−m} from the stored states
+// (zero history; m = 0 reads the current state). State k: k = 0 is h0, k >= 1 is H[:, k−1].
+//   Delay GRU (kind 0): A = [a_c | a_g] -> s_c = W1 h + W2 h_{n−m} + a_c, s_g = W3 h + a_g;
+//       h' = h + Δ (σ(s_g) tanh(s_c) − σ(s_g) h)
+//   τ-GRU (kind 1):    A = [a_u | a_z | a_g | a_a] -> s_u = W1 h + a_u, s_z = W2 h_{n−m} + a_z, s_g = W3 h + a_g,
+//       s_a = W4 h + a_a;  target = β tanh(s_u) + α σ(s_a) tanh(s_z);  h' = h + Δ (σ(s_g) target − σ(s_g) h)
+//   Wht = weight_h^T (d x kd: [W1; W3] or [W1; W3; W4]), W2t = W2^T.
+// =====================================================================================================
+template <typename S>
+inline const S* delay_state(const S* H, const S* h0, i64 k, i64 d, i64 ls, i64* ld) {
+  if (k < 0) return nullptr;
+  if (k == 0) { *ld = d; return h0; }
+  *ld = ls; return H + (k - 1) * d;
+}
+
+template <typename S>
+void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, S* A, const S* h0, const S* Wht, const S* W2t, double hd,
+                double al, double be, S* H) {
+  const S h = S(hd), alpha = S(al), beta = S(be);
+  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w;
+  for (i64 n = 0; n < T; ++n) {
+    i64 lp = d, lq = d;
+    const S* hp = delay_state(H, h0, n, d, ls, &lp);
+    const S* hq = delay_state(H, h0, n - m, d, ls, &lq);
+    S* a = A + n * w;
+    if (kind == 0) {
+      mm(B, 2 * d, d, hp, lp, Wht, 2 * d, S(1), a, la);                  // [s_c s_g] += h [W1; W3]^T
+      if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a, la);                  // s_c += h_{n−m} W2^T
+      for (i64 b = 0; b < B; ++b) relax_fwd(d, h, a + b * la + d, a + b * la, hp + b * lp, H + n * d + b * ls);
+    } else {
+      mm(B, d, d, hp, lp, Wht, 3 * d, S(1), a, la);                      // s_u += h W1^T
+      mm(B, 2 * d, d, hp, lp, Wht + d, 3 * d, S(1), a + 2 * d, la);      // [s_g s_a] += h [W3; W4]^T
+      if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a + d, la);              // s_z += h_{n−m} W2^T
+      for (i64 b = 0; b < B; ++b) {
+        const S* __restrict__ sb = a + b * la; const S* __restrict__ x = hp + b * lp;
+        S* __restrict__ o = H + n * d + b * ls;
+        for (i64 j = 0; j < d; ++j) {
+          const S u = tanh_(sb[j]), z = tanh_(sb[d + j]), g = sigmoid(sb[2 * d + j]), wa = sigmoid(sb[3 * d + j]);
+          const S target = beta * u + alpha * (wa * z);
+          o[j] = x[j] + h * (g * target - g * x[j]);
+        }
+      }
+    }
+  }
+}
+
+// Pend (B·(T+1)... here (T+1) x B x d, zeroed): gradients waiting for state k from later steps' delayed reads.
+template <typename S>
+void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
+                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend) {
+  const S h = S(hd), alpha = S(al), beta = S(be);
+  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w;
+  std::vector<S> G(B * d);
+  for (i64 n = T - 1; n >= 0; --n) {
+    i64 lp = d;
+    const S* hp = delay_state(H, h0, n, d, ls, &lp);
+    const S* a = A + n * w; S* da = dA + n * w;
+    // gh: dL/d state_{n+1} = what came back + the output gradient + the delayed reads of it
+    for (i64 b = 0; b < B; ++b) {
+      S* __restrict__ g = gh + b * d; const S* __restrict__ pend = Pend + (n + 1) * B * d + b * d;
+      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
+      for (i64 j = 0; j < d; ++j) g[j] += pend[j] + (dy ? dy[j] : S(0));
+    }
+    if (kind == 0) {
+      for (i64 b = 0; b < B; ++b)
+        relax_bwd(d, h, a + b * la + d, a + b * la, hp + b * lp, gh + b * d, G.data() + b * d, da + b * la + d,
+                  da + b * la);
+      std::memcpy(gh, G.data(), B * d * sizeof(S));
+      mm(B, d, 2 * d, da, la, Wh, d, S(1), gh, d);                       // += [ds_c ds_g] [W1; W3]
+      if (n - m >= 0) mm(B, d, d, da, la, W2, d, S(1), Pend + (n - m) * B * d, d);
+    } else {
+      for (i64 b = 0; b < B; ++b) {
+        const S* __restrict__ sb = a + b * la; const S* __restrict__ x = hp + b * lp;
+        S* __restrict__ ds = da + b * la; S* __restrict__ g = gh + b * d;
+        for (i64 j = 0; j < d; ++j) {
+          const S u = tanh_(sb[j]), z = tanh_(sb[d + j]), gg = sigmoid(sb[2 * d + j]), wa = sigmoid(sb[3 * d + j]);
+          const S target = beta * u + alpha * (wa * z);
+          const S G0 = g[j];
+          const S dt = G0 * h * gg;                                       // dL/dtarget
+          ds[j] = dt * beta * (S(1) - u * u);
+          ds[d + j] = dt * alpha * wa * (S(1) - z * z);
+          ds[2 * d + j] = G0 * h * (target - x[j]) * gg * (S(1) - gg);
+          ds[3 * d + j] = dt * alpha * z * wa * (S(1) - wa);
+          g[j] = G0 - h * gg * G0;
+        }
+      }
+      mm(B, d, d, da, la, Wh, d, S(1), gh, d);                           // += ds_u W1
+      mm(B, d, 2 * d, da + 2 * d, la, Wh + d * d, d, S(1), gh, d);       // += [ds_g ds_a] [W3; W4]
+      if (n - m >= 0) mm(B, d, d, da + d, la, W2, d, S(1), Pend + (n - m) * B * d, d);
+    }
+  }
+  for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += Pend[b * d + j];  // state 0 = h0
+}
+
 }  // namespace
 
 // ---- exports: NAME(f64, sizes, pointers, scalars); see odelab/kernels/cpu/extension.py ----------------
@@ -390,4 +526,14 @@ ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), 
 // sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC; scalars Δ
 ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
                                        PTR(7), PTR(8), PTR(9)))
+// sizes (B, T, d); pointers A z0 y0 W^T Z Y; scalars h
+ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5)))
+// sizes (B, T, d); pointers A W dY gz gy dA; scalars h
+ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5)))
+// sizes (kind, B, T, d, m); pointers A h0 weight_h^T W2^T H; scalars Δ α β
+ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
+                                            s[1], s[2], PTR(4)))
+// sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend; scalars Δ α β
+ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
+                                             s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
 """

@@ -1,0 +1,47 @@
+"""Neural oscillator (002 eq. 4.1) + symplectic Euler (z' = z + h tanh(W y + V u + b), y' = y + h z'), fused on
+CPU: one product per step in C++ (added into the encoding buffer in place), BPTT in C++, dW as one GEMM."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .common import contiguous, encode_flat, every_sample, previous
+from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+class OscillatorFunction(torch.autograd.Function):
+    """(A, z0, y0, W, h) -> (Y, z_T, A); A (B·T, d) is overwritten by s = W y + a."""
+
+    @staticmethod
+    def forward(ctx, A, z0, y0, W, h):
+        z0, y0, W = contiguous(z0, y0, W)
+        B, d = z0.shape
+        T = A.shape[0] // B
+        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+        call("osc_forward", [A, z0, y0, W.t().contiguous(), Z, Y], (B, T, d), (h,))
+        ctx.mark_dirty(A)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(A, y0, W, Y)
+        ctx.h = h
+        return Y, Z[:, -1].clone(), A
+
+    @staticmethod
+    def backward(ctx, dY, dzT, _dA):
+        A, y0, W, Y = ctx.saved_tensors
+        B, d = y0.shape
+        T = A.shape[0] // B
+        gz = dzT.contiguous().clone() if dzT is not None else A.new_zeros(B, d)
+        gy = A.new_zeros(B, d)
+        dY = dY.contiguous() if dY is not None else None
+        dA = A.new_empty(B * T, d)
+        call("osc_backward", [A, W, dY, gz, gy, dA], (B, T, d), (ctx.h,))
+        dW = dA.t() @ previous(Y, y0) if ctx.needs_input_grad[3] else None
+        return dA, gz, gy, dW, None
+
+
+def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """The neural oscillator over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop."""
+    z0, y0 = state
+    A = encode_flat(system, x, unfolds)
+    Y, zT, _ = OscillatorFunction.apply(A, z0, y0, system.weight[:, system.input_size:], dt / unfolds)
+    return every_sample(Y, unfolds), (zT, Y[:, -1])

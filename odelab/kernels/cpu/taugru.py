@@ -1,0 +1,84 @@
+"""τ-GRU (eq. 14) and Delay GRU (eq. 12) + Euler with the delayed state h_{n−m}, m = ⌊τ/h⌋, zero history,
+fused on CPU. The C++ loop reads h_{n−m} straight from the stored states (the ring buffer of the generic loop
+is the state sequence itself); the backward keeps a buffer of the gradients that later steps send back to
+h_{n−m} through W2. Weight gradients are one GEMM each over all steps (W2's against the delayed states).
+
+τ-GRU: the published cell (α, β any nonzero constants, weighting and gating on); the ablations without a
+branch (``alpha=0``, ``beta=0``, ``weighting=False``, ``gating=False``) run the generic loop.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .common import contiguous, encode_flat, every_sample, generic, previous
+from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+def delayed_states(H: Tensor, h0: Tensor, m: int) -> Tensor:
+    """(B·T, d): the delayed state h_{n−m} read by step n (state 0 = h0, zero before it)."""
+    B, T, d = H.shape
+    states = torch.cat((h0.unsqueeze(1), H), dim=1)  # state k at index k
+    lead = min(m, T)
+    parts = [H.new_zeros(B, lead, d)] if lead else []
+    if T - m > 0:
+        parts.append(states[:, :T - m])
+    return torch.cat(parts, dim=1).reshape(B * T, d)
+
+
+class GatedDelayFunction(torch.autograd.Function):
+    """(A, h0, weight_h, W2, Δ, m, kind, α, β) -> (H, A); kind 0 = Delay GRU, 1 = τ-GRU; A is overwritten by
+    the pre-activations."""
+
+    @staticmethod
+    def forward(ctx, A, h0, Wh, W2, h, m, kind, alpha, beta):
+        h0, Wh, W2 = contiguous(h0, Wh, W2)
+        B, d = h0.shape
+        T = A.shape[0] // B
+        H = A.new_empty(B, T, d)
+        call("gdelay_forward", [A, h0, Wh.t().contiguous(), W2.t().contiguous(), H], (kind, B, T, d, m),
+             (h, alpha, beta))
+        ctx.mark_dirty(A)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(A, h0, Wh, W2, H)
+        ctx.args = (h, m, kind, alpha, beta)
+        return H, A
+
+    @staticmethod
+    def backward(ctx, dH, _dA):
+        A, h0, Wh, W2, H = ctx.saved_tensors
+        h, m, kind, alpha, beta = ctx.args
+        B, d = h0.shape
+        T = A.shape[0] // B
+        gh = A.new_zeros(B, d)
+        dH = dH.contiguous() if dH is not None else None
+        dA = A.new_empty(A.shape)
+        pending = A.new_zeros(T + 1, B, d)
+        call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending], (kind, B, T, d, m), (h, alpha, beta))
+        dWh = dW2 = None
+        if ctx.needs_input_grad[2]:
+            hp = previous(H, h0)
+            dWh = dA.t() @ hp if kind == 0 else torch.cat((dA[:, :d].t() @ hp, dA[:, 2 * d:].t() @ hp))
+        if ctx.needs_input_grad[3]:
+            dW2 = dA[:, kind * d:(kind + 1) * d].t() @ delayed_states(H, h0, m)
+        return dA, gh, dWh, dW2, None, None, None, None, None
+
+
+def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0):
+    (h0,) = state
+    A = encode_flat(system, x, unfolds)
+    m = int(lags[0]) if lags else 0
+    H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta)
+    return every_sample(H, unfolds), (H[:, -1],)
+
+
+def run_delay_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """Delay GRU (eq. 12) over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop."""
+    return _run(system, x, state, dt, unfolds, lags, 0)
+
+
+def run_tau_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """τ-GRU (eq. 14) over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop."""
+    if system.branches != ("u", "z", "g", "a"):
+        return generic(system, "euler", x, state, dt, unfolds, lags)
+    return _run(system, x, state, dt, unfolds, lags, 1, system.alpha, system.beta)
