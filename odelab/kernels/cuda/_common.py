@@ -24,10 +24,13 @@ MAX_RESIDENT = 32  # hidden sizes up to this run the register-resident variant (
 
 
 def available() -> bool:
-    """The registry's check (``Implementation.available``): Triton imported (this module did) and a CUDA device."""
+    """The registry's check (``Implementation.available``): Triton imported (this module did) and a CUDA device,
+    or Triton's interpreter (``TRITON_INTERPRET=1``), which runs the kernels anywhere."""
+    import os
+
     import torch
 
-    return torch.cuda.is_available()
+    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def resident(hidden: int, block_h: int | None) -> bool:
