@@ -37,6 +37,11 @@ CELLS = {
     "taugru-lag-beyond-T": lambda m, d: cells.TauGRU(m, d, tau=64.0),
     "taugru-alpha-beta": lambda m, d: cells.TauGRU(m, d, tau=3.0, alpha=0.6, beta=0.3),
     "taugru-no-delay": lambda m, d: cells.TauGRU(m, d, tau=0.0),
+    "ltc": lambda m, d: cells.LTC(m, d, dt=0.8, unfolds=3),
+    "ltc-one-unfold": lambda m, d: cells.LTC(m, d, unfolds=1),
+    "stc": lambda m, d: cells.STC(m, d, dt=1.1, unfolds=2),
+    "lrcu-a": lambda m, d: cells.LRCU(m, d, "asymmetric", dt=0.9),
+    "lrcu-s": lambda m, d: cells.LRCU(m, d, "symmetric"),
     # configurations the kernels hand to the generic loop (the "fused" engine must still give the same)
     "cornn-learned-coefficients": lambda m, d: cells.CoRNN(m, d, learn_coefficients=True),
     "gru-ode-reset-before": lambda m, d: cells.GRUODE(m, d, reset_after=False),

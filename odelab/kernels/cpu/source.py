@@ -486,6 +486,130 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
   for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += Pend[b * d + j];  // state 0 = h0
 }
 
+// =====================================================================================================
+// Liquid cells (004 eqs. 1-5): chemical synapses over y = [h, x]. The input synapses (and the leak) are
+// computed for the whole sequence in torch: A (B·T, w) = [f_in | u_in | w_in] on entry (w_in: LRC only),
+// f_in = Σ_{input j} g σ(a x + b) + g_l, u_in = Σ_{input j} k σ(a x + b) + g_l, w_in = O_x^T x + p.
+// Here the hidden synapses are added in place, f = f_in + Σ_{j<m} g_ji σ(a_ji h_j + b_ji) (u alike, with k),
+// and for LRC w = w_in + O_h^T h. Update of h (δ = the sub-step):
+//   kind 0, LTC  + semi-implicit Euler:  h' = (h + δ u e_l) / (1 + δ f)
+//   kind 1, STC  + semi-implicit Euler:  h' = (h + δ tanh(u) e_l) / (1 + δ σ(f))
+//   kind 2/3, LRC (asymmetric / symmetric elastance) + Euler:
+//            h' = h + δ (ε tanh(u) e_l − ε σ(f) h),  ε = σ(w)  or  σ(w + k) − σ(w − k)
+// Synapse matrices G, Aa, Bb, K are the hidden rows (m x m, presynaptic index first) of g, a, b, k.
+// =====================================================================================================
+template <typename S>
+void synapses_fwd(i64 m, const S* __restrict__ y, const S* __restrict__ G, const S* __restrict__ Aa,
+                  const S* __restrict__ Bb, const S* __restrict__ K, S* __restrict__ f, S* __restrict__ u) {
+  for (i64 j = 0; j < m; ++j) {
+    const S yj = y[j];
+    const S* __restrict__ g = G + j * m; const S* __restrict__ a = Aa + j * m;
+    const S* __restrict__ bb = Bb + j * m; const S* __restrict__ k = K + j * m;
+    for (i64 i = 0; i < m; ++i) { const S o = sigmoid(a[i] * yj + bb[i]); f[i] += g[i] * o; u[i] += k[i] * o; }
+  }
+}
+
+template <typename S>
+void liquid_fwd(int kind, i64 B, i64 T, i64 m, S* A, const S* h0, const S* G, const S* Aa, const S* Bb,
+                const S* K, const S* el, const S* Oh, const S* ksh, double hd, S* H) {
+  const S h = S(hd);
+  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w;
+  for (i64 n = 0; n < T; ++n) {
+    const S* hp = n ? H + (n - 1) * m : h0; const i64 lp = n ? ls : m;
+    S* a = A + n * w;
+    if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, la);     // w += h O_h
+    for (i64 b = 0; b < B; ++b) {
+      S* __restrict__ f = a + b * la; S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
+      const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + n * m + b * ls;
+      synapses_fwd(m, x, G, Aa, Bb, K, f, u);
+      if (kind == 0) for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (u[i] * el[i])) / (S(1) + h * f[i]);
+      else if (kind == 1)
+        for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (tanh_(u[i]) * el[i])) / (S(1) + h * sigmoid(f[i]));
+      else for (i64 i = 0; i < m; ++i) {
+        const S e = kind == 2 ? sigmoid(wv[i]) : sigmoid(wv[i] + ksh[i]) - sigmoid(wv[i] - ksh[i]);
+        o[i] = x[i] + h * (e * tanh_(u[i]) * el[i] - e * sigmoid(f[i]) * x[i]);
+      }
+    }
+  }
+}
+
+// gh: in dL/dh_T, out dL/dh_0. dA (B·T, w): gradients of [f | u | w]. dG, dAa, dBb, dK (m x m), del, dksh (m):
+// outputs, accumulated in double over batch and steps.
+template <typename S>
+void liquid_bwd(int kind, i64 B, i64 T, i64 m, const S* A, const S* h0, const S* G, const S* Aa, const S* Bb,
+                const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H, const S* dY, S* gh, S* dA,
+                S* dG, S* dAa, S* dBb, S* dK, S* del, S* dksh) {
+  const S h = S(hd);
+  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w;
+  std::vector<double> aG(m * m, 0.0), aA(m * m, 0.0), aB(m * m, 0.0), aK(m * m, 0.0), aE(m, 0.0), aS(m, 0.0);
+  std::vector<S> Gn(B * m), DS(m), DSf(m), DSu(m);
+  for (i64 n = T - 1; n >= 0; --n) {
+    const S* hp = n ? H + (n - 1) * m : h0; const i64 lp = n ? ls : m;
+    const S* a = A + n * w; S* da = dA + n * w;
+    for (i64 b = 0; b < B; ++b) {
+      const S* __restrict__ f = a + b * la; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
+      const S* __restrict__ x = hp + b * lp; const S* __restrict__ hn = H + n * m + b * ls;
+      const S* __restrict__ dy = dY ? dY + b * ls + n * m : nullptr;
+      S* __restrict__ df = da + b * la; S* __restrict__ du = df + m; S* __restrict__ dw = df + 2 * m;
+      S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
+      for (i64 i = 0; i < m; ++i) {
+        const S G0 = g[i] + (dy ? dy[i] : S(0));
+        if (kind == 0) {
+          const S den = S(1) + h * f[i];
+          go[i] = G0 / den;
+          du[i] = G0 * h * el[i] / den;
+          aE[i] += double(G0 * h * u[i] / den);
+          df[i] = -(G0 * hn[i] * h / den);
+        } else if (kind == 1) {
+          const S sf = sigmoid(f[i]), t = tanh_(u[i]), den = S(1) + h * sf;
+          go[i] = G0 / den;
+          du[i] = G0 * h * el[i] / den * (S(1) - t * t);
+          aE[i] += double(G0 * h * t / den);
+          df[i] = -(G0 * hn[i] * h / den) * sf * (S(1) - sf);
+        } else {
+          const S sf = sigmoid(f[i]), t = tanh_(u[i]);
+          S e, de_dw, de_dk = S(0);
+          if (kind == 2) { e = sigmoid(wv[i]); de_dw = e * (S(1) - e); }
+          else {
+            const S s1 = sigmoid(wv[i] + ksh[i]), s2 = sigmoid(wv[i] - ksh[i]);
+            e = s1 - s2; de_dw = s1 * (S(1) - s1) - s2 * (S(1) - s2); de_dk = s1 * (S(1) - s1) + s2 * (S(1) - s2);
+          }
+          const S ge = G0 * h * (t * el[i] - sf * x[i]);
+          go[i] = G0 - G0 * h * e * sf;
+          du[i] = G0 * h * e * el[i] * (S(1) - t * t);
+          df[i] = -(G0 * h * e * x[i]) * sf * (S(1) - sf);
+          dw[i] = ge * de_dw;
+          aE[i] += double(G0 * h * e * t);
+          aS[i] += double(ge * de_dk);
+        }
+      }
+      // hidden synapses: o_ji = σ(a_ji h_j + b_ji) feeds f_i (weight g_ji) and u_i (weight k_ji)
+      for (i64 j = 0; j < m; ++j) {
+        const S yj = x[j];
+        const S* __restrict__ gg = G + j * m; const S* __restrict__ aa = Aa + j * m;
+        const S* __restrict__ bb = Bb + j * m; const S* __restrict__ kk = K + j * m;
+        double* __restrict__ pG = aG.data() + j * m; double* __restrict__ pA = aA.data() + j * m;
+        double* __restrict__ pB = aB.data() + j * m; double* __restrict__ pK = aK.data() + j * m;
+        S* __restrict__ ds = DS.data();
+        for (i64 i = 0; i < m; ++i) {
+          const S o = sigmoid(aa[i] * yj + bb[i]);
+          const S dsi = (df[i] * gg[i] + du[i] * kk[i]) * o * (S(1) - o);
+          ds[i] = dsi;
+          pG[i] += double(df[i] * o); pK[i] += double(du[i] * o);
+          pA[i] += double(dsi * yj); pB[i] += double(dsi);
+        }
+        S acc = S(0);
+        for (i64 i = 0; i < m; ++i) acc += ds[i] * aa[i];
+        go[j] += acc;
+      }
+    }
+    std::memcpy(gh, Gn.data(), B * m * sizeof(S));
+    if (kind >= 2) mm(B, m, m, da + 2 * m, la, OhT, m, S(1), gh, m);      // += dw O_h^T
+  }
+  for (i64 i = 0; i < m * m; ++i) { dG[i] = S(aG[i]); dAa[i] = S(aA[i]); dBb[i] = S(aB[i]); dK[i] = S(aK[i]); }
+  for (i64 i = 0; i < m; ++i) { del[i] = S(aE[i]); dksh[i] = S(aS[i]); }
+}
+
 }  // namespace
 
 // ---- exports: NAME(f64, sizes, pointers, scalars); see odelab/kernels/cpu/extension.py ----------------
@@ -536,4 +660,11 @@ ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], P
 // sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend; scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
+// sizes (kind, B, T, m); pointers A h0 G Aa Bb K e_l O_h k_shift H; scalars δ
+ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5),
+                                            PTR(6), PTR(7), PTR(8), s[0], PTR(9)))
+// sizes (kind, B, T, m); pointers A h0 G Aa Bb K e_l O_h^T k_shift H dY gh dA dG dAa dBb dK de_l dk_shift; scalars δ
+ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4),
+                                             PTR(5), PTR(6), PTR(7), PTR(8), s[0], PTR(9), PTR(10), PTR(11), PTR(12),
+                                             PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18)))
 """
