@@ -168,3 +168,19 @@ def test_failed_build_falls_back(monkeypatch):
     x = torch.randn(2, 3, 1)
     assert model.kernel(x) is None
     model(x)
+
+
+@pytest.mark.parametrize("threshold", [0, 2**62], ids=["all-blas", "all-loops"])
+@pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "taugru", "lrcu-a"])
+def test_blas_and_loop_products(name, threshold):
+    """Both implementations of the matrix products (the BLAS and the plain loops) give the generic result."""
+    if threshold == 0 and not extension.library().odelab_has_blas():
+        pytest.skip("this torch exports no sgemm_/dgemm_")
+    torch.manual_seed(1)
+    model = CELLS[name](3, 20).double()
+    x = torch.randn(5, 6, 3, dtype=torch.float64)
+    try:
+        extension.set_blas_threshold(threshold)
+        check(model, x, None)
+    finally:
+        extension.set_blas_threshold(32 * 32 * 32)

@@ -1,13 +1,21 @@
 """The C++ source of every CPU kernel: ONE translation unit, compiled once per machine on first use.
 
-Plain C++17 on raw pointers (no torch headers, no pybind11: it compiles in about a second and is called
-through ``ctypes``). Matrix products go to the BLAS that ships inside ``libtorch_cpu`` (MKL's ``sgemm_`` /
-``dgemm_``, declared weak: a build without them falls back to the plain loops below). Every cell has a
-forward that stores only the states and a backward (BPTT) that recomputes its gates from the stored states
-and writes the per-step pre-activation gradients; weight gradients are one GEMM over all steps in torch.
+Plain C++17 on raw pointers (no torch headers, no pybind11: it compiles in a few seconds and is called through
+``ctypes``). Matrix products go to the BLAS inside ``libtorch_cpu`` (MKL's ``sgemm_`` / ``dgemm_``, declared
+weak: a torch without them falls back to the plain loops below; small products always run as plain loops).
+The float32 gate nonlinearities are branch-free so that GCC vectorises the fused gate loops; float64 uses libm.
+
+Every cell has a forward that runs the whole time loop, storing the states and, where the cell has matrix
+products, writing the pre-activations into the buffer that held the input encoding (``V u + b``, computed for
+all steps in one GEMM by torch): the memory the backward keeps is the states plus that buffer, as for a
+backward that would recompute the products, and the backward needs no product recomputed. The backward (BPTT)
+recomputes the gates elementwise from the stored pre-activations and states and writes the per-step
+pre-activation gradients; weight gradients are then one GEMM over all steps in torch (or, for diagonal and
+per-synapse parameters, accumulated here in double).
 
 Layout: batch first, as odelab's sequences, ``(B, T, k)`` contiguous; one step is a ``(B, k)`` matrix with
-row stride ``T k``. Each kernel is a template on the scalar type, exported as ``<name>_f32`` / ``<name>_f64``.
+row stride ``T k``. Each kernel is a template on the scalar type, exported as ``NAME(f64, sizes, pointers,
+scalars)`` (see :func:`odelab.kernels.cpu.extension.call`).
 """
 
 SOURCE = r"""
