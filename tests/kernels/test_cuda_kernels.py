@@ -201,6 +201,17 @@ def test_dispatch_through_recurrent(name, monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()).item() <= TOL[torch.float32]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_hidden_300(name):
+    """hidden 300: ten 32-wide tiles (the tiled variant, masked tail); 10–40 s per preset interpreted."""
+    build, target = PRESETS[name]
+    errors = relative_errors(build(3, 300), kernel(target), 1, 1 if name in ("ltc", "stc") else 2, 300,
+                             torch.float32)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[torch.float32], (worst, errors[worst])
+
+
 def test_registry_targets_resolve():
     """Every registered CUDA kernel points at a function of this package (module paths only until used)."""
     from odelab.kernels import REGISTRY

@@ -1,17 +1,31 @@
-"""Shared pieces of the Triton kernels: accurate elementwise functions, the tiled matrix product of a state
-row block with a weight matrix, block sizes, and the host-side plumbing of the autograd Functions.
+"""Shared pieces of the Triton kernels: accurate elementwise functions, the tiled and the register-resident
+matrix products, block sizes, and the device check the registry asks for.
 
-Layout (every kernel): a program owns ``BB`` batch rows for the whole sequence (grid = ⌈B/BB⌉ programs, one
-launch). The states of every step are written to a ``(batch, T + 1, hidden)`` buffer per block (index 0 = the
-initial state); they are the outputs, and the only thing the backward keeps. A step reads the previous state
-from that buffer in ``BH``-wide hidden tiles and multiplies it with ``BH × BH`` weight tiles (``tl.dot``, fp32
-in IEEE precision, no TF32), so any hidden size runs in the same kernel: one tile (weights loop-invariant,
-served from L1/L2) when hidden ≤ BH, a loop over tiles otherwise. Phases of a step that need a full row of the
-previous phase (LEM's y after z, the adjoint after the pre-activation gradients) are separated by
-``tl.debug_barrier()`` (a CTA barrier; the global writes of the CTA are visible after it).
+Every kernel runs a whole sequence in ONE launch forward and ONE launch backward; the input projection
+(``system.encode``) is one GEMM in torch before it (autograd differentiates it), and the recurrent weight
+gradients are GEMMs in torch after it, over all steps at once (dW = Σ_n g_nᵀ s_{n−1}) from the per-step
+pre-activation gradients g_n the backward kernel writes.
 
-Scalars (Δt, γ, ε, α) are read from a small tensor of the computation dtype, so that fp64 runs are fp64
-throughout (a Python float argument would be rounded to fp32).
+Grid: a program owns ``BB`` = 16 batch rows for the whole sequence (⌈B/16⌉ programs; ``tl.dot`` needs
+blocks ≥ 16, rows and hidden columns beyond the sizes are masked and padded with zeros). What is stored for
+the backward: the states of every step, ``(batch, T + 1, hidden)`` per block (index 0 = the initial state;
+they are also the outputs), nothing else; the backward recomputes the gates from them.
+
+Two variants per dense cell:
+
+* **register-resident** (hidden ≤ ``MAX_RESIDENT`` = 32, the default there): the H × H weights (both
+  orientations in the backward) and the state/adjoint stay on chip for the whole sequence, one (16, BH) tile
+  per block; a step loads its encoded input, does its ``tl.dot``s and writes its state. sm_90 (ptxas):
+  40–110 registers, no spills (BH = 16 with 4 warps, 32 with 8).
+* **tiled** (larger hidden, or ``block_h`` given): a step reads the previous state from the state buffer in
+  ``BH``-wide tiles (BH = 16 or 32) and multiplies it with BH × BH weight tiles streamed from L2
+  (:func:`mv`); any hidden size runs. Phases of a step that need a full row of the previous phase (LEM's y
+  after z, the adjoint after the pre-activation gradients) are separated by ``tl.debug_barrier()`` (a CTA
+  barrier; the CTA's global writes are visible after it). 150–185 registers with 8 warps at BH = 32, no spills
+  (64-wide tiles spill: not used).
+
+Dots are fp32 in IEEE precision (no TF32) or fp64. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
+the computation dtype, so that fp64 runs are fp64 throughout (a Python float argument would be fp32).
 """
 from __future__ import annotations
 
