@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import odelab
-from odelab.models_graph import G2Model, GCNModel, GraphCONModel
+from odelab.models.graph import G2Model, GCNModel, GraphCONModel
 from odelab.solvers.field import Field
 from odelab.solvers.schemes import FIXED_SCHEMES
 from odelab.systems.graph import GradientGating, GraphCON

@@ -19,8 +19,8 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from .data.graphs import GraphData, random_partition_graph
-from .models_graph import build_graph_model
+from ..data.graphs import GraphData, random_partition_graph
+from ..models.graph import build_graph_model
 
 
 def _accuracy(logits, y, mask) -> float:

@@ -25,11 +25,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .solvers import solve
-from .solvers.field import Field
-from .solvers.schemes import FIXED_SCHEMES, Scheme
-from .systems.graph import GradientGating, GraphCON, GraphSystem
-from .systems.graph_coupling import GATCoupling, GCNCoupling, HeadMean
+from ..solvers import solve
+from ..solvers.field import Field
+from ..solvers.schemes import FIXED_SCHEMES, Scheme
+from ..systems.graph import GradientGating, GraphCON, GraphSystem
+from ..systems.graph_coupling import GATCoupling, GCNCoupling, HeadMean
 
 PYG_HINT = "PyTorch Geometric is needed for this; install it with `pip install odelab[graph]` (torch-geometric)"
 
