@@ -20,16 +20,23 @@ The first step follows Hairer's starting-step algorithm (HNW I §II.4). HNW = Ha
 Solving Ordinary Differential Equations I (1993) and II (1996). Outputs are dense: at a requested
 time t + θh inside an accepted step, y = y + Σ_i b_i(θ) hk_i with the method's continuous extension
 (Dormand--Prince's 4th-order one, Tsitouras', the cubic Hermite for Bogacki--Shampine), so the solver never
-shortens a step to hit an output time. It does land on every sample time of a hold input (the input jumps
-there; the first stage is then re-evaluated with the new sample), on the final time, and for delay systems
-on the derivative discontinuities t0 + Σ n_k τ_k up to the method's order.
+shortens a step to hit an output time. It does land on every breakpoint (:mod:`.breakpoints`: hold-input
+sample times, linear-input knots, the user's ``tstops`` and ``jump_times``, for delay systems all of them
+and t0 propagated through the delays up to the method's order) and on the final time. After landing
+where f jumps (a hold sample time, a ``jump_times`` entry, t0 + τ_i) the first stage is re-evaluated
+(no first-same-as-last reuse of the left limit), with the stage time one ulp after the jump, and the
+stages that end a step on a jump see the time one ulp before it.
 
 Delay systems: y(t − τ) at every stage is the history function for t − τ ≤ t0 and otherwise the continuous
 extension of the sample's accepted step containing t − τ, read from the loop's step records. Steps are capped at the smallest delay (every stage's delayed time
-lies in the past), so no fixed-point iteration is needed.
+lies in the past), so no fixed-point iteration is needed. At t0 the history and y0 may differ: a stage that
+ends a step reads φ(t0) there (the left limit), the re-evaluated first stage after t0 + τ reads y0. A delay
+given as a scalar tensor that requires grad is learnable: the delayed time t − τ carries its gradient into
+the dense history (d/dτ y(t − τ) = −y'(t − τ)) and into a callable history; the landing points are those
+of its current value.
 
-Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor (one
-time per sample) instead of a float.
+Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor of the
+state's dtype (one time per sample) instead of a float.
 """
 from __future__ import annotations
 
@@ -41,6 +48,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import FunctionSystem, System
+from .breakpoints import collect
+from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
@@ -102,7 +111,7 @@ class _Carry:
     """What one segment of the loop hands to the next: the controller state per sample and the last
     accepted step (for outputs that fall inside it). Packed as a tuple of tensors for checkpointing."""
 
-    fields = ("y", "k1", "t", "h", "prev", "landing", "steps", "accepted", "code",
+    fields = ("y", "k1", "t", "h", "prev", "landing", "steps", "accepted", "code", "restarts",
               "last_t", "last_h", "last_y", "last_coef")
 
     def __init__(self, *tensors: Tensor):
@@ -119,8 +128,8 @@ class _History:
     doubles whenever it no longer reaches back a full τ_max for some active sample, so lookups stay O(window)
     per step (the records themselves are never copied into a growing buffer)."""
 
-    def __init__(self, before: Callable[[Tensor], Tensor], t0: float, tau_max: float, dense: Tensor):
-        self.before, self.t0, self.tau_max, self.dense = before, t0, tau_max, dense
+    def __init__(self, before: Callable[[Tensor], Tensor], t0: float, tau_max: float, dense: Tensor, eps: float):
+        self.before, self.t0, self.tau_max, self.dense, self.eps = before, t0, tau_max, dense, eps
         self.window, self.stacked, self.source, self.loaded = 16, 0, None, 0
 
     def load(self, records: list, t: Tensor, active: Tensor) -> Tensor:
@@ -143,13 +152,17 @@ class _History:
         short = active & (self.end[0] >= earliest) & (self.end[0] > self.t0)
         return (short & (self.end.shape[0] < len(records))).any()
 
-    def at(self, s: Tensor) -> Tensor:
-        """y(s) per sample (s: (batch,) float64, at most the sample's current time)."""
+    def at(self, s: Tensor, right: bool = False) -> Tensor:
+        """y(s) per sample (s: (batch,) float64, at most the sample's current time; it may carry the gradient
+        of a learnable delay). Within ``eps`` (round-off of t − τ) of t0 the history φ(t0) is read, the left
+        limit, unless ``right`` (the re-evaluated first stage of a step starting at t0 + τ), which reads y0."""
         rows = torch.arange(s.shape[0], device=s.device).unsqueeze(1)
-        step = torch.searchsorted(self.end_rows, s.unsqueeze(1)).clamp_max_(self.end.shape[0] - 1)
+        where = s.detach()
+        step = torch.searchsorted(self.end_rows, where.unsqueeze(1)).clamp_max_(self.end.shape[0] - 1)
         theta = ((s.unsqueeze(1) - self.start[step, rows]) / self.length[step, rows]).to(self.y.dtype)
         inside = _horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta)
-        return torch.where((s <= self.t0).unsqueeze(1), self.before(s), inside)
+        before = where < self.t0 - self.eps if right else where <= self.t0 + self.eps
+        return torch.where(before.unsqueeze(1), self.before(s), inside)
 
 
 def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor) -> Tensor:
@@ -165,7 +178,8 @@ class _Integrator:
     """The per-sample adaptive loop for one tableau, system, input path and option set."""
 
     def __init__(self, tableau: ButcherTableau, system: System, y0: Tensor, sizes: list[int], times: list[float],
-                 path: InputPath | None, history, opts: _Options):
+                 path: InputPath | None, history, opts: _Options, tstops: list[float] = (),
+                 jump_times: list[float] = ()):
         self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
         self.dtype, self.device = y0.dtype, y0.device
         self.batch, self.dim = y0.shape
@@ -177,32 +191,47 @@ class _Integrator:
         self.mean = torch.full((self.dim,), 1.0 / self.dim, dtype=self.dtype, device=self.device)
 
         self.path, self.hold_times, self.linear_times = path, None, None
-        landing = {self.t_end}
         if isinstance(path, Hold):
             self.hold_times = path.time_tensor()
-            landing |= {s for s in path.times if self.t0 < s < self.t_end}
         elif isinstance(path, Linear):
             self.linear_times = path.time_tensor()
         elif path is not None and not isinstance(path, FunctionInput):
             raise TypeError(f"u: adaptive solvers take hold, linear or callable inputs, got {type(path).__name__}")
 
-        self.delays = tuple(value for value, _ in delay_values(system))
+        delays = delay_values(system)
+        self.delays = tuple(value for value, _ in delays)
+        self.learnable = tuple(tensor for _, tensor in delays)  # None, or the delay's 0-d tensor (grad)
         self.history = None
+        scale = abs(self.t0) + abs(self.t_end) + max(self.delays, default=0.0)
         if self.delays:
             if min(self.delays) <= 0:
                 raise ValueError(f"delays: adaptive solvers need positive delays, {type(system).__name__} has {self.delays}")
             if opts.segments is not None:
                 raise ValueError("checkpoint_segments: not supported for delay systems under adaptive methods")
-            self.history = _History(self._history_function(history, y0), self.t0, max(self.delays), self.dense)
-            landing |= self._discontinuities()
+            self.history = _History(self._history_function(history, y0), self.t0, max(self.delays), self.dense,
+                                    eps=8 * math.ulp(scale))
         elif history is not None:
             raise ValueError(f"history: {type(system).__name__} declares no delays")
-        self.landing = torch.tensor(sorted(landing) + [math.inf], **time)
+        # breakpoints closer than this are one (no steps of round-off size)
+        breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, self.delays, tableau.order,
+                              tol=64 * math.ulp(scale))
+        points = list(breakpoints.stops) + [self.t_end]
+        self.landing = torch.tensor(points + [math.inf], **time)
+        # per landing index k (the next point a sample steps towards): the point before it, and whether f
+        # jumps there -- a sample sitting on it re-evaluates its first stage (restart)
+        jump = [False] + [p in breakpoints.jumps for p in points]
+        self.restarts = any(jump)
+        self.prev_point = torch.tensor([-math.inf] + points, **time)
+        self.prev_jump = torch.tensor(jump, dtype=torch.bool, device=self.device)
+        self.end_jump = torch.tensor(jump[1:] + [False], dtype=torch.bool, device=self.device)
+        if self.restarts and opts.compile:
+            raise ValueError("compile: the compiled step does not support jump_times")
         if self.hold_times is not None:  # the hold sample driving the steps that end at landing point k
             previous = torch.cat([torch.tensor([self.t0], **time), self.landing[:-1]])
             self.hold_index = torch.searchsorted(self.hold_times, previous, right=True).clamp_max_(len(path.times) - 1)
         self.dt_max = min(opts.dt_max, min(self.delays)) if self.delays else opts.dt_max
         self.exact_time = self.linear_times is not None or self.history is not None  # float64 stage times needed
+        self.checked = False
         self.t_end_tensor = torch.tensor(self.t_end, **time)
         # 0-d constants for torch.where (a Python scalar there allocates a tensor every step)
         constant = lambda value, dtype: torch.tensor(value, dtype=dtype, device=self.device)
@@ -221,17 +250,24 @@ class _Integrator:
     def _flat(self, state) -> Tensor:
         return state[0] if len(state) == 1 else torch.cat(state, -1)
 
-    def field(self, t: Tensor | None, t_col: Tensor, y: Tensor, inp: Tensor | None) -> Tensor:
+    def field(self, t: Tensor | None, t_col: Tensor, y: Tensor, inp: Tensor | None, right: bool = False) -> Tensor:
         """f(t, y) per sample; t: (batch,) float64 stage times (needed for linear inputs and delays only),
-        t_col: the same as (batch, 1) in the state's dtype; inp: the step's held input or None."""
+        t_col: the same as (batch, 1) in the state's dtype; inp: the step's held input or None; ``right``:
+        the first stage of a step restarting after a jump (delayed reads at t0 take y0, not φ(t0))."""
         if self.linear_times is not None:
             inp = self.path.at_times(t, self.linear_times)
         elif isinstance(self.path, FunctionInput):
             inp = self.path.at(t_col)
         delayed = ()
         if self.history is not None:
-            delayed = tuple(self._blocks(self.history.at(t - tau)) for tau in self.delays)
-        return self._flat(self.system.derivative(t_col, self._blocks(y), inp, *delayed))
+            delayed = tuple(self._blocks(self.history.at(t - (tau if learn is None else learn.double()), right))
+                            for tau, learn in zip(self.delays, self.learnable))
+        blocks = self._blocks(y)
+        out = self.system.derivative(t_col, blocks, inp, *delayed)
+        if not self.checked:
+            check_derivative(self.system, blocks, out)
+            self.checked = True
+        return self._flat(out)
 
     def held_input(self, landing: Tensor) -> Tensor | None:
         """The hold sample driving a step towards landing point ``landing`` (per sample): u_n on (t_{n−1}, t_n]."""
@@ -250,14 +286,6 @@ class _Integrator:
             return lambda s: value
         coerce = lambda value: self._flat(as_history_state(self.system, blocks, value, "the callable's value"))
         return lambda s: coerce(history(s.to(self.dtype).unsqueeze(1)))
-
-    def _discontinuities(self) -> set[float]:
-        """t0 + Σ n_k τ_k with 1 ≤ Σ n_k ≤ order, inside (t0, t_end): where y^(n) may jump."""
-        level, points = {self.t0}, set()
-        for _ in range(self.tab.order):
-            level = {x + tau for x in level for tau in self.delays if x + tau < self.t_end}
-            points |= level
-        return points
 
     # -- step-size control --------------------------------------------------------------------------
     def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor) -> Tensor:
@@ -300,13 +328,13 @@ class _Integrator:
         zeros = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
         # log(safety ratio_prev^β) with ratio_prev = 1e-4 (dopri5.f)
         prev = torch.full_like(t_col.squeeze(1), math.log(self.opts.safety) + self.opts.beta / 2 * math.log(1e-8))
-        return _Carry(y0, f0, t, h, prev, landing, zeros, zeros, code, t, torch.ones_like(t), y0, last_coef)
+        return _Carry(y0, f0, t, h, prev, landing, zeros, zeros, code, zeros, t, torch.ones_like(t), y0, last_coef)
 
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
         y, k1, t, h, prev, landing = carry.y, carry.k1, carry.t, carry.h, carry.prev, carry.landing
-        steps, code = carry.steps, carry.code
+        steps, code, restarts = carry.steps, carry.code, carry.restarts
         records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
         accepts = []
         stop = torch.tensor(t_stop, dtype=torch.float64, device=self.device)
@@ -315,33 +343,48 @@ class _Integrator:
         budget = self.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         attempt = self.compiled or self.attempt
         while True:  # one host synchronisation per iteration
-            if self.history is None:
-                if not bool(active.any()):
-                    break
+            flags = [active.any()]
+            if self.restarts:  # samples sitting on a jump of f: their first stage is re-evaluated
+                restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
+                flags.append(restart.any())
+            if self.history is not None:
+                flags.append(self.history.load(records, t, active))
+            if len(flags) == 1:
+                going, any_restart, short = bool(flags[0]), False, False
             else:
-                going, short = torch.stack([active.any(), self.history.load(records, t, active)]).tolist()
-                if short:
-                    self.history.window *= 2
-                    continue
-                if not going:
-                    break
+                values = torch.stack(flags).tolist()
+                going, short = values[0], self.history is not None and values[-1]
+                any_restart = self.restarts and values[1]
+            if short:
+                self.history.window *= 2
+                continue
+            if not going:
+                break
+            if any_restart:
+                restarts = restarts + restart
             y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
                 y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
-                len(accepts) + 1 >= budget)
+                len(accepts) + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()))
             records.append((t, *record, t_after))
             accepts.append(accept)
             t = t_after
         accepted = carry.accepted + (torch.stack(accepts).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
-        return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, *last)
+        return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)
 
     def attempt(self, y: Tensor, k1: Tensor, t: Tensor, h: Tensor, prev: Tensor, landing: Tensor, steps: Tensor,
                 code: Tensor, active: Tensor, landing_points: Tensor, t_stop: Tensor, t_end: Tensor,
-                check_max_steps: bool) -> tuple:
+                check_max_steps: bool, restart: Tensor | bool | None = None) -> tuple:
         """One attempted step of every sample (the loop body; a pure function of its arguments and the
         integrator's constants, so ``compile=True`` can hand it to torch.compile). Returns the updated
-        controller state, the accept mask and the step's record (h, y, continuous-extension coefficients)."""
+        controller state, the accept mask and the step's record (h, y, continuous-extension coefficients).
+        ``restart``: the samples sitting on a jump of f, whose first stage is re-evaluated (False: none;
+        None: found here, evaluating f for the whole batch whenever the solve has jumps)."""
         opts, rows, c, stages, dtype = self.opts, self.rows, self.tab.c, self.tab.stages, self.dtype
+        if restart is None and self.restarts:
+            restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
+        if isinstance(restart, Tensor):
+            k1 = self.restart(y, k1, t, landing, restart)
         # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
         target = landing_points.index_select(0, landing)
         gap = target - t
@@ -350,15 +393,19 @@ class _Integrator:
         t_land = torch.where(landed, target, t + h_step)
         t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
         inp = self.held_input(landing)
-        if self.hold_times is not None:  # the input jumped: no first-same-as-last reuse
-            k1 = self.field(t, t_col, y, inp)
+        end_col = None
+        if self.restarts:  # stages ending a step on a jump of f see the time one ulp before it
+            on_jump = (landed & self.end_jump.index_select(0, landing)).unsqueeze(1)
+            end_col = torch.add(t_col, h_col)
+            end_col = torch.where(on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)), end_col)
         hk = [h_col * k1]
         for i in range(1, stages):
             y_i = y
             for j, a in rows[i]:
                 y_i = torch.add(y_i, hk[j], alpha=a)
             k_i = self.field(torch.add(t, h_step, alpha=c[i]) if self.exact_time else None,
-                             torch.add(t_col, h_col, alpha=c[i]), y_i, inp)
+                             end_col if c[i] == 1.0 and end_col is not None else torch.add(t_col, h_col, alpha=c[i]),
+                             y_i, inp)
             hk.append(h_col * k_i)
         y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
         hk = torch.stack(hk)
@@ -391,6 +438,14 @@ class _Integrator:
         k1 = torch.where(mask, k_new, k1)
         active = (code == _SUCCESS) & (t_after < t_stop)
         return y, k1, t_after, h, prev, landing, steps, code, active, accept, record
+
+    def restart(self, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor, mask: Tensor) -> Tensor:
+        """k1 = f(t⁺, y) for the samples in ``mask`` (sitting on a jump of f), with the time one ulp after t,
+        the input of the step ahead and, at t0 + τ, y0 as the delayed state; the others keep theirs (FSAL)."""
+        t_col = t.to(self.dtype).unsqueeze(1)
+        t_col = torch.where(mask.unsqueeze(1), torch.nextafter(t_col, torch.full_like(t_col, math.inf)), t_col)
+        fresh = self.field(t, t_col, y, self.held_input(landing), right=True)
+        return torch.where(mask.unsqueeze(1), fresh, k1)
 
     def dense_output(self, records, out_times: list[float], t_final: Tensor):
         """Evaluate the continuous extension of the accepted step containing each output time, per sample;
@@ -448,7 +503,8 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
 
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
-              times: list[float], path: InputPath | None, history=None, **options) -> Solution:
+              times: list[float], path: InputPath | None, history=None, tstops: list[float] = (),
+              jump_times: list[float] = (), **options) -> Solution:
     """Solve with an embedded explicit RK pair (see the module docstring).
 
     Options: ``rtol`` (1e-6), ``atol`` (1e-8); ``max_steps`` (10 000 attempted steps per sample; the step
@@ -469,7 +525,7 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
         raise TypeError(f"y0: adaptive solvers need floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
     sizes = [x.shape[1] for x in state]
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
-    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts)
+    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts, tstops, jump_times)
     carry = solver.start(y0)
 
     outputs = [y0.unsqueeze(1)]
@@ -491,8 +547,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
         position = end
     ys = torch.cat(outputs, 1) if len(outputs) > 1 else outputs[0]
     blocks = (ys,) if len(sizes) == 1 else ys.split(sizes, -1)
-    evaluations = tableau.stages - 1 if solver.hold_times is None else tableau.stages
-    nfe = 1 + (opts.first_step is None) + carry.steps * evaluations
+    # f(t0), the starting-step probe, stages − 1 per step (FSAL) and one per restart after a jump of f
+    nfe = 1 + (opts.first_step is None) + carry.steps * (tableau.stages - 1) + carry.restarts
     stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
              "nfe": nfe, "t_final": carry.t}
     return Solution(ts=t_tensor, ys=tuple(blocks), blocks=system.blocks, stats=stats, status=carry.code)
@@ -506,8 +562,8 @@ def _packed(result: tuple[Tensor, _Carry]) -> tuple[Tensor, ...]:
 def _driver(name: str) -> Callable[..., Solution]:
     tableau = ADAPTIVE_TABLEAUX[name]
 
-    def driver(system, state, t_tensor, times, path, history=None, **options):
-        return integrate(tableau, system, state, t_tensor, times, path, history, **options)
+    def driver(system, state, t_tensor, times, path, history=None, tstops=(), jump_times=(), **options):
+        return integrate(tableau, system, state, t_tensor, times, path, history, tstops, jump_times, **options)
 
     driver.__name__ = driver.__qualname__ = name
     driver.__doc__ = f"Adaptive {name} (embedded {tableau.order}({tableau.embedded_order}) pair); see odelab.solvers.adaptive."

@@ -1,35 +1,106 @@
 """The vector field as a scheme sees it over one step: a system with its input (and delays) bound."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
+import torch
 from torch import Tensor
 
-from ..systems.base import State, System
+from ..systems.base import FunctionSystem, State, System
+
+
+def describe(system: System) -> str:
+    """How an error names the vector field: the user's callable or ``Type.derivative``."""
+    system = getattr(system, "inner", system)
+    return "system: the callable f(t, y)" if isinstance(system, FunctionSystem) else f"{type(system).__name__}.derivative"
+
+
+def check_derivative(system: System, state: State, out, block: int | None = None) -> None:
+    """The derivative a system returned has one tensor per block, each of its block's shape (ValueError naming
+    the block otherwise: a wrong shape would broadcast silently). ``block``: ``out`` is that block's only."""
+    who = describe(system)
+    if block is None:
+        if not isinstance(out, (tuple, list)) or len(out) != len(state):
+            got = f"{len(out)} blocks" if isinstance(out, (tuple, list)) else type(out).__name__
+            raise ValueError(f"{who}: returned {got}; expected one derivative per block {list(system.blocks)}")
+        pairs = zip(system.blocks, out, state)
+    else:
+        pairs = [(system.blocks[block], out, state[block])]
+    for name, d, y in pairs:
+        if not isinstance(d, Tensor):
+            raise TypeError(f"{who}: the derivative of block {name!r} must be a tensor, got {type(d).__name__}")
+        if d.shape != y.shape:
+            raise ValueError(f"{who}: the derivative of block {name!r} has shape {tuple(d.shape)}; expected "
+                             f"{tuple(y.shape)}, the shape of the state block")
+
+
+def tensor_time(system: System) -> bool:
+    """Whether ``system`` takes ``t`` as a tensor (plain callables: torchdiffeq's convention)."""
+    return isinstance(getattr(system, "inner", system), FunctionSystem)
 
 
 class Field:
     """``system`` with ``inp`` (a callable of t giving the encoded input, or None) and, for delay systems,
     ``delayed`` (a callable of t giving one state tuple per delay) bound, so schemes call f(t, y) only.
-    Drivers mutate ``inp``/``delayed`` between steps instead of building a new object."""
+    Drivers mutate ``inp``/``delayed``/``edges`` between steps instead of building a new object.
 
-    __slots__ = ("system", "inp", "delayed", "evaluations")
+    ``edges`` = (ta, tb, start_is_jump, end_is_jump) of the current step, or None: a stage time on an edge
+    that is a jump of f reaches the system one ulp inside the step (in the dtype the system sees it), so
+    that f(t, y) branching on t gives the limit from inside the step. The first derivative returned is
+    checked against the state's block shapes (see :func:`check_derivative`)."""
+
+    __slots__ = ("system", "inp", "delayed", "evaluations", "edges", "checked", "tensor_time", "inp_tensor_time")
 
     def __init__(self, system: System, inp: Callable[[float], Tensor] | None = None,
                  delayed: Callable[[float], tuple[State, ...]] | None = None):
         self.system, self.inp, self.delayed = system, inp, delayed
         self.evaluations = 0
+        self.edges = None
+        self.checked: set = set()
+        self.tensor_time = tensor_time(system)
+        self.inp_tensor_time = False  # a callable input u(t): it gets t as the system would, as a tensor
 
-    def _args(self, t: float) -> tuple:
-        u = None if self.inp is None else self.inp(t)
+    def input(self, t: float, like: Tensor) -> Tensor | None:
+        if self.inp is None:
+            return None
+        return self.inp(self.time(t, like, tensor=True) if self.inp_tensor_time else t)
+
+    def _args(self, t: float, like: Tensor) -> tuple:
+        u = self.input(t, like)
         return (u,) if self.delayed is None else (u, *self.delayed(t))
+
+    def time(self, t: float, like: Tensor, tensor: bool | None = None):
+        """The time the system sees at the solver's time t (float64): t, or one ulp inside the step at a
+        jump edge; a 0-dim tensor of ``like``'s dtype and device for plain callables."""
+        side = 0
+        if self.edges is not None:
+            ta, tb, start_jump, end_jump = self.edges
+            tol = 1e-9 * (tb - ta)
+            if start_jump and abs(t - ta) <= tol:
+                t, side = ta, 1
+            elif end_jump and abs(t - tb) <= tol:
+                t, side = tb, -1
+        if not (self.tensor_time if tensor is None else tensor):
+            return math.nextafter(t, side * math.inf) if side else t
+        dtype = like.dtype if like.is_floating_point() else torch.get_default_dtype()
+        value = torch.full((), t, dtype=dtype, device=like.device)
+        return torch.nextafter(value, torch.full_like(value, side * math.inf)) if side else value
 
     def __call__(self, t: float, state: State) -> State:
         self.evaluations += 1
-        return self.system.derivative(t, state, *self._args(t))
+        out = self.system.derivative(self.time(t, state[0]), state, *self._args(t, state[0]))
+        if None not in self.checked:
+            check_derivative(self.system, state, out)
+            self.checked.add(None)
+        return out
 
     def block(self, i: int, t: float, state: State) -> Tensor:
-        return self.system.block_derivative(i, t, state, *self._args(t))
+        out = self.system.block_derivative(i, self.time(t, state[0]), state, *self._args(t, state[0]))
+        if i not in self.checked:
+            check_derivative(self.system, state, out, block=i)
+            self.checked.add(i)
+        return out
 
     def split(self, i: int, t: float, state: State) -> tuple[Tensor, Tensor]:
-        return self.system.split(i, t, state, *self._args(t))
+        return self.system.split(i, self.time(t, state[0]), state, *self._args(t, state[0]))

@@ -7,20 +7,27 @@ from torch import Tensor
 
 from ..systems.base import State, System
 from .field import Field
+from .breakpoints import collect, nodes_near
 from .grid import step_grid
-from .inputs import Hold, InputPath
+from .inputs import FunctionInput, InputPath
 from .schemes import Scheme
 from .solution import Solution, finish
 
 
 def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
-                path: InputPath | None, dt: float, checkpoint_segments: int | None = None) -> Solution:
-    """Fixed-step driver: steps of ``dt`` landing on every output time and hold-input sample time.
+                path: InputPath | None, dt: float, checkpoint_segments: int | None = None,
+                tstops: list[float] = (), jump_times: list[float] = ()) -> Solution:
+    """Fixed-step driver: steps of ``dt`` landing on every output time and breakpoint (hold-input sample
+    times, linear-input knots, ``tstops``, ``jump_times``; see :mod:`.breakpoints`); stage times on a
+    ``jump_times`` edge reach the system one ulp inside the step.
     ``checkpoint_segments=K`` runs the steps in K chunks under ``torch.utils.checkpoint`` (same values and
     gradients; the backward recomputes each chunk, so stored activations grow with K, not the step count)."""
-    breakpoints = path.breakpoints if isinstance(path, Hold) else ()
-    grid, out_index = step_grid(times, dt, breakpoints)
+    tol = 1e-7 * dt
+    breakpoints = collect(times[0], times[-1], path, tstops, jump_times, tol=tol)
+    grid, out_index = step_grid(times, dt, breakpoints.stops)
+    edges = nodes_near(grid, jump_times, tol)
     field = Field(system)
+    field.inp_tensor_time = isinstance(path, FunctionInput)
     record = set(out_index)
     blocks = len(state)
 
@@ -31,6 +38,8 @@ def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, 
             ta, tb = grid[k], grid[k + 1]
             if path is not None:
                 field.inp = path.segment(ta, tb)
+            if edges:
+                field.edges = (ta, tb, k in edges, k + 1 in edges)
             state = scheme.step(field, ta, state, tb - ta)
             if k + 1 in record:
                 recorded.extend(state)

@@ -25,16 +25,16 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from ..systems.base import State, System
-from .field import Field
+from .breakpoints import collect, nodes_near
+from .field import Field, check_derivative
 from .grid import step_grid
 from .history import History, delay_values, history_function
-from .inputs import Hold, InputPath
+from .inputs import FunctionInput, InputPath
 from .schemes import ExplicitRK, PartitionedEuler, Scheme
 from .solution import Solution, finish
 
@@ -166,8 +166,11 @@ class _DelayField(Field):
         stages = past.stages[past.k]
         index = len(stages)
         stages.append(state)
-        u = None if self.inp is None else self.inp(t)
-        out = self.system.derivative(t, state, u, *past.stage_delayed(index, t))
+        u = self.input(t, state[0])
+        out = self.system.derivative(self.time(t, state[0]), state, u, *past.stage_delayed(index, t))
+        if not self.checked:
+            check_derivative(self.system, state, out)
+            self.checked.add(None)
         if index == 0 and state is past.states[past.k] and t == past.grid[past.k]:
             past.set_right(past.k, out)
         return out
@@ -175,8 +178,8 @@ class _DelayField(Field):
     def evaluate(self, t: float, state: State) -> State:
         """An evaluation that is not a stage (Hermite data the scheme does not compute)."""
         self.evaluations += 1
-        u = None if self.inp is None else self.inp(t)
-        return self.system.derivative(t, state, u, *self.past(t))
+        u = self.input(t, state[0])
+        return self.system.derivative(self.time(t, state[0]), state, u, *self.past(t))
 
 
 def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: Scheme,
@@ -209,29 +212,9 @@ def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: 
     return plan
 
 
-def _discontinuities(t0: float, t1: float, taus: Sequence[float], depth: int) -> list[float]:
-    """t0 + Σ n_i τ_i with 1 ≤ Σ n_i ≤ depth, inside (t0, t1): where a history's derivative jump propagates."""
-    points, frontier = set(), {t0}
-    for _ in range(depth):
-        frontier = {p + tau for p in frontier for tau in taus if t0 < p + tau < t1}
-        points |= frontier
-    return sorted(points)
-
-
-def _merge_close(points: list[float], landing: Sequence[float], tol: float) -> list[float]:
-    """Drop points within ``tol`` of a landing time or of a kept point (no steps of rounding size)."""
-    fixed = sorted(landing)
-    kept: list[float] = []
-    for p in points:
-        j = bisect_right(fixed, p)
-        near_fixed = (j > 0 and p - fixed[j - 1] <= tol) or (j < len(fixed) and fixed[j] - p <= tol)
-        if not near_fixed and not (kept and p - kept[-1] <= tol):
-            kept.append(p)
-    return kept
-
-
 def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
-                      path: InputPath | None, dt: float, history) -> Solution:
+                      path: InputPath | None, dt: float, history, tstops: list[float] = (),
+                      jump_times: list[float] = ()) -> Solution:
     """Fixed-step DDE driver (method of steps) for ``odelab.solve``; see the module docstring.
 
     ``history`` as in :func:`history_function`. Raises ValueError naming ``dt`` when dt exceeds the
@@ -248,17 +231,18 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     t0, t1 = times[0], times[-1]
     phi = history_function(system, state, history, t0)
     tol = 1e-7 * dt
-    hold_points = list(path.breakpoints) if isinstance(path, Hold) else []
-    jumps_at = _merge_close(_discontinuities(t0, t1, taus, max(scheme.order, 1)), list(times) + hold_points, tol)
-    grid, out_index = step_grid(times, dt, hold_points + jumps_at)
-    position = {v: i for i, v in enumerate(grid)}
-    jumps = {position[b] for b in hold_points if b in position and 0 < position[b] < len(grid) - 1}
+    breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol)
+    grid, out_index = step_grid(times, dt, breakpoints.stops)
+    # nodes where f jumps (input jumps, jump_times, t0 + τ_i): the Hermite data take f's left limit there
+    jumps = {k for k in nodes_near(grid, breakpoints.jumps, tol) if 0 < k < len(grid) - 1}
+    edges = nodes_near(grid, jump_times, tol)
 
     plan = _plan(grid, delays, scheme, tol)
     hermite = any(j is None for row in plan for j in row)
 
     past = _Past(grid, phi, delays, jumps, tol)
     field = _DelayField(system, past)
+    field.inp_tensor_time = isinstance(path, FunctionInput)
     past.push(state)
     outputs, record = [state], set(out_index)
     for k in range(len(grid) - 1):
@@ -266,6 +250,8 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
         if path is not None:
             field.inp = path.segment(ta, tb)
         past.k, past.plan = k, plan[k]
+        if edges:
+            field.edges = (ta, tb, k in edges, k + 1 in edges)
         new = scheme.step(field, ta, state, tb - ta)
         if hermite:  # the Hermite data the scheme did not compute itself
             if past.right[k] is None:

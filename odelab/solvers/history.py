@@ -68,8 +68,9 @@ def history_function(system: System, y0: State, history, t0: float) -> History:
     ``history``: ``None`` → φ ≡ y0 (a constant history); a number → every block filled with it; a tensor
     → broadcast to every block (``(batch, 1)`` gives one constant per sample); a tuple/list of tensors or
     a dict by block name → one per block; a callable φ(t) returning any of these (a tensor for one-block
-    systems). The callable receives t as a ``(batch, 1)`` tensor of the state's dtype, as under the
-    adaptive methods, and is checked once at t0 − max τ. Errors name ``history``.
+    systems). The callable receives t as a 0-dim tensor of the state's dtype (the batch shares the time in a
+    fixed-step solve; the adaptive methods pass a ``(batch, 1)`` tensor) and is checked once at t0 − max τ.
+    Errors name ``history``.
     """
     if history is None:
         return lambda t: y0
@@ -78,9 +79,9 @@ def history_function(system: System, y0: State, history, t0: float) -> History:
 
         def phi(t: float | Tensor) -> State:
             if isinstance(t, Tensor):
-                t = t.to(dtype=like.dtype, device=like.device).reshape(1, 1).expand(like.shape[0], 1)
+                t = t.to(dtype=like.dtype, device=like.device).reshape(())
             else:
-                t = torch.full((like.shape[0], 1), t, dtype=like.dtype, device=like.device)
+                t = torch.full((), t, dtype=like.dtype, device=like.device)
             return as_history_state(system, y0, history(t), "the callable's value")
 
         first = phi(t0 - max((value for value, _ in delay_values(system)), default=0.0))

@@ -4,7 +4,7 @@
   (the recurrent cells' convention: u_n drives the step that ends at t_n). Before t_0 the first sample
   holds, after the last sample the last one.
 * :class:`Linear` -- piecewise-linear interpolation between the samples (constant outside).
-* :class:`FunctionInput` -- any callable ``u(t) -> (batch, features)``.
+* :class:`FunctionInput` -- any callable ``u(t) -> (batch, features)`` (t a tensor, see the class).
 
 Every path is built from the system's affine encoding, applied to all samples at once; interpolation
 commutes with an affine map, so encoding first is exact for both Hold and Linear. A solver asks a path for
@@ -86,7 +86,9 @@ class Linear(_SampledInput):
 
 
 class FunctionInput(InputPath):
-    """A user callable u(t) -> (batch, features), encoded at each evaluation."""
+    """A user callable u(t) -> (batch, features), encoded at each evaluation. The solvers pass ``t`` as they
+    pass it to a plain callable f(t, y): a 0-dim tensor of the state's dtype (fixed-step methods) or a
+    ``(batch, 1)`` one (adaptive methods)."""
 
     def __init__(self, func: Callable[[float], Tensor], encode: Callable[[Tensor], Tensor]):
         self.func, self.encode = func, encode

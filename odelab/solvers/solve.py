@@ -11,8 +11,10 @@ from ..systems.base import System, as_system, check_state
 from .adaptive import ADAPTIVE_METHODS
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
+from .breakpoints import user_times
 from .grid import as_times
 from .inputs import InputPath, make_input
+from .reverse import Reversed, reverse_input
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
 from .solution import Solution, SolveError
 
@@ -33,6 +35,8 @@ def solve(
     method: str | Scheme = "dopri5",
     dt: float | None = None,
     history=None,
+    tstops: Tensor | Sequence[float] | None = None,
+    jump_times: Tensor | Sequence[float] | None = None,
     throw: bool = True,
     **options,
 ) -> Solution:
@@ -40,11 +44,29 @@ def solve(
 
     ``system`` is an odelab :class:`System` (state = tuple of ``(batch, hidden)`` blocks, or a dict by
     block name) or a plain callable ``f(t, y)`` / ``f(t, y, u)`` with a tensor state ``(batch, d)``.
+    ``t``: strictly increasing, or strictly decreasing to integrate backwards in time (ODEs only; the
+    problem is solved forward in s = −t, and f, u and the outputs still see t).
     ``u``: input samples ``(batch, len(u_times), features)`` (``u_times`` defaults to ``t``) interpolated by
     ``interpolation`` ("hold": u_n acts on (t_{n−1}, t_n]; "linear"), or a callable u(t).
     Fixed-step methods (``euler``, ``midpoint``, ``heun``, ``rk4``, ``imex``, ``imex-implicit``,
     ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``.
     Delay systems take ``history`` (constant, tensor or callable of t; default: constant y0).
+
+    Time as user code sees it: a plain callable f, a callable input u(t) and a callable history get ``t`` as
+    a tensor of y0's dtype and device -- 0-dim under the fixed-step methods (the batch shares the time),
+    ``(batch, 1)`` under the adaptive ones (one time per sample; it broadcasts against ``(batch, d)``, so
+    torchdiffeq's ``lambda t, y: torch.cos(t) * y`` works under every method). The first derivative f
+    returns is checked against y0's shape (ValueError naming the block).
+
+    Breakpoints: every solver steps exactly onto the sample times of a hold input, the knots of a linear
+    input, ``tstops`` (times to step onto, like torchdiffeq's ``grid_points`` / diffrax's ``step_ts``) and
+    ``jump_times`` (times where f jumps, like torchdiffeq's ``jump_t`` / diffrax's ``jump_ts``): adaptive
+    methods clip their steps onto them, fixed-step grids insert them. After a jump the adaptive methods
+    re-evaluate the first stage instead of reusing the last one (FSAL), and a stage time that sits on a jump
+    reaches f one ulp inside its step (left limit at a step's end, right limit at the next step's start).
+    For delay systems every breakpoint (and t0, where the history meets y0) is propagated through the
+    delays, s + Σ n_i τ_i, up to the method's order.
+
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
@@ -55,19 +77,31 @@ def solve(
     state = check_state(system, y0)
     if not all(bool(torch.isfinite(x).all()) for x in state):
         raise ValueError("y0: contains NaN or Inf")
-    t_tensor, times = as_times(t)
+    t_tensor, times = as_times(t, allow_decreasing=True)
+    backwards = len(times) > 1 and times[1] < times[0]
     if u is not None and u_times is None and isinstance(u, Tensor):
         sample_times = times
     else:
-        sample_times = as_times(u_times, "u_times")[1] if u_times is not None else times
+        sample_times = as_times(u_times, "u_times", allow_decreasing=True)[1] if u_times is not None else times
+    if isinstance(u, Tensor) and len(sample_times) > 1 and sample_times[1] < sample_times[0]:
+        u, sample_times = u.flip(1) if u.dim() == 3 else u, sample_times[::-1]  # samples in increasing time
     path = make_input(u, sample_times, system, state[0].shape[0], interpolation)
     if system.input_size and path is None and not is_callable:
         raise ValueError(f"u: {type(system).__name__} takes an input of size {system.input_size}; none was given")
+    stops, jumps = user_times(tstops, "tstops"), user_times(jump_times, "jump_times")
+
+    if backwards:
+        if system.is_delay:
+            raise ValueError(f"t: decreasing times (integration backwards) are supported for ODEs only; "
+                             f"{type(system).__name__} is a delay system")
+        system, path = Reversed(system), reverse_input(path)
+        times, stops, jumps = [-s for s in times], [-s for s in stops], [-s for s in jumps]
 
     if isinstance(method, str) and method in ADAPTIVE_METHODS:
         if dt is not None:
             options.setdefault("first_step", dt)
-        solution = ADAPTIVE_METHODS[method](system, state, t_tensor, times, path, history=history, **options)
+        solution = ADAPTIVE_METHODS[method](system, state, t_tensor, times, path, history=history, tstops=stops,
+                                            jump_times=jumps, **options)
     else:
         scheme = resolve_scheme(method)
         segments = options.pop("checkpoint_segments", None)
@@ -83,11 +117,15 @@ def solve(
         if system.is_delay:
             if segments is not None:
                 raise ValueError("checkpoint_segments: not supported for delay systems")
-            solution = solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history)
+            solution = solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history,
+                                         stops, jumps)
         else:
             if history is not None:
                 raise ValueError(f"history: {type(system).__name__} declares no delays")
-            solution = solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments)
+            solution = solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments, stops, jumps)
+    if backwards:
+        if "t_final" in solution.stats:
+            solution.stats["t_final"] = -solution.stats["t_final"]
 
     if throw and not bool(solution.success.all()):
         raise SolveError("solve failed: " + solution.failure_summary(), solution)

@@ -105,7 +105,12 @@ class System(nn.Module):
 
 
 class FunctionSystem(System):
-    """Wraps a plain callable ``f(t, y)`` or ``f(t, y, u)`` with a tensor state as a one-block system."""
+    """Wraps a plain callable ``f(t, y)`` or ``f(t, y, u)`` with a tensor state as a one-block system.
+
+    The callable gets ``t`` as a tensor of y's dtype and device (torchdiffeq's convention, so that
+    ``torch.cos(t) * y`` works): the solvers pass a 0-dim tensor when the batch shares the time (fixed-step
+    methods) and a ``(batch, 1)`` tensor when each sample has its own (adaptive methods); a float given
+    here is turned into a 0-dim tensor."""
 
     def __init__(self, func: Callable, size: int, takes_input: bool):
         super().__init__()
@@ -115,6 +120,9 @@ class FunctionSystem(System):
 
     def derivative(self, t, state, inp, *delayed):
         y = state[0]
+        if not isinstance(t, Tensor):
+            t = torch.full((), t, dtype=y.dtype if y.is_floating_point() else torch.get_default_dtype(),
+                           device=y.device)
         return (self.func(t, y, inp) if self.takes_input else self.func(t, y),)
 
 
