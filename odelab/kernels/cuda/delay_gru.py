@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
 
@@ -63,7 +64,7 @@ def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     alpha = tl.load(C + 1)
@@ -96,7 +97,7 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
     """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong; LD (B, T+1, H)
     the delayed-read adjoints, zero-initialised; ED = the encoding block of the delayed pre-activation."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     alpha = tl.load(C + 1)
@@ -212,7 +213,7 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
     """hidden ≤ BH: weights and h in registers; the delayed state read back from the state buffer (a barrier
     per step makes the other threads' stores visible)."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -244,7 +245,7 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
     """hidden ≤ BH: weights and the adjoint in registers; L (B, H): final-state adjoint in, initial out; LD as in
     :func:`_backward` (global: written at step n for the state n − 1 − m, read m steps later)."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -323,6 +324,7 @@ class DelayGRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         enc, weight_h, W2, consts, S = ctx.saved_tensors
         B, T, _ = enc.shape

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
 
@@ -21,7 +22,7 @@ from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, 
 def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
     """S (B, T+1, H) states; R (B, H) scratch for σ(r) ⊙ h (reset before the matmul)."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     sE = T * 3 * H
@@ -65,7 +66,7 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
               BH: tl.constexpr):
     """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); L (2, B, H)."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     sE = T * 3 * H
@@ -149,7 +150,7 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
 def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
     """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -178,7 +179,7 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
     """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
     initial-state adjoint out."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -246,6 +247,7 @@ class GRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         enc, weight_hidden, b_hu, consts, S = ctx.saved_tensors
         B, T, _ = enc.shape

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
 
@@ -20,7 +21,7 @@ from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, 
 @triton.jit
 def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     sE = T * 4 * H
@@ -63,7 +64,7 @@ def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.cons
 def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
     """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     sE = T * 4 * H
@@ -132,7 +133,7 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
     barrier, no re-read); each step reads its encoded input and writes z_n, y_n."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -165,7 +166,7 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
     """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
     the adjoints of the final state on entry and those of the initial state on exit."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -236,6 +237,7 @@ class LEMSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, weight_y, W2, Wy, Z, Y, consts = ctx.saved_tensors
         B, T, _ = enc.shape

@@ -19,6 +19,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
@@ -82,7 +83,7 @@ def _elastance(w, shift, SYMMETRIC: tl.constexpr):
 def _forward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, B, T, H, P, NX,
              MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -118,7 +119,7 @@ def _backward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, GO, GX, GW, L, FU, 
     the current step; AE (3, B, H) per-element sums for e_l, g_l, the shift; ACC (programs, 4, P, H) the
     per-program sums for g, k, a, b."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -252,6 +253,7 @@ class LiquidSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S = ctx.saved_tensors
         B, T, NX = x.shape

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ._common import available, block_sizes, mv, resident, tanh, tile, warps, weights  # noqa: F401
 
@@ -26,7 +27,7 @@ OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
 @triton.jit
 def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     gamma = tl.load(C + 1)
@@ -69,7 +70,7 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
               BH: tl.constexpr):
     """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     gamma = tl.load(C + 1)
@@ -151,7 +152,7 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
 def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
     """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -191,7 +192,7 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
     """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
     initial-state adjoints out; AC (2, B, H) the γ, ε sums out."""
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     cols = tl.arange(0, BH)
     cmask = cols < H
@@ -271,6 +272,7 @@ class SecondOrderSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, W_rec, consts, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ._common import available, sigmoid, tanh  # noqa: F401
 
@@ -21,7 +22,7 @@ BLOCK = 128
 
 @triton.jit
 def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
-    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    idx = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
     mask = idx < B * H
     b = idx // H
     j = idx % H
@@ -41,7 +42,7 @@ def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
 
 @triton.jit
 def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.constexpr):
-    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    idx = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
     mask = idx < B * H
     b = idx // H
     j = idx % H
@@ -90,6 +91,7 @@ class UnICORNNSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, w, c, consts, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape
