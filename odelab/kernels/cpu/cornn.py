@@ -41,7 +41,7 @@ class CoRNNFunction(torch.autograd.Function):
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
-        call("cornn_backward", [A, z0, y0, Wc, Wy, Z, Y, dY, gz, gy, dA], (B, T, d, implicit), (h, gamma, epsilon))
+        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA], (B, T, d, implicit), (h, gamma, epsilon))
         dWc = dA.t() @ previous(Z, z0) if ctx.needs_input_grad[3] else None
         dWy = dA.t() @ previous(Y, y0) if ctx.needs_input_grad[4] else None
         return dA, gz, gy, dWc, dWy, None, None, None, None

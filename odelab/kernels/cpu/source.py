@@ -186,11 +186,47 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
   }
 }
 
+// g (B x d) += dY[:, n] (row stride ls); dY may be null
+template <typename S>
+void add_step(i64 B, i64 d, S* g, const S* dY, i64 n, i64 ls) {
+  if (!dY) return;
+  for (i64 b = 0; b < B; ++b) {
+    S* __restrict__ gb = g + b * d; const S* __restrict__ db = dY + b * ls + n * d;
+    for (i64 j = 0; j < d; ++j) gb[j] += db[j];
+  }
+}
+
 // =====================================================================================================
 // coRNN (002 eq. 2.3), z first then y = y + h z_new; damping explicit ("imex") or implicit ("imex-implicit").
 //   A (B·T, d): on entry a = V u + b, on exit s = 𝒲 z + W y + a (in place). Wct = 𝒲^T, Wyt = W^T.
 //   F = tanh(s) − γ y;  explicit z' = z + h (F − ε z);  implicit z' = (z + h F) / (1 + h ε);  y' = y + h z'
 // =====================================================================================================
+template <typename S>
+void cornn_step(i64 d, S h, S gamma, S eps, S den, int implicit, const S* __restrict__ s, const S* __restrict__ z,
+                const S* __restrict__ y, S* __restrict__ zo, S* __restrict__ yo) {
+  if (implicit) for (i64 j = 0; j < d; ++j) {
+    const S f = tanh_(s[j]) - gamma * y[j];
+    const S zn = (z[j] + h * f) / den;
+    zo[j] = zn; yo[j] = y[j] + h * zn;
+  } else for (i64 j = 0; j < d; ++j) {
+    const S f = tanh_(s[j]) - gamma * y[j];
+    const S zn = z[j] + h * (f - eps * z[j]);
+    zo[j] = zn; yo[j] = y[j] + h * zn;
+  }
+}
+template <typename S>
+void cornn_step_bwd(i64 d, S h, S gamma, S q, S keep, const S* __restrict__ s, S* __restrict__ ds,
+                    S* __restrict__ Gy, S* __restrict__ Gz) {
+  for (i64 j = 0; j < d; ++j) {
+    const S t = tanh_(s[j]);
+    const S gyj = Gy[j];
+    const S gzt = Gz[j] + h * gyj;                               // y' = y + h z'
+    ds[j] = gzt * q * (S(1) - t * t);
+    Gy[j] = gyj - gzt * q * gamma;
+    Gz[j] = gzt * keep;
+  }
+}
+
 template <typename S>
 void cornn_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wct, const S* Wyt, double hd,
                double gd, double ed, int implicit, S* Z, S* Y) {
@@ -202,47 +238,26 @@ void cornn_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wct
     S* a = A + n * d;
     mm(B, d, d, zp, lp, Wct, d, S(1), a, ls);
     mm(B, d, d, yp, lp, Wyt, d, S(1), a, ls);
-    for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ s = a + b * ls; const S* __restrict__ z = zp + b * lp; const S* __restrict__ y = yp + b * lp;
-      S* __restrict__ zo = Z + n * d + b * ls; S* __restrict__ yo = Y + n * d + b * ls;
-      if (implicit) for (i64 j = 0; j < d; ++j) {
-        const S f = tanh_(s[j]) - gamma * y[j];
-        const S zn = (z[j] + h * f) / den;
-        zo[j] = zn; yo[j] = y[j] + h * zn;
-      } else for (i64 j = 0; j < d; ++j) {
-        const S f = tanh_(s[j]) - gamma * y[j];
-        const S zn = z[j] + h * (f - eps * z[j]);
-        zo[j] = zn; yo[j] = y[j] + h * zn;
-      }
-    }
+    for (i64 b = 0; b < B; ++b)
+      cornn_step(d, h, gamma, eps, den, implicit, a + b * ls, zp + b * lp, yp + b * lp, Z + n * d + b * ls,
+                 Y + n * d + b * ls);
   }
 }
 
 template <typename S>
-void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* Wc, const S* Wy, double hd,
-               double gd, double ed, int implicit, const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA) {
+void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double hd, double gd, double ed,
+               int implicit, const S* dY, S* gz, S* gy, S* dA) {
   const S h = S(hd), gamma = S(gd), eps = S(ed);
   const S den = S(1) + h * eps;
   const S q = implicit ? h / den : h;                       // dz'/dF
   const S keep = implicit ? S(1) / den : S(1) - h * eps;    // dz'/dz
   const i64 ls = T * d;
   for (i64 n = T - 1; n >= 0; --n) {
-    const S* a = A + n * d; S* da = dA + n * d;
-    for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ s = a + b * ls; S* __restrict__ ds = da + b * ls;
-      S* __restrict__ Gy = gy + b * d; S* __restrict__ Gz = gz + b * d;
-      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
-      for (i64 j = 0; j < d; ++j) {
-        const S t = tanh_(s[j]);
-        const S gyj = Gy[j] + (dy ? dy[j] : S(0));
-        const S gzt = Gz[j] + h * gyj;                       // y' = y + h z'
-        ds[j] = gzt * q * (S(1) - t * t);
-        Gy[j] = gyj - gzt * q * gamma;
-        Gz[j] = gzt * keep;
-      }
-    }
-    mm(B, d, d, da, ls, Wc, d, S(1), gz, d);                  // dL/dz += ds 𝒲
-    mm(B, d, d, da, ls, Wy, d, S(1), gy, d);                  // dL/dy += ds W
+    add_step(B, d, gy, dY, n, ls);
+    for (i64 b = 0; b < B; ++b)
+      cornn_step_bwd(d, h, gamma, q, keep, A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
+    mm(B, d, d, dA + n * d, ls, Wc, d, S(1), gz, d);          // dL/dz += ds 𝒲
+    mm(B, d, d, dA + n * d, ls, Wy, d, S(1), gy, d);          // dL/dy += ds W
   }
 }
 
@@ -251,55 +266,63 @@ void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const 
 //   a = V u + b (B·T, d), k = σ̂(c), s = w y + a:  z' = z + h (−k (tanh(s) + α y)),  y' = y + h (k z')
 // =====================================================================================================
 template <typename S>
+void unicornn_step(i64 d, S h, S alpha, const S* __restrict__ a, const S* __restrict__ zp, const S* __restrict__ yp,
+                   const S* __restrict__ w, const S* __restrict__ k, S* __restrict__ zo, S* __restrict__ yo) {
+  for (i64 j = 0; j < d; ++j) {
+    const S zn = zp[j] + h * (-k[j] * (tanh_(w[j] * yp[j] + a[j]) + alpha * yp[j]));
+    zo[j] = zn; yo[j] = yp[j] + h * (k[j] * zn);
+  }
+}
+template <typename S>
+void unicornn_step_bwd(i64 d, S h, S alpha, const S* __restrict__ a, const S* __restrict__ yp,
+                       const S* __restrict__ zn, const S* __restrict__ w, const S* __restrict__ k,
+                       S* __restrict__ Gy, S* __restrict__ Gz, S* __restrict__ ds, S* __restrict__ accw,
+                       S* __restrict__ acck) {
+  for (i64 j = 0; j < d; ++j) {
+    const S t = tanh_(w[j] * yp[j] + a[j]);
+    const S gyj = Gy[j];
+    const S gzt = Gz[j] + gyj * h * k[j];                     // y' = y + h k z'
+    const S force = t + alpha * yp[j];
+    const S gf = -(gzt * h * k[j]);                           // dL/d(tanh(s) + α y)
+    const S dsj = gf * (S(1) - t * t);
+    acck[j] += gyj * h * zn[j] - gzt * h * force;
+    accw[j] += dsj * yp[j];
+    ds[j] = dsj;
+    Gy[j] = gyj + gf * alpha + dsj * w[j];
+    Gz[j] = gzt;
+  }
+}
+
+template <typename S>
 void unicornn_fwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* w, const S* k, double hd,
                   double al, S* Z, S* Y) {
   const S h = S(hd), alpha = S(al);
   const i64 ls = T * d;
-  for (i64 b = 0; b < B; ++b) {
-    for (i64 n = 0; n < T; ++n) {
-      const S* __restrict__ yp = n ? Y + b * ls + (n - 1) * d : y0 + b * d;
-      const S* __restrict__ zp = n ? Z + b * ls + (n - 1) * d : z0 + b * d;
-      const S* __restrict__ a = A + b * ls + n * d;
-      S* __restrict__ zo = Z + b * ls + n * d; S* __restrict__ yo = Y + b * ls + n * d;
-      for (i64 j = 0; j < d; ++j) {
-        const S zn = zp[j] + h * (-k[j] * (tanh_(w[j] * yp[j] + a[j]) + alpha * yp[j]));
-        zo[j] = zn; yo[j] = yp[j] + h * (k[j] * zn);
-      }
-    }
-  }
+  for (i64 b = 0; b < B; ++b)
+    for (i64 n = 0; n < T; ++n)
+      unicornn_step(d, h, alpha, A + b * ls + n * d, n ? Z + b * ls + (n - 1) * d : z0 + b * d,
+                    n ? Y + b * ls + (n - 1) * d : y0 + b * d, w, k, Z + b * ls + n * d, Y + b * ls + n * d);
 }
 
-// dw, dk: (d) accumulators (zeroed by the caller), summed over the batch and the steps in double.
+// dw, dk: (d) outputs, summed over the batch and the steps (per sample in S, across samples in double).
 template <typename S>
-void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* w, const S* k, double hd,
-                  double al, const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, S* dw, S* dk) {
+void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* y0, const S* w, const S* k, double hd, double al,
+                  const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, S* dw, S* dk) {
   const S h = S(hd), alpha = S(al);
   const i64 ls = T * d;
-  std::vector<double> accw(d, 0.0), acck(d, 0.0);
+  std::vector<double> sw(d, 0.0), sk(d, 0.0);
+  std::vector<S> accw(d), acck(d);
   for (i64 b = 0; b < B; ++b) {
-    S* __restrict__ Gy = gy + b * d; S* __restrict__ Gz = gz + b * d;
+    S* Gy = gy + b * d; S* Gz = gz + b * d;
+    for (i64 j = 0; j < d; ++j) { accw[j] = S(0); acck[j] = S(0); }
     for (i64 n = T - 1; n >= 0; --n) {
-      const S* __restrict__ yp = n ? Y + b * ls + (n - 1) * d : y0 + b * d;
-      const S* __restrict__ zn = Z + b * ls + n * d;
-      const S* __restrict__ a = A + b * ls + n * d;
-      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
-      S* __restrict__ ds = dA + b * ls + n * d;
-      for (i64 j = 0; j < d; ++j) {
-        const S t = tanh_(w[j] * yp[j] + a[j]);
-        const S gyj = Gy[j] + (dy ? dy[j] : S(0));
-        const S gzt = Gz[j] + gyj * h * k[j];                 // y' = y + h k z'
-        const S force = t + alpha * yp[j];
-        const S gf = -(gzt * h * k[j]);                       // dL/d(tanh(s) + α y)
-        const S dsj = gf * (S(1) - t * t);
-        acck[j] += double(gyj * h * zn[j]) - double(gzt * h * force);
-        accw[j] += double(dsj * yp[j]);
-        ds[j] = dsj;
-        Gy[j] = gyj + gf * alpha + dsj * w[j];
-        Gz[j] = gzt;
-      }
+      if (dY) for (i64 j = 0; j < d; ++j) Gy[j] += dY[b * ls + n * d + j];
+      unicornn_step_bwd(d, h, alpha, A + b * ls + n * d, n ? Y + b * ls + (n - 1) * d : y0 + b * d,
+                        Z + b * ls + n * d, w, k, Gy, Gz, dA + b * ls + n * d, accw.data(), acck.data());
     }
+    for (i64 j = 0; j < d; ++j) { sw[j] += double(accw[j]); sk[j] += double(acck[j]); }
   }
-  for (i64 j = 0; j < d; ++j) { dw[j] = S(accw[j]); dk[j] = S(acck[j]); }
+  for (i64 j = 0; j < d; ++j) { dw[j] = S(sw[j]); dk[j] = S(sk[j]); }
 }
 
 // =====================================================================================================
@@ -363,6 +386,22 @@ void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* 
 //   z' = z + h tanh(s),  y' = y + h z'
 // =====================================================================================================
 template <typename S>
+void osc_step(i64 d, S h, const S* __restrict__ s, const S* __restrict__ z, const S* __restrict__ y,
+              S* __restrict__ zo, S* __restrict__ yo) {
+  for (i64 j = 0; j < d; ++j) { const S zn = z[j] + h * tanh_(s[j]); zo[j] = zn; yo[j] = y[j] + h * zn; }
+}
+template <typename S>
+void osc_step_bwd(i64 d, S h, const S* __restrict__ s, S* __restrict__ ds, const S* __restrict__ Gy,
+                  S* __restrict__ Gz) {
+  for (i64 j = 0; j < d; ++j) {
+    const S t = tanh_(s[j]);
+    const S gzt = Gz[j] + h * Gy[j];
+    ds[j] = gzt * h * (S(1) - t * t);
+    Gz[j] = gzt;
+  }
+}
+
+template <typename S>
 void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, double hd, S* Z, S* Y) {
   const S h = S(hd);
   const i64 ls = T * d;
@@ -370,11 +409,8 @@ void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, d
     const S* yp = n ? Y + (n - 1) * d : y0; const S* zp = n ? Z + (n - 1) * d : z0; const i64 lp = n ? ls : d;
     S* a = A + n * d;
     mm(B, d, d, yp, lp, Wt, d, S(1), a, ls);
-    for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ sb = a + b * ls; const S* __restrict__ z = zp + b * lp; const S* __restrict__ y = yp + b * lp;
-      S* __restrict__ zo = Z + n * d + b * ls; S* __restrict__ yo = Y + n * d + b * ls;
-      for (i64 j = 0; j < d; ++j) { const S zn = z[j] + h * tanh_(sb[j]); zo[j] = zn; yo[j] = y[j] + h * zn; }
-    }
+    for (i64 b = 0; b < B; ++b)
+      osc_step(d, h, a + b * ls, zp + b * lp, yp + b * lp, Z + n * d + b * ls, Y + n * d + b * ls);
   }
 }
 
@@ -383,18 +419,8 @@ void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY
   const S h = S(hd);
   const i64 ls = T * d;
   for (i64 n = T - 1; n >= 0; --n) {
-    for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ sb = A + n * d + b * ls; S* __restrict__ ds = dA + n * d + b * ls;
-      S* __restrict__ Gy = gy + b * d; S* __restrict__ Gz = gz + b * d;
-      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
-      for (i64 j = 0; j < d; ++j) {
-        const S t = tanh_(sb[j]);
-        const S gyj = Gy[j] + (dy ? dy[j] : S(0));
-        const S gzt = Gz[j] + h * gyj;
-        ds[j] = gzt * h * (S(1) - t * t);
-        Gy[j] = gyj; Gz[j] = gzt;
-      }
-    }
+    add_step(B, d, gy, dY, n, ls);
+    for (i64 b = 0; b < B; ++b) osc_step_bwd(d, h, A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
     mm(B, d, d, dA + n * d, ls, W, d, S(1), gy, d);
   }
 }
@@ -416,6 +442,30 @@ inline const S* delay_state(const S* H, const S* h0, i64 k, i64 d, i64 ls, i64* 
 }
 
 template <typename S>
+void tau_step(i64 d, S h, S alpha, S beta, const S* __restrict__ sb, const S* __restrict__ x, S* __restrict__ o) {
+  for (i64 j = 0; j < d; ++j) {
+    const S u = tanh_(sb[j]), z = tanh_(sb[d + j]), g = sigmoid(sb[2 * d + j]), wa = sigmoid(sb[3 * d + j]);
+    const S target = beta * u + alpha * (wa * z);
+    o[j] = x[j] + h * (g * target - g * x[j]);
+  }
+}
+template <typename S>
+void tau_step_bwd(i64 d, S h, S alpha, S beta, const S* __restrict__ sb, const S* __restrict__ x,
+                  S* __restrict__ ds, S* __restrict__ g) {
+  for (i64 j = 0; j < d; ++j) {
+    const S u = tanh_(sb[j]), z = tanh_(sb[d + j]), gg = sigmoid(sb[2 * d + j]), wa = sigmoid(sb[3 * d + j]);
+    const S target = beta * u + alpha * (wa * z);
+    const S G0 = g[j];
+    const S dt = G0 * h * gg;                                         // dL/dtarget
+    ds[j] = dt * beta * (S(1) - u * u);
+    ds[d + j] = dt * alpha * wa * (S(1) - z * z);
+    ds[2 * d + j] = G0 * h * (target - x[j]) * gg * (S(1) - gg);
+    ds[3 * d + j] = dt * alpha * z * wa * (S(1) - wa);
+    g[j] = G0 - h * gg * G0;
+  }
+}
+
+template <typename S>
 void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, S* A, const S* h0, const S* Wht, const S* W2t, double hd,
                 double al, double be, S* H) {
   const S h = S(hd), alpha = S(al), beta = S(be);
@@ -433,15 +483,7 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, S* A, const S* h0, const S
       mm(B, d, d, hp, lp, Wht, 3 * d, S(1), a, la);                      // s_u += h W1^T
       mm(B, 2 * d, d, hp, lp, Wht + d, 3 * d, S(1), a + 2 * d, la);      // [s_g s_a] += h [W3; W4]^T
       if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a + d, la);              // s_z += h_{n−m} W2^T
-      for (i64 b = 0; b < B; ++b) {
-        const S* __restrict__ sb = a + b * la; const S* __restrict__ x = hp + b * lp;
-        S* __restrict__ o = H + n * d + b * ls;
-        for (i64 j = 0; j < d; ++j) {
-          const S u = tanh_(sb[j]), z = tanh_(sb[d + j]), g = sigmoid(sb[2 * d + j]), wa = sigmoid(sb[3 * d + j]);
-          const S target = beta * u + alpha * (wa * z);
-          o[j] = x[j] + h * (g * target - g * x[j]);
-        }
-      }
+      for (i64 b = 0; b < B; ++b) tau_step(d, h, alpha, beta, a + b * la, hp + b * lp, H + n * d + b * ls);
     }
   }
 }
@@ -458,11 +500,8 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
     const S* hp = delay_state(H, h0, n, d, ls, &lp);
     const S* a = A + n * w; S* da = dA + n * w;
     // gh: dL/d state_{n+1} = what came back + the output gradient + the delayed reads of it
-    for (i64 b = 0; b < B; ++b) {
-      S* __restrict__ g = gh + b * d; const S* __restrict__ pend = Pend + (n + 1) * B * d + b * d;
-      const S* __restrict__ dy = dY ? dY + b * ls + n * d : nullptr;
-      for (i64 j = 0; j < d; ++j) g[j] += pend[j] + (dy ? dy[j] : S(0));
-    }
+    add_step(B, d, gh, dY, n, ls);
+    add_step(B, d, gh, Pend + (n + 1) * B * d, 0, d);
     if (kind == 0) {
       for (i64 b = 0; b < B; ++b)
         relax_bwd(d, h, a + b * la + d, a + b * la, hp + b * lp, gh + b * d, G.data() + b * d, da + b * la + d,
@@ -471,21 +510,7 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
       mm(B, d, 2 * d, da, la, Wh, d, S(1), gh, d);                       // += [ds_c ds_g] [W1; W3]
       if (n - m >= 0) mm(B, d, d, da, la, W2, d, S(1), Pend + (n - m) * B * d, d);
     } else {
-      for (i64 b = 0; b < B; ++b) {
-        const S* __restrict__ sb = a + b * la; const S* __restrict__ x = hp + b * lp;
-        S* __restrict__ ds = da + b * la; S* __restrict__ g = gh + b * d;
-        for (i64 j = 0; j < d; ++j) {
-          const S u = tanh_(sb[j]), z = tanh_(sb[d + j]), gg = sigmoid(sb[2 * d + j]), wa = sigmoid(sb[3 * d + j]);
-          const S target = beta * u + alpha * (wa * z);
-          const S G0 = g[j];
-          const S dt = G0 * h * gg;                                       // dL/dtarget
-          ds[j] = dt * beta * (S(1) - u * u);
-          ds[d + j] = dt * alpha * wa * (S(1) - z * z);
-          ds[2 * d + j] = G0 * h * (target - x[j]) * gg * (S(1) - gg);
-          ds[3 * d + j] = dt * alpha * z * wa * (S(1) - wa);
-          g[j] = G0 - h * gg * G0;
-        }
-      }
+      for (i64 b = 0; b < B; ++b) tau_step_bwd(d, h, alpha, beta, a + b * la, hp + b * lp, da + b * la, gh + b * d);
       mm(B, d, d, da, la, Wh, d, S(1), gh, d);                           // += ds_u W1
       mm(B, d, 2 * d, da + 2 * d, la, Wh + d * d, d, S(1), gh, d);       // += [ds_g ds_a] [W3; W4]
       if (n - m >= 0) mm(B, d, d, da + d, la, W2, d, S(1), Pend + (n - m) * B * d, d);
@@ -644,15 +669,15 @@ ODELAB_EXPORT(lem_backward, lem_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2),
 // sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y; scalars h γ ε
 ODELAB_EXPORT(cornn_forward, cornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
                                           (int)n[3], PTR(5), PTR(6)))
-// sizes (B, T, d, implicit); pointers A z0 y0 𝒲 W Z Y dY gz gy dA; scalars h γ ε
-ODELAB_EXPORT(cornn_backward, cornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
-                                           (int)n[3], PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10)))
+// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA; scalars h γ ε
+ODELAB_EXPORT(cornn_backward, cornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1], s[2], (int)n[3],
+                                           PTR(3), PTR(4), PTR(5), PTR(6)))
 // sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
 ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
                                                 PTR(5), PTR(6)))
-// sizes (B, T, d); pointers A z0 y0 w k Z Y dY gz gy dA dw dk; scalars h α
-ODELAB_EXPORT(unicornn_backward, unicornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
-                                                 PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11), PTR(12)))
+// sizes (B, T, d); pointers A y0 w k Z Y dY gz gy dA dw dk; scalars h α
+ODELAB_EXPORT(unicornn_backward, unicornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], s[1], PTR(4),
+                                                 PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
 // sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H; scalars Δ
 ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6)))
 // sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC; scalars Δ

@@ -38,7 +38,7 @@ class UnICORNNFunction(torch.autograd.Function):
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA, dw, dk = A.new_empty(B * T, d), A.new_empty(d), A.new_empty(d)
-        call("unicornn_backward", [A, z0, y0, w, k, Z, Y, dY, gz, gy, dA, dw, dk], (B, T, d), ctx.args)
+        call("unicornn_backward", [A, y0, w, k, Z, Y, dY, gz, gy, dA, dw, dk], (B, T, d), ctx.args)
         return dA, gz, gy, dw, dk, None, None
 
 
