@@ -43,9 +43,11 @@ from torch import Tensor, nn
 
 from ..systems.base import FunctionSystem, System, as_system, check_state
 from .adaptive import ADAPTIVE_METHODS, _horner, _Integrator, _Options
-from .field import Field
+from .breakpoints import collect, nodes_near, user_times
+from .field import Field, tensor_time
 from .grid import as_times, step_grid
 from .inputs import FunctionInput, Hold, InputPath, Linear, make_input
+from .reverse import Reversed, reverse_input
 from .schemes import ExplicitRK, Scheme, resolve_scheme
 from .solution import Solution, SolveError, Status
 from .tableau import ADAPTIVE_TABLEAUX
@@ -57,7 +59,8 @@ LEAF = 8  # steps reversed with a graph at once
 
 def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method: str | Scheme = "dopri5",
                        u=None, u_times=None, interpolation: str = "hold", dt: float | None = None, history=None,
-                       throw: bool = True, adjoint_params: Sequence[Tensor] = (), **options) -> Solution:
+                       tstops=None, jump_times=None, throw: bool = True, adjoint_params: Sequence[Tensor] = (),
+                       **options) -> Solution:
     """``odelab.solve(system, y0, t, ..., adjoint=...)`` with memory-efficient gradients (module docstring).
 
     Same arguments, values and :class:`Solution` as :func:`odelab.solve`. ``adjoint``: "checkpoint" (exact
@@ -73,7 +76,7 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
     if not all(isinstance(p, Tensor) for p in extra):
         raise TypeError("adjoint_params: expected a sequence of tensors")
 
-    # the boundary checks of odelab.solve
+    # the boundary checks and the time reversal of odelab.solve
     is_callable = not isinstance(system, System)
     system, is_function = as_system(system, y0, has_input=u is not None)
     if is_function and isinstance(y0, Tensor) and y0.dim() != 2:
@@ -81,19 +84,26 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
     state = check_state(system, y0)
     if not all(bool(torch.isfinite(x).all()) for x in state):
         raise ValueError("y0: contains NaN or Inf")
-    t_tensor, times = as_times(t)
+    t_tensor, times = as_times(t, allow_decreasing=True)
+    backwards = len(times) > 1 and times[1] < times[0]
     if u is not None and u_times is None and isinstance(u, Tensor):
         sample_times = times
     else:
-        sample_times = as_times(u_times, "u_times")[1] if u_times is not None else times
+        sample_times = as_times(u_times, "u_times", allow_decreasing=True)[1] if u_times is not None else times
+    if isinstance(u, Tensor) and len(sample_times) > 1 and sample_times[1] < sample_times[0]:
+        u, sample_times = u.flip(1) if u.dim() == 3 else u, sample_times[::-1]
     path = make_input(u, sample_times, system, state[0].shape[0], interpolation)
     if system.input_size and path is None and not is_callable:
         raise ValueError(f"u: {type(system).__name__} takes an input of size {system.input_size}; none was given")
+    stops, jumps = user_times(tstops, "tstops"), user_times(jump_times, "jump_times")
     if system.is_delay:
         raise ValueError(f"adjoint={adjoint!r}: delay systems ({type(system).__name__}) are not supported yet; "
                          "use the default direct backprop")
     if history is not None:
         raise ValueError(f"history: {type(system).__name__} declares no delays")
+    if backwards:
+        system, path = Reversed(system), reverse_input(path)
+        times, stops, jumps = [-s for s in times], [-s for s in stops], [-s for s in jumps]
 
     adaptive = isinstance(method, str) and method in ADAPTIVE_METHODS
     if adaptive:
@@ -121,6 +131,8 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
         if path is not None:
             raise ValueError("u: adjoint='backsolve' supports systems without inputs; use adjoint='checkpoint' "
                              "(exact gradients, also with respect to the input)")
+        if stops or jumps:
+            raise ValueError("tstops, jump_times: not supported with adjoint='backsolve'; use adjoint='checkpoint'")
         if extra:
             raise ValueError("adjoint_params: adjoint='backsolve' differentiates the parameters of the system "
                              "(an nn.Module, or a callable nn.Module); wrap closed-over tensors in an nn.Module")
@@ -131,10 +143,12 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
                               opts if adaptive else float(dt))
     else:
         if adaptive:
-            engine = _AdaptiveEngine(tableau, system, state, times, path, opts)
+            engine = _AdaptiveEngine(tableau, system, state, times, path, opts, stops, jumps)
         else:
-            engine = _FixedEngine(system, scheme, state, times, path, float(dt))
+            engine = _FixedEngine(system, scheme, state, times, path, float(dt), stops, jumps)
         solution = _checkpointed(engine, system, state, t_tensor, path, extra)
+    if backwards and "t_final" in solution.stats:
+        solution.stats["t_final"] = -solution.stats["t_final"]
     if throw and not bool(solution.success.all()):
         raise SolveError("solve failed: " + solution.failure_summary(), solution)
     return solution
@@ -175,14 +189,18 @@ class _FixedEngine:
 
     adaptive = False
 
-    def __init__(self, system: System, scheme: Scheme, state, times: list[float], path: InputPath | None, dt: float):
+    def __init__(self, system: System, scheme: Scheme, state, times: list[float], path: InputPath | None, dt: float,
+                 tstops=(), jump_times=()):
         self.system, self.scheme, self.path, self.times = system, scheme, path, times
-        breakpoints = path.breakpoints if isinstance(path, Hold) else ()
-        self.grid, out_index = step_grid(times, dt, breakpoints)
+        tol = 1e-7 * dt
+        breakpoints = collect(times[0], times[-1], path, tstops, jump_times, tol=tol)
+        self.grid, out_index = step_grid(times, dt, breakpoints.stops)
+        self.edges = nodes_near(self.grid, jump_times, tol)
         self.output_at = {k: j for j, k in enumerate(out_index) if k > 0}
         self.sizes = [x.shape[1] for x in state]
         self.steps = len(self.grid) - 1
         self.field = Field(system)
+        self.field.inp_tensor_time = isinstance(path, FunctionInput)
 
     def init(self, state) -> tuple:
         return tuple(state)
@@ -200,6 +218,8 @@ class _FixedEngine:
         ta, tb = self.grid[k], self.grid[k + 1]
         if self.path is not None:
             self.field.inp = self.path.segment(ta, tb)
+        if self.edges:
+            self.field.edges = (ta, tb, k in self.edges, k + 1 in self.edges)
         new = self.scheme.step(self.field, ta, carry, tb - ta)
         j = self.output_at.get(k + 1)
         emits = () if j is None else ((None, j, new[0] if len(new) == 1 else torch.cat(new, -1)),)
@@ -220,11 +240,13 @@ class _AdaptiveEngine:
 
     adaptive = True
 
-    def __init__(self, tableau, system: System, state, times: list[float], path: InputPath | None, opts: _Options):
+    def __init__(self, tableau, system: System, state, times: list[float], path: InputPath | None, opts: _Options,
+                 tstops=(), jump_times=()):
         self.tableau, self.system, self.opts, self.times = tableau, system, opts, times
         self.sizes = [x.shape[1] for x in state]
         y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
-        self.integrator = _Integrator(tableau, system, y0.detach(), self.sizes, times, path, None, opts)
+        self.integrator = _Integrator(tableau, system, y0.detach(), self.sizes, times, path, None, opts, tstops,
+                                      jump_times)
         self.stop = torch.tensor(times[-1], dtype=torch.float64, device=y0.device)
         self.out_times = torch.tensor(times[1:], dtype=torch.float64, device=y0.device)
         self.hold = self.integrator.hold_times is not None
@@ -242,7 +264,8 @@ class _AdaptiveEngine:
         y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
         c = self.integrator.start(y0)
         active = (c.code == int(Status.SUCCESS)) & (c.t < self.stop)
-        return (c.y, c.k1, c.t, c.h, c.prev, c.landing, c.steps, c.code, active, torch.zeros_like(c.steps))
+        return (c.y, c.k1, c.t, c.h, c.prev, c.landing, c.steps, c.code, active, torch.zeros_like(c.steps),
+                c.restarts)
 
     def diff(self, carry) -> list[Tensor]:
         return [carry[0], carry[1]]
@@ -254,12 +277,17 @@ class _AdaptiveEngine:
         return not bool(carry[8].any())
 
     def step(self, k: int, carry):
-        y, k1, t, h, prev, landing, steps, code, active, accepted = carry
+        y, k1, t, h, prev, landing, steps, code, active, accepted, restarts = carry
         integ = self.integrator
+        restart = False
+        if integ.restarts:  # samples sitting on a jump of f: their first stage is re-evaluated (as segment())
+            restart = active & integ.prev_jump.index_select(0, landing) & (t == integ.prev_point.index_select(0, landing))
+            restarts = restarts + restart
+            restart = restart if bool(restart.any()) else False
         y, k1, t_after, h, prev, landing, steps, code, active, accept, record = integ.attempt(
             y, k1, t, h, prev, landing, steps, code, active, integ.landing, self.stop, integ.t_end_tensor,
-            k + 1 >= self.opts.max_steps)
-        new = (y, k1, t_after, h, prev, landing, steps, code, active, accepted + accept)
+            k + 1 >= self.opts.max_steps, *((restart,) if integ.restarts else ()))
+        new = (y, k1, t_after, h, prev, landing, steps, code, active, accepted + accept, restarts)
         # outputs in (t, t_after] of the samples that accepted: the driver's "first record with end ≥ τ"
         first = torch.searchsorted(self.out_times, t, right=True)
         count = torch.searchsorted(self.out_times, t_after, right=True) - first
@@ -279,9 +307,8 @@ class _AdaptiveEngine:
         return new, emits
 
     def stats(self, carry, batch, device) -> tuple[dict, Tensor]:
-        steps, code, accepted, t = carry[6], carry[7], carry[9], carry[2]
-        evaluations = self.tableau.stages - 1 if not self.hold else self.tableau.stages
-        nfe = 1 + (self.opts.first_step is None) + steps * evaluations
+        steps, code, accepted, t, restarts = carry[6], carry[7], carry[9], carry[2], carry[10]
+        nfe = 1 + (self.opts.first_step is None) + steps * (self.tableau.stages - 1) + restarts
         return ({"steps": steps, "accepted": accepted, "rejected": steps - accepted, "nfe": nfe, "t_final": t}, code)
 
 
@@ -434,6 +461,15 @@ class _AdjointField:
         self.system, self.sizes, self.params = system, sizes, params
         self.dim = sum(sizes)
         self.stages: list[tuple] = []
+        self.tensor_time = tensor_time(system)
+
+    def time(self, s, like: Tensor):
+        """t = −s as the system sees it in the forward solve: (batch, 1) under the adaptive methods, a float
+        (a 0-dim tensor for plain callables) under the fixed-step ones."""
+        if isinstance(s, Tensor):
+            return -s
+        return torch.full((), -s, dtype=like.dtype, device=like.device) if self.tensor_time else -s
+
 
     def f(self, t, y: Tensor) -> Tensor:
         blocks = (y,) if len(self.sizes) == 1 else y.split(self.sizes, -1)
@@ -441,32 +477,35 @@ class _AdjointField:
         return out[0] if len(out) == 1 else torch.cat(out, -1)
 
     def __call__(self, s, z: Tensor) -> Tensor:
-        self.stages.append((s, z))
         dim = self.dim
         y, a = z[:, :dim], z[:, dim:]
-        t = -s
         with torch.enable_grad():
             y = y.detach().requires_grad_()
-            f = self.f(t, y)
+            f = self.f(self.time(s, z), y)
             if f.requires_grad:
-                (gy,) = torch.autograd.grad(f, y, a, allow_unused=True)
+                (gy,) = torch.autograd.grad(f, y, a, retain_graph=bool(self.params), allow_unused=True)
                 gy = torch.zeros_like(a) if gy is None else gy
             else:
                 gy = torch.zeros_like(a)
+        # the stage, with f's graph kept for the parameter quadrature of this step
+        self.stages.append((s, z, f if self.params and f.requires_grad else None))
         return torch.cat([-f.detach(), gy], 1)
 
     def quadrature(self, stages: list[tuple], weights: list[Tensor | float]) -> list[Tensor] | None:
         """Σ_i Σ_b w_ib a_ibᵀ ∂f_b/∂θ (y_ib) over the stages: one step's increment of ∫ aᵀ ∂f/∂θ dt, summed
-        over the batch (``weights``: per stage, a float or a (batch,) tensor: b_i h_b, 0 for rejected samples)."""
+        over the batch (``weights``: per stage, a float or a (batch,) tensor: b_i h_b, 0 for rejected samples).
+        One backward pass through the stages' kept graphs (a stage without one is re-evaluated)."""
         if not self.params:
             return None
         dim, terms = self.dim, []
         with torch.enable_grad():
-            for (s, z), w in zip(stages, weights):
+            for (s, z, f), w in zip(stages, weights):
                 if isinstance(w, float) and w == 0.0:
                     continue
-                a = z[:, dim:] if isinstance(w, float) else z[:, dim:] * w.to(z.dtype).unsqueeze(1)
-                terms.append((self.f(-s, z[:, :dim]) * (a if not isinstance(w, float) else w * a)).sum())
+                if f is None:
+                    f = self.f(self.time(s, z), z[:, :dim])
+                a = z[:, dim:] * (w if isinstance(w, float) else w.to(z.dtype).unsqueeze(1))
+                terms.append((f * a).sum())
             if not terms:
                 return None
             loss = torch.stack(terms).sum()
@@ -587,7 +626,7 @@ class _BacksolveRun:
                     return zz
 
                 def after(s, zz, accept, h_step):
-                    stages = [(s.to(zz.dtype).unsqueeze(1), zz)] + field.stages[-(len(b) - 1):]
+                    stages = [(s.to(zz.dtype).unsqueeze(1), zz, None)] + field.stages[-(len(b) - 1):]
                     field.stages = []
                     weight = torch.where(accept, h_step, torch.zeros_like(h_step))
                     add(field.quadrature(stages, [bi * weight for bi in b]))
@@ -601,7 +640,7 @@ class _BacksolveRun:
                 z = out[:, -1]
             else:
                 b = self.method.tableau.b
-                aug_field = Field(FunctionSystem(field, z.shape[1], False))
+                aug_field = lambda s, zz: (field(s, zz[0]),)
                 output_at = {k: j for j, k in enumerate(self.out_index)}
                 grid = self.grid
                 for k in range(len(grid) - 1, 0, -1):  # the step grid[k−1] → grid[k], reversed

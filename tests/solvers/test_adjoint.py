@@ -98,6 +98,65 @@ def test_checkpoint_multi_block_system_with_input(method, kw, interpolation):
     _assert_equal_grads(g_d, g_c)
 
 
+@pytest.mark.parametrize("method,kw", [("rk4", dict(dt=0.05)), ("dopri5", dict(rtol=1e-7, atol=1e-9))])
+def test_checkpoint_breakpoints_backwards_time_and_callable_input(method, kw):
+    """tstops / jump_times (a field that jumps at t = 0.7), decreasing output times (integration backwards)
+    and a callable input u(t): still the direct-backprop gradients."""
+    field = MLP(d=2, h=4)
+    y0 = torch.tensor([[0.3, -0.2], [0.8, 0.1]], dtype=F64, requires_grad=True)
+    jumpy = lambda s, y: field(s, y) + (s > 0.7).to(y.dtype) * 0.5
+    gen = torch.Generator().manual_seed(9)
+    for f, t, extra in [
+        (jumpy, torch.linspace(0.0, 1.5, 4, dtype=F64), dict(jump_times=[0.7], tstops=[0.33])),
+        (field, torch.linspace(1.0, -0.5, 5, dtype=F64), {}),
+    ]:
+        weights = [torch.randn(2, len(t), 2, dtype=F64, generator=gen)]
+        sol_d = odelab.solve(f, y0, t, method=method, **kw, **extra)
+        closed_over = list(field.parameters()) if f is jumpy else []  # a lambda: its tensors are named explicitly
+        sol_c = solve_with_adjoint(f, y0, t, method=method, adjoint="checkpoint", adjoint_params=closed_over,
+                                   **kw, **extra)
+        assert torch.equal(sol_d.y, sol_c.y)
+        params = [y0, *field.parameters()]
+        g_d = torch.autograd.grad((sol_d.y * weights[0]).sum(), params)
+        g_c = torch.autograd.grad((sol_c.y * weights[0]).sum(), params)
+        _assert_equal_grads(g_d, g_c)
+    amplitude = torch.tensor(0.4, dtype=F64, requires_grad=True)
+
+    class Driven(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = field
+
+        def forward(self, s, y, u):
+            return self.inner(s, y) + u
+
+    u = lambda s: amplitude * torch.sin(3 * s) * torch.ones(2, 2, dtype=F64)
+    t = torch.linspace(0.0, 1.0, 3, dtype=F64)
+    grads = []
+    for adjoint in (None, "checkpoint"):
+        if adjoint is None:
+            sol = odelab.solve(Driven(), y0, t, u=u, method=method, **kw)
+        else:
+            sol = solve_with_adjoint(Driven(), y0, t, u=u, method=method, adjoint=adjoint,
+                                     adjoint_params=[amplitude], **kw)
+        grads.append(torch.autograd.grad((sol.y ** 2).sum(), [y0, amplitude, *field.parameters()]))
+    _assert_equal_grads(*grads)
+
+
+def test_backsolve_backwards_in_time():
+    field = MLP(d=2, h=4)
+    y0 = torch.tensor([[0.3, -0.2], [0.8, 0.1]], dtype=F64, requires_grad=True)
+    t = torch.linspace(1.0, -0.5, 4, dtype=F64)
+    tol = 1e-9
+    grads = []
+    for kw in (dict(rtol=1e-12, atol=1e-12), dict(rtol=tol, atol=tol, adjoint="backsolve")):
+        solver = solve_with_adjoint if "adjoint" in kw else odelab.solve
+        sol = solver(field, y0, t, **kw)
+        grads.append(torch.autograd.grad((sol.y ** 2).sum(), [y0, *field.parameters()]))
+    for a, b in zip(*grads):
+        assert float((a - b).abs().max()) <= 10 * tol * max(1.0, float(a.abs().max()))
+
+
 def test_checkpoint_adjoint_params_of_a_plain_callable():
     theta = torch.tensor([0.7, -0.2], dtype=F64, requires_grad=True)
     f = lambda s, y: -theta[0] * y + theta[1] * y ** 2
@@ -226,5 +285,7 @@ def test_clear_errors():
         solve_with_adjoint(field, y0, t, method="rk4", adjoint="checkpoint")
     with pytest.raises(TypeError, match="unexpected options"):
         solve_with_adjoint(field, y0, t, method="dopri5", bogus=1, adjoint="backsolve")
+    with pytest.raises(ValueError, match="jump_times: not supported"):
+        solve_with_adjoint(field, y0, t, adjoint="backsolve", jump_times=[0.5])
     with pytest.raises(ValueError, match="adjoint_params"):
         solve_with_adjoint(field, y0, t, adjoint="backsolve", adjoint_params=[torch.zeros(1)])
