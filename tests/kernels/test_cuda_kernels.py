@@ -224,21 +224,60 @@ def test_registry_targets_resolve():
 
 # -- full size, on a GPU -----------------------------------------------------------------------------------
 
-FULL_SIZES = [(32, 1000, 16), (8, 100, 300)]  # the benchmark's small size; hidden 300 = five 64-wide tiles
+FULL_SIZES = [(32, 1000, 16), (8, 100, 300)]  # the benchmark's small size; hidden 300 = ten 32-wide tiles
+
+
+def evaluate(model, run, dtype, x, state, weights):
+    """Outputs, final state and the gradients of a fixed random loss w.r.t. x, the initial state and every
+    parameter, in float64, from ``run`` (a kernel) or the generic loop (``run=None``), computed in ``dtype``."""
+    model = generic(model).to(dtype)
+    x = x.to(dtype).requires_grad_()
+    state = tuple(s.to(dtype).requires_grad_() for s in state)
+    if run is None:
+        out, final = model(x, state)
+    else:
+        out, final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
+    loss = sum((a * w.to(dtype)).sum() for a, w in zip((out, *final), weights))
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, [x, *state, *params], allow_unused=True)
+    names = ["outputs", *(f"final[{i}]" for i in range(len(final))), "grad x",
+             *(f"grad state[{i}]" for i in range(len(state))),
+             *(f"grad {n}" for n, p in model.named_parameters() if p.requires_grad)]
+    values = (out, *final, *grads)
+    return {n: v.detach().double() for n, v in zip(names, values) if v is not None}
+
+
+def deviation(a: dict, b: dict) -> dict:
+    return {n: ((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-30)).item() for n in b}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(PRESETS))
 @pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
 def test_full_size_cuda(name, size):
-    """fp64 at full size is the exactness check (1e-10); fp32 over 1000 steps accumulates the round-off of two
-    different summation orders, bounded here at 1e-4 relative (max |a − b| / max |b| per tensor)."""
+    """fp64: the kernel equals the generic loop to 1e-10 (relative, per tensor). fp32: over 1000 steps both
+    accumulate round-off, amplified by the cell's conditioning (UnICORNN at these settings: gradients ~1e5,
+    fp32 generic vs fp64 ~1e-2 at T = 1000, measured under the interpreter), so the fp32 kernel must be as
+    accurate as the fp32 generic loop: deviation from the fp64 reference ≤ 10 × the generic's + 1e-5."""
     build, target = PRESETS[name]
     batch, time, hidden = size
-    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
-        errors = relative_errors(build(4, hidden), kernel(target), batch, time, hidden, dtype, input_size=4)
-        worst = max(errors, key=errors.get)
-        assert errors[worst] <= tol, (dtype, worst, errors[worst])
+    torch.manual_seed(0)
+    model = build(4, hidden).to(DEVICE)
+    x = torch.randn(batch, time, 4, device=DEVICE, dtype=torch.float64)
+    state = tuple(0.5 * torch.randn(batch, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
+    with torch.no_grad():
+        out, final = generic(model).double()(x, state)
+    weights = [torch.randn_like(out), *(torch.randn_like(f) for f in final)]
+    run = kernel(target)
+    reference = evaluate(model, None, torch.float64, x, state, weights)
+    exact = deviation(evaluate(model, run, torch.float64, x, state, weights), reference)
+    worst = max(exact, key=exact.get)
+    assert exact[worst] <= 1e-10, ("float64", worst, exact[worst])
+    fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
+    plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
+    excess = {n: fused[n] - (10 * plain[n] + 1e-5) for n in fused}
+    worst = max(excess, key=excess.get)
+    assert excess[worst] <= 0, ("float32", worst, fused[worst], plain[worst])
 
 
 # -- compilation for a GPU without one -----------------------------------------------------------------------
