@@ -25,7 +25,10 @@ class Implementation:
     def available(self) -> bool:
         """False when the kernel's module cannot run here (e.g. its compiler or Triton is missing): the
         module's own ``available()`` decides; a module without one is always available."""
-        module = importlib.import_module(self.target.partition(":")[0], __package__)
+        try:
+            module = importlib.import_module(self.target.partition(":")[0], __package__)
+        except ImportError:  # e.g. a CUDA machine without Triton: the generic loop runs
+            return False
         check = getattr(module, "available", None)
         return True if check is None else bool(check())
 
