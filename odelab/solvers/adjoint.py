@@ -12,9 +12,11 @@ every stage of every step, so memory grows linearly with the number of steps. Tw
   graph, and the pieces are reversed last to first; a stretch of at most ``LEAF`` steps is recomputed with
   a graph and backpropagated. Extra work: about log_F(n / LEAF) forward passes (F = 8: ≈ 3 at 10⁴ steps).
   This is the k-ary form of recursive (treeverse-like) checkpointing (Griewank & Walther, Evaluating
-  Derivatives, ch. 12; diffrax's RecursiveCheckpointAdjoint). Fixed-step ODE methods (every scheme) and
-  the adaptive ones (dopri5, tsit5, bosh3: the carry is the controller state, the outputs are the same
-  dense output as the driver's) are supported; delay systems raise ValueError (not implemented yet).
+  Derivatives, ch. 12; diffrax's RecursiveCheckpointAdjoint). Supported: fixed-step ODE methods (every
+  scheme), the adaptive ones (dopri5, tsit5, bosh3: the carry is the controller state, the outputs the
+  driver's dense output) and fixed-step delay systems (method of steps: the carry is the window of the past
+  a later step can read, max τ / dt + 2 steps, so memory is O(F log_F n · τ/dt)). Not supported: adaptive
+  methods on delay systems and learnable delays (ValueError; use direct backprop).
 * ``"backsolve"`` -- the continuous adjoint (Chen et al. 2018; torchdiffeq's ``odeint_adjoint``), memory
   O(1) in the number of steps: the forward pass keeps no graph and no step records, the backward pass
   integrates the augmented system in reversed time s = −t
@@ -65,7 +67,9 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
 
     Same arguments, values and :class:`Solution` as :func:`odelab.solve`. ``adjoint``: "checkpoint" (exact
     discrete gradients, O(log n) memory; ODEs, fixed-step and adaptive) or "backsolve" (continuous adjoint,
-    O(1) memory; ODEs without inputs, explicit RK or adaptive methods)."""
+    O(1) memory; ODEs without inputs, explicit RK or adaptive methods). A delay system's ``history`` (and
+    ``adjoint_params``, the tensors a plain callable f, a callable input or a callable history closes over)
+    also receive gradients under "checkpoint"."""
     if adjoint not in ADJOINTS:
         raise ValueError(f"adjoint: expected one of {list(ADJOINTS)}, got {adjoint!r}")
     for name in ("checkpoint_segments", "compile"):
@@ -96,12 +100,15 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
     if system.input_size and path is None and not is_callable:
         raise ValueError(f"u: {type(system).__name__} takes an input of size {system.input_size}; none was given")
     stops, jumps = user_times(tstops, "tstops"), user_times(jump_times, "jump_times")
-    if system.is_delay:
-        raise ValueError(f"adjoint={adjoint!r}: delay systems ({type(system).__name__}) are not supported yet; "
-                         "use the default direct backprop")
-    if history is not None:
+    if system.is_delay and adjoint == "backsolve":
+        raise ValueError(f"adjoint='backsolve': delay systems ({type(system).__name__}) are not supported (the "
+                         "continuous adjoint of a DDE is an advanced equation); use adjoint='checkpoint'")
+    if history is not None and not system.is_delay:
         raise ValueError(f"history: {type(system).__name__} declares no delays")
     if backwards:
+        if system.is_delay:
+            raise ValueError(f"t: decreasing times (integration backwards) are supported for ODEs only; "
+                             f"{type(system).__name__} is a delay system")
         system, path = Reversed(system), reverse_input(path)
         times, stops, jumps = [-s for s in times], [-s for s in stops], [-s for s in jumps]
 
@@ -142,7 +149,12 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
         solution = _backsolve(system, state, t_tensor, times, tableau if adaptive else scheme, adaptive,
                               opts if adaptive else float(dt))
     else:
-        if adaptive:
+        if system.is_delay:
+            if adaptive:
+                raise ValueError(f"adjoint='checkpoint': delay systems take fixed-step methods (got {method!r}); "
+                                 "use e.g. method='rk4' with dt, or the default direct backprop")
+            engine = _DelayEngine(system, scheme, state, times, path, float(dt), history, stops, jumps)
+        elif adaptive:
             engine = _AdaptiveEngine(tableau, system, state, times, path, opts, stops, jumps)
         else:
             engine = _FixedEngine(system, scheme, state, times, path, float(dt), stops, jumps)
@@ -184,7 +196,23 @@ def _rebind(path: InputPath | None, encoded: Tensor | None) -> InputPath | None:
 # ================================================================================================
 # checkpoint: exact discrete gradients, recursive checkpointing over the steps
 # ================================================================================================
-class _FixedEngine:
+class _Engine:
+    """What the recursive checkpointing asks of a step sequence. A carry is what one step maps to the next;
+    ``keep`` turns it into a value that later steps do not mutate (identity for the ODE engines, whose
+    carries are tuples of tensors), ``resume`` back into a carry; ``diff`` lists the tensors of a kept carry
+    that gradients flow through and ``with_diff`` replaces them."""
+
+    def keep(self, carry):
+        return carry
+
+    def resume(self, kept):
+        return kept
+
+    def rebind_state(self, state) -> None:
+        """Called in the backward pass with the leaves standing for y0."""
+
+
+class _FixedEngine(_Engine):
     """The steps of the fixed-step ODE driver (fixed.solve_fixed), one at a time. Carry = the state tuple."""
 
     adaptive = False
@@ -232,7 +260,7 @@ class _FixedEngine:
                 None)
 
 
-class _AdaptiveEngine:
+class _AdaptiveEngine(_Engine):
     """The loop of the adaptive driver (adaptive._Integrator, one segment), one attempted step of every sample
     at a time. Carry = (y, k1, t, h, prev, landing, steps, code, active, accepted); y and k1 carry gradients.
     Outputs are the driver's dense output: the continuous extension of the accepted step containing each
@@ -312,6 +340,141 @@ class _AdaptiveEngine:
         return ({"steps": steps, "accepted": accepted, "rejected": steps - accepted, "nfe": nfe, "t_final": t}, code)
 
 
+class _DelayEngine(_Engine):
+    """The steps of the fixed-step DDE driver (fixed_delay.solve_fixed_delay), one at a time. The live carry is
+    the driver's past (fixed_delay._Past: nodes, stage states and derivatives back to max τ + 2 steps) with its
+    field; ``keep`` snapshots the part not yet released (the window a later step can read), ``resume`` rebuilds
+    a past from a snapshot, so a kept carry costs O(max τ / dt) tensors. The history φ is rebuilt from the
+    leaves of y0 in the backward pass (a constant history reads y0)."""
+
+    adaptive = False
+
+    def __init__(self, system: System, scheme: Scheme, state, times: list[float], path: InputPath | None, dt: float,
+                 history, tstops=(), jump_times=()):
+        from . import fixed_delay as fd
+
+        self.fd, self.system, self.scheme, self.path, self.times, self.history = fd, system, scheme, path, times, history
+        self.sizes = [x.shape[1] for x in state]
+        self.delays = fd.delay_values(system)
+        taus = [value for value, _ in self.delays]
+        if min(taus) <= 0:
+            raise ValueError(f"{type(system).__name__}.delays: solve needs positive delays, got {taus}")
+        if dt > min(taus) * (1 + 1e-9):
+            raise ValueError(f"dt: fixed-step DDE stepping needs dt <= the smallest delay {min(taus)} (a stage's "
+                             f"delayed time would fall inside the step being taken), got {dt}")
+        if any(learn is not None for _, learn in self.delays):
+            raise ValueError("adjoint='checkpoint': learnable delays are not supported yet; use direct backprop")
+        t0, t1 = times[0], times[-1]
+        self.phi = fd.history_function(system, state, history, t0)
+        self.tol = tol = 1e-7 * dt
+        breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol)
+        self.grid, out_index = step_grid(times, dt, breakpoints.stops)
+        grid = self.grid
+        self.jumps = {k for k in nodes_near(grid, breakpoints.jumps, tol) if 0 < k < len(grid) - 1}
+        self.edges = nodes_near(grid, jump_times, tol)
+        self.plan = fd._plan(grid, self.delays, scheme, tol)
+        self.hermite = any(j is None for row in self.plan for j in row)
+        self.output_at = {k: j for j, k in enumerate(out_index) if k > 0}
+        self.steps = len(grid) - 1
+
+    def rebind_state(self, state) -> None:
+        """φ from the y0 leaves of the backward pass (a constant history is y0 itself)."""
+        self.phi = self.fd.history_function(self.system, tuple(state), self.history, self.times[0])
+
+    def _live(self, past):
+        field = self.fd._DelayField(self.system, past)
+        field.inp_tensor_time = isinstance(self.path, FunctionInput)
+        return [past, field]
+
+    def init(self, state) -> list:
+        past = self.fd._Past(self.grid, self.phi, self.delays, self.jumps, self.tol)
+        past.push(tuple(state))
+        return self._live(past)
+
+    def keep(self, carry) -> dict:
+        past = carry[0]
+        n, first = len(past.states), past.released
+        return dict(n=n, released=first, complete=past.complete,
+                    states={i: past.states[i] for i in range(first, n) if past.states[i] is not None},
+                    stages={i: list(past.stages[i]) for i in range(first, n) if past.stages[i] is not None},
+                    right={i: past.right[i] for i in range(first, n) if past.right[i] is not None},
+                    left=dict(past.left), left_states=dict(past.left_states))
+
+    def resume(self, snap: dict) -> list:
+        past = self.fd._Past(self.grid, self.phi, self.delays, self.jumps, self.tol)
+        n = snap["n"]
+        past.states, past.stages, past.right = [None] * n, [None] * n, [None] * n
+        for i, v in snap["states"].items():
+            past.states[i] = v
+        for i, v in snap["stages"].items():
+            past.stages[i] = list(v)
+        for i, v in snap["right"].items():
+            past.right[i] = v
+        past.left, past.left_states = dict(snap["left"]), dict(snap["left_states"])
+        past.complete, past.released = snap["complete"], snap["released"]
+        return self._live(past)
+
+    @staticmethod
+    def _tuples(snap: dict):
+        """Every state tuple of a snapshot, in a deterministic order."""
+        for i in sorted(snap["states"]):
+            yield snap["states"][i]
+        for i in sorted(snap["stages"]):
+            yield from snap["stages"][i]
+        for key in ("right", "left", "left_states"):
+            for i in sorted(snap[key]):
+                yield snap[key][i]
+
+    def diff(self, snap: dict) -> list[Tensor]:
+        seen, out = set(), []
+        for tup in self._tuples(snap):
+            for x in tup:
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    out.append(x)
+        return out
+
+    def with_diff(self, snap: dict, leaves) -> dict:
+        swap = {id(old): new for old, new in zip(self.diff(snap), leaves)}
+        tup = lambda v: tuple(swap.get(id(x), x) for x in v)
+        return dict(n=snap["n"], released=snap["released"], complete=snap["complete"],
+                    states={i: tup(v) for i, v in snap["states"].items()},
+                    stages={i: [tup(s) for s in v] for i, v in snap["stages"].items()},
+                    right={i: tup(v) for i, v in snap["right"].items()},
+                    left={i: tup(v) for i, v in snap["left"].items()},
+                    left_states={i: tup(v) for i, v in snap["left_states"].items()})
+
+    def done(self, k: int, carry) -> bool:
+        return k >= self.steps
+
+    def step(self, k: int, carry):
+        past, field = carry
+        grid = self.grid
+        state = past.states[k]
+        ta, tb = grid[k], grid[k + 1]
+        if self.path is not None:
+            field.inp = self.path.segment(ta, tb)
+        past.k, past.plan = k, self.plan[k]
+        if self.edges:
+            field.edges = (ta, tb, k in self.edges, k + 1 in self.edges)
+        new = self.scheme.step(field, ta, state, tb - ta)
+        if self.hermite:  # the Hermite data the scheme did not compute itself
+            if past.right[k] is None:
+                past.set_right(k, field.evaluate(ta, state))
+            if k + 1 in self.jumps:
+                past.set_left(k + 1, field.evaluate(tb, new))
+        past.push(new)
+        past.release_before(tb)
+        j = self.output_at.get(k + 1)
+        emits = () if j is None else ((None, j, new[0] if len(new) == 1 else torch.cat(new, -1)),)
+        return carry, emits
+
+    def stats(self, carry, batch, device) -> tuple[dict, Tensor | None]:
+        n, nfe = self.steps, carry[1].evaluations
+        return ({"steps": _per_sample(n, batch, device), "accepted": _per_sample(n, batch, device),
+                 "rejected": _per_sample(0, batch, device), "nfe": _per_sample(nfe, batch, device)}, None)
+
+
 class _Checkpointed(torch.autograd.Function):
     """Outputs (batch, T, Σ sizes) of ``engine`` from the leaves (y0 blocks, encoded input or None, params);
     the backward pass is the recursive checkpointing of the module docstring."""
@@ -323,7 +486,7 @@ class _Checkpointed(torch.autograd.Function):
         y0 = state[0] if n_state == 1 else torch.cat(state, -1)
         out = y0.new_full((y0.shape[0], len(engine.times), y0.shape[1]), math.nan)
         out[:, 0] = y0
-        kept, stride, k = [(0, carry)], 1, 0
+        kept, stride, k = [(0, engine.keep(carry))], 1, 0
         while not engine.done(k, carry):
             carry, emits = engine.step(k, carry)
             k += 1
@@ -333,7 +496,7 @@ class _Checkpointed(torch.autograd.Function):
                 else:
                     out[rows, cols] = value
             if k % stride == 0:
-                kept.append((k, carry))
+                kept.append((k, engine.keep(carry)))
                 if len(kept) > 2 * FANOUT + 1:
                     stride *= 2
                     kept = [entry for entry in kept if entry[0] % stride == 0]
@@ -353,20 +516,23 @@ class _Checkpointed(torch.autograd.Function):
             input_leaf = None if encoded is None else encoded.detach().requires_grad_()
             if input_leaf is not None:
                 engine.path = _rebind(engine.path, input_leaf)
-            targets = [p for p in params if p.requires_grad] + ([input_leaf] if input_leaf is not None else [])
+            engine.rebind_state(state_leaves)
+            # y0 is also a target inside the steps: a delay system's history reads it
+            targets = ([p for p in params if p.requires_grad] + ([input_leaf] if input_leaf is not None else [])
+                       + state_leaves)
             totals = [None] * len(targets)
 
             def reverse_leaf(a: int, carry, b: int, g_end: list[Tensor | None]) -> list[Tensor | None]:
                 """Backpropagate steps a..b−1 with a graph; returns the gradient of the carry's diff part at a."""
                 diff = [x.detach().requires_grad_() if x.is_floating_point() else x for x in engine.diff(carry)]
-                carry = engine.with_diff(carry, diff)
+                carry = engine.resume(engine.with_diff(carry, diff))
                 terms = []
                 for k in range(a, b):
                     carry, emits = engine.step(k, carry)
                     for rows, cols, value in emits:
                         g = grad_out[:, cols] if rows is None else grad_out[rows, cols]
                         terms.append((g * value).sum())
-                for g, x in zip(g_end, engine.diff(carry)):
+                for g, x in zip(g_end or (), engine.diff(engine.keep(carry))):
                     if g is not None and x.requires_grad:
                         terms.append((g * x).sum())
                 inputs = [x for x in diff if x.requires_grad] + targets
@@ -386,35 +552,35 @@ class _Checkpointed(torch.autograd.Function):
                 if b - a <= LEAF:
                     return reverse_leaf(a, carry, b, g_end)
                 bounds = [a + (b - a) * i // FANOUT for i in range(FANOUT + 1)]
-                starts, c = [carry], carry
+                starts, c = [carry], engine.resume(carry)
                 with torch.no_grad():
                     for i in range(1, FANOUT):
                         for k in range(bounds[i - 1], bounds[i]):
                             c, _ = engine.step(k, c)
-                        starts.append(c)
+                        starts.append(engine.keep(c))
                 for i in reversed(range(FANOUT)):
                     g_end = reverse(bounds[i], starts[i], bounds[i + 1], g_end)
                     starts[i] = None
                 return g_end
 
             kept = ctx.kept
-            g = [None] * len(engine.diff(kept[0][1]))
+            g = None
             ends = [k for k, _ in kept[1:]] + [ctx.n]
             for (a, carry), b in reversed(list(zip(kept, ends))):
                 if b > a:
                     g = reverse(a, carry, b, g)
             # through the initial carry (the adaptive start evaluates f(t0, y0)) and the output at t0
-            carry0 = engine.init(state_leaves)
+            carry0 = engine.keep(engine.init(state_leaves))
             y0 = state_leaves[0] if n_state == 1 else torch.cat(state_leaves, -1)
             terms = [(grad_out[:, 0] * y0).sum()]
-            terms += [(gi * x).sum() for gi, x in zip(g, engine.diff(carry0)) if gi is not None]
+            terms += [(gi * x).sum() for gi, x in zip(g or (), engine.diff(carry0)) if gi is not None and x.requires_grad]
             loss = torch.stack(terms).sum()
-            inputs = [x for x in state_leaves] + targets
-            grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-            for i, gi in enumerate(grads[n_state:]):
+            grads = torch.autograd.grad(loss, targets, allow_unused=True)
+            for i, gi in enumerate(grads):
                 if gi is not None:
                     totals[i] = gi if totals[i] is None else totals[i] + gi
-            state_grads = list(grads[:n_state])
+            state_grads = totals[len(totals) - n_state:]
+            totals = totals[:len(totals) - n_state]
         ctx.engine = ctx.kept = None
         param_grads, it = [], iter(totals)
         for p in params:
