@@ -105,7 +105,7 @@ def check(model, x, state):
     names = ["x", *(f"state[{i}]" for i in range(len(state or ()))),
              *[n for n, p in model.named_parameters() if p.requires_grad]]
     errors.update({f"grad {n}": relative(a, b) for n, a, b in zip(names, g_f, g_g)})
-    assert out_f.shape == out_g.shape
+    assert out_f.shape == out_g.shape and out_f.is_contiguous()
     bad = {k: v for k, v in errors.items() if not v <= tol}
     assert not bad, f"errors above {tol}: {bad}"
     return max(errors.values())

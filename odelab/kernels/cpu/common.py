@@ -1,4 +1,4 @@
-"""Helpers shared by the CPU kernels: sub-step unfolding and argument checks."""
+"""Helpers shared by the CPU kernels: the encoded input buffer, sub-step unfolding, the generic fallback."""
 from __future__ import annotations
 
 import torch
@@ -17,8 +17,9 @@ def encode_flat(system, x: Tensor, unfolds: int = 1) -> Tensor:
 
 
 def every_sample(seq: Tensor, unfolds: int) -> Tensor:
-    """The sub-step sequence ``(B, T·L, k)`` at the sample times (every L-th sub-step)."""
-    return seq if unfolds == 1 else seq[:, unfolds - 1::unfolds]
+    """The sub-step sequence ``(B, T·L, k)`` at the sample times (every L-th sub-step), contiguous as the
+    generic loop's outputs."""
+    return seq if unfolds == 1 else seq[:, unfolds - 1::unfolds].contiguous()
 
 
 def previous(seq: Tensor, first: Tensor) -> Tensor:
