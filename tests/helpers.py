@@ -58,3 +58,106 @@ def assert_matches_finite_differences(loss, params, grads, eps: float, rtol: flo
                 flat[i] = old
                 fd = (up - down) / (2 * eps)
                 assert abs(float(gflat[i]) - fd) <= rtol * max(1.0, abs(fd)), (k, i, float(gflat[i]), fd)
+
+
+def _input_at(u_times, u, kind: str, a: float, b: float):
+    """The input on a piece [a, b] that contains no knot inside, as (value at a, slope): a hold sample u_n acts
+    on (t_{n−1}, t_n] (u_0 before t_0, u_N after t_N); a linear input interpolates (constant outside)."""
+    u_times, u = np.asarray(u_times, dtype=float), np.asarray(u, dtype=float)
+    mid = 0.5 * (a + b)
+    if kind == "hold":
+        n = min(int(np.searchsorted(u_times, mid, side="left")), len(u_times) - 1)
+        return u[n], np.zeros_like(u[n])
+    if mid <= u_times[0]:
+        return u[0], np.zeros_like(u[0])
+    if mid >= u_times[-1]:
+        return u[-1], np.zeros_like(u[-1])
+    k = int(np.searchsorted(u_times, mid, side="right"))
+    slope = (u[k] - u[k - 1]) / (u_times[k] - u_times[k - 1])
+    return u[k - 1] + slope * (a - u_times[k - 1]), slope
+
+
+def linear_ode_exact(A, y0, times, B=None, u_times=None, u=None, kind: str = "hold") -> np.ndarray:
+    """y' = A y + B u(t) for one sample, exactly (scipy.linalg.expm of an augmented matrix, knot to knot):
+    on a piece where u = v + w (t − a), the state (y, v, w) evolves by [[A, B, 0], [0, 0, I], [0, 0, 0]].
+    ``times`` increasing, or decreasing (the same flow backwards); ``u`` (len(u_times), features).
+    Returns (len(times), dim)."""
+    from scipy.linalg import expm
+
+    A = np.asarray(A, dtype=float)
+    n = A.shape[0]
+    y = np.asarray(y0, dtype=float)
+    times = [float(x) for x in times]
+    knots = [] if u is None else [float(x) for x in u_times]
+    m = 0 if u is None else np.asarray(u).shape[1]
+    M = np.zeros((n + 2 * m, n + 2 * m))
+    M[:n, :n] = A
+    if m:
+        M[:n, n:n + m] = np.asarray(B, dtype=float)
+        M[n:n + m, n + m:] = np.eye(m)
+    out, t = [y.copy()], times[0]
+    for target in times[1:]:
+        lo, hi = min(t, target), max(t, target)
+        cuts = [t] + sorted((k for k in knots if lo < k < hi), reverse=target < t) + [target]
+        for a, b in zip(cuts, cuts[1:]):
+            z = np.concatenate([y, np.zeros(2 * m)])
+            if m:
+                v, w = _input_at(knots, u, kind, min(a, b), max(a, b))
+                if a > b:  # the piece's value at its right end a, where this step starts
+                    v = v + w * (a - b)
+                z[n:n + m], z[n + m:] = v, w
+            y = (expm(M * (b - a)) @ z)[:n]
+        out.append(y.copy())
+        t = target
+    return np.stack(out)
+
+
+def polynomial_dde_exact(gains, taus, y0: float, history: float, times, u_times=None, u=None,
+                         kind: str = "hold"):
+    """y' = Σ_i gains[i] y(t − taus[i]) + u(t) (scalar), y = history before 0 and y(0) = y0, exactly: the
+    solution is one polynomial on every piece between consecutive breakpoints (the input's knots and 0,
+    propagated by every Σ n_i τ_i up to the horizon), each delayed argument inside one earlier piece.
+    Returns y at ``times`` (all ≥ 0) as a numpy array."""
+    from numpy.polynomial import Polynomial
+
+    T = max(float(x) for x in times)
+    knots = [] if u is None else [float(k) for k in u_times if 0 < k < T]
+    points, frontier = {0.0, T, *knots}, {0.0, *knots}
+    while frontier:
+        frontier = {p + tau for p in frontier for tau in taus if p + tau < T - 1e-12} - points
+        points |= frontier
+    grid = sorted(points)
+    grid = [g for i, g in enumerate(grid) if i == 0 or g - grid[i - 1] > 1e-12]
+    pieces = []  # (a, b, polynomial in t)
+
+    def value_poly(a: float, b: float, shift: float):
+        """y(t − shift) on t ∈ [a, b] as a polynomial in t."""
+        s_mid = 0.5 * (a + b) - shift
+        if s_mid < 0:
+            return Polynomial([history])
+        for lo, hi, p in pieces:
+            if lo - 1e-12 <= s_mid <= hi + 1e-12:
+                return p(Polynomial([-shift, 1.0]))
+        raise AssertionError("delayed argument beyond the computed pieces")
+
+    start = float(y0)
+    for a, b in zip(grid, grid[1:]):
+        integrand = Polynomial([0.0])
+        if u is not None:
+            v, w = _input_at(u_times, np.asarray(u, dtype=float).reshape(len(u_times), 1), kind, a, b)
+            integrand = integrand + Polynomial([float(v[0]) - float(w[0]) * a, float(w[0])])
+        for gain, tau in zip(gains, taus):
+            integrand = integrand + gain * value_poly(a, b, tau)
+        anti = integrand.integ()
+        p = anti - anti(a) + start
+        pieces.append((a, b, p))
+        start = p(b)
+    out = []
+    for t in times:
+        t = float(t)
+        if t <= 0:
+            out.append(float(y0))
+            continue
+        a, b, p = next(piece for piece in pieces if piece[0] <= t <= piece[1] + 1e-12)
+        out.append(p(t))
+    return np.array(out)

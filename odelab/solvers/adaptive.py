@@ -158,7 +158,12 @@ class _History:
         limit, unless ``right`` (the re-evaluated first stage of a step starting at t0 + τ), which reads y0."""
         rows = torch.arange(s.shape[0], device=s.device).unsqueeze(1)
         where = s.detach()
-        step = torch.searchsorted(self.end_rows, where.unsqueeze(1)).clamp_max_(self.end.shape[0] - 1)
+        # the step containing s: the first record ending at or after s, or for a right limit the first one
+        # ending after it (at t0 that skips the initial record, which carries no derivative)
+        # ending after it (at t0 that skips the initial record, which carries no derivative); ``eps`` absorbs the
+        # round-off of t − τ at a step boundary s + τ
+        key = where.clamp_min(self.t0) + self.eps if right else where - self.eps
+        step = torch.searchsorted(self.end_rows, key.unsqueeze(1), right=right).clamp_max_(self.end.shape[0] - 1)
         theta = ((s.unsqueeze(1) - self.start[step, rows]) / self.length[step, rows]).to(self.y.dtype)
         inside = _horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta)
         before = where < self.t0 - self.eps if right else where <= self.t0 + self.eps
@@ -219,11 +224,27 @@ class _Integrator:
         self.landing = torch.tensor(points + [math.inf], **time)
         # per landing index k (the next point a sample steps towards): the point before it, and whether f
         # jumps there -- a sample sitting on it re-evaluates its first stage (restart)
-        jump = [False] + [p in breakpoints.jumps for p in points]
+        restart_at = set(breakpoints.jumps)
+        if any(learn is not None for learn in self.learnable):
+            # ∂f/∂τ = −∂f/∂y_τ y'(t − τ) jumps at s + τ wherever y' jumps at s: restart there too, so that the
+            # first stage reads y'(s⁺) (the value is continuous, its τ-derivative is not)
+            sources = set(breakpoints.jumps) | {self.t0}
+            targets = [q + tau for q in sources for tau in self.delays]
+            restart_at |= {p for p in points if any(abs(p - q) <= 64 * math.ulp(scale) for q in targets)}
+        jump = [False] + [p in restart_at for p in points]
         self.restarts = any(jump)
         self.prev_point = torch.tensor([-math.inf] + points, **time)
         self.prev_jump = torch.tensor(jump, dtype=torch.bool, device=self.device)
         self.end_jump = torch.tensor(jump[1:] + [False], dtype=torch.bool, device=self.device)
+        # learnable delays: the landing point t0 + τ_i moves with τ_i, and f jumps there when φ(t0) ≠ y0
+        self.moving = None
+        if any(learn is not None for learn in self.learnable):
+            which = [-1] * (len(points) + 1)
+            for i, (tau, learn) in enumerate(zip(self.delays, self.learnable)):
+                near = [k for k, p in enumerate(points) if learn is not None and abs(p - (self.t0 + tau)) <= 64 * math.ulp(scale)]
+                for k in near:
+                    which[k + 1] = i
+            self.moving = torch.tensor(which, dtype=torch.int64, device=self.device)
         if self.restarts and opts.compile:
             raise ValueError("compile: the compiled step does not support jump_times")
         if self.hold_times is not None:  # the hold sample driving the steps that end at landing point k
@@ -384,7 +405,7 @@ class _Integrator:
         if restart is None and self.restarts:
             restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
         if isinstance(restart, Tensor):
-            k1 = self.restart(y, k1, t, landing, restart)
+            y, k1 = self.restart(y, k1, t, landing, restart)
         # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
         target = landing_points.index_select(0, landing)
         gap = target - t
@@ -439,13 +460,26 @@ class _Integrator:
         active = (code == _SUCCESS) & (t_after < t_stop)
         return y, k1, t_after, h, prev, landing, steps, code, active, accept, record
 
-    def restart(self, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor, mask: Tensor) -> Tensor:
+    def restart(self, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """k1 = f(t⁺, y) for the samples in ``mask`` (sitting on a jump of f), with the time one ulp after t,
-        the input of the step ahead and, at t0 + τ, y0 as the delayed state; the others keep theirs (FSAL)."""
+        the input of the step ahead and, at t0 + τ, y0 as the delayed state; the others keep theirs (FSAL).
+
+        At t0 + τ_i for a learnable τ_i the jump itself moves with τ_i: y(t⁺) gets the zero-valued term
+        (f(t⁻) − f(t⁺)) (τ_i − τ_i) whose τ-derivative, f(t⁻) − f(t⁺), is the jump of ∂y/∂τ there (the
+        variational equation's Dirac term); f(t⁺) is then re-evaluated at the corrected state. Returns (y, k1)."""
         t_col = t.to(self.dtype).unsqueeze(1)
         t_col = torch.where(mask.unsqueeze(1), torch.nextafter(t_col, torch.full_like(t_col, math.inf)), t_col)
-        fresh = self.field(t, t_col, y, self.held_input(landing), right=True)
-        return torch.where(mask.unsqueeze(1), fresh, k1)
+        inp = self.held_input(landing)
+        fresh = self.field(t, t_col, y, inp, right=True)
+        if self.moving is not None:
+            which = self.moving.index_select(0, landing)
+            for i, learn in enumerate(self.learnable):
+                if learn is not None:
+                    moved = (mask & (which == i)).unsqueeze(1)
+                    shift = (learn - learn.detach()).to(self.dtype)
+                    y = torch.where(moved, y + (k1 - fresh) * shift, y)
+            fresh = self.field(t, t_col, y, inp, right=True)
+        return y, torch.where(mask.unsqueeze(1), fresh, k1)
 
     def dense_output(self, records, out_times: list[float], t_final: Tensor):
         """Evaluate the continuous extension of the accepted step containing each output time, per sample;

@@ -20,7 +20,10 @@
   (at t0 + Σ n_i τ_i, the discontinuities of the method of steps) are added to the step grid up to depth
   ``scheme.order``, so that the scheme's order survives them. A delay given as a scalar tensor that
   requires grad is learnable: it is always read through the Hermite interpolant, which is differentiable
-  in τ (d/dτ y(t − τ) = −y'(t − τ)); the step grid is that of its current value.
+  in τ (d/dτ y(t − τ) = −y'(t − τ)); the step grid is that of its current value. Where the grid's points
+  move with τ, the gradient takes the motion into account: the Hermite data keep left limits at every
+  s + τ where y' jumps at s, and at t0 + τ (the history's jump arriving) y gets the zero-valued term
+  (f(t⁻) − f(t⁺)) (τ − τ), the jump of ∂y/∂τ there.
 """
 from __future__ import annotations
 
@@ -68,6 +71,7 @@ class _Past:
         self.stages: list[list[State] | None] = []
         self.right: list[State | None] = []
         self.left: dict[int, State] = {}
+        self.left_states: dict[int, State] = {}  # y(t_k⁻) where a moving jump made y(t_k⁺) differ (in its gradient)
         self.complete = -1  # last interval [i, i+1] whose Hermite data are all stored
         self.released = 0
         self.reach = max(value for value, _ in delays)
@@ -89,6 +93,12 @@ class _Past:
     def set_left(self, k: int, derivative: State) -> None:
         self.left[k] = derivative
 
+    def set_node(self, k: int, state: State) -> None:
+        """Replace y_k (the right limit at node k) and keep the old value as the left limit."""
+        self.left_states[k] = self.states[k]
+        self.states[k] = state
+        self.cache.clear()
+
     def _end_derivative(self, k: int) -> State | None:
         return self.left.get(k) if k in self.jumps else self.right[k]
 
@@ -105,6 +115,7 @@ class _Past:
             k = self.released
             self.states[k] = self.right[k] = self.stages[k] = None
             self.left.pop(k, None)
+            self.left_states.pop(k, None)
             self.released += 1
 
     def __call__(self, t: float) -> tuple[State, ...]:
@@ -146,7 +157,8 @@ class _Past:
         if isinstance(theta, Tensor):
             theta = theta.to(self.states[i][0].dtype)
         return tuple(_hermite(y0, f0, y1, f1, theta, h) for y0, f0, y1, f1 in
-                     zip(self.states[i], self.right[i], self.states[i + 1], self._end_derivative(i + 1)))
+                     zip(self.states[i], self.right[i], self.left_states.get(i + 1, self.states[i + 1]),
+                         self._end_derivative(i + 1)))
 
 
 class _DelayField(Field):
@@ -236,6 +248,16 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     # nodes where f jumps (input jumps, jump_times, t0 + τ_i): the Hermite data take f's left limit there
     jumps = {k for k in nodes_near(grid, breakpoints.jumps, tol) if 0 < k < len(grid) - 1}
     edges = nodes_near(grid, jump_times, tol)
+    inside = lambda nodes: {k for k in nodes if 0 < k < len(grid) - 1}
+    moving: dict[int, list[Tensor]] = {}  # node t0 + τ_i of a learnable τ_i: the jump there moves with τ_i
+    learnable = [(value, learn) for value, learn in delays if learn is not None]
+    if learnable:
+        # ∂f/∂τ = −∂f/∂y_τ y'(t − τ) jumps at s + τ wherever y' jumps at s: left limits there too
+        sources = set(breakpoints.jumps) | {t0}
+        jumps |= inside(nodes_near(grid, [q + value for q in sources for value, _ in learnable], tol))
+        for value, learn in learnable:
+            for k in inside(nodes_near(grid, [t0 + value], tol)):
+                moving.setdefault(k, []).append(learn)
 
     plan = _plan(grid, delays, scheme, tol)
     hermite = any(j is None for row in plan for j in row)
@@ -260,6 +282,14 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
                 past.set_left(k + 1, field.evaluate(tb, new))
         state = new
         past.push(state)
+        if k + 1 in moving:
+            # y(t⁺) = y(t⁻) + (f(t⁻) − f(t⁺)) (τ − τ): zero, but its τ-derivative is the jump of ∂y/∂τ where the
+            # history's jump at t0 arrives (the variational equation's Dirac term)
+            past.k = k + 1
+            right = field.evaluate(tb, state)  # a read at the node's start: y0 at t0, not φ(t0⁻)
+            shift = sum(learn - learn.detach() for learn in moving[k + 1])
+            state = tuple(y + (left - r) * shift.to(y.dtype) for y, left, r in zip(state, past.left[k + 1], right))
+            past.set_node(k + 1, state)
         past.release_before(tb)
         if k + 1 in record:
             outputs.append(state)
