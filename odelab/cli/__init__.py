@@ -5,6 +5,9 @@ parser and its ``run``; ``main`` parses and dispatches. Nothing in the package i
     odelab reproduce TASK ...              a paper's table, ours beside theirs (reproduce.py)
     odelab compare-schemes ...             one trained model under every scheme and step (compare_schemes.py)
     odelab stability ...                   gradients, state bounds, energy, eigenvalues, damping (stability.py)
+
+Every number is checked by argparse (``arguments.py``); a user's mistake is one line on stderr and exit code 2,
+Ctrl-C exits with 130.
 """
 from __future__ import annotations
 
@@ -22,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     for command in COMMANDS:
         command.add_command(subparsers)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # outside a training loop (which reports its last checkpoint itself)
+        print(f"odelab {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

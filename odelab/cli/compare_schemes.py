@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from ..analysis.plots import plot_scheme_comparison
 from ..data.tasks import TASKS, settings as task_settings
 from ..models import cells
 from ..solvers.schemes import FIXED_SCHEMES
-from ..training import FitSpec, TrainConfig, build_regressor, model_keywords, run_fit
+from ..training import FitError, FitSpec, TrainConfig, build_regressor, model_keywords, run_fit
+from . import arguments
 
 # compare-schemes --quick: a few minutes on 2 CPU cores
 QUICK = dict(length=200, train=128, valid=64, test=64, epochs=20, retrain_epochs=8, finest=8)
@@ -51,24 +53,51 @@ def _builder(task, model: str, input_size: int, hidden: int, output_size: int, s
     return build
 
 
+def _load_state(path: Path):
+    """A checkpoint's tensors (``weights_only``), or SystemExit naming the file."""
+    if not path.is_file():
+        raise SystemExit(f"odelab: compare-schemes: no such checkpoint {str(path)!r}")
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # truncated, random bytes, another format
+        raise SystemExit(f"odelab: compare-schemes: {path} is not a readable checkpoint ({type(err).__name__}: "
+                         "truncated or corrupt)") from None
+
+
+def _read_run(run: Path) -> dict:
+    try:
+        info = json.loads((run / "results.json").read_text())
+        return {key: info[key] for key in ("task", "model", "hidden_size")}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"odelab: --run: {run / 'results.json'} is missing or not the results of an `odelab fit` "
+                         f"run ({type(err).__name__})") from None
+
+
 def cmd_compare_schemes(args: argparse.Namespace) -> int:
     task_name, model_name, hidden = args.task, args.model, args.hidden
     saved_state = None
     if args.run_dir:
         run = Path(args.run_dir)
-        info = json.loads((run / "results.json").read_text())
+        info = _read_run(run)
         task_name, model_name, hidden = info["task"], info["model"], info["hidden_size"]
-        checkpoint = torch.load(run / "checkpoint.pt", weights_only=True)
+        checkpoint = _load_state(run / "checkpoint.pt")
+        if not isinstance(checkpoint, dict) or "model" not in checkpoint:
+            raise SystemExit(f"odelab: --run: {run / 'checkpoint.pt'} is not an odelab training checkpoint")
         saved_state = (checkpoint.get("best") or {}).get("state") or checkpoint["model"]
     elif args.checkpoint:
-        checkpoint = torch.load(args.checkpoint, weights_only=True)
+        checkpoint = _load_state(Path(args.checkpoint))
         saved_state = checkpoint.get("model", checkpoint) if isinstance(checkpoint, dict) else checkpoint
         if isinstance(checkpoint, dict) and (checkpoint.get("best") or {}).get("state"):
             saved_state = checkpoint["best"]["state"]
+        if not isinstance(saved_state, dict):
+            raise SystemExit(f"odelab: --checkpoint: {args.checkpoint} holds no state dict")
     if task_name not in TASKS:
         raise SystemExit(f"odelab: --task: unknown task {task_name!r}; choose from {sorted(TASKS)}")
     if model_name not in cells.PRESETS:
         raise SystemExit(f"odelab: --model: unknown model {model_name!r}; choose from {sorted(cells.PRESETS)}")
+    if task_name == "csv":
+        raise SystemExit(f"odelab: --task: compare-schemes runs on the generated tasks "
+                         f"({', '.join(sorted(set(TASKS) - {'csv'}))}), not csv (it needs a file)")
     task = TASKS[task_name]
     preset = task_settings(task, "quick", model_name)
     hidden = hidden or preset["hidden_size"]
@@ -84,7 +113,10 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     tic = time.perf_counter()
-    data = _load_data(task, args.seed, settings["length"], counts)
+    try:
+        data = _load_data(task, args.seed, settings["length"], counts)
+    except (ValueError, OSError) as err:
+        raise SystemExit(f"odelab: compare-schemes: {err}") from None
     x_train, y_train = data["train"]
     build = _builder(task, model_name, x_train.shape[-1], hidden, y_train.shape[-1], args.seed)
     model = build()
@@ -97,12 +129,21 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     print(f"odelab compare-schemes {task_name}: model {model_name}, hidden {hidden}, data "
           f"{', '.join(f'{k} {tuple(v[0].shape)}' for k, v in data.items())}", flush=True)
     if saved_state is not None:
-        model.load_state_dict(saved_state)
+        try:
+            model.load_state_dict(saved_state)
+        except (RuntimeError, ValueError, TypeError) as err:
+            raise SystemExit(f"odelab: compare-schemes: {args.run_dir or args.checkpoint} holds another model than "
+                             f"{model_name} with hidden size {hidden} ({str(err).strip().splitlines()[0][:160]}); "
+                             "give the run's --task, --model and --hidden") from None
         trained = {"source": str(args.run_dir or args.checkpoint)}
     else:
         spec = FitSpec(task_name, model_name, "quick", hidden=hidden, epochs=settings["epochs"], seed=args.seed,
                        progress=False)
-        model, fitted = run_fit(spec, data)
+        try:
+            model, fitted = run_fit(spec, data)
+        except FitError as err:
+            print(f"odelab compare-schemes: {err}", file=sys.stderr)
+            return err.code
         trained = {"source": f"trained here, {config.epochs} epochs", "test_rmse": fitted["test_rmse"],
                    "train_seconds": fitted["train_seconds"]}
     schemes = args.schemes.split(",") if args.schemes else scheme_analysis.applicable_schemes(model.body)
@@ -128,20 +169,24 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
 
 def add_command(sub) -> None:
     p = sub.add_parser("compare-schemes", help="one trained model's vector field under every scheme and step")
-    p.add_argument("--task", default="fhn")
-    p.add_argument("--model", default="lem", help="a Recurrent-based preset (lem, cornn, unicornn, ltc, lrcu-a, ...)")
+    p.add_argument("--task", default="fhn", choices=sorted(TASKS), metavar="TASK",
+                   help=f"the task whose data the model is evaluated on: {', '.join(sorted(TASKS))} (default fhn; "
+                        "--run takes the run's task)")
+    p.add_argument("--model", default="lem", choices=sorted(cells.PRESETS), metavar="MODEL",
+                   help="a Recurrent-based preset (lem, cornn, unicornn, ltc, lrcu-a, ...; default lem)")
     p.add_argument("--quick", action="store_true",
                    help=f"tiny run of a few minutes: {QUICK}")
     p.add_argument("--run", dest="run_dir", help="load the trained model of an `odelab fit` run folder (results.json, checkpoint.pt)")
     p.add_argument("--checkpoint", help="load a state dict or an odelab checkpoint for --task/--model/--hidden")
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--epochs", type=int, help="epochs of the model evaluated in part (a)")
-    p.add_argument("--retrain-epochs", type=int, help="epochs per scheme in part (b)")
+    p.add_argument("--hidden", type=arguments.integer(1), help="hidden size (>= 1; default: the task's quick preset)")
+    p.add_argument("--epochs", type=arguments.integer(1), help="epochs of the model evaluated in part (a) (>= 1)")
+    p.add_argument("--retrain-epochs", type=arguments.integer(1), help="epochs per scheme in part (b) (>= 1)")
     p.add_argument("--no-retrain", action="store_true", help="skip part (b), retraining under each scheme")
-    p.add_argument("--length", type=int, help="truncate sequences to this many steps")
-    p.add_argument("--sequences", type=int, help="at most this many sequences per split")
+    p.add_argument("--length", type=arguments.integer(2), help="truncate sequences to this many steps (>= 2)")
+    p.add_argument("--sequences", type=arguments.integer(1), help="at most this many sequences per split (>= 1)")
     p.add_argument("--schemes", help="comma-separated subset of the applicable schemes")
-    p.add_argument("--finest", type=int, help="finest step = trained step / FINEST (a power of 2, default 8)")
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--finest", type=arguments.power_of_two,
+                   help="finest step = trained step / FINEST (a power of 2, default 8)")
+    p.add_argument("--seed", type=arguments.seed, default=1234, help="data and initialisation seed (0 … 2^32 − 1)")
     p.add_argument("--out", help="output folder (default runs/compare-TASK-MODEL)")
     p.set_defaults(run=cmd_compare_schemes)

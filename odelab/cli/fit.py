@@ -2,8 +2,12 @@
 
     odelab fit TASK --model M [--preset quick|paper] [--epochs N] [--seed S] [--device cuda] [--out DIR]
                [--model-option KEY=VALUE ...]   (e.g. --model-option dt=0.1 --model-option gamma=2)
-    odelab fit csv --csv PATH [--columns A,B] [--horizon H] [--window W]
+    odelab fit csv --csv PATH [--columns A,B] [--strict] [--encoding E] [--difference] [--horizon H] [--window W]
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
+
+Every number is checked by argparse; the model, its options and the preset are checked before any data is
+loaded; errors a user can fix are one line on stderr with exit code 2 (1: training failed, 130: Ctrl-C, the
+last checkpoint kept for ``--resume``).
 """
 from __future__ import annotations
 
@@ -18,8 +22,10 @@ from ..data.tasks import TASKS, Task
 from ..models import cells
 from ..training import FitError, FitSpec, run_fit
 from ..training.distributed import init_distributed, rank_and_world
+from . import arguments
 
-TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window")  # argparse dests of task options
+# argparse dests of task options
+TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -27,7 +33,16 @@ def load_options(task: Task, args: argparse.Namespace) -> dict:
     options = {key: getattr(args, dest) for key, dest in task.options.items() if getattr(args, dest) is not None}
     if "columns" in options:
         options["columns"] = [c.strip() for c in options["columns"].split(",") if c.strip()]
+        if not options["columns"]:
+            args.error("--columns: expected comma-separated column names")
     return options
+
+
+def preset_help() -> str:
+    names = sorted({p for task in TASKS.values() for p in task.presets})
+    per_task = "; ".join(f"{name}: {', '.join(task.presets)}" for name, task in sorted(TASKS.items()))
+    return (f"hyperparameter preset, one of {', '.join(names)} (default quick: a few minutes on 2 CPU cores; "
+            f"paper: the paper's protocol). Per task: {per_task}")
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -38,13 +53,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
             args.error(f"--{dest.replace('_', '-')}: only for the task(s) {', '.join(users)}")
     if args.task == "csv" and args.csv is None:
         args.error("--csv: the csv task needs --csv PATH")
+    if args.preset not in task.presets:
+        args.error(f"--preset: the task {args.task} has the preset(s) {', '.join(task.presets)}, not {args.preset!r}")
     try:
         model_options = cells.preset_keywords(args.model, args.model_option)
     except ValueError as err:
         args.error(f"--model-option: {err}")
     if args.threads is not None:
-        if args.threads < 1:
-            args.error(f"--threads: expected a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     spec = FitSpec(args.task, args.model, args.preset, hidden=args.hidden, epochs=args.epochs, lr=args.lr,
                    batch_size=args.batch_size, clip=args.clip, seed=args.seed, model_options=model_options,
@@ -68,29 +83,48 @@ def add_command(subparsers) -> None:
     p = subparsers.add_parser("fit", help="train a model on a task",
                               description="Train a model on a task; results.json, curves.csv and PNGs go to --out.")
     p.add_argument("task", choices=sorted(TASKS))
-    p.add_argument("--model", default="lem", help=f"one of: {', '.join(sorted(cells.PRESETS))}")
-    p.add_argument("--preset", default="quick", help="quick (a few minutes, the default) or paper (the full protocol)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--batch-size", type=int, help="global batch size (split across processes under torchrun)")
-    p.add_argument("--hidden", type=int)
+    p.add_argument("--model", default="lem", choices=sorted(cells.PRESETS), metavar="MODEL",
+                   help=f"one of: {', '.join(sorted(cells.PRESETS))} (default lem)")
+    p.add_argument("--preset", default="quick", help=preset_help())
+    p.add_argument("--epochs", type=arguments.integer(1),
+                   help="training epochs (>= 1; default: the preset's); with --resume a finished run is extended")
+    p.add_argument("--lr", type=arguments.positive_float, help="learning rate (> 0; default: the preset's)")
+    p.add_argument("--batch-size", type=arguments.integer(1),
+                   help="global batch size (>= 1; split across processes under torchrun)")
+    p.add_argument("--hidden", type=arguments.integer(1), help="hidden size (>= 1; default: the preset's)")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a keyword of the model's constructor, e.g. dt=0.1 or gamma=2 (repeatable)")
-    p.add_argument("--clip", type=float, help="gradient-norm clipping")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)")
-    p.add_argument("--threads", type=int, help="CPU threads per process (torch.set_num_threads); 1 is often fastest "
-                                               "for small recurrent models on a busy machine")
+    p.add_argument("--clip", type=arguments.positive_float, help="gradient-norm clipping (> 0)")
+    p.add_argument("--seed", type=arguments.seed, default=1234, help="data and initialisation seed (0 … 2^32 − 1)")
+    p.add_argument("--device", type=arguments.device, default="cpu",
+                   help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)")
+    p.add_argument("--threads", type=arguments.integer(1),
+                   help="CPU threads per process (torch.set_num_threads); 1 is often fastest "
+                        "for small recurrent models on a busy machine")
     p.add_argument("--out", help="output folder (default runs/TASK-MODEL)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint.pt; any changed setting (data, model, options, hidden size, "
+                        "horizon, preset, seed, lr, ...) is refused, a larger --epochs extends a finished run")
     p.add_argument("--no-progress", action="store_true")
     task = p.add_argument_group("task options")
     task.add_argument("--data-solver", choices=["odelab", "paper-exact"],
                       help="fhn: generate data with odelab's batched solver (default, tight tolerance) or the "
                            "official scipy recipe")
-    task.add_argument("--length", type=int, help="adding: sequence length N (default 2000)")
-    task.add_argument("--csv", help="csv: path of the CSV file (header row, one row per time step)")
-    task.add_argument("--columns", help="csv: comma-separated columns to model (default: all numeric columns)")
-    task.add_argument("--horizon", type=int, help="csv: forecast horizon H (default 1: one step ahead)")
-    task.add_argument("--window", type=int, help="csv: training window length (default 64)")
+    task.add_argument("--length", type=arguments.integer(2), help="adding: sequence length N (>= 2, default 2000)")
+    task.add_argument("--csv", help="csv: path of the CSV file (header row, one row per time step; the delimiter "
+                                    ", ; tab or | is sniffed)")
+    task.add_argument("--columns", help="csv: comma-separated columns to model (default: every numeric column "
+                                        "but index/date-like ones; the columns left out are named)")
+    task.add_argument("--strict", action="store_true", default=None,
+                      help="csv: a numeric column with a missing or bad cell is an error instead of being left out "
+                           "(on when --columns is given)")
+    task.add_argument("--encoding", type=arguments.encoding,
+                      help="csv: the file's text encoding (default utf-8, a byte-order mark is dropped), "
+                           "e.g. latin-1 or cp1252")
+    task.add_argument("--difference", action="store_true", default=None,
+                      help="csv: model the increments s[n+1] − s[n] (trending series); the per-column test RMSE "
+                           "stays in the file's units")
+    task.add_argument("--horizon", type=arguments.integer(1), help="csv: forecast horizon H (>= 1, default 1: one "
+                                                                   "step ahead)")
+    task.add_argument("--window", type=arguments.integer(2), help="csv: training window length (>= 2, default 64)")
     p.set_defaults(run=cmd_fit, error=p.error)

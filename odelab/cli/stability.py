@@ -17,6 +17,7 @@ from ..analysis import plots, stability
 from ..analysis.schemes import json_ready
 from ..models import cells
 from ..systems import UnICORNN
+from . import arguments
 
 STUDIES = ("gradients", "lem-bound", "unicornn", "eigen", "lrc-damping")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
@@ -113,8 +114,9 @@ def add_command(sub) -> None:
                                    "a model's keywords in brackets, e.g. lem[dt=0.01]; lstm and rnn are always "
                                    "added to the gradient study")
     p.add_argument("--study", default="all", choices=STUDIES + ("all",))
-    p.add_argument("--steps", type=int, default=1000, help="sequence length (up to 10^4 for the gradient study)")
-    p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--seeds", type=int, default=3, help="random initialisations (median)")
+    p.add_argument("--steps", type=arguments.integer(2), default=1000,
+                   help="sequence length (>= 2; up to 10^4 for the gradient study)")
+    p.add_argument("--hidden", type=arguments.integer(1), default=16, help="hidden size (>= 1)")
+    p.add_argument("--seeds", type=arguments.integer(1), default=3, help="random initialisations (>= 1; median)")
     p.add_argument("--out", help="output folder (default runs/stability)")
     p.set_defaults(run=cmd_stability)

@@ -1,10 +1,13 @@
-"""On-disk cache for generated data sets: atomic writes, ``weights_only`` loads."""
+"""On-disk cache for generated data sets: atomic writes, ``weights_only`` loads; an unreadable cache file
+(truncated, corrupt) is named on stderr, deleted and generated again."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -35,7 +38,19 @@ def cached(name: str, config: dict, build: Callable[[], dict], directory: Path |
     key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(directory or cache_dir()) / f"{name}-{key}.pt"
     if path.exists():
-        return torch.load(path, weights_only=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                data = torch.load(path, weights_only=True)
+        except Exception as err:  # truncated, random bytes, another format: the cache is regenerated
+            data, reason = None, type(err).__name__
+        else:
+            reason = None if isinstance(data, dict) else f"a {type(data).__name__}, not a dict"
+        if reason is None:
+            return data
+        print(f"odelab: the cached data file {path} is unreadable ({reason}: truncated or corrupt); "
+              "deleting it and generating the data again", file=sys.stderr, flush=True)
+        path.unlink(missing_ok=True)
     data = build()
     atomic_save(data, path)
     return data

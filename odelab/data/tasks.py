@@ -23,7 +23,7 @@ from typing import Callable
 from torch import Tensor
 
 from .adding import adding
-from .csv_series import csv_series, persistence_rmse, rmse_by_column
+from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse_by_column
 from .delay_oscillators import enso, mackey_glass
 from .fhn import fitzhugh_nagumo
 from .neural_ode import duffing, initial_state_rmse, spiral
@@ -145,10 +145,12 @@ TASKS = {
                     plot="phase", sample_dt=25.0 / 999),
     "csv": Task(
         "csv",
-        load=lambda seed, path=None, columns=None, horizon=1, window=64: csv_series(path, columns, horizon, window),
+        load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False:
+        csv_series(path, columns, horizon, window, strict=strict, encoding=encoding, difference=difference),
         presets={"quick": dict(hidden_size=32, epochs=30, lr=3e-3, batch_size=16)},
-        options={"path": "csv", "columns": "columns", "horizon": "horizon", "window": "window"},
-        baselines={"persistence": lambda data: persistence_rmse(*data["test"])},
+        options={"path": "csv", "columns": "columns", "horizon": "horizon", "window": "window", "strict": "strict",
+                 "encoding": "encoding", "difference": "difference"},
+        baselines={"persistence": csv_persistence_rmse},
         report=lambda prediction, data: {"test_rmse_by_column": rmse_by_column(prediction, *data["test"], data["meta"])},
         plot="forecast",
     ),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,22 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
 
 class NonFiniteLoss(RuntimeError):
     pass
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable, not an odelab checkpoint, or of other settings."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C (KeyboardInterrupt) during training: ``epochs`` finished epochs, the last of them in ``checkpoint``
+    (None without an output folder or before the first checkpoint)."""
+
+    def __init__(self, epochs: int, checkpoint: Path | None):
+        super().__init__(f"interrupted after epoch {epochs}")
+        self.epochs, self.checkpoint = epochs, checkpoint
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "shuffle", "history", "best", "epoch", "elapsed")
 
 
 @dataclass
@@ -70,7 +87,7 @@ def rmse(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str) -
 
 
 def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path | None = None,
-        resume: bool = False, progress: bool = True) -> dict:
+        resume: bool = False, progress: bool = True, settings: dict | None = None) -> dict:
     """Train on MSE with ``config.optimizer``; keep the parameters of the best validation epoch; return a result dict.
 
     With ``out_dir``, a checkpoint (model, optimizer, shuffling RNG, history, best state) is written atomically
@@ -80,6 +97,10 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     rows r, r + W, … of every global batch of ``config.batch_size``; the loss of each shard is divided by the
     global number of target elements and the gradients are summed, so every rank makes the single-process
     update; only rank 0 writes the checkpoint and shows progress.
+    ``settings`` (JSON-like: model, hidden size, data, ...) are stored in the checkpoint; a resume with other
+    ``settings`` or another ``config`` (but the epoch count, device and evaluation batch) raises
+    :class:`CheckpointError` naming each change, as does an unreadable checkpoint. Ctrl-C raises
+    :class:`Interrupted` with the last finished epoch, whose checkpoint is intact.
     """
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZERS)}, got {config.optimizer!r}")
@@ -94,11 +115,16 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     history, best, start_epoch, elapsed = History(), {"valid_rmse": math.inf, "epoch": -1, "state": None}, 0, 0.0
     checkpoint = Path(out_dir) / "checkpoint.pt" if out_dir is not None else None
     if resume and checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=True, map_location=device)
-        check_resumable(saved.get("config"), config, checkpoint)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        shuffle.set_state(saved["shuffle"].cpu())
+        saved = load_checkpoint(checkpoint, device)
+        check_resumable(saved.get("config"), config, checkpoint, saved.get("settings"), settings)
+        try:
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            shuffle.set_state(saved["shuffle"].cpu())
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            reason = str(err).strip().splitlines()[0][:200]
+            raise CheckpointError(f"cannot resume from {checkpoint}: it holds another model ({reason}); use another "
+                                  "--out, or the settings of that run") from None
         history = History(**saved["history"])
         best = saved["best"]
         start_epoch, elapsed = saved["epoch"] + 1, saved["elapsed"]
@@ -109,46 +135,52 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     per_sequence = y_train[0].numel()
     bar = tqdm(range(start_epoch, config.epochs), initial=start_epoch, total=config.epochs,
                disable=not progress or rank != 0, desc="epochs", unit="epoch", dynamic_ncols=True)
-    for epoch in bar:
-        tic = time.perf_counter()
-        model.train()
-        order = torch.randperm(x_train.shape[0], generator=shuffle)  # the same on every rank
-        for i in range(0, len(order), config.batch_size):
-            batch = order[i:i + config.batch_size]
-            mine = batch[rank::world].to(device)
-            optimizer.zero_grad(set_to_none=True)
-            if mine.numel():
-                loss = ((model(x_train[mine]) - y_train[mine]) ** 2).sum() / (batch.numel() * per_sequence)
-            else:  # more ranks than rows in this batch: contribute nothing
-                loss = torch.zeros((), device=device, requires_grad=True)
-            total = loss.detach().clone()
-            if world > 1:
-                dist.all_reduce(total)
-            if not torch.isfinite(total):
-                bar.close()
-                where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
-                raise NonFiniteLoss(f"loss became {total.item()} at epoch {epoch + 1}, batch {i // config.batch_size + 1}"
-                                    f" (try a smaller lr or --clip){where}")
-            loss.backward()
-            if world > 1:
-                sum_gradients(parameters)
-            if config.clip is not None:
-                nn.utils.clip_grad_norm_(parameters, config.clip)
-            optimizer.step()
-        train = rmse(model, x_train, y_train, config.eval_batch_size, device)
-        valid = rmse(model, x_valid, y_valid, config.eval_batch_size, device)
-        elapsed += time.perf_counter() - tic
-        history.epoch.append(epoch + 1)
-        history.train_rmse.append(train)
-        history.valid_rmse.append(valid)
-        history.seconds.append(elapsed)
-        if valid < best["valid_rmse"]:
-            best = {"valid_rmse": valid, "epoch": epoch + 1, "state": copy.deepcopy(model.state_dict())}
-        bar.set_postfix(train=f"{train:.2e}", valid=f"{valid:.2e}", best=f"{best['valid_rmse']:.2e}")
-        if checkpoint is not None and rank == 0:
-            atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "shuffle": shuffle.get_state(),
-                         "history": asdict(history), "best": best, "epoch": epoch, "elapsed": elapsed,
-                         "config": resumable_fields(config)}, checkpoint)
+    finished = start_epoch  # epochs done (with an output folder: the last one is in the checkpoint)
+    try:
+        for epoch in bar:
+            tic = time.perf_counter()
+            model.train()
+            order = torch.randperm(x_train.shape[0], generator=shuffle)  # the same on every rank
+            for i in range(0, len(order), config.batch_size):
+                batch = order[i:i + config.batch_size]
+                mine = batch[rank::world].to(device)
+                optimizer.zero_grad(set_to_none=True)
+                if mine.numel():
+                    loss = ((model(x_train[mine]) - y_train[mine]) ** 2).sum() / (batch.numel() * per_sequence)
+                else:  # more ranks than rows in this batch: contribute nothing
+                    loss = torch.zeros((), device=device, requires_grad=True)
+                total = loss.detach().clone()
+                if world > 1:
+                    dist.all_reduce(total)
+                if not torch.isfinite(total):
+                    bar.close()
+                    where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
+                    raise NonFiniteLoss(f"loss became {total.item()} at epoch {epoch + 1}, batch "
+                                        f"{i // config.batch_size + 1} (try a smaller lr or --clip){where}")
+                loss.backward()
+                if world > 1:
+                    sum_gradients(parameters)
+                if config.clip is not None:
+                    nn.utils.clip_grad_norm_(parameters, config.clip)
+                optimizer.step()
+            train = rmse(model, x_train, y_train, config.eval_batch_size, device)
+            valid = rmse(model, x_valid, y_valid, config.eval_batch_size, device)
+            elapsed += time.perf_counter() - tic
+            history.epoch.append(epoch + 1)
+            history.train_rmse.append(train)
+            history.valid_rmse.append(valid)
+            history.seconds.append(elapsed)
+            if valid < best["valid_rmse"]:
+                best = {"valid_rmse": valid, "epoch": epoch + 1, "state": copy.deepcopy(model.state_dict())}
+            bar.set_postfix(train=f"{train:.2e}", valid=f"{valid:.2e}", best=f"{best['valid_rmse']:.2e}")
+            if checkpoint is not None and rank == 0:
+                atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "shuffle": shuffle.get_state(), "history": asdict(history), "best": best, "epoch": epoch,
+                             "elapsed": elapsed, "config": resumable_fields(config), "settings": settings}, checkpoint)
+            finished = epoch + 1
+    except KeyboardInterrupt:
+        bar.close()
+        raise Interrupted(finished, checkpoint if checkpoint is not None and finished > 0 else None) from None
     bar.close()
 
     if best["state"] is not None:
@@ -165,10 +197,44 @@ def resumable_fields(config: TrainConfig) -> dict:
     return {k: v for k, v in asdict(config).items() if k not in ("epochs", "device", "eval_batch_size")}
 
 
-def check_resumable(saved: dict | None, config: TrainConfig, checkpoint: Path) -> None:
-    if saved is None:  # a checkpoint written before the settings were stored
-        return
-    changed = {k: (v, saved[k]) for k, v in resumable_fields(config).items() if k in saved and saved[k] != v}
+def load_checkpoint(path: Path, device: str = "cpu") -> dict:
+    """An odelab training checkpoint (``weights_only``); :class:`CheckpointError` naming the file when it is
+    truncated, corrupt or something else."""
+    advice = "use another --out, or delete it to start over"
+    try:
+        with warnings.catch_warnings():  # e.g. torch's note on an unexpected pickle protocol
+            warnings.simplefilter("ignore")
+            saved = torch.load(path, weights_only=True, map_location=device)
+    except Exception as err:  # truncated (OSError, RuntimeError), random bytes (UnpicklingError), ...
+        raise CheckpointError(f"cannot resume: {path} is not a readable checkpoint ({type(err).__name__}: truncated "
+                              f"or corrupt); {advice}") from None
+    if not isinstance(saved, dict) or any(key not in saved for key in CHECKPOINT_KEYS):
+        raise CheckpointError(f"cannot resume: {path} is not an odelab training checkpoint; {advice}")
+    return saved
+
+
+
+
+def check_resumable(saved: dict | None, config: TrainConfig, checkpoint: Path, saved_settings: dict | None = None,
+                    settings: dict | None = None) -> None:
+    """:class:`CheckpointError` naming every setting (training configuration, then ``settings``: model, data, ...)
+    that differs from the checkpoint's, with both values. Settings the checkpoint does not record (written by an
+    older version) are not compared."""
+    changed = []
+    if saved is not None:
+        changed += [f"{k} {v!r} (checkpoint: {saved[k]!r})" for k, v in resumable_fields(config).items()
+                    if k in saved and saved[k] != v]
+    if saved_settings is not None and settings is not None:
+        for key, value in settings.items():
+            if key in saved_settings and key not in UNCOMPARED and saved_settings[key] != value:
+                if key == "data_sha256":  # the file's content changed (its path may not have)
+                    changed.append(f"data file {settings.get('data_file')} (sha256 {value[:12]}…) (checkpoint: "
+                                   f"{saved_settings.get('data_file')} (sha256 {saved_settings[key][:12]}…))")
+                else:
+                    changed.append(f"{key} {value!r} (checkpoint: {saved_settings[key]!r})")
     if changed:
-        detail = ", ".join(f"{k} {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items())
-        raise ValueError(f"cannot resume from {checkpoint}: {detail}; use another output folder or the same settings")
+        detail = ", ".join(changed)
+        raise CheckpointError(f"cannot resume from {checkpoint}: {detail}; use another --out or the same settings")
+
+
+UNCOMPARED = ("data_file",)  # recorded for the message only: a moved file with the same content resumes

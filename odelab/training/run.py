@@ -2,6 +2,8 @@
 it and writes the results. The ``fit`` and ``reproduce`` commands and ``compare-schemes`` all go through it."""
 from __future__ import annotations
 
+import inspect
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ from torch import nn
 from ..data.tasks import TASKS, Task, settings
 from ..models import SequenceRegressor, cells
 from .distributed import rank_and_world
-from .loop import NonFiniteLoss, TrainConfig, fit, predict
+from .loop import CheckpointError, Interrupted, NonFiniteLoss, TrainConfig, fit, predict
 from .results import print_table, write_results
 
 
@@ -52,7 +54,13 @@ class FitSpec:
         if self.model not in cells.PRESETS:
             raise FitError(f"--model: unknown model {self.model!r}; choose from {', '.join(sorted(cells.PRESETS))}")
         if self.preset not in task.presets:
-            raise FitError(f"--preset: choose from {', '.join(task.presets)}")
+            raise FitError(f"--preset: the task {self.task} has the preset(s) {', '.join(task.presets)}, "
+                           f"not {self.preset!r}")
+        for name, value, low, strict in (("epochs", self.epochs, 1, False), ("hidden", self.hidden, 1, False),
+                                          ("batch-size", self.batch_size, 1, False), ("lr", self.lr, 0, True),
+                                          ("clip", self.clip, 0, True)):
+            if value is not None and (value <= low if strict else value < low):
+                raise FitError(f"--{name}: expected a number {'>' if strict else '>='} {low}, got {value}")
         return task
 
     def config(self, task: Task) -> tuple[int, TrainConfig]:
@@ -67,6 +75,39 @@ class FitSpec:
 def model_keywords(task: Task, model: str, data_options: dict | None = None, options: dict | None = None) -> dict:
     """The constructor keywords of ``model`` on ``task``: the task's (e.g. τ-GRU's τ), then ``options``."""
     return {**task.model_options(model, data_options or {}), **(options or {})}
+
+
+def accepted_options(model: str) -> list[str]:
+    """The constructor keywords of the preset ``model`` (and of its system, for presets that pass ``**kwargs`` on)."""
+    preset = cells.PRESETS[model]
+    func = getattr(preset, "func", preset)
+    fixed = set(getattr(preset, "keywords", {}) or {})
+    names = []
+    for p in inspect.signature(func).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            system = getattr(cells.systems, func.__name__, None)
+            if system is not None:
+                names += [q.name for q in list(inspect.signature(system.__init__).parameters.values())[1:]
+                          if q.kind is not q.VAR_KEYWORD]
+        elif p.kind is not p.VAR_POSITIONAL:
+            names.append(p.name)
+    skip = {"input_size", "hidden_size"}
+    return [n for n in dict.fromkeys(names) if n not in skip] + [n for n in fixed if n not in names]
+
+
+def check_model_options(task: Task, spec: "FitSpec", hidden: int) -> dict:
+    """The model's constructor keywords, after building it once on a 1-feature input (cheap, before any data is
+    loaded): a FitError names an option the model does not take, with the accepted ones."""
+    options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
+    try:
+        torch.manual_seed(0)
+        build_regressor(task, spec.model, 1, hidden, 1, options)
+    except TypeError as err:
+        raise FitError(f"--model-option: {spec.model} with options {spec.model_options}: {err}; it accepts: "
+                       f"{', '.join(accepted_options(spec.model))}") from None
+    except ValueError as err:
+        raise FitError(f"--model-option: {spec.model} with options {spec.model_options}: {err}") from None
+    return options
 
 
 def build_regressor(task: Task, model: str, input_size: int, hidden: int, output_size: int,
@@ -89,8 +130,14 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     rank, world = rank_and_world()
     say = print if rank == 0 and spec.out is not None else (lambda *a, **k: None)
     out = Path(spec.out) if spec.out is not None else None
+    rng = torch.get_rng_state()
+    check_model_options(task, spec, hidden)
+    torch.set_rng_state(rng)
     if out is not None and rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise FitError(f"--out: cannot create the folder {out}: {err.strerror or err}") from None
     say(f"odelab fit {spec.task}: model {spec.model}, hidden {hidden}, preset {spec.preset}, {config.epochs} epochs, "
         f"seed {config.seed}, device {config.device}" + (f", {world} processes" if world > 1 else ""), flush=True)
     tic = time.perf_counter()
@@ -99,6 +146,14 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     splits = {k: data[k] for k in ("train", "valid", "test")}
     say(f"data: {', '.join(f'{k} {tuple(v[0].shape)}' for k, v in splits.items())} "
         f"({time.perf_counter() - tic:.1f} s)", flush=True)
+    meta = data.get("meta", {})
+    if "columns" in meta:
+        say(f"columns modelled: {', '.join(meta['columns'])}" + (" (increments)" if meta.get("difference") else ""))
+    for note in meta.get("notes", []):
+        say(f"  {note}")
+    for warning in meta.get("warnings", []):
+        if rank == 0:
+            print(f"odelab: warning: {warning}", file=sys.stderr, flush=True)
     x_test, y_test = splits["test"]
     torch.manual_seed(config.seed)
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
@@ -106,16 +161,23 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
         model = build_regressor(task, spec.model, x_test.shape[-1], hidden, y_test.shape[-1], model_options)
     except (TypeError, ValueError) as err:
         raise FitError(f"{spec.model} with options {model_options}: {err}") from None
+    settings = run_settings(spec, task, hidden, model_options, meta)
     try:
-        result = fit(model, splits, config, out_dir=out, resume=spec.resume, progress=spec.progress)
+        result = fit(model, splits, config, out_dir=out, resume=spec.resume, progress=spec.progress,
+                     settings=settings)
     except NonFiniteLoss as err:
         raise FitError(f"training stopped: {err}", code=1) from None
-    except ValueError as err:  # a checkpoint that does not match these settings
+    except CheckpointError as err:  # unreadable, or of other settings
         raise FitError(str(err)) from None
+    except Interrupted as err:
+        if err.checkpoint is None:
+            raise FitError(f"interrupted after epoch {err.epochs}; nothing was saved", code=130) from None
+        raise FitError(f"interrupted after epoch {err.epochs}; `--resume` continues from {err.checkpoint}",
+                       code=130) from None
     result.update(task=spec.task, model=spec.model, hidden_size=hidden, preset=spec.preset, target=task.target,
                   parameters=sum(p.numel() for p in model.parameters()), data_options=spec.data_options,
                   model_options=model_options, wall_seconds=time.perf_counter() - tic,
-                  test_sequences=int(x_test.shape[0]))
+                  test_sequences=int(x_test.shape[0]), settings=settings)
     if out is not None and rank == 0:
         _report(task, spec, model, data, result, out)
     return model, result
@@ -130,9 +192,27 @@ def _load(task: Task, spec: FitSpec, rank: int, world: int) -> dict:
         data = task.load(spec.seed, **spec.data_options)
         if rank == 0 and world > 1:
             dist.barrier()
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         raise FitError(str(err)) from None
     return data
+
+
+def run_settings(spec: FitSpec, task: Task, hidden: int, model_options: dict, meta: dict) -> dict:
+    """What decides the result beside the training configuration, stored in the checkpoint and results.json; a
+    resume must match it (the data file by its content, not its path; the seed is in the configuration)."""
+    try:  # the loader's defaults, then the options set: every effective data option is compared
+        parameters = list(inspect.signature(task.load).parameters.values())[1:]
+    except (TypeError, ValueError):
+        parameters = []
+    defaults = {p.name: p.default for p in parameters if p.default is not p.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
+    data_options = {k: v for k, v in {**defaults, **spec.data_options}.items() if k not in ("path", "strict", "encoding")}
+    settings = {"task": spec.task, "preset": spec.preset, "model": spec.model, "hidden_size": hidden,
+                "model_options": model_options, **data_options}
+    if "columns" in meta:
+        settings["columns"] = list(meta["columns"])
+    if "sha256" in meta:
+        settings.update(data_sha256=meta["sha256"], data_file=meta.get("file"))
+    return settings
 
 
 def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dict, out: Path) -> None:
@@ -151,7 +231,10 @@ def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dic
     title = f"{spec.task}: {spec.model} (test RMSE {result['test_rmse']:.2e})"
     figure = "forecast.png" if task.plot == "forecast" else "predictions.png"
     if task.plot == "forecast":
-        plot_forecast(model, x_test, y_test, data["meta"], out / figure, title=title)
+        meta = data["meta"]
+        if meta.get("difference"):
+            meta = {**meta, "columns": [f"Δ {c}" for c in meta["columns"]]}
+        plot_forecast(model, x_test, y_test, meta, out / figure, title=title)
     elif task.plot == "scatter":
         plot_scatter(model, x_test, y_test, out / figure, title=title)
     elif task.plot == "phase":
