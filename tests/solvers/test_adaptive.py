@@ -180,6 +180,7 @@ def test_time_dependent_field_gets_per_sample_time():
     y0 = torch.tensor([[1.0], [-2.0]], dtype=F64)
     t = torch.linspace(0, 4, 9, dtype=F64)
     sol = odelab.solve(lambda s, y: torch.cos(s) * y, y0, t, rtol=1e-10, atol=1e-12)
+    # margin: measured 6.8e-10 (torch 2.13), ~15x below the bound
     assert (sol.y - y0.unsqueeze(1) * torch.exp(torch.sin(t)).view(1, -1, 1)).abs().max() < 1e-8
 
 
@@ -312,13 +313,14 @@ def test_linear_input_against_scipy():
         f = lambda s, y, b=b: [-y[0] + np.interp(s, sample_times.numpy(), u[b].numpy())]
         ref = solve_ivp(f, (0, 3), [0.0], method="DOP853", rtol=1e-12, atol=1e-12, t_eval=t.numpy(),
                         max_step=0.05).y[0]
+        # margin: measured 1.1e-11 since the knots are landing points (issue 12: it was 1.27e-7, failing)
         assert np.abs(sol.y[b, :, 0].numpy() - ref).max() < 1e-7
 
 
 def test_callable_input():
     sol = odelab.solve(lambda s, y, v: v, torch.zeros(2, 1, dtype=F64), torch.linspace(0, 2, 5, dtype=F64),
                        u=lambda s: torch.cos(s), rtol=1e-10, atol=1e-12)
-    assert (sol.y[:, :, 0] - torch.sin(torch.linspace(0, 2, 5, dtype=F64))).abs().max() < 1e-9
+    assert (sol.y[:, :, 0] - torch.sin(torch.linspace(0, 2, 5, dtype=F64))).abs().max() < 1e-9  # measured 5e-11
 
 
 # -- gradients -------------------------------------------------------------------------------------------
