@@ -5,6 +5,7 @@ parser and its ``run``; ``main`` parses and dispatches. Nothing in the package i
     odelab reproduce TASK ...              a paper's table, ours beside theirs (reproduce.py)
     odelab compare-schemes ...             one trained model under every scheme and step (compare_schemes.py)
     odelab stability ...                   gradients, state bounds, energy, eigenvalues, damping (stability.py)
+    odelab graph ...                       GraphCON / G²: node classification, sweeps, oversmoothing (graph.py)
 
 Every number is checked by argparse (``arguments.py``); a user's mistake is one line on stderr and exit code 2,
 Ctrl-C exits with 130.
@@ -14,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import compare_schemes, fit, reproduce, stability
+from . import compare_schemes, fit, graph, reproduce, stability
 
-COMMANDS = (fit, reproduce, compare_schemes, stability)
+COMMANDS = (fit, reproduce, compare_schemes, stability, graph)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """``odelab stability``: gradients vs lag, the LEM state bound, UnICORNN energy and inverse, eigenvalues along
 trajectories, LRC damping (``odelab.analysis.stability``).
 
-    odelab stability [--model lem,cornn,...] [--study gradients|lem-bound|unicornn|eigen|lrc-damping|all]
+    odelab stability [--model lem,cornn,...] [--study gradients|lem-bound|unicornn|eigen|lrc-damping|oversmoothing|graphcon-spectrum|all]
                      [--steps N] [--out DIR]
 """
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import plots, stability
+from ..analysis import oversmoothing, plots, stability
 from ..analysis.schemes import json_ready
 from ..models import cells
 from ..systems import UnICORNN
 from . import arguments
 
-STUDIES = ("gradients", "lem-bound", "unicornn", "eigen", "lrc-damping")
+STUDIES = ("gradients", "lem-bound", "unicornn", "eigen", "lrc-damping", "oversmoothing", "graphcon-spectrum")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
 STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
 BASELINES = ("lstm", "rnn")
@@ -98,12 +98,16 @@ def cmd_stability(args: argparse.Namespace) -> int:
         result = stability.damping_study()
         _write(out, "lrc_damping", result)
         plots.plot_damping(result, out / "lrc_damping.png")
-        print(f"\nLRC vs STC damping \n{'':4s}{'model':24s}{'ZC fine':>8s}{'E1 sign ch.':>12s}"
+        print(f"\nLRC vs STC damping (Farsang et al. 2024, §5.1)\n{'':4s}{'model':24s}{'ZC fine':>8s}{'E1 sign ch.':>12s}"
               f"{'|eig(I+J)|':>18s}")
         for label, setup in result.items():
             for name, row in setup["models"].items():
                 amp = ", ".join(f"{a:.3f}" for a in row["e1_amplification"])
                 print(f"{label:4s}{name:24s}{row['zero_crossings_fine']:8d}{row['sign_changes_e1']:12d}{amp:>18s}")
+    for name in ("oversmoothing", "graphcon-spectrum"):  # graphs (Rusch 2023, chs. 7-8): odelab.analysis.oversmoothing
+        if name in studies:
+            result = oversmoothing.run_study(name, str(out))
+            print(f"\n{name}: {result['files']['json']}, {result['files']['png']}")
     print(f"\n{time.perf_counter() - tic:.0f} s; results in {out}/")
     return 0
 
