@@ -78,7 +78,7 @@ def read_text(path: str | Path, encoding: str | None = None) -> tuple[bytes, str
     are not text of that encoding (UTF-8 by default)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"csv: no such file {_display(path)}")
+        raise ValueError(f"csv: {'not a file' if path.exists() else 'no such file'} {_display(path)}")
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -270,7 +270,9 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
             raise ValueError("csv: --strict: " + "; ".join(f"column {n!r} has {report['excluded'][n]}" for n in damaged)
                              + "; fix or fill those cells, or choose the columns with --columns")
         if not chosen:
-            reasons = "; ".join(f"{n!r}: {why}" for n, why in report["excluded"].items())
+            listed = list(report["excluded"].items())
+            reasons = "; ".join(f"{n[:40]!r}: {why[:120]}" for n, why in listed[:5])
+            reasons += f"; and {len(listed) - 5} more columns" if len(listed) > 5 else ""
             raise ValueError(f"csv: {_display(path)} has no column to model ({reasons}); name the columns with "
                              f"--columns, or fix or fill the bad cells")
         if report["excluded"]:

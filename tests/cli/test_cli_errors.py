@@ -381,3 +381,26 @@ def test_cli_sigint_in_a_real_process_exits_130_with_the_checkpoint(tmp_path):
     assert line.startswith("odelab: interrupted after epoch ") and "`--resume` continues from" in line
     epochs = int(line.split("after epoch ")[1].split(";")[0])
     assert torch.load(out / "checkpoint.pt", weights_only=True)["epoch"] + 1 == epochs
+
+
+def test_cli_resume_after_kill_9_is_exactly_the_uninterrupted_run(tmp_path):
+    path = write_csv(tmp_path / "s.csv", rows=200)
+    args = ["fit", "csv", "--csv", str(path), "--window", "16", "--model", "gru", "--hidden", "3", "--epochs", "10",
+            "--threads", "1", "--no-progress"]
+    killed = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "odelab"] + args + ["--out", str(killed)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoint.pt").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    process.kill()  # SIGKILL: no handler runs; the checkpoint on disk is whole (written atomically)
+    process.wait(timeout=60)
+    threads = torch.get_num_threads()
+    try:
+        assert main(args + ["--out", str(killed), "--resume"]) == 0
+        assert main(args + ["--out", str(tmp_path / "full")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    resumed, full = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("killed", "full"))
+    assert resumed["history"]["valid_rmse"] == full["history"]["valid_rmse"]
+    assert resumed["test_rmse"] == full["test_rmse"]
