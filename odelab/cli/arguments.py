@@ -39,6 +39,32 @@ def positive_float(text: str) -> float:
     return value
 
 
+def fraction(closed_upper: bool = True):
+    """An argparse type: a number in [0, 1] (or [0, 1) with ``closed_upper=False``: a dropout probability)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (0.0 <= value <= 1.0) or (not closed_upper and value == 1.0):
+            raise argparse.ArgumentTypeError(f"expected a number in [0, 1{']' if closed_upper else ')'}, got {text!r}")
+        return value
+
+    parse.__name__ = "fraction"
+    return parse
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def power_of_two(text: str) -> int:
     value = integer(1)(text)
     if value & (value - 1):

@@ -20,7 +20,7 @@ from ..data import load_graph, random_partition_graph, stochastic_block_model
 from ..data.graph_files import PLANETOID, WEBKB
 from ..models.graph import build_graph_model
 from ..training import graph as graph_training
-from .arguments import integer, positive_float, seed
+from .arguments import device, fraction, integer, non_negative_float, positive_float, seed
 
 GENERATED = ("partition", "sbm")
 
@@ -28,9 +28,9 @@ GENERATED = ("partition", "sbm")
 def _numbers(kind):
     def parse(text: str):
         try:
-            values = [kind(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+            values = [kind(v.strip()) for v in text.split(",") if v.strip()]
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers ({err}), got {text!r}") from None
         if not values:
             raise argparse.ArgumentTypeError("expected at least one value")
         return values
@@ -121,19 +121,19 @@ def add_command(subparsers) -> None:
     f.add_argument("--hidden", type=integer(1), default=64)
     f.add_argument("--epochs", type=integer(1), default=200)
     f.add_argument("--lr", type=positive_float, default=0.005)
-    f.add_argument("--weight-decay", type=float, default=5e-4)
-    f.add_argument("--dropout", type=float, default=0.0)
+    f.add_argument("--weight-decay", type=non_negative_float, default=5e-4)
+    f.add_argument("--dropout", type=fraction(closed_upper=False), default=0.0)
     f.add_argument("--classes", type=integer(2), default=5, help="generated graphs: number of classes")
     f.add_argument("--nodes-per-class", type=integer(1), default=200, help="generated graphs")
-    f.add_argument("--homophily", type=float, default=0.8, help="generated graphs: fraction of intra-class edges")
+    f.add_argument("--homophily", type=fraction(), default=0.8, help="generated graphs: fraction of intra-class edges")
     f.add_argument("--seed", type=seed, default=0)
-    f.add_argument("--device", default=None)
+    f.add_argument("--device", type=device, default=None)
     f.add_argument("--out", default="runs/graph-fit")
     f.add_argument("--no-progress", action="store_true")
     f.set_defaults(run=cmd_fit)
 
     d = sub.add_parser("depth-sweep", help="test accuracy vs depth (2 to 128 layers) on a generated graph")
-    d.add_argument("--depths", type=_numbers(int), default=[2, 4, 8, 16, 32, 64, 128])
+    d.add_argument("--depths", type=_numbers(integer(1)), default=[2, 4, 8, 16, 32, 64, 128])
     d.add_argument("--models", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
                    default=list(graph_training.DEFAULT_MODELS), help=models)
     d.add_argument("--epochs", type=integer(1), default=150)
@@ -143,7 +143,7 @@ def add_command(subparsers) -> None:
     d.set_defaults(run=cmd_depth)
 
     h = sub.add_parser("homophily-sweep", help="test accuracy vs homophily (0 to 0.99) on generated graphs")
-    h.add_argument("--homophilies", type=_numbers(float), default=[0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99])
+    h.add_argument("--homophilies", type=_numbers(fraction()), default=[0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99])
     h.add_argument("--models", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
                    default=list(graph_training.DEFAULT_MODELS), help=models)
     h.add_argument("--layers", type=integer(1), default=8)

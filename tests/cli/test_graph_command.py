@@ -33,3 +33,15 @@ def test_depth_sweep_writes_json_and_figure(tmp_path):
 def test_graph_fit_refuses_a_graph_without_test_nodes(capsys):
     assert main(["graph", "fit", "--nodes-per-class", "30", "--epochs", "1", "--no-progress"]) == 2
     assert "no node is left for testing" in capsys.readouterr().err
+
+
+def test_graph_numbers_are_validated_by_name(capsys):
+    import pytest
+
+    for argv, name in ((["fit", "--dropout", "1"], "--dropout"), (["fit", "--homophily", "1.5"], "--homophily"),
+                       (["fit", "--weight-decay", "-1"], "--weight-decay"), (["fit", "--layers", "0"], "--layers"),
+                       (["depth-sweep", "--depths", "2,0"], "--depths"), (["homophily-sweep", "--homophilies", "2"],
+                                                                          "--homophilies")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["graph", *argv])
+        assert exit_.value.code == 2 and name in capsys.readouterr().err
