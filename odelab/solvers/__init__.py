@@ -1,6 +1,7 @@
 """Schemes and drivers: how a system is stepped. ``solve`` (solve.py) dispatches to the drivers: fixed.py (ODEs),
-fixed_delay.py (DDEs, method of steps), adaptive.py (embedded RK pairs); recurrence.py is the sequence loop of
-a recurrent model."""
+fixed_delay.py (DDEs, method of steps), adaptive.py (embedded RK pairs); breakpoints.py says where every
+driver must step (input knots, ``tstops``/``jump_times``, their propagation through delays), reverse.py turns a
+solve backwards in time into a forward one; recurrence.py is the sequence loop of a recurrent model."""
 from .adaptive import ADAPTIVE_METHODS
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .recurrence import run_sequence
