@@ -41,7 +41,7 @@ import math
 from typing import Callable, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..systems.base import FunctionSystem, System, as_system, check_state
 from .adaptive import ADAPTIVE_METHODS, _horner, _Integrator, _Options
