@@ -77,6 +77,8 @@ bench: $(BENCH_STAMP)
 	$(PY) benchmarks/solvers.py
 	$(PY) benchmarks/enso_torchdde.py
 	$(PY) benchmarks/unicornn_memory.py --threads 1
+	$(PY) benchmarks/adjoint_memory.py
+	$(PY) benchmarks/graph_layer.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
