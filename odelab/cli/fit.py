@@ -64,7 +64,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     spec = FitSpec(args.task, args.model, args.preset, hidden=args.hidden, epochs=args.epochs, lr=args.lr,
                    batch_size=args.batch_size, clip=args.clip, seed=args.seed, model_options=model_options,
                    data_options=load_options(task, args), out=Path(args.out or f"runs/{args.task}-{args.model}"),
-                   resume=args.resume, progress=not args.no_progress)
+                   resume=args.resume, progress=not args.no_progress, engine=args.engine)
     try:
         spec.check()
         spec.device = init_distributed(args.device)
@@ -106,6 +106,9 @@ def add_command(subparsers) -> None:
                    help="continue from OUT/checkpoint.pt; any changed setting (data, model, options, hidden size, "
                         "horizon, preset, seed, lr, ...) is refused, a larger --epochs extends a finished run")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--engine", default="auto", choices=["auto", "generic", "fused", "cuda-graph"],
+                   help="how the cells run: a fused kernel where one exists (auto), the Python loop over the scheme "
+                        "(generic, the definition), a kernel or an error (fused), CUDA graphs (cuda-graph)")
     task = p.add_argument_group("task options")
     task.add_argument("--data-solver", choices=["odelab", "paper-exact"],
                       help="fhn: generate data with odelab's batched solver (default, tight tolerance) or the "

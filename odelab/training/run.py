@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..data.tasks import TASKS, Task, settings
-from ..models import SequenceRegressor, cells
+from ..models import Recurrent, SequenceRegressor, cells
 from .distributed import rank_and_world
 from .loop import CheckpointError, Interrupted, NonFiniteLoss, TrainConfig, fit, predict
 from .results import print_table, write_results
@@ -45,6 +45,7 @@ class FitSpec:
     out: Path | None = None
     resume: bool = False
     progress: bool = True
+    engine: str = "auto"  # Recurrent.engine of every layer: auto, generic, fused or cuda-graph (same results)
 
     def check(self) -> Task:
         """The task, after checking the names (before any data is loaded)."""
@@ -159,6 +160,11 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
     try:
         model = build_regressor(task, spec.model, x_test.shape[-1], hidden, y_test.shape[-1], model_options)
+        for layer in model.modules():
+            if isinstance(layer, Recurrent):
+                layer.engine = spec.engine
+                if spec.engine == "fused":  # refuse before training, not at the first batch
+                    layer.kernel(x_test[:1].to(device=config.device))
     except (TypeError, ValueError) as err:
         raise FitError(f"{spec.model} with options {model_options}: {err}") from None
     settings = run_settings(spec, task, hidden, model_options, meta)
@@ -174,7 +180,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
             raise FitError(f"interrupted after epoch {err.epochs}; nothing was saved", code=130) from None
         raise FitError(f"interrupted after epoch {err.epochs}; `--resume` continues from {err.checkpoint}",
                        code=130) from None
-    result.update(task=spec.task, model=spec.model, hidden_size=hidden, preset=spec.preset, target=task.target,
+    result.update(task=spec.task, model=spec.model, engine=spec.engine, hidden_size=hidden, preset=spec.preset, target=task.target,
                   parameters=sum(p.numel() for p in model.parameters()), data_options=spec.data_options,
                   model_options=model_options, wall_seconds=time.perf_counter() - tic,
                   test_sequences=int(x_test.shape[0]), settings=settings)

@@ -404,3 +404,25 @@ def test_cli_resume_after_kill_9_is_exactly_the_uninterrupted_run(tmp_path):
     resumed, full = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("killed", "full"))
     assert resumed["history"]["valid_rmse"] == full["history"]["valid_rmse"]
     assert resumed["test_rmse"] == full["test_rmse"]
+
+
+def test_engine_option_reaches_the_run_and_the_fused_kernel_trains_as_the_definition(tmp_path, monkeypatch, capsys):
+    """--engine generic and the default (the fused CPU kernel) train to the same test RMSE."""
+    import json
+
+    import odelab.data.tasks
+    from odelab.data import fitzhugh_nagumo
+    from odelab.cli import main
+
+    full = fitzhugh_nagumo(sizes=(("train", 8), ("valid", 4), ("test", 4)), cache=False)
+    data = {k: (x[:, :30].contiguous(), y[:, :30].contiguous()) for k, (x, y) in full.items()}
+    monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", lambda seed, **options: data)
+    rmse = {}
+    for engine in ("auto", "generic"):
+        out = tmp_path / engine
+        assert main(["fit", "fhn", "--model", "lem", "--hidden", "4", "--epochs", "2", "--no-progress",
+                     "--engine", engine, "--out", str(out)]) == 0
+        result = json.loads((out / "results.json").read_text())
+        assert result["engine"] == engine
+        rmse[engine] = result["test_rmse"]
+    assert abs(rmse["auto"] - rmse["generic"]) <= 1e-5 * rmse["generic"]
