@@ -409,7 +409,7 @@ class _Integrator:
         # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
         target = landing_points.index_select(0, landing)
         gap = target - t
-        landed = h >= gap
+        landed = (h >= gap) | (t + h >= target)  # also when t + h rounds onto the target (else a 0-length step next)
         h_step = torch.minimum(h, gap)
         t_land = torch.where(landed, target, t + h_step)
         t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
@@ -438,7 +438,8 @@ class _Integrator:
             factor = torch.nan_to_num(torch.add(prev, log_r2, alpha=-opts.alpha / 2).exp_(), nan=opts.factor_min)
             factor = torch.minimum(factor.clamp_(opts.factor_min, opts.factor_max),
                                    torch.where(accept, self.factor_bounds[1], self.factor_bounds[0]))
-            h_next = h_step * factor.to(h_step.dtype)
+            # a step of length 0 (a sample already on its landing point) keeps its proposal
+            h_next = torch.where(h_step > 0, h_step, h) * factor.to(h_step.dtype)
             if self.dt_max < math.inf:
                 h_next = h_next.clamp_max(self.dt_max)
             t_after = torch.where(accept, t_land, t)
