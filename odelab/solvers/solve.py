@@ -9,6 +9,7 @@ from torch import Tensor
 
 from ..systems.base import System, as_system, check_state
 from .adaptive import ADAPTIVE_METHODS
+from .adjoint import solve_with_adjoint
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
 from .breakpoints import user_times
@@ -38,6 +39,7 @@ def solve(
     tstops: Tensor | Sequence[float] | None = None,
     jump_times: Tensor | Sequence[float] | None = None,
     throw: bool = True,
+    adjoint: str | None = None,
     **options,
 ) -> Solution:
     """Integrate ``system`` from ``y0`` at ``t[0]`` and return the states at every time in ``t``.
@@ -67,9 +69,19 @@ def solve(
     For delay systems every breakpoint (and t0, where the history meets y0) is propagated through the
     delays, s + Σ n_i τ_i, up to the method's order.
 
+    Gradients: by default autograd differentiates through every step (exact discretise-then-optimise, memory
+    growing with the steps). ``adjoint="checkpoint"`` gives the same gradients with O(log n) memory
+    (recursive checkpointing; fixed-step and adaptive ODEs, fixed-step DDEs); ``adjoint="backsolve"`` is the
+    continuous adjoint, O(1) memory, gradients within the tolerance (explicit RK methods, ODEs without inputs).
+    See :mod:`odelab.solvers.adjoint`; ``adjoint_params=[...]`` names the tensors a plain callable closes over.
+
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
+    if adjoint is not None:
+        return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
+                                  interpolation=interpolation, dt=dt, history=history, tstops=tstops,
+                                  jump_times=jump_times, throw=throw, **options)
     is_callable = not isinstance(system, System)
     system, is_function = as_system(system, y0, has_input=u is not None)
     if is_function and isinstance(y0, Tensor) and y0.dim() != 2:
