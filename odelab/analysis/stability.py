@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from .. import systems
 from ..models import Recurrent, cells
 from ..solvers.field import Field
-from ..solvers.schemes import FIXED_SCHEMES, Scheme
+from ..solvers.schemes import Scheme
 from ..systems.base import State, System
 from .schemes import recurrent_layers
 

@@ -69,7 +69,7 @@ class Solution:
         return "; ".join(lines)
 
 
-def finish(system, t_tensor: Tensor, outputs: list[State], steps, nfe, extra_stats=None, status=None) -> Solution:
+def finish(system, t_tensor: Tensor, outputs: list[tuple[Tensor, ...]], steps, nfe, extra_stats=None, status=None) -> Solution:
     """Stack recorded states batch-first and attach per-sample stats and status (non-finite detection)."""
     ys = tuple(torch.stack(block, dim=1) for block in zip(*outputs))
     batch, device = ys[0].shape[0], ys[0].device

@@ -4,21 +4,17 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-import torch
 from torch import Tensor
 
-from ..systems.base import System, as_system, check_state
+from ..systems.base import System
 from .adaptive import ADAPTIVE_METHODS
 from .adjoint import solve_with_adjoint
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
-from .breakpoints import user_times
-from .grid import as_times
-from .inputs import InputPath, make_input
-from .reverse import Reversed, reverse_input
+from .inputs import InputPath
+from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
 from .solution import Solution, SolveError
-
 
 
 def available_methods() -> list[str]:
@@ -82,32 +78,9 @@ def solve(
         return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
                                   interpolation=interpolation, dt=dt, history=history, tstops=tstops,
                                   jump_times=jump_times, throw=throw, **options)
-    is_callable = not isinstance(system, System)
-    system, is_function = as_system(system, y0, has_input=u is not None)
-    if is_function and isinstance(y0, Tensor) and y0.dim() != 2:
-        raise ValueError(f"y0: expected shape (batch, d), got {tuple(y0.shape)}")
-    state = check_state(system, y0)
-    if not all(bool(torch.isfinite(x).all()) for x in state):
-        raise ValueError("y0: contains NaN or Inf")
-    t_tensor, times = as_times(t, allow_decreasing=True)
-    backwards = len(times) > 1 and times[1] < times[0]
-    if u is not None and u_times is None and isinstance(u, Tensor):
-        sample_times = times
-    else:
-        sample_times = as_times(u_times, "u_times", allow_decreasing=True)[1] if u_times is not None else times
-    if isinstance(u, Tensor) and len(sample_times) > 1 and sample_times[1] < sample_times[0]:
-        u, sample_times = u.flip(1) if u.dim() == 3 else u, sample_times[::-1]  # samples in increasing time
-    path = make_input(u, sample_times, system, state[0].shape[0], interpolation)
-    if system.input_size and path is None and not is_callable:
-        raise ValueError(f"u: {type(system).__name__} takes an input of size {system.input_size}; none was given")
-    stops, jumps = user_times(tstops, "tstops"), user_times(jump_times, "jump_times")
-
-    if backwards:
-        if system.is_delay:
-            raise ValueError(f"t: decreasing times (integration backwards) are supported for ODEs only; "
-                             f"{type(system).__name__} is a delay system")
-        system, path = Reversed(system), reverse_input(path)
-        times, stops, jumps = [-s for s in times], [-s for s in stops], [-s for s in jumps]
+    problem = prepare(system, y0, t, u, u_times, interpolation, tstops, jump_times)
+    system, state, t_tensor, times, path = problem.system, problem.state, problem.t_tensor, problem.times, problem.path
+    stops, jumps, backwards = problem.stops, problem.jumps, problem.backwards
 
     if isinstance(method, str) and method in ADAPTIVE_METHODS:
         if dt is not None:
