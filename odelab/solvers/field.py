@@ -67,12 +67,16 @@ class Field:
         return self.inp(self.time(t, like, tensor=True) if self.inp_tensor_time else t)
 
     def _args(self, t: float, like: Tensor) -> tuple:
-        u = self.input(t, like)
+        inp = self.inp
+        u = None if inp is None else inp(self.time(t, like, tensor=True) if self.inp_tensor_time else t)
         return (u,) if self.delayed is None else (u, *self.delayed(t))
 
     def time(self, t: float, like: Tensor, tensor: bool | None = None):
         """The time the system sees at the solver's time t (float64): t, or one ulp inside the step at a
         jump edge; a 0-dim tensor of ``like``'s dtype and device for plain callables."""
+        as_tensor = self.tensor_time if tensor is None else tensor
+        if self.edges is None and not as_tensor:  # the common case (every recurrent step): t itself
+            return t
         side = 0
         if self.edges is not None:
             ta, tb, start_jump, end_jump = self.edges
@@ -81,7 +85,7 @@ class Field:
                 t, side = ta, 1
             elif end_jump and abs(t - tb) <= tol:
                 t, side = tb, -1
-        if not (self.tensor_time if tensor is None else tensor):
+        if not as_tensor:
             return math.nextafter(t, side * math.inf) if side else t
         dtype = like.dtype if like.is_floating_point() else torch.get_default_dtype()
         value = torch.full((), t, dtype=dtype, device=like.device)
