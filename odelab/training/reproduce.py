@@ -1,35 +1,126 @@
-"""The papers' tables (``odelab reproduce fhn|enso|mackey-glass``): the models of the paper's table under the paper's protocol, our
-numbers next to the paper's.
+"""The papers' tables (``odelab reproduce TASK``): the models of the paper's table under the paper's protocol,
+over several seeds, our mean ± std next to the paper's number.
 
-Each model is one ``odelab fit TASK --model M --preset paper`` run in ``OUT/TASK-M`` (resumable: a finished run
-with the same settings is reused, a stopped one continues from its checkpoint). Papers' numbers, verbatim:
-FitzHugh--Nagumo test L² error (RMSE) ×10⁻² from Rusch et al. 2022, Table 4; ENSO and Mackey--Glass test MSE ×10⁻² from Erichson et al. 2025,
-Tables 4, 8 and 9. LRCU and UnICORNN were not in these tables ("—"). Our metric is computed on all test
+Each (model, seed) is one ``odelab fit TASK --model M --preset P --seed S`` run in its own folder of ``OUT``
+(resumable: a finished run with the same settings is reused, a shorter or stopped one continues from its
+checkpoint); ``OUT/TASK.json`` keeps one row per (model, preset, epochs, task options) with every seed's value.
+The papers' numbers are verbatim from their tables (see :data:`TABLES`); our metric is computed on all test
 sequences; MSE = RMSE².
 """
 from __future__ import annotations
 
+import inspect
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.tasks import TASKS
 from .run import FitError, FitSpec, run_fit
 
-PAPER = {
-    "fhn": ("RMSE", {"lstm": 1.2, "cornn": 0.4, "lem": 0.2, "lem-official": 0.2}),
-    "enso": ("MSE", {"lstm": 0.92, "gru": 0.53, "cornn": 4.00, "lem": 0.31, "delaygru": 0.2317, "taugru": 0.17}),
-    "mackey-glass": ("MSE", {"lstm": 0.6679, "gru": 0.4351, "cornn": 1.6835, "lem": 0.1430, "delaygru": 0.2772,
-                             "taugru": 0.1358}),
+DEFAULT_SEED = 1234
+
+
+@dataclass(frozen=True)
+class Table:
+    """A paper's table for one task: what is measured, in which unit, the paper's values per model (a value or
+    (mean, std)), per task-option reading where the paper has several columns (key ``"noise=0.1"``, ``""`` for
+    the task's defaults), the models we run, and the model the paper claims wins."""
+
+    metric: str  # "RMSE", "MSE", "accuracy" (higher is better) or "cross-entropy"
+    unit: str  # "×10⁻²", "%" or ""
+    source: str
+    paper: dict[str, dict[str, float | tuple[float, float]]]
+    models: tuple[str, ...]
+    winner: str | None = None  # the paper's claimed best model
+    note: str = ""
+    scale: float = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", {"×10⁻²": 100.0, "%": 100.0, "": 1.0}[self.unit])
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "accuracy"
+
+    def value(self, result: dict) -> float:
+        """Our number for a finished run's results.json, in the table's unit."""
+        if self.metric == "accuracy":
+            return result["test_accuracy"] * self.scale
+        if self.metric == "cross-entropy":
+            return result["test_loss"] * self.scale
+        return self.from_rmse(result["test_rmse"])
+
+    def from_rmse(self, rmse: float) -> float:
+        return (rmse if self.metric == "RMSE" else rmse ** 2) * self.scale
+
+    def baseline(self, value: float) -> float:
+        """A trivial predictor's number (an RMSE, or an accuracy / a loss for classification) in the table's unit."""
+        return value * self.scale if self.metric in ("accuracy", "cross-entropy") else self.from_rmse(value)
+
+
+TAU_GRU = "Erichson et al. 2025"
+TABLES = {
+    "fhn": Table("RMSE", "×10⁻²", "Rusch et al. 2022, Table 4",
+                 {"": {"lstm": 1.2, "cornn": 0.4, "lem": 0.2, "lem-official": 0.2}},
+                 ("lem", "lem-official", "cornn", "lstm", "lrcu-a", "unicornn"), "lem"),
+    "enso": Table("MSE", "×10⁻²", f"{TAU_GRU}, Table 4",
+                  {"": {"lstm": 0.92, "gru": 0.53, "cornn": 4.00, "lem": 0.31, "delaygru": 0.2317, "taugru": 0.17}},
+                  ("taugru", "delaygru", "lem", "gru", "lstm", "cornn", "lrcu-a", "unicornn"), "taugru",
+                  "the paper's forecast horizon is not stated; ours by default: one step ahead (see the horizon option)"),
+    "mackey-glass": Table("MSE", "×10⁻²", f"{TAU_GRU}, Table 8",
+                          {"": {"lstm": 0.6679, "gru": 0.4351, "cornn": 1.6835, "lem": 0.1430, "delaygru": 0.2772,
+                                "taugru": 0.1358}},
+                          ("taugru", "delaygru", "lem", "gru", "lstm", "cornn", "lrcu-a", "unicornn"), "taugru",
+                          "the paper's forecast horizon is not stated; ours by default: one step ahead"),
+    "adding": Table("MSE", "", f"{TAU_GRU}, Fig. 6 and Rusch et al. 2022, Fig. 2 (curves only, no numbers)", {"": {}},
+                    ("taugru", "lem", "cornn", "lstm", "gru"), "taugru"),
+    "spiral": Table("MSE", "", "Farsang et al. 2024, Fig. 9 (3 seeds; LRC with explicit Euler: our LRCU-A)",
+                    {"": {"lrcu-a": (0.009, 0.004), "node": (0.012, 0.005)}}, ("lrcu-a", "node"), "lrcu-a"),
+    "duffing": Table("MSE", "", "Farsang et al. 2024, Fig. 9 (3 seeds; LRC with explicit Euler: our LRCU-A)",
+                     {"": {"lrcu-a": (0.003, 0.001), "node": (0.142, 0.117)}}, ("lrcu-a", "node"), "lrcu-a"),
+    "frequency": Table("accuracy", "%", f"{TAU_GRU}, Table 5 (their GRU row is τ-GRU without delay)",
+                       {"noise=0": {"rnn": 97.1, "lstm": 100.0, "lem": 96.0, "gru": 95.0, "taugru": 100.0},
+                        "noise=0.1": {"rnn": 35.6, "lstm": 39.4, "lem": 54.1, "gru": 57.7, "taugru": 99.1}},
+                       ("taugru", "gru", "lstm", "lem"), "taugru"),
+    "copy": Table("cross-entropy", "", f"{TAU_GRU}, Fig. 7 (curves only, no numbers)", {"": {}},
+                  ("taugru", "lem", "lstm"), "taugru"),
 }
-EXTRA = ("lrcu-a", "unicornn")  # run beside the paper's models, no published number on these tasks
 
 
-def default_models(task: str) -> list[str]:
-    return [m for m in PAPER[task][1] if m != "lem-official"] + list(EXTRA)
+def available() -> list[str]:
+    """The tasks with a paper table and an ``odelab fit`` task."""
+    return sorted(t for t in TABLES if t in TASKS)
 
 
-def metric(result: dict, kind: str) -> float:
-    return result["test_rmse"] if kind == "RMSE" else result["test_rmse"] ** 2
+def option_key(options: dict) -> str:
+    """``{"noise": 0.1}`` -> ``"noise=0.1"`` (sorted; ``""`` for none): the table column and the folder suffix."""
+    return ",".join(f"{k}={v}" for k, v in sorted(options.items()))
+
+
+def parse_options(task: str, pairs: list[str]) -> dict:
+    """``["noise=0.1"]`` -> ``{"noise": 0.1}``, each value converted to the type of the task loader's default."""
+    defaults = {p.name: p.default for p in inspect.signature(TASKS[task].load).parameters.values()
+                if p.default is not p.empty}
+    options = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in defaults:
+            known = ", ".join(sorted(defaults)) or "none"
+            raise FitError(f"--option: expected KEY=VALUE with KEY an option of the task {task} ({known}), got {pair!r}")
+        kind = type(defaults[key]) if defaults[key] is not None else str
+        try:
+            options[key] = kind(text) if kind is not bool else text.lower() in ("1", "true", "yes")
+        except ValueError:
+            raise FitError(f"--option {key}: expected a {kind.__name__}, got {text!r}") from None
+    return options
+
+
+def run_folder(out: Path, task: str, model: str, preset: str, seed: int, options: dict) -> Path:
+    """``OUT/TASK[-OPTIONS]-MODEL[-PRESET][-seedS]``: the paper preset and the default seed add nothing."""
+    name = "-".join([task] + ([option_key(options)] if options else []) + [model]
+                    + ([preset] if preset != "paper" else []) + ([f"seed{seed}"] if seed != DEFAULT_SEED else []))
+    return out / name
 
 
 def _finished(run: Path, epochs: int, preset: str) -> dict | None:
@@ -44,47 +135,80 @@ def _finished(run: Path, epochs: int, preset: str) -> dict | None:
     return result
 
 
+def summary(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n − 1; 0 for one seed)."""
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return mean, std
+
+
 def reproduce(task: str, models: list[str] | None = None, epochs: int | None = None, preset: str = "paper",
-              seed: int = 1234, out: str | Path = "runs/reproduce", progress: bool = True) -> list[dict]:
-    """Run (or reuse, or extend) every model's ``odelab fit`` run and write ``OUT/TASK.json``; returns the rows."""
-    kind, paper = PAPER[task]
+              seed: int = DEFAULT_SEED, out: str | Path = "runs/reproduce", progress: bool = True, seeds: int = 1,
+              options: dict | None = None, device: str = "cpu") -> list[dict]:
+    """Run (or reuse, or extend) every (model, seed) ``odelab fit`` run — seeds ``seed, seed + 1, …`` — and
+    write ``OUT/TASK.json``; returns the new rows (one per model: every seed's value, mean, std)."""
+    table = TABLES[task]
+    options = dict(options or {})
     if preset not in TASKS[task].presets:
         raise FitError(f"--preset: choose from {', '.join(TASKS[task].presets)}")
-    epochs = epochs or TASKS[task].presets[preset]["epochs"]
+    paper_epochs = TASKS[task].presets[preset]["epochs"]
+    epochs = epochs or paper_epochs
+    column = option_key(options)
+    paper = table.paper.get(column, {})
     out = Path(out)
     rows = []
-    for model in models or default_models(task):
-        run = out / f"{task}-{model}" if preset == "paper" else out / f"{task}-{model}-{preset}"
-        result = _finished(run, epochs, preset)
-        if result is None:
-            spec = FitSpec(task, model, preset, epochs=epochs, seed=seed, out=run, resume=True, progress=progress)
-            try:
-                run_fit(spec)
-            except FitError as err:
-                print(f"odelab reproduce: {model} failed: {err}; see {run}")
-                continue
+    for model in models or list(table.models):
+        results = []
+        for s in range(seed, seed + seeds):
+            run = run_folder(out, task, model, preset, s, options)
             result = _finished(run, epochs, preset)
-        rows.append({"model": model, "preset": preset, "ours": metric(result, kind) * 100,
-                     "paper": paper.get(model),
-                     "epochs": result["config"]["epochs"], "best_epoch": result["best_epoch"],
-                     "parameters": result["parameters"], "wall_seconds": result["wall_seconds"]})
+            if result is None:
+                spec = FitSpec(task, model, preset, epochs=epochs, seed=s, out=run, resume=True, progress=progress,
+                               data_options=options, device=device)
+                try:
+                    run_fit(spec)
+                except FitError as err:
+                    print(f"odelab reproduce: {model} (seed {s}) failed: {err}; see {run}")
+                    continue
+                result = _finished(run, epochs, preset)
+            results.append(result)
+        if not results:
+            continue
+        values = [table.value(r) for r in results]
+        mean, std = summary(values)
+        reference = paper.get(model)
+        rows.append({"model": model, "preset": preset, "options": options, "epochs": epochs,
+                     "paper_epochs": paper_epochs, "seeds": [r["config"]["seed"] for r in results],
+                     "values": values, "ours": mean, "std": std,
+                     "paper": reference[0] if isinstance(reference, tuple) else reference,
+                     "paper_std": reference[1] if isinstance(reference, tuple) else None,
+                     "device": results[0]["config"]["device"],
+                     "best_epochs": [r["best_epoch"] for r in results], "parameters": results[0]["parameters"],
+                     "baselines": {k: table.baseline(v) for k, v in results[0].get("baselines", {}).items()},
+                     "wall_seconds": sum(r["wall_seconds"] for r in results) / len(results)})
 
-    print(f"\n{task} ({preset} preset): test {kind} ×10⁻² on all test sequences "
-          "(paper: verbatim from its table)")
-    print(f"{'model':10s}{'ours':>10s}{'paper':>10s}{'epochs':>8s}{'params':>8s}")
+    unit = f" {table.unit}" if table.unit else ""
+    print(f"\n{task}{f' ({column})' if column else ''}, {preset} preset, {epochs} epochs: test {table.metric}{unit} on "
+          f"all test sequences, mean ± std over seeds (paper: {table.source})")
+    print(f"{'model':14s}{'ours':>22s}{'seeds':>6s}{'paper':>10s}{'params':>8s}")
     for r in rows:
         paper_value = f"{r['paper']:.4g}" if r["paper"] is not None else "—"
-        print(f"{r['model']:10s}{r['ours']:10.4g}{paper_value:>10s}{r['epochs']:8d}{r['parameters']:8d}")
+        print(f"{r['model']:14s}{r['ours']:12.4g} ± {r['std']:<7.2g}{len(r['seeds']):6d}{paper_value:>10s}"
+              f"{r['parameters']:8d}")
     path = out / f"{task}.json"
-    table = merge_rows(json.loads(path.read_text())["rows"] if path.exists() else [], rows)
+    merged = merge_rows(json.loads(path.read_text())["rows"] if path.exists() else [], rows)
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"task": task, "metric": f"{kind} x1e-2", "rows": table}, indent=2))
-    print(f"written {path} ({len(table)} rows: earlier runs with other models, presets or epochs are kept)")
+    path.write_text(json.dumps({"task": task, "metric": table.metric, "unit": table.unit, "source": table.source,
+                                "rows": merged}, indent=2))
+    print(f"written {path} ({len(merged)} rows: earlier runs with other models, presets, epochs or options are kept)")
     return rows
 
 
+def row_key(row: dict) -> tuple:
+    return row["model"], row.get("preset", "paper"), row["epochs"], option_key(row.get("options", {}))
+
+
 def merge_rows(earlier: list[dict], new: list[dict]) -> list[dict]:
-    """The table's rows after this call: a row per (model, preset, epochs), the new one replacing an earlier."""
-    key = lambda row: (row["model"], row.get("preset", "paper"), row["epochs"])
-    replaced = {key(row) for row in new}
-    return [row for row in earlier if key(row) not in replaced] + new
+    """The table's rows after this call: a row per (model, preset, epochs, options), the new one replacing an earlier."""
+    replaced = {row_key(row) for row in new}
+    return [row for row in earlier if row_key(row) not in replaced] + new

@@ -32,3 +32,63 @@ def test_reproduce_runs_models_reuses_finished_runs_and_writes_the_table(tmp_pat
     assert extended["history"]["valid_rmse"][0] == run["history"]["valid_rmse"][0]
     table = json.loads((tmp_path / "fhn.json").read_text())["rows"]  # the 1-epoch rows are kept beside the 2-epoch ones
     assert sorted((r["model"], r["epochs"]) for r in table) == [("lem", 1), ("lem", 2), ("lstm", 1), ("lstm", 2)]
+
+
+def test_seeds_give_one_row_with_every_seed_and_the_sample_std(tmp_path, monkeypatch):
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    tiny = fitzhugh_nagumo(seed=1234, sizes=(("train", 4), ("valid", 3), ("test", 3)))
+    monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", lambda seed, **options: tiny)
+    argv = ["reproduce", "fhn", "--models", "lem", "--epochs", "1", "--seeds", "3", "--seed", "7",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    (row,) = json.loads((tmp_path / "fhn.json").read_text())["rows"]
+    assert row["seeds"] == [7, 8, 9] and row["epochs"] == 1 and row["paper_epochs"] == 400
+    runs = [json.loads((tmp_path / f"fhn-lem-seed{s}" / "results.json").read_text()) for s in (7, 8, 9)]
+    values = [r["test_rmse"] * 100 for r in runs]
+    assert row["values"] == pytest.approx(values)
+    assert len(set(values)) == 3  # the seeds differ (initialisation)
+    mean = sum(values) / 3
+    assert row["ours"] == pytest.approx(mean)
+    assert row["std"] == pytest.approx((sum((v - mean) ** 2 for v in values) / 2) ** 0.5)
+    assert row["baselines"]["linear extrapolation"] == pytest.approx(runs[0]["baselines"]["linear extrapolation"] * 100)
+
+
+def test_task_options_reach_the_loader_and_name_the_folder_and_the_column(tmp_path, monkeypatch):
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    tiny = fitzhugh_nagumo(seed=1234, sizes=(("train", 4), ("valid", 3), ("test", 3)))
+    seen = []
+
+    def load(seed, solver="odelab"):
+        seen.append(solver)
+        return tiny
+
+    monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", load)
+    argv = ["reproduce", "fhn", "--models", "lstm", "--epochs", "1", "--option", "solver=paper-exact",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    assert "paper-exact" in seen
+    (row,) = json.loads((tmp_path / "fhn.json").read_text())["rows"]
+    assert row["options"] == {"solver": "paper-exact"}
+    assert (tmp_path / "fhn-solver=paper-exact-lstm" / "results.json").exists()
+    assert main(argv[:-5] + ["--option", "colour=red", "--out", str(tmp_path)]) == 2  # not an option of the task
+
+
+def test_report_tables_every_task_marks_the_best_and_shortened_rows_and_fills_the_readme(tmp_path):
+    from odelab.training import report
+
+    rows = [{"model": m, "preset": "paper", "options": {}, "epochs": 60, "paper_epochs": 400, "seeds": [1, 2, 3],
+             "values": [v, v, v], "ours": v, "std": 0.0, "paper": p, "paper_std": None, "device": "cpu",
+             "parameters": 100, "baselines": {"persistence": 0.079}}
+            for m, v, p in (("taugru", 0.01, 0.17), ("lem", 0.005, 0.31), ("lstm", 0.03, 0.92))]
+    (tmp_path / "enso.json").write_text(json.dumps({"task": "enso", "rows": rows}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.BEGIN}\nold table 1.23\n{report.END}\nafter\n")
+    text = report.report(tmp_path, tmp_path / "fig", readme)
+    assert "**0.005 ± 0** (best)" in text  # LEM has the lowest MSE
+    assert "shortened: 60 of 400 epochs" in text
+    assert "the paper's winner is τ-GRU; here LEM wins" in text
+    assert "| baseline: persistence | 0.079 |" in text
+    assert (tmp_path / "fig" / "enso.png").stat().st_size > 1000
+    content = readme.read_text()
+    assert content.startswith("intro\n") and content.endswith("after\n") and "old table" not in content
+    assert "](fig/enso.png)" in content and (tmp_path / "REPORT.md").exists()

@@ -1,0 +1,158 @@
+"""``odelab reproduce --report``: every ``OUT/TASK.json`` of ``odelab reproduce`` as one markdown report (a table
+per task and task reading: ours mean ± std over seeds, epochs against the paper's, device, the paper's value,
+the trivial baselines, who wins) and one figure per task; optionally written into a README between markers, so
+that no number of the reproduction section is typed by hand."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .reproduce import TABLES, option_key
+
+BEGIN, END = "<!-- reproduce-report:begin -->", "<!-- reproduce-report:end -->"
+MODEL_NAMES = {"lem": "LEM", "lem-official": "LEM (official init)", "cornn": "coRNN", "lstm": "LSTM", "gru": "GRU",
+               "rnn": "tanh RNN", "taugru": "τ-GRU", "delaygru": "Delay GRU", "lrcu-a": "LRCU-A", "lrcu-s": "LRCU-S",
+               "unicornn": "UnICORNN", "node": "MLP neural ODE (dopri5)", "ltc": "LTC", "stc": "STC"}
+
+
+def load_tables(folder: Path) -> dict[str, dict]:
+    """``{task: table}`` of every ``TASK.json`` in ``folder`` whose task has a paper table, in TABLES' order."""
+    found = {}
+    for task in TABLES:
+        path = folder / f"{task}.json"
+        if path.exists():
+            found[task] = json.loads(path.read_text())
+    return found
+
+
+def protocol(row: dict) -> str:
+    label = "paper" if row["preset"] == "paper" else f"preset {row['preset']}"
+    if row["epochs"] != row.get("paper_epochs", row["epochs"]):
+        label += f", **shortened: {row['epochs']} of {row['paper_epochs']} epochs**"
+    return label
+
+
+def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Rows by (task options, preset, epochs): the rows one can rank against each other."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((option_key(row.get("options", {})), row["preset"], row["epochs"]), []).append(row)
+    return groups
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def winner(task: str, rows: list[dict]) -> dict:
+    table = TABLES[task]
+    return (max if table.higher_is_better else min)(rows, key=lambda r: r["ours"])
+
+
+def task_section(task: str, data: dict, figure: str | None) -> list[str]:
+    table = TABLES[task]
+    unit = f" {table.unit}" if table.unit else ""
+    lines = [f"### {task}: test {table.metric}{unit} ({'higher' if table.higher_is_better else 'lower'} is better)", "",
+             f"Paper: {table.source}." + (f" Note: {table.note}." if table.note else ""), ""]
+    order = {m: i for i, m in enumerate(table.models)}
+    for (column, preset, epochs), rows in _groups(data["rows"]).items():
+        rows = sorted(rows, key=lambda r: (order.get(r["model"], len(order)), r["model"]))
+        best = winner(task, rows)
+        reading = f"task option {column}" if column else "task defaults"
+        lines += [f"**{reading}; {protocol(rows[0])}**", "",
+                  "| model | ours (mean ± std) | seeds | epochs | device | paper | parameters |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            ours = f"{r['ours']:.3g} ± {r['std']:.2g}"
+            if r is best:
+                ours = f"**{ours}** (best)"
+            paper = _fmt(r.get("paper")) + (f" ± {r['paper_std']:.2g}" if r.get("paper_std") is not None else "")
+            lines.append(f"| {MODEL_NAMES.get(r['model'], r['model'])} | {ours} | {len(r['seeds'])} | {r['epochs']} | "
+                         f"{r.get('device', 'cpu')} | {paper} | {r['parameters']} |")
+        for name, value in (rows[0].get("baselines") or {}).items():
+            lines.append(f"| baseline: {name} | {value:.3g} | | | | | |")
+        lines.append("")
+        claimed = table.winner
+        if claimed is not None:
+            ran = {r["model"] for r in rows}
+            if claimed not in ran:
+                verdict = f"the paper's winner ({MODEL_NAMES.get(claimed, claimed)}) was not run in this protocol"
+            elif best["model"] == claimed:
+                verdict = f"the paper's winner, {MODEL_NAMES.get(claimed, claimed)}, wins here too"
+            else:
+                verdict = (f"the paper's winner is {MODEL_NAMES.get(claimed, claimed)}; here "
+                           f"{MODEL_NAMES.get(best['model'], best['model'])} wins")
+            lines += [f"Who wins: {verdict}.", ""]
+    if figure:
+        lines += [f"![{task}: ours (mean ± std over seeds) and the paper's values]({figure})", ""]
+    return lines
+
+
+def plot_task(task: str, data: dict, path: Path) -> None:
+    """One panel per (task options, preset, epochs): our mean ± std per model as bars, the paper's as markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = TABLES[task]
+    groups = _groups(data["rows"])
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.4), squeeze=False)
+    for ax, ((column, preset, epochs), rows) in zip(axes[0], groups.items()):
+        names = [MODEL_NAMES.get(r["model"], r["model"]) for r in rows]
+        x = range(len(rows))
+        ax.bar(x, [r["ours"] for r in rows], yerr=[r["std"] for r in rows], capsize=3, color="tab:blue", label="ours")
+        papers = [(i, r["paper"]) for i, r in enumerate(rows) if r.get("paper") is not None]
+        if papers:
+            ax.plot(*zip(*papers), "D", color="tab:red", label="paper")
+        values = [r["ours"] for r in rows] + [p for _, p in papers]
+        if not table.higher_is_better and min(values) > 0 and max(values) / min(values) > 30:
+            ax.set_yscale("log")
+        ax.set_xticks(list(x), names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel(f"{table.metric} {table.unit}".strip())
+        ax.set_title(f"{task}" + (f" ({column})" if column else "") + f", {preset}, {epochs} ep.", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(folder: str | Path = "runs/reproduce", figures: str | Path | None = None,
+           readme: str | Path | None = None) -> str:
+    """The markdown report of every table in ``folder`` (written to ``folder/REPORT.md``), figures in ``figures``
+    (default ``folder/figures``); with ``readme``, the text between its markers is replaced by the report (figure
+    links relative to the README)."""
+    folder = Path(folder)
+    tables = load_tables(folder)
+    if not tables:
+        raise FileNotFoundError(f"no reproduction tables (TASK.json from `odelab reproduce TASK`) in {folder}")
+    figures = Path(figures) if figures is not None else folder / "figures"
+    base = Path(readme).parent if readme is not None else folder
+    lines = ["Generated by `odelab reproduce --report` from the runs' results (test metric on all test sequences; "
+             "mean ± sample std over seeds). Rows marked shortened ran fewer epochs than the paper.", ""]
+    for task, data in tables.items():
+        path = figures / f"{task}.png"
+        plot_task(task, data, path)
+        lines += task_section(task, data, _relative(path, base))
+    text = "\n".join(lines)
+    (folder / "REPORT.md").write_text(text + "\n")
+    if readme is not None:
+        _replace_section(Path(readme), text)
+    return text
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _replace_section(readme: Path, text: str) -> None:
+    content = readme.read_text()
+    if BEGIN not in content or END not in content or content.index(BEGIN) > content.index(END):
+        raise ValueError(f"{readme}: no section between {BEGIN} and {END} to replace")
+    head, rest = content.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    readme.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
