@@ -13,6 +13,7 @@ from torch import nn
 
 from .. import systems
 from .baselines import GRU, LSTM, RNN
+from .neural_ode import node
 from .recurrent import Recurrent
 from .unicornn import UnICORNNStack
 
@@ -99,6 +100,9 @@ PRESETS = {
     "gru-ode": GRUODE,
     "taugru": partial(TauGRU, tau=20.0),  # τ = 20 steps: the paper's ENSO setting (Erichson et al. 2025, Table 10)
     "delaygru": partial(DelayGRU, tau=20.0),
+    "rnn": RNN,  # torch's tanh RNN (a baseline of the stability studies and of Erichson et al. 2025, Table 5)
+    # MLP neural ODE (Chen et al. 2018) + dopri5, hidden_size = the MLP width: the baseline of Farsang et al. 2024, §4.3
+    "node": node,
 }
 
 
@@ -151,9 +155,7 @@ def split_specs(text: str) -> list[str]:
 
 
 def build(spec: str, input_size: int, hidden_size: int, **keywords) -> nn.Module:
-    """The model of a spec (``"lem"``, ``"lem[dt=0.01]"``, :func:`parse_spec`) or ``"rnn"`` (torch's tanh RNN,
-    a baseline of the stability studies); ``keywords`` are added to the spec's (the spec wins)."""
-    if spec.strip() == "rnn":
-        return RNN(input_size, hidden_size)
+    """The model of a spec (``"lem"``, ``"lem[dt=0.01]"``, ``"rnn"``, :func:`parse_spec`); ``keywords`` are added
+    to the spec's (the spec wins)."""
     name, spec_keywords = parse_spec(spec)
     return PRESETS[name](input_size, hidden_size, **{**keywords, **spec_keywords})

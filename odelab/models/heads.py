@@ -1,4 +1,5 @@
-"""Readout heads: a recurrent body followed by a linear map to the task's outputs."""
+"""Readout heads: a recurrent body followed by a linear map to the task's outputs (or none, for a body whose
+outputs are already the prediction)."""
 from __future__ import annotations
 
 from torch import Tensor, nn
@@ -6,14 +7,26 @@ from torch import Tensor, nn
 
 class SequenceRegressor(nn.Module):
     """A recurrent body ``(outputs, state) = body(x)`` followed by a linear readout: at every step
-    (``last=False``, output ``(batch, time, out)``) or at the last step only (``last=True``, ``(batch, out)``)."""
+    (``last=False``, output ``(batch, time, out)``) or at the last step only (``last=True``, ``(batch, out)``).
+
+    A body with ``predicts_outputs = True`` (e.g. :class:`~odelab.models.neural_ode.NeuralODE`, whose state is
+    the observation) gets no readout (``nn.Identity``): ``hidden_size`` is then not used, and ``output_size``
+    must equal the body's ``output_size`` (ValueError otherwise)."""
 
     def __init__(self, body: nn.Module, hidden_size: int, output_size: int, last: bool = False):
         super().__init__()
         self.body = body
-        self.readout = nn.Linear(hidden_size, output_size)
         self.last = last
-        nn.init.kaiming_normal_(self.readout.weight)  # as the official LEM code
+        if getattr(body, "predicts_outputs", False):
+            produced = getattr(body, "output_size", None)
+            if produced != output_size:
+                raise ValueError(f"{type(body).__name__} predicts the outputs itself ({produced} features) and takes "
+                                 f"no readout, but the task has {output_size} output features; it fits tasks whose "
+                                 f"targets have the inputs' features")
+            self.readout = nn.Identity()
+        else:
+            self.readout = nn.Linear(hidden_size, output_size)
+            nn.init.kaiming_normal_(self.readout.weight)  # as the official LEM code
 
     def forward(self, x: Tensor) -> Tensor:
         outputs = self.body(x)[0]
