@@ -1,11 +1,12 @@
 """Sequence models: ``Recurrent`` (a system + a scheme + a step), the published cells (``cells``), the UnICORNN
-stack, torch.nn baselines and readout heads."""
+stack, torch.nn baselines, the MLP neural ODE and readout heads."""
 from . import cells
 from .baselines import GRU, LSTM, RNN
 from .cells import PRESETS, build
 from .heads import SequenceRegressor
+from .neural_ode import NeuralODE
 from .recurrent import Recurrent
 from .unicornn import ReversibleUnICORNN, UnICORNNStack
 
 __all__ = ["Recurrent", "cells", "PRESETS", "build", "SequenceRegressor", "UnICORNNStack", "ReversibleUnICORNN",
-           "LSTM", "GRU", "RNN"]
+           "LSTM", "GRU", "RNN", "NeuralODE"]
