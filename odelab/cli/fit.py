@@ -3,6 +3,8 @@
     odelab fit TASK --model M [--preset quick|paper] [--epochs N] [--seed S] [--device cuda] [--out DIR]
                [--model-option KEY=VALUE ...]   (e.g. --model-option dt=0.1 --model-option gamma=2)
     odelab fit csv --csv PATH [--columns A,B] [--strict] [--encoding E] [--difference] [--horizon H] [--window W]
+    odelab fit enso|mackey-glass [--horizon H] [--stride K]     odelab fit adding|copy [--length N]
+    odelab fit frequency [--noise SIGMA]       (frequency, copy: classification, accuracy and cross-entropy)
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -25,7 +27,8 @@ from ..training.distributed import init_distributed, rank_and_world
 from . import arguments
 
 # argparse dests of task options
-TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference")
+TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference",
+                "stride", "noise")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -113,7 +116,12 @@ def add_command(subparsers) -> None:
     task.add_argument("--data-solver", choices=["odelab", "paper-exact"],
                       help="fhn: generate data with odelab's batched solver (default, tight tolerance) or the "
                            "official scipy recipe")
-    task.add_argument("--length", type=arguments.integer(2), help="adding: sequence length N (>= 2, default 2000)")
+    task.add_argument("--length", type=arguments.integer(2),
+                      help="adding: sequence length N (>= 2, default 2000); copy: the delay T over which the 10 "
+                           "symbols are remembered (>= 2, default 1000; sequences of T + 20 steps)")
+    task.add_argument("--noise", type=arguments.non_negative_float,
+                      help="frequency: standard deviation σ of the Gaussian noise added to each sample (>= 0, "
+                           "default 0.1; the paper: 0 and 0.1)")
     task.add_argument("--csv", help="csv: path of the CSV file (header row, one row per time step; the delimiter "
                                     ", ; tab or | is sniffed)")
     task.add_argument("--columns", help="csv: comma-separated columns to model (default: every numeric column "
@@ -127,7 +135,11 @@ def add_command(subparsers) -> None:
     task.add_argument("--difference", action="store_true", default=None,
                       help="csv: model the increments s[n+1] − s[n] (trending series); the per-column test RMSE "
                            "stays in the file's units")
-    task.add_argument("--horizon", type=arguments.integer(1), help="csv: forecast horizon H (>= 1, default 1: one "
-                                                                   "step ahead)")
+    task.add_argument("--horizon", type=arguments.integer(1),
+                      help="csv, enso, mackey-glass: forecast horizon H (>= 1, default 1: one step ahead; enso, "
+                           "mackey-glass: H kept samples ahead, see --stride)")
+    task.add_argument("--stride", type=arguments.integer(1),
+                      help="enso, mackey-glass: keep every K-th sample of the series (>= 1, default 1: spacing 0.1 "
+                           "for enso, 0.25 for mackey-glass, times K)")
     task.add_argument("--window", type=arguments.integer(2), help="csv: training window length (>= 2, default 64)")
     p.set_defaults(run=cmd_fit, error=p.error)

@@ -1,13 +1,15 @@
 """Data: sequence tasks generated offline with odelab's solvers and cached on disk; generated graphs and readers of
 local graph files (never downloaded)."""
 from .adding import adding
+from .copy import copy_task
 from .csv_series import csv_series
 from .delay_oscillators import enso, mackey_glass
 from .fhn import fitzhugh_nagumo
+from .frequency import frequency
 from .graph_files import load_graph, load_planetoid, load_webkb
 from .graphs import GraphData, grid_graph, homophily, random_partition_graph, stochastic_block_model
 from .neural_ode import duffing, spiral
 
-__all__ = ["fitzhugh_nagumo", "enso", "mackey_glass", "adding", "spiral", "duffing", "csv_series", "GraphData",
+__all__ = ["fitzhugh_nagumo", "enso", "mackey_glass", "adding", "frequency", "copy_task", "spiral", "duffing", "csv_series", "GraphData",
            "grid_graph", "random_partition_graph", "stochastic_block_model", "homophily", "load_planetoid",
            "load_webkb", "load_graph"]

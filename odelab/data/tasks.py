@@ -12,7 +12,19 @@ protocol where one exists:
   else τ = 0.45 N) with LEM's batch 50 and Δt = 1/√N (Rusch et al. 2022, Table 8, App. B.1);
 * spiral, duffing: Farsang et al. 2024, Table 3 (RMSprop lr 1e-3, batch 16, 1000 / 2000 iterations, rounded up to 16 / 32 epochs of our
   1024 windows; d = 16);
+* frequency (classification): Erichson et al. 2025, §5, Table 5 gives no hyperparameters; ours: d = 128 (Table 10's
+  width for every long-sequence task), Adam lr 1e-3 (inside Table 10's range 5e-4 … 1e-2), batch 32, 50 epochs (the
+  paper: τ-GRU at 100 % within 3 epochs without noise and 99 % after 15 with noise, the baselines needing 11–45
+  epochs); τ-GRU / Delay GRU τ = 10 steps (ours: the paper's value for its other short-window tasks, HAR-2 and
+  Mackey–Glass);
+* copy (classification): Erichson et al. 2025, App. F.1, Fig. 7 gives no hyperparameters; ours: d = 128, Adam lr
+  1e-3, batch 64, 100 epochs of 2000 sequences (≈ 3100 steps); τ-GRU / Delay GRU τ = T + 10 (the delay joins each
+  symbol's input step to its output step), LEM Δt = 1/√(T + 20) (the adding task's rule for long sequences);
 * csv: no paper; ``quick`` only.
+
+Classification tasks (``loss="cross_entropy"``) have int64 class targets and a model with ``classes`` logits; their
+runs report accuracy and cross-entropy, and their ``baselines`` return an accuracy (a fraction) or, where
+``baseline_metrics`` says ``"cross-entropy"``, a mean cross-entropy in nats per predicted symbol.
 """
 from __future__ import annotations
 
@@ -23,9 +35,11 @@ from typing import Callable
 from torch import Tensor
 
 from .adding import adding
+from .copy import copy_task, memoryless_cross_entropy, recalled_accuracy
 from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse_by_column
 from .delay_oscillators import enso, mackey_glass
 from .fhn import fitzhugh_nagumo
+from .frequency import chance_accuracy, frequency
 from .neural_ode import duffing, initial_state_rmse, spiral
 
 
@@ -36,10 +50,14 @@ class Task:
     ``load(seed, **options) -> {"train"|"valid"|"test": (inputs, targets), optionally "meta": dict}``;
     ``options`` maps a keyword of ``load`` to the CLI option (argparse destination) that sets it;
     ``model_options(model, options)`` gives extra constructor keywords for a model (e.g. τ-GRU's τ);
-    ``baselines`` name -> ``f(data) -> test RMSE`` of a trivial predictor the model must beat;
+    ``baselines`` name -> ``f(data) -> test RMSE`` of a trivial predictor the model must beat (classification:
+    its test accuracy, or its mean cross-entropy where ``baseline_metrics[name] == "cross-entropy"``);
     ``report(test_predictions, data)`` optional extra entries for results.json;
     ``target``: ``"sequence"`` (a target at every step) or ``"last"`` (one target per sequence, read from the
-    last step); ``plot``: ``"series"``, ``"phase"``, ``"scatter"`` or ``"forecast"``.
+    last step); ``loss``: ``"mse"`` (regression, float targets) or ``"cross_entropy"`` (classification: int64
+    class targets (N,) or (N, T), ``classes`` logits per prediction); ``plot``: ``"series"``, ``"phase"``,
+    ``"scatter"``, ``"forecast"``, ``"classes"`` (confusion matrix and accuracy per class) or ``"symbols"``
+    (decoded sequences).
     """
 
     name: str
@@ -53,6 +71,23 @@ class Task:
     target: str = "sequence"
     plot: str = "series"
     sample_dt: float = 1.0  # time between samples, for plots
+    loss: str = "mse"
+    classes: int | None = None
+    baseline_metrics: dict[str, str] = field(default_factory=dict)  # classification: name -> "cross-entropy"
+
+    def __post_init__(self):
+        if self.target not in ("sequence", "last"):
+            raise ValueError(f"Task {self.name}: target: expected 'sequence' or 'last', got {self.target!r}")
+        if self.loss not in ("mse", "cross_entropy"):
+            raise ValueError(f"Task {self.name}: loss: expected 'mse' or 'cross_entropy', got {self.loss!r}")
+        if self.loss == "cross_entropy" and (not isinstance(self.classes, int) or self.classes < 2):
+            raise ValueError(f"Task {self.name}: a cross-entropy task needs classes >= 2, got {self.classes!r}")
+        if self.loss == "mse" and self.classes is not None:
+            raise ValueError(f"Task {self.name}: classes is for cross-entropy tasks, not {self.loss!r}")
+
+    @property
+    def classification(self) -> bool:
+        return self.loss == "cross_entropy"
 
 
 def settings(task: Task, preset: str, model: str) -> dict:
@@ -92,6 +127,19 @@ def _adding_models(model: str, options: dict) -> dict:
     return {}
 
 
+def _copy_models(model: str, options: dict) -> dict:
+    length = options.get("length", 1000)
+    if model in ("taugru", "delaygru"):
+        return {"tau": float(length + 10)}  # symbol k enters at step k and is due at step T + 10 + k
+    if model == "lem":
+        return {"dt": 1.0 / math.sqrt(length + 20)}
+    return {}
+
+
+def _neural_ode_models(model: str, options: dict) -> dict:
+    return {"dt": 25.0 / 999} if model == "node" else {}  # the data's sample spacing
+
+
 def _delay_presets() -> dict[str, dict]:
     return {"paper": dict(hidden_size=16, epochs=400, lr=0.01, batch_size=32),
             "quick": dict(hidden_size=16, epochs=30, lr=0.01, batch_size=32)}
@@ -120,9 +168,12 @@ TASKS = {
         baselines={"linear extrapolation": ONE_STEP_BASELINES["linear extrapolation"]},
         sample_dt=0.4,
     ),
-    "enso": Task("enso", load=lambda seed: enso(seed=seed), presets=_delay_presets(),
+    "enso": Task("enso", load=lambda seed, horizon=1, stride=1: enso(seed=seed, horizon=horizon, stride=stride),
+                 presets=_delay_presets(), options={"horizon": "horizon", "stride": "stride"},
                  model_options=_delay_models(20.0), baselines=ONE_STEP_BASELINES, sample_dt=0.1),
-    "mackey-glass": Task("mackey-glass", load=lambda seed: mackey_glass(seed=seed), presets=_delay_presets(),
+    "mackey-glass": Task("mackey-glass",
+                         load=lambda seed, horizon=1, stride=1: mackey_glass(seed=seed, horizon=horizon, stride=stride),
+                         presets=_delay_presets(), options={"horizon": "horizon", "stride": "stride"},
                          model_options=_delay_models(10.0), baselines=ONE_STEP_BASELINES, sample_dt=0.25),
     "adding": Task(
         "adding",
@@ -136,13 +187,43 @@ TASKS = {
         plot="scatter",
     ),
     "spiral": Task("spiral", load=lambda seed: spiral(seed=seed), presets=_neural_ode_presets(1000),
+                   model_options=_neural_ode_models,
                    baselines={"initial state (persistence)": lambda data: initial_state_rmse(*data["test"]),
                               "mean predictor": mean_predictor_rmse},
                    plot="phase", sample_dt=25.0 / 999),
     "duffing": Task("duffing", load=lambda seed: duffing(seed=seed), presets=_neural_ode_presets(2000),
+                    model_options=_neural_ode_models,
                     baselines={"initial state (persistence)": lambda data: initial_state_rmse(*data["test"]),
                                "mean predictor": mean_predictor_rmse},
                     plot="phase", sample_dt=25.0 / 999),
+    "frequency": Task(
+        "frequency",
+        load=lambda seed, noise=0.1: frequency(noise=noise, seed=seed),
+        presets={"paper": dict(hidden_size=128, epochs=50, lr=1e-3, batch_size=32),
+                 "quick": dict(hidden_size=32, epochs=5, lr=3e-3, batch_size=32)},
+        options={"noise": "noise"},
+        model_options=_delay_models(10.0),
+        baselines={"chance": chance_accuracy},
+        target="last",
+        loss="cross_entropy",
+        classes=100,
+        plot="classes",
+        sample_dt=1.0 / 999,
+    ),
+    "copy": Task(
+        "copy",
+        load=lambda seed, length=1000: copy_task(length=length, seed=seed),
+        presets={"paper": dict(hidden_size=128, epochs=100, lr=1e-3, batch_size=64),
+                 "quick": dict(hidden_size=32, epochs=2, lr=3e-3, batch_size=32)},
+        options={"length": "length"},
+        model_options=_copy_models,
+        baselines={"memoryless": lambda data: memoryless_cross_entropy(data["test"][1].shape[1] - 20)},
+        baseline_metrics={"memoryless": "cross-entropy"},
+        report=lambda logits, data: {"test_recalled_accuracy": recalled_accuracy(logits, data)},
+        loss="cross_entropy",
+        classes=10,
+        plot="symbols",
+    ),
     "csv": Task(
         "csv",
         load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False:

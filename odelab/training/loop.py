@@ -1,7 +1,9 @@
-"""Training loop for sequence regression: model selection on validation RMSE, atomic checkpoints every epoch,
-exact resume, a clear stop on a non-finite loss, results as JSON + CSV, and data-parallel training across
-processes (``torch.distributed``, launched by ``torchrun``): every rank takes a disjoint shard of each global
-batch, the gradients are summed across ranks, so the update equals the single-process one on that batch."""
+"""Training loop for sequence regression (MSE; model selection on validation RMSE) and classification (mean
+cross-entropy over the predicted symbols; model selection on validation accuracy, ties broken by the lower
+validation loss): atomic checkpoints every epoch, exact resume, a clear stop on a non-finite loss, results as
+JSON + CSV, and data-parallel training across processes (``torch.distributed``, launched by ``torchrun``): every
+rank takes a disjoint shard of each global batch, the gradients are summed across ranks, so the update equals the
+single-process one on that batch."""
 from __future__ import annotations
 
 import copy
@@ -14,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from ..data.cache import atomic_save
@@ -55,12 +58,54 @@ class Interrupted(Exception):
 CHECKPOINT_KEYS = ("model", "optimizer", "shuffle", "history", "best", "epoch", "elapsed")
 
 
+LOSSES = ("mse", "cross_entropy")
+
+
 @dataclass
 class History:
     epoch: list[int] = field(default_factory=list)
     train_rmse: list[float] = field(default_factory=list)
     valid_rmse: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ClassificationHistory:
+    """Per epoch: mean cross-entropy (nats per predicted symbol) and accuracy (fraction) on train and validation."""
+
+    epoch: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    valid_loss: list[float] = field(default_factory=list)
+    train_accuracy: list[float] = field(default_factory=list)
+    valid_accuracy: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+def check_targets(data: dict, loss: str) -> None:
+    """ValueError naming the split when a classification target is not int64 class indices of shape (N,) (one
+    class per sequence) or (N, T) (one per step of the input (N, T, features)), or is negative."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss: expected one of {', '.join(LOSSES)}, got {loss!r}")
+    if loss != "cross_entropy":
+        return
+    for split in ("train", "valid", "test"):
+        if split not in data:
+            continue
+        x, y = data[split]
+        if y.dtype != torch.int64:
+            raise ValueError(f"{split} targets: a classification task (cross-entropy) needs int64 class indices, "
+                             f"got {y.dtype} (a float target is a regression task)")
+        if tuple(y.shape) not in (tuple(x.shape[:1]), tuple(x.shape[:2])):
+            raise ValueError(f"{split} targets: expected class indices of shape {tuple(x.shape[:1])} (one per "
+                             f"sequence) or {tuple(x.shape[:2])} (one per step) for inputs {tuple(x.shape)}, got "
+                             f"{tuple(y.shape)}")
+        if y.numel() and int(y.min()) < 0:
+            raise ValueError(f"{split} targets: class indices must be >= 0, got {int(y.min())}")
+
+
+def cross_entropy_sum(logits: Tensor, y: Tensor) -> Tensor:
+    """Summed cross-entropy of ``logits`` (..., classes) against class indices ``y`` (...)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
 
 
 @torch.no_grad()
@@ -86,9 +131,42 @@ def rmse(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str) -
     return math.sqrt(float(sums[0] / sums[1]))
 
 
+@torch.no_grad()
+def classification_scores(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str) -> tuple[float, float]:
+    """(mean cross-entropy in nats per predicted symbol, accuracy = fraction of symbols whose largest logit is the
+    target) over ALL sequences; in data-parallel training each rank takes every world-th chunk, sums all-reduced."""
+    model.eval()
+    rank, world = rank_and_world()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # cross-entropy, correct, count
+    for i in range(rank * batch_size, x.shape[0], world * batch_size):
+        xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
+        logits = model(xb)
+        sums[0] += cross_entropy_sum(logits, yb).double()
+        sums[1] += (logits.argmax(-1) == yb).sum().double()
+        sums[2] += yb.numel()
+    if world > 1:
+        dist.all_reduce(sums)
+    return float(sums[0] / sums[2]), float(sums[1] / sums[2])
+
+
+def _better(candidate: dict, best: dict, classification: bool) -> bool:
+    """Regression: lower validation RMSE. Classification: higher validation accuracy, then lower validation loss."""
+    if not classification:
+        return candidate["valid_rmse"] < best["valid_rmse"]
+    return (candidate["valid_accuracy"], -candidate["valid_loss"]) > (best["valid_accuracy"], -best["valid_loss"])
+
+
 def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path | None = None,
-        resume: bool = False, progress: bool = True, settings: dict | None = None) -> dict:
-    """Train on MSE with ``config.optimizer``; keep the parameters of the best validation epoch; return a result dict.
+        resume: bool = False, progress: bool = True, settings: dict | None = None, loss: str = "mse") -> dict:
+    """Train with ``config.optimizer`` on ``loss``; keep the parameters of the best validation epoch; return a result
+    dict (``"metric"``: ``"rmse"`` or ``"accuracy"``).
+
+    ``loss="mse"``: float targets shaped like the outputs; the best epoch has the lowest validation RMSE; the result
+    has ``valid_rmse`` and ``test_rmse``. ``loss="cross_entropy"``: the outputs are logits (..., classes), the
+    targets int64 class indices (N,) or (N, T) (see :func:`check_targets`); the loss is the mean cross-entropy per
+    predicted symbol; the best epoch has the highest validation accuracy (ties: the lower validation loss); the
+    result has ``valid_accuracy``, ``valid_loss``, ``test_accuracy`` (fraction in [0, 1]) and ``test_loss`` (nats
+    per predicted symbol), the history the loss and accuracy of train and validation per epoch.
 
     With ``out_dir``, a checkpoint (model, optimizer, shuffling RNG, history, best state) is written atomically
     after every epoch; ``resume=True`` continues from it and ends with exactly the uninterrupted result.
@@ -104,6 +182,8 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     """
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZERS)}, got {config.optimizer!r}")
+    check_targets(data, loss)
+    classification = loss == "cross_entropy"
     rank, world = rank_and_world()
     device = config.device
     model.to(device)
@@ -112,7 +192,9 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     x_valid, y_valid = (t.to(device) for t in data["valid"])
     optimizer = OPTIMIZERS[config.optimizer](parameters, lr=config.lr)
     shuffle = torch.Generator().manual_seed(config.seed)
-    history, best, start_epoch, elapsed = History(), {"valid_rmse": math.inf, "epoch": -1, "state": None}, 0, 0.0
+    history, start_epoch, elapsed = (ClassificationHistory() if classification else History()), 0, 0.0
+    best = ({"valid_accuracy": -math.inf, "valid_loss": math.inf, "epoch": -1, "state": None} if classification
+            else {"valid_rmse": math.inf, "epoch": -1, "state": None})
     checkpoint = Path(out_dir) / "checkpoint.pt" if out_dir is not None else None
     if resume and checkpoint is not None and checkpoint.exists():
         saved = load_checkpoint(checkpoint, device)
@@ -125,7 +207,12 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
             reason = str(err).strip().splitlines()[0][:200]
             raise CheckpointError(f"cannot resume from {checkpoint}: it holds another model ({reason}); use another "
                                   "--out, or the settings of that run") from None
-        history = History(**saved["history"])
+        try:
+            history = type(history)(**saved["history"])
+        except TypeError:
+            kind = "classification" if classification else "regression"
+            raise CheckpointError(f"cannot resume from {checkpoint}: it is not a {kind} run; use another --out, or "
+                                  "the settings of that run") from None
         best = saved["best"]
         start_epoch, elapsed = saved["epoch"] + 1, saved["elapsed"]
     if world > 1:  # every rank starts from rank 0's weights
@@ -146,10 +233,13 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                 mine = batch[rank::world].to(device)
                 optimizer.zero_grad(set_to_none=True)
                 if mine.numel():
-                    loss = ((model(x_train[mine]) - y_train[mine]) ** 2).sum() / (batch.numel() * per_sequence)
+                    outputs = model(x_train[mine])
+                    summed = (cross_entropy_sum(outputs, y_train[mine]) if classification
+                              else ((outputs - y_train[mine]) ** 2).sum())
+                    batch_loss = summed / (batch.numel() * per_sequence)
                 else:  # more ranks than rows in this batch: contribute nothing
-                    loss = torch.zeros((), device=device, requires_grad=True)
-                total = loss.detach().clone()
+                    batch_loss = torch.zeros((), device=device, requires_grad=True)
+                total = batch_loss.detach().clone()
                 if world > 1:
                     dist.all_reduce(total)
                 if not torch.isfinite(total):
@@ -157,22 +247,37 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                     where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
                     raise NonFiniteLoss(f"loss became {total.item()} at epoch {epoch + 1}, batch "
                                         f"{i // config.batch_size + 1} (try a smaller lr or --clip){where}")
-                loss.backward()
+                batch_loss.backward()
                 if world > 1:
                     sum_gradients(parameters)
                 if config.clip is not None:
                     nn.utils.clip_grad_norm_(parameters, config.clip)
                 optimizer.step()
-            train = rmse(model, x_train, y_train, config.eval_batch_size, device)
-            valid = rmse(model, x_valid, y_valid, config.eval_batch_size, device)
+            if classification:
+                train_loss, train_accuracy = classification_scores(model, x_train, y_train, config.eval_batch_size,
+                                                                    device)
+                valid_loss, valid_accuracy = classification_scores(model, x_valid, y_valid, config.eval_batch_size,
+                                                                    device)
+                scores = {"valid_accuracy": valid_accuracy, "valid_loss": valid_loss}
+                history.train_loss.append(train_loss)
+                history.valid_loss.append(valid_loss)
+                history.train_accuracy.append(train_accuracy)
+                history.valid_accuracy.append(valid_accuracy)
+                postfix = dict(loss=f"{train_loss:.3f}", valid=f"{valid_accuracy:.1%}")
+            else:
+                train = rmse(model, x_train, y_train, config.eval_batch_size, device)
+                valid = rmse(model, x_valid, y_valid, config.eval_batch_size, device)
+                scores = {"valid_rmse": valid}
+                history.train_rmse.append(train)
+                history.valid_rmse.append(valid)
+                postfix = dict(train=f"{train:.2e}", valid=f"{valid:.2e}")
             elapsed += time.perf_counter() - tic
             history.epoch.append(epoch + 1)
-            history.train_rmse.append(train)
-            history.valid_rmse.append(valid)
             history.seconds.append(elapsed)
-            if valid < best["valid_rmse"]:
-                best = {"valid_rmse": valid, "epoch": epoch + 1, "state": copy.deepcopy(model.state_dict())}
-            bar.set_postfix(train=f"{train:.2e}", valid=f"{valid:.2e}", best=f"{best['valid_rmse']:.2e}")
+            if _better(scores, best, classification):
+                best = {**scores, "epoch": epoch + 1, "state": copy.deepcopy(model.state_dict())}
+            best_text = f"{best['valid_accuracy']:.1%}" if classification else f"{best['valid_rmse']:.2e}"
+            bar.set_postfix(**postfix, best=best_text)
             if checkpoint is not None and rank == 0:
                 atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                              "shuffle": shuffle.get_state(), "history": asdict(history), "best": best, "epoch": epoch,
@@ -185,9 +290,15 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
 
     if best["state"] is not None:
         model.load_state_dict(best["state"])
+    if classification:
+        test_loss, test_accuracy = classification_scores(model, *data["test"], config.eval_batch_size, device)
+        return {"config": asdict(config), "best_epoch": best["epoch"], "valid_accuracy": best["valid_accuracy"],
+                "valid_loss": best["valid_loss"], "test_accuracy": test_accuracy, "test_loss": test_loss,
+                "metric": "accuracy", "loss": loss, "train_seconds": elapsed, "world_size": world,
+                "history": asdict(history)}
     test = rmse(model, *data["test"], config.eval_batch_size, device)
     return {"config": asdict(config), "best_epoch": best["epoch"], "valid_rmse": best["valid_rmse"], "test_rmse": test,
-            "train_seconds": elapsed, "world_size": world, "history": asdict(history)}
+            "train_seconds": elapsed, "world_size": world, "history": asdict(history), "metric": "rmse"}
 
 
 def resumable_fields(config: TrainConfig) -> dict:

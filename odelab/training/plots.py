@@ -93,8 +93,72 @@ def plot_forecast(model, x, y, meta: dict, path: str | Path, title: str = "", ma
     _save(fig, title, path)
 
 
+def plot_classes(model, x, y, classes: int, path: str | Path, title: str = "", batch_size: int = 256) -> None:
+    """One class per sequence: the confusion matrix (rows: true class, columns: predicted) and the accuracy of each
+    class, for every test sequence."""
+    pred = torch.cat([_predict(model, x[i:i + batch_size]).argmax(-1) for i in range(0, x.shape[0], batch_size)])
+    y = y.cpu()
+    confusion = torch.zeros(classes, classes)
+    confusion.index_put_((y, pred), torch.ones(y.numel()), accumulate=True)
+    per_class = confusion.diagonal() / confusion.sum(1).clamp(min=1)
+    seen = confusion.sum(1) > 0
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 1.4]})
+    image = axes[0].imshow(confusion, cmap="Greys", interpolation="nearest", origin="lower")
+    axes[0].set_xlabel("predicted class")
+    axes[0].set_ylabel("true class")
+    fig.colorbar(image, ax=axes[0], label="test sequences", shrink=0.8)
+    index = torch.arange(classes)
+    axes[1].bar(index[seen], 100 * per_class[seen], width=1.0, color="tab:blue")
+    axes[1].axhline(100 / classes, color="black", lw=1, ls="--", label="chance")
+    axes[1].set_xlabel("class")
+    axes[1].set_ylabel("test accuracy (%)")
+    axes[1].set_ylim(0, 105)
+    axes[1].legend(loc="lower right")
+    _save(fig, title, path)
+
+
+def plot_symbols(model, x, y, path: str | Path, title: str = "", count: int = 3, shown: int = 10) -> None:
+    """A class at every step (e.g. the copy task): for ``count`` test sequences, the input symbols of the first
+    ``shown`` steps, then the target and the decoded prediction (largest logit) of the last ``shown`` steps."""
+    count = min(count, x.shape[0])
+    pred = _predict(model, x[:count]).argmax(-1)
+    inputs, y = x[:count].argmax(-1).cpu(), y[:count].cpu()
+    shown = min(shown, y.shape[1])
+    steps = y.shape[1]
+    fig, axes = plt.subplots(count, 1, figsize=(8, 1.6 + 1.1 * count), squeeze=False)
+    for k in range(count):
+        ax = axes[k, 0]
+        rows = [("input, first steps", inputs[k, :shown]), ("target, last steps", y[k, -shown:]),
+                ("predicted", pred[k, -shown:])]
+        ax.imshow(torch.stack([r for _, r in rows]), cmap="tab10", vmin=0, vmax=9, aspect="auto")
+        for row, (_, values) in enumerate(rows):
+            for col, value in enumerate(values.tolist()):
+                wrong = row == 2 and value != int(y[k, steps - shown + col])
+                ax.text(col, row, str(value), ha="center", va="center", fontsize=9,
+                        color="red" if wrong else "white", fontweight="bold" if wrong else "normal")
+        ax.set_yticks(range(3), [name for name, _ in rows])
+        ax.set_xticks(range(shown), [f"{c}/{steps - shown + c}" for c in range(shown)], fontsize=7)
+        correct = int((pred[k, -shown:] == y[k, -shown:]).sum())
+        ax.set_title(f"test sequence {k}: {correct}/{shown} recalled (steps: input/output)", fontsize=9)
+    _save(fig, title, path)
+
+
 def plot_curves(history: dict, path: str | Path, title: str = "") -> None:
-    """Train and validation RMSE per epoch (log scale)."""
+    """Train and validation RMSE per epoch (log scale); for a classification run, the cross-entropy (log scale)
+    and the accuracy per epoch side by side."""
+    if "train_accuracy" in history:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        axes[0].semilogy(history["epoch"], history["train_loss"], label="train")
+        axes[0].semilogy(history["epoch"], history["valid_loss"], label="validation")
+        axes[0].set_ylabel("cross-entropy (nats per symbol)")
+        axes[1].plot(history["epoch"], [100 * a for a in history["train_accuracy"]], label="train")
+        axes[1].plot(history["epoch"], [100 * a for a in history["valid_accuracy"]], label="validation")
+        axes[1].set_ylabel("accuracy (%)")
+        for ax in axes:
+            ax.set_xlabel("epoch")
+            ax.legend()
+        _save(fig, title, path)
+        return
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.semilogy(history["epoch"], history["train_rmse"], label="train")
     ax.semilogy(history["epoch"], history["valid_rmse"], label="validation")

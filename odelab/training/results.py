@@ -8,16 +8,22 @@ import os
 from pathlib import Path
 
 
+CURVE_COLUMNS = {"rmse": ["epoch", "train_rmse", "valid_rmse", "seconds"],
+                 "accuracy": ["epoch", "train_loss", "valid_loss", "train_accuracy", "valid_accuracy", "seconds"]}
+
+
 def write_results(result: dict, out_dir: str | Path) -> None:
-    """results.json (everything) and curves.csv (one row per epoch)."""
+    """results.json (everything) and curves.csv (one row per epoch: the RMSEs of a regression run, the
+    cross-entropy and accuracy of a classification run)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "results.json", json.dumps(result, indent=2))
     h = result["history"]
+    columns = CURVE_COLUMNS[result.get("metric", "rmse")]
     table = io.StringIO(newline="")
     writer = csv.writer(table)
-    writer.writerow(["epoch", "train_rmse", "valid_rmse", "seconds"])
-    writer.writerows(zip(h["epoch"], h["train_rmse"], h["valid_rmse"], h["seconds"]))
+    writer.writerow(columns)
+    writer.writerows(zip(*(h[c] for c in columns)))
     _atomic_write(out / "curves.csv", table.getvalue())
 
 
@@ -34,7 +40,10 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def print_table(result: dict, out: Path, figure: str) -> None:
-    """The test and validation RMSE beside the baselines, as the terminal's summary of a run."""
+    """The test and validation RMSE (or accuracy and cross-entropy) beside the baselines, as the terminal's summary
+    of a run."""
+    if result.get("metric") == "accuracy":
+        return _print_classification_table(result, out, figure)
     rows = [(f"test ({result['test_sequences']} sequences)", result["test_rmse"]),
             ("validation (best)", result["valid_rmse"])] + [(f"baseline: {k}", v) for k, v in result["baselines"].items()]
     width = max(len(name) for name, _ in rows) + 2
@@ -47,4 +56,27 @@ def print_table(result: dict, out: Path, figure: str) -> None:
     for warning in result.get("data", {}).get("warnings", []) if isinstance(result.get("data"), dict) else []:
         print(f"warning: {warning}")
     print(f"best epoch {result['best_epoch']}, {result['parameters']} parameters, {result['wall_seconds']:.0f} s; "
+          f"results in {out}/ (results.json, curves.csv, {figure}, curves.png)")
+
+
+def _print_classification_table(result: dict, out: Path, figure: str) -> None:
+    """Accuracy (%) and mean cross-entropy (nats per predicted symbol) of test and validation, then the baselines,
+    each in its own metric (``baseline_metrics``: "accuracy" or "cross-entropy")."""
+    rows = [(f"test ({result['test_sequences']} sequences)", result["test_accuracy"], result["test_loss"]),
+            ("validation (best)", result["valid_accuracy"], result["valid_loss"])]
+    kinds = result.get("baseline_metrics", {})
+    for name, value in result.get("baselines", {}).items():
+        accuracy = kinds.get(name, "accuracy") == "accuracy"
+        rows.append((f"baseline: {name}", value if accuracy else None, None if accuracy else value))
+    width = max(len(name) for name, *_ in rows) + 2
+    print(f"\n{'':{width}s}{'accuracy':>10s}{'cross-entropy':>15s}")
+    for name, accuracy, loss in rows:
+        a = f"{100 * accuracy:9.2f}%" if accuracy is not None else f"{'—':>10s}"
+        c = f"{loss:15.4f}" if loss is not None else f"{'—':>15s}"
+        print(f"{name:{width}s}{a}{c}")
+    for key, value in result.items():
+        if key.startswith("test_") and key.endswith("_accuracy") and key != "test_accuracy":
+            print(f"{key[5:].replace('_', ' ')} (test): {100 * value:.2f}%")
+    print(f"best epoch {result['best_epoch']} (highest validation accuracy, ties: lower loss), "
+          f"{result['parameters']} parameters, {result['wall_seconds']:.0f} s; "
           f"results in {out}/ (results.json, curves.csv, {figure}, curves.png)")

@@ -114,9 +114,34 @@ def check_model_options(task: Task, spec: "FitSpec", hidden: int) -> dict:
 def build_regressor(task: Task, model: str, input_size: int, hidden: int, output_size: int,
                     keywords: dict | None = None) -> SequenceRegressor:
     """The preset ``model`` with ``keywords`` (see :func:`model_keywords`) behind a linear readout: at every step,
-    or at the last one for tasks whose target is ``"last"``."""
+    or at the last one for tasks whose target is ``"last"``. For a classification task ``output_size`` is its
+    number of classes (the readout gives logits)."""
     return SequenceRegressor(cells.PRESETS[model](input_size, hidden, **(keywords or {})), hidden, output_size,
                              task.target == "last")
+
+
+def output_size(task: Task, targets: torch.Tensor) -> int:
+    """The readout's width: the task's classes (logits) for a classification task, else the target features."""
+    return task.classes if task.classification else targets.shape[-1]
+
+
+def check_classes(task: Task, splits: dict) -> None:
+    """FitError when a classification task's targets are not int64 class indices in 0 … classes − 1 of shape (N,)
+    (``target="last"``) or (N, T) (a class at every step)."""
+    if not task.classification:
+        return
+    for split, (x, y) in splits.items():
+        if y.dtype != torch.int64:
+            raise FitError(f"task {task.name}: the {split} targets are {y.dtype}; a classification task needs int64 "
+                           f"class indices (a float target is a regression target)")
+        shape = tuple(x.shape[:1]) if task.target == "last" else tuple(x.shape[:2])
+        if tuple(y.shape) != shape:
+            raise FitError(f"task {task.name}: the {split} targets have shape {tuple(y.shape)}; expected {shape} "
+                           f"(one class {'per sequence' if task.target == 'last' else 'per step'} for inputs "
+                           f"{tuple(x.shape)})")
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= task.classes):
+            raise FitError(f"task {task.name}: the {split} targets hold classes {int(y.min())} … {int(y.max())}; "
+                           f"expected 0 … {task.classes - 1}")
 
 
 def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
@@ -145,6 +170,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     if data is None:
         data = _load(task, spec, rank, world)
     splits = {k: data[k] for k in ("train", "valid", "test")}
+    check_classes(task, splits)
     say(f"data: {', '.join(f'{k} {tuple(v[0].shape)}' for k, v in splits.items())} "
         f"({time.perf_counter() - tic:.1f} s)", flush=True)
     meta = data.get("meta", {})
@@ -159,7 +185,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     torch.manual_seed(config.seed)
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
     try:
-        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, y_test.shape[-1], model_options)
+        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test), model_options)
         for layer in model.modules():
             if isinstance(layer, Recurrent):
                 layer.engine = spec.engine
@@ -170,7 +196,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     settings = run_settings(spec, task, hidden, model_options, meta)
     try:
         result = fit(model, splits, config, out_dir=out, resume=spec.resume, progress=spec.progress,
-                     settings=settings)
+                     settings=settings, loss=task.loss)
     except NonFiniteLoss as err:
         raise FitError(f"training stopped: {err}", code=1) from None
     except CheckpointError as err:  # unreadable, or of other settings
@@ -223,10 +249,13 @@ def run_settings(spec: FitSpec, task: Task, hidden: int, model_options: dict, me
 
 def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dict, out: Path) -> None:
     """results.json, curves.csv, the PNGs and the terminal table."""
-    from .plots import plot_curves, plot_forecast, plot_phase, plot_predictions, plot_scatter
+    from .plots import (plot_classes, plot_curves, plot_forecast, plot_phase, plot_predictions, plot_scatter,
+                        plot_symbols)
 
     x_test, y_test = data["test"]
     result["baselines"] = {name: baseline(data) for name, baseline in task.baselines.items()}
+    if task.classification:
+        result["baseline_metrics"] = {name: task.baseline_metrics.get(name, "accuracy") for name in task.baselines}
     model.cpu()
     if "meta" in data:
         result["data"] = data["meta"]
@@ -234,9 +263,17 @@ def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dic
         result.update(task.report(predict(model, x_test, result["config"]["eval_batch_size"], "cpu"), data))
     write_results(result, out)
 
-    title = f"{spec.task}: {spec.model} (test RMSE {result['test_rmse']:.2e})"
+    if task.classification:
+        title = (f"{spec.task}: {spec.model} (test accuracy {100 * result['test_accuracy']:.1f} %, "
+                 f"cross-entropy {result['test_loss']:.3g})")
+    else:
+        title = f"{spec.task}: {spec.model} (test RMSE {result['test_rmse']:.2e})"
     figure = "forecast.png" if task.plot == "forecast" else "predictions.png"
-    if task.plot == "forecast":
+    if task.plot == "classes":
+        plot_classes(model, x_test, y_test, task.classes, out / figure, title=title)
+    elif task.plot == "symbols":
+        plot_symbols(model, x_test, y_test, out / figure, title=title)
+    elif task.plot == "forecast":
         meta = data["meta"]
         if meta.get("difference"):
             meta = {**meta, "columns": [f"Δ {c}" for c in meta["columns"]]}
