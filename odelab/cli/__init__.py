@@ -2,7 +2,8 @@
 parser and its ``run``; ``main`` parses and dispatches. Nothing in the package imports this layer.
 
     odelab fit TASK --model M ...          train a model on a task (fit.py)
-    odelab reproduce TASK ...              a paper's table, ours beside theirs (reproduce.py)
+    odelab reproduce TASK --seeds N ...    a paper's table over seeds, ours beside theirs (reproduce.py)
+    odelab reproduce --report              every table as one markdown report + figures (reproduce.py)
     odelab compare-schemes ...             one trained model under every scheme and step (compare_schemes.py)
     odelab stability ...                   gradients, state bounds, energy, eigenvalues, damping (stability.py)
     odelab graph ...                       GraphCON / G²: node classification, sweeps, oversmoothing (graph.py)
