@@ -15,7 +15,8 @@ Where the paper is silent , our choices:
   (spacing k·dt, ⌈samples/k⌉ nodes t_0..t_{M−1}) and ``horizon`` H predicts H kept nodes ahead,
   s(t_{n+H}) from s(t_0..t_n): input s(t_0..t_{M−H−1}), target s(t_H..t_{M−1}), shape (N, M − H, 1). The
   defaults H = k = 1 are the reading above; other values are sliced from the same cached trajectories (the
-  solve does not depend on them) and are not cached separately;
+  solve does not depend on them) and are not cached separately. benchmarks/enso_horizon.py compares the
+  readings' persistence and trained-model MSEs with Erichson et al. 2025, Tables 4 and 8;
 * sizes: 128 train (stated for Mackey--Glass in App. H) / 128 validation / 1024 test, as FitzHugh--Nagumo;
   initial values drawn in that order from one ``np.random.RandomState(seed)`` stream, one ``rand()`` each;
 * the delayed value at RK4's half-step stage (t_k + dt/2 − δ, between nodes) is the matching stage of the
