@@ -162,27 +162,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def last_step_data():
+    """One class per sequence (``target="last"``)."""
+    return {split: (x, y[:, -1].clone()) for split, (x, y) in sequence_data().items()}
+
+
+CASES = {"sequence": (sequence_data, False), "last": (last_step_data, True)}
+
+
 def _fit_worker(rank: int, world: int, init_file: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    model = tiny_model()
-    result = fit(model, sequence_data(), TrainConfig(epochs=2, **CONFIG), progress=False, loss="cross_entropy")
-    torch.save({"state": model.state_dict(), "result": result}, f"{out}/rank{rank}.pt")
+    for name, (make, last) in CASES.items():
+        model = tiny_model(last=last)
+        result = fit(model, make(), TrainConfig(epochs=2, **CONFIG), progress=False, loss="cross_entropy")
+        torch.save({"state": model.state_dict(), "result": result}, f"{out}/{name}-rank{rank}.pt")
     dist.destroy_process_group()
 
 
-def test_two_processes_train_the_same_classifier_as_one(tmp_path):
+def test_two_processes_train_the_same_classifiers_as_one(tmp_path):
+    """Class targets at every step and at the last step; batches of 5 rows (shards of 3 and 2, a last batch of 1)."""
     mp.spawn(_fit_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
-    single = tiny_model()
-    expected = fit(single, sequence_data(), TrainConfig(epochs=2, **CONFIG), progress=False, loss="cross_entropy")
-    for rank in range(2):
-        saved = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
-        for name, value in single.state_dict().items():
-            assert torch.allclose(saved["state"][name], value, atol=1e-5, rtol=0), name
-        result = saved["result"]
-        assert result["world_size"] == 2 and result["best_epoch"] == expected["best_epoch"]
-        assert result["test_accuracy"] == expected["test_accuracy"]
-        assert result["test_loss"] == pytest.approx(expected["test_loss"], abs=1e-6)
-        assert result["history"]["train_loss"] == pytest.approx(expected["history"]["train_loss"], abs=1e-6)
+    for name, (make, last) in CASES.items():
+        single = tiny_model(last=last)
+        expected = fit(single, make(), TrainConfig(epochs=2, **CONFIG), progress=False, loss="cross_entropy")
+        for rank in range(2):
+            saved = torch.load(tmp_path / f"{name}-rank{rank}.pt", weights_only=True)
+            for key, value in single.state_dict().items():
+                assert torch.allclose(saved["state"][key], value, atol=1e-5, rtol=0), (name, key)
+            result = saved["result"]
+            assert result["world_size"] == 2 and result["best_epoch"] == expected["best_epoch"]
+            assert result["test_accuracy"] == expected["test_accuracy"]
+            assert result["test_loss"] == pytest.approx(expected["test_loss"], abs=1e-6)
+            assert result["history"]["train_loss"] == pytest.approx(expected["history"]["train_loss"], abs=1e-6)
+            assert result["history"]["valid_accuracy"] == expected["history"]["valid_accuracy"]
 
 
 def _read_csv(path):
