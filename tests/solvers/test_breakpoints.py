@@ -3,7 +3,9 @@
 delays under every method, ``t`` as a tensor for user callables, the derivative shape check, integration
 backwards in time. References: closed forms and the exact piecewise-polynomial method of steps
 (tests/helpers.py), central differences of the exact solution for gradients."""
+import bisect
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -158,35 +160,102 @@ def test_rk4_order_four_on_a_delay_with_jumps(base):
 
 
 @pytest.mark.parametrize("method,kw,bound_y0,bound_tau", [
-    # adaptive at rtol = atol = 1e-8: measured errors (× tol) dy0 ≤ 2.2, dτ 10.0 / 4.8 / 13.0 (dopri5 / tsit5 /
-    # bosh3): the gradient is not error-controlled and dτ reads y' from the dense output, one order lower
-    ("dopri5", dict(rtol=1e-8, atol=1e-8), 1e-7, 3e-7), ("tsit5", dict(rtol=1e-8, atol=1e-8), 1e-7, 3e-7),
-    ("bosh3", dict(rtol=1e-8, atol=1e-8), 1e-7, 3e-7),
     # fixed step: measured dy0 1.2e-7, 1.8e-8, 4.2e-6 and dτ 6.3e-7, 5.2e-7, 5.6e-5 (dτ reads y' from the
     # cubic Hermite interpolant: O(dt³)); bounds about 3× over
     ("rk4", dict(dt=0.1), 4e-7, 2e-6), ("rk4", dict(dt=0.07), 6e-8, 2e-6), ("heun", dict(dt=0.01), 1.5e-5, 2e-4),
 ])
 @pytest.mark.parametrize("history", [1.0, 0.5], ids=["continuous", "jump-at-t0"])
 def test_gradients_wrt_y0_and_a_learnable_delay(method, kw, bound_y0, bound_tau, history):
-    """dL/dy0 and dL/dτ (L = y(6)) against differences of the exact solution (:func:`_derivative`). τ = 1 is a
-    multiple of dt = 0.1 (aligned steps) and not of 0.07. Before: τ.grad was None under the adaptive methods,
-    and with the history's jump at t0 every method missed the jump of ∂y/∂τ at t0 + τ (0.25 off)."""
+    """dL/dy0 and dL/dτ (L = y(6)) of the fixed-step methods against the exact values
+    (:func:`_exact_derivatives`). τ = 1 is a multiple of dt = 0.1 (aligned steps) and not of 0.07. Before:
+    with the history's jump at t0 every method missed the jump of ∂y/∂τ at t0 + τ (0.25 off)."""
+    grad_y0, grad_tau = _delay_gradients(method, history, **kw)
+    exact_y0, exact_tau = _exact_derivatives(history)
+    assert abs(grad_y0 - exact_y0) <= bound_y0
+    assert abs(grad_tau - exact_tau) <= bound_tau
+
+
+# The issue's goal for the adaptive methods: dL/dy0 and dL/dτ within 10 tol of the exact values at rtol = atol
+# = tol. Measured |error| / tol (history 1.0 / 0.5 at t0): dopri5 and tsit5 ≤ 0.01 for dL/dτ and dL/dy0 at
+# 1e-6, 1e-8 and 1e-10 (dL/dτ reads y'(t − τ) as f there, see adaptive.py; before, with the dense output's
+# slope: dopri5 1.7 / 10 / 24, tsit5 1.3 / 4.9 / 19, bosh3 4.6 / 13 / 54). bosh3 (3rd order; ∂y/∂τ is not
+# error-controlled and its error constant is larger than y's): dτ 10.3 / 6.1 at 1e-6, 21.7 / 9.2 at 1e-8,
+# 32.6 / 14.1 at 1e-10, dy0 ≤ 2.9. The goal is not met for bosh3's dτ: bounded at about 2× the measured
+# values so that a regression shows.
+GRADIENT_BOUNDS = {"dopri5": (10.0, 10.0), "tsit5": (10.0, 10.0), "bosh3": (6.0, 70.0)}
+
+
+@pytest.mark.parametrize("method,tol", [(m, tol) for m in ADAPTIVE for tol in (1e-6, 1e-8, 1e-10) if (m, tol) != ("bosh3", 1e-10)]
+                         + [pytest.param("bosh3", 1e-10, marks=pytest.mark.slow)])  # ~2000 steps: 10-20 s
+@pytest.mark.parametrize("history", [1.0, 0.5], ids=["continuous", "jump-at-t0"])
+def test_adaptive_gradients_within_ten_tolerances(method, tol, history):
+    grad_y0, grad_tau = _delay_gradients(method, history, rtol=tol, atol=tol, max_steps=100_000)
+    exact_y0, exact_tau = _exact_derivatives(history)
+    bound_y0, bound_tau = GRADIENT_BOUNDS[method]
+    assert abs(grad_y0 - exact_y0) <= bound_y0 * tol, (grad_y0 - exact_y0) / tol
+    assert abs(grad_tau - exact_tau) <= bound_tau * tol, (grad_tau - exact_tau) / tol
+
+
+def _delay_gradients(method, history, **kw):
     tau = torch.tensor(1.0, dtype=F64, requires_grad=True)
     y0 = torch.ones(1, 1, dtype=F64, requires_grad=True)
     sol = _delay_solve(method, y0=y0, history=history, tau=tau, **kw)
-    grad_y0, grad_tau = torch.autograd.grad(sol.y[0, -1, 0], [y0, tau])
-    assert abs(float(grad_y0) - _derivative("y0", history)) <= bound_y0
-    assert abs(float(grad_tau) - _derivative("tau", history)) <= bound_tau
+    return tuple(float(g) for g in torch.autograd.grad(sol.y[0, -1, 0], [y0, tau]))
 
 
-def _derivative(name: str, history: float) -> float:
-    """d y(6) / d name of the exact solution: a central difference, exact for y0 (y is affine in it); for τ
-    the fourth-order stencil at h = 1e-3 (truncation ~1e-13, round-off ~1e-13)."""
-    y = lambda x: _delay_exact(history=history, **{name: x})[-1]
-    if name == "y0":
-        return (y(1.1) - y(0.9)) / 0.2
-    h = 1e-3
-    return (8 * (y(1 + h) - y(1 - h)) - (y(1 + 2 * h) - y(1 - 2 * h))) / (12 * h)
+def _exact_derivatives(history: float) -> tuple[float, float]:
+    """d y(6) / d y0 and d y(6) / d τ at τ = 1 of the exact solution, in rational arithmetic (no round-off):
+    y is affine in y0 (a difference of two solves is exact); y(6) is smooth in τ near 1 (no breakpoint crosses
+    another or 6 within 1e-12), so the central difference at h = 1e-12 is exact to h² |y'''(τ)| ~ 1e-24. (The
+    previous reference, a fourth-order stencil of the floating-point polynomials at h = 1e-3, was 5e-10 off:
+    half the goal's budget at rtol 1e-10.)"""
+    y = lambda y0=1, tau=1: _rational_delay_solution(Fraction(y0), Fraction(tau), Fraction(history))
+    h = Fraction(1, 10**12)
+    return float((y(y0=2) - y(y0=0)) / 2), float((y(tau=1 + h) - y(tau=1 - h)) / (2 * h))
+
+
+def _rational_delay_solution(y0: Fraction, tau: Fraction, history: Fraction, horizon: Fraction = Fraction(6)):
+    """y(horizon) for y' = −y(t − τ) + u(t), u the hold input (KNOTS, SAMPLES), y = history before 0: the method
+    of steps in exact rational arithmetic (polynomial coefficients in t as Fractions), piece by piece between
+    the breakpoints (0 and the knots, propagated by τ)."""
+    knots = [Fraction(k) for k in KNOTS]
+    samples = [Fraction(v) for v in SAMPLES]
+    frontier = {Fraction(0), *(k for k in knots if 0 < k < horizon)}
+    points = frontier | {horizon}
+    while frontier:
+        frontier = {p + tau for p in frontier if p + tau < horizon} - points
+        points |= frontier
+    grid = sorted(points)
+
+    def evaluate(poly, t):
+        acc = Fraction(0)
+        for c in reversed(poly):
+            acc = acc * t + c
+        return acc
+
+    def shifted(poly, shift):  # poly(t − shift)
+        out = [Fraction(0)] * len(poly)
+        for k, c in enumerate(poly):
+            for j in range(k + 1):
+                out[j] += c * math.comb(k, j) * (-shift) ** (k - j)
+        return out
+
+    pieces, starts, start = [], [], y0
+    for a, b in zip(grid, grid[1:]):
+        mid = (a + b) / 2
+        u = samples[min(bisect.bisect_left(knots, mid), len(knots) - 1)]  # u_n on (t_{n−1}, t_n]
+        if mid - tau < 0:
+            delayed = [history]
+        else:
+            delayed = shifted(pieces[bisect.bisect_right(starts, mid - tau) - 1], tau)
+        integrand = [-c for c in delayed]
+        integrand[0] += u
+        anti = [Fraction(0)] + [c / (k + 1) for k, c in enumerate(integrand)]
+        anti[0] = start - evaluate(anti, a)
+        pieces.append(anti)
+        starts.append(a)
+        start = evaluate(anti, b)
+    return start
 
 
 @pytest.mark.parametrize("method", ADAPTIVE)
