@@ -103,6 +103,41 @@ def test_linear_input_error_within_ten_tolerances(method, tol):
     assert np.abs(sol.y[0].numpy() - exact).max() <= 10 * tol
 
 
+def fitted_order(dts, errors) -> float:
+    """The order p of errors ≈ C dt^p (1 + a dt): least squares of log error on (1, log dt, dt). Every landing
+    point off the lattice t0 + k dt (an output time, a knot, a propagated breakpoint) cuts a step in two, and
+    the parts carry less error than a whole step: e = C dt⁴ (1 − a dt + …) with a ≈ (number of such points) /
+    (2 T), which a plain log-log slope over dt ≥ 0.005 reads as order 3.85–3.95 (as does an ODE without
+    input whose output times are off the lattice; splitting every segment into equal steps instead is worse,
+    3.3–3.9, since then every step of a segment changes with dt). The dt term absorbs it."""
+    log_dt, log_e = np.log(dts), np.log(errors)
+    design = np.stack([np.ones_like(log_dt), log_dt, np.asarray(dts)], 1)
+    return float(np.linalg.lstsq(design, log_e, rcond=None)[0][1])
+
+
+LINEAR_PROBLEM = dict(A=np.array([[-1.0, 2.0], [-2.0, -0.5]]), B=np.array([[1.0], [0.5]]),
+                      knots=[0.0, 0.37, 0.81, 1.3, 1.77, 2.4, 3.0],
+                      u=np.array([[0.0], [1.0], [-1.0], [2.0], [0.5], [0.0], [1.0]]))
+
+
+@pytest.mark.parametrize("kind", ["linear", "hold"])
+@pytest.mark.parametrize("base", [0.07, 0.045])
+def test_rk4_order_four_on_the_input_problem(kind, base):
+    """The problem above under rk4, dt = base/2^k, k = 0..4 (knots and output times off the lattice): fitted
+    order (:func:`fitted_order`) within 4 ± 0.1, the issue's goal. Measured 4.015 / 3.991 (linear, base 0.07 /
+    0.045) and 4.014 / 3.990 (hold); the plain log-log slope: 3.94 / 3.96 and 3.88 / 3.95. Errors from 3e-6
+    down to 6e-12 (the smallest 100× above float64 round-off on ~700 steps)."""
+    p = LINEAR_PROBLEM
+    times = np.linspace(0, 3, 13)
+    exact = linear_ode_exact(p["A"], [0.3, -0.2], times, p["B"], p["knots"], p["u"], kind)
+    At, Bt = torch.tensor(p["A"]), torch.tensor(p["B"])
+    dts = [base / 2**k for k in range(5)]
+    errors = [np.abs(odelab.solve(lambda s, y, v: y @ At.T + v @ Bt.T, torch.tensor([[0.3, -0.2]], dtype=F64),
+                                  times.tolist(), u=torch.tensor(p["u"]).reshape(1, -1, 1), u_times=p["knots"],
+                                  interpolation=kind, method="rk4", dt=dt).y[0].numpy() - exact).max() for dt in dts]
+    assert abs(fitted_order(dts, errors) - 4) <= 0.1, (fitted_order(dts, errors), errors)
+
+
 # -- delays -------------------------------------------------------------------------------------------------
 
 class Feedback(System):
@@ -148,15 +183,20 @@ def test_delay_with_jumping_input_and_history_within_ten_tolerances(method, tol)
     assert np.abs(sol.y[0, :, 0].numpy() - _delay_exact()).max() <= 10 * tol
 
 
-@pytest.mark.parametrize("base", [0.07, 0.1])
-def test_rk4_order_four_on_a_delay_with_jumps(base):
-    """dt not aligned to the jumps: slope of log error vs log dt is 4 (measured 3.81 and 4.02; before: 1.3 to
-    3). Margin ±0.25: where the breakpoints cut the grid changes with dt, so single ratios scatter (3.0–4.4)."""
-    exact = _delay_exact()
-    dts = [base / 2**k for k in range(4)]
+@pytest.mark.parametrize("dts", [[0.1 / 2**k for k in range(1, 5)], [0.075 / 2**k for k in range(5)]],
+                         ids=["aligned-delay", "hermite-reads"])
+def test_rk4_order_four_on_a_delay_with_jumps(dts):
+    """dt not aligned to the input's jumps (0.75, 1.45, … and their propagation): fitted order
+    (:func:`fitted_order`) within 4 ± 0.1, the issue's goal; τ = 1 a multiple of dt (stage reads from the ring
+    buffer) or not (Hermite reads). Measured 3.999 and 4.003 (plain slopes 4.005, 3.957). The reference is
+    exact (rational arithmetic): errors from 5e-8 down to 4e-13, above float64 round-off on ≤ 1300 steps.
+    dt ≤ τ/13: from dt = 0.1 to 0.05 the error ratio is 2^3.64 (0.06 to 0.03: 2^3.51 with Hermite reads),
+    pre-asymptotic; at 0.07–0.09 the contributions of the steps cancel in part (ratios 2^0.2 to 2^4.8), so
+    those are not order measurements (this test used dt = 0.07 … 0.00875: slope 3.81)."""
+    exact = np.array([1.0] + [float(_rational_delay_solution(Fraction(1), Fraction(1), Fraction(0.5), Fraction(t)))
+                              for t in np.linspace(0, 6, 13)[1:]])
     errors = [np.abs(_delay_solve("rk4", dt=dt).y[0, :, 0].numpy() - exact).max() for dt in dts]
-    slope = np.polyfit(np.log(dts), np.log(errors), 1)[0]
-    assert abs(slope - 4) < 0.25, (slope, errors)
+    assert abs(fitted_order(dts, errors) - 4) <= 0.1, (fitted_order(dts, errors), errors)
 
 
 @pytest.mark.parametrize("method,kw,bound_y0,bound_tau", [
