@@ -140,7 +140,7 @@ def _copy_models(model: str, options: dict) -> dict:
 
 
 def _neural_ode_models(model: str, options: dict) -> dict:
-    return {"dt": 25.0 / 999} if model == "node" else {}  # the data's sample spacing
+    return {"dt": 25.0 / 999} if model in ("node", "lrc-ode-a", "lrc-ode-s") else {}  # the data's sample spacing
 
 
 def _delay_presets() -> dict[str, dict]:

@@ -13,6 +13,7 @@ from torch import nn
 
 from .. import systems
 from .baselines import GRU, LSTM, RNN
+from .lrc_ode import lrc_ode
 from .neural_ode import node
 from .recurrent import Recurrent
 from .unicornn import UnICORNNStack
@@ -103,6 +104,10 @@ PRESETS = {
     "rnn": RNN,  # torch's tanh RNN (a baseline of the stability studies and of Erichson et al. 2025, Table 5)
     # MLP neural ODE (Chen et al. 2018) + dopri5, hidden_size = the MLP width: the baseline of Farsang et al. 2024, §4.3
     "node": node,
+    # the LRC field (eqs. 3–5) as the vector field of a neural ODE in observation space + explicit Euler: the LRC of
+    # Farsang et al. 2024, §4.3 as the authors' code wires it (the recurrent LRCU does not learn a flow there)
+    "lrc-ode-a": partial(lrc_ode, elastance="asymmetric"),
+    "lrc-ode-s": partial(lrc_ode, elastance="symmetric"),
 }
 
 

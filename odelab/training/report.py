@@ -12,7 +12,8 @@ from .reproduce import TABLES, option_key
 BEGIN, END = "<!-- reproduce-report:begin -->", "<!-- reproduce-report:end -->"
 MODEL_NAMES = {"lem": "LEM", "lem-official": "LEM (official init)", "cornn": "coRNN", "lstm": "LSTM", "gru": "GRU",
                "rnn": "tanh RNN", "taugru": "τ-GRU", "delaygru": "Delay GRU", "lrcu-a": "LRCU-A", "lrcu-s": "LRCU-S",
-               "unicornn": "UnICORNN", "node": "MLP neural ODE (dopri5)", "ltc": "LTC", "stc": "STC"}
+               "unicornn": "UnICORNN", "node": "MLP neural ODE (dopri5)", "ltc": "LTC", "stc": "STC",
+               "lrc-ode-a": "LRC neural ODE (A)", "lrc-ode-s": "LRC neural ODE (S)"}
 
 
 def load_tables(folder: Path) -> dict[str, dict]:
