@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.tasks import TASKS
+from .loop import CheckpointError, load_checkpoint
 from .run import FitError, FitSpec, run_fit
 
 DEFAULT_SEED = 1234
@@ -141,6 +142,16 @@ def _finished(run: Path, epochs: int, preset: str) -> dict | None:
     return result
 
 
+def _epochs_done(run: Path) -> int:
+    """Epochs already trained in ``run`` (its results or its checkpoint; 0 for none or an unreadable one)."""
+    if (run / "results.json").exists():
+        return json.loads((run / "results.json").read_text())["config"]["epochs"]
+    try:
+        return load_checkpoint(run / "checkpoint.pt")["epoch"] + 1 if (run / "checkpoint.pt").exists() else 0
+    except CheckpointError:
+        return 0
+
+
 def summary(values: list[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (n − 1; 0 for one seed)."""
     mean = sum(values) / len(values)
@@ -168,6 +179,10 @@ def reproduce(task: str, models: list[str] | None = None, epochs: int | None = N
         for s in range(seed, seed + seeds):
             run = run_folder(out, task, model, preset, s, options)
             result = _finished(run, epochs, preset)
+            if result is None and _epochs_done(run) > epochs:
+                print(f"odelab reproduce: {model} (seed {s}) skipped: {run} holds a run of {_epochs_done(run)} "
+                      f"epochs, more than {epochs}; use another --out for a shorter protocol")
+                continue
             if result is None:
                 spec = FitSpec(task, model, preset, epochs=epochs, seed=s, out=run, resume=True, progress=progress,
                                data_options=options, device=device)

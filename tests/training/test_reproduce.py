@@ -92,3 +92,18 @@ def test_report_tables_every_task_marks_the_best_and_shortened_rows_and_fills_th
     content = readme.read_text()
     assert content.startswith("intro\n") and content.endswith("after\n") and "old table" not in content
     assert "](fig/enso.png)" in content and (tmp_path / "REPORT.md").exists()
+
+
+def test_a_shorter_protocol_never_reuses_a_longer_run_of_the_same_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    tiny = fitzhugh_nagumo(seed=1234, sizes=(("train", 4), ("valid", 3), ("test", 3)))
+    monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", lambda seed, **options: tiny)
+    argv = ["reproduce", "fhn", "--models", "lem", "--out", str(tmp_path), "--no-progress", "--epochs"]
+    assert main(argv + ["2"]) == 0
+    stamp = (tmp_path / "fhn-lem" / "results.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(argv + ["1"]) == 0
+    assert "holds a run of 2 epochs, more than 1" in capsys.readouterr().out
+    assert (tmp_path / "fhn-lem" / "results.json").stat().st_mtime_ns == stamp  # the 2-epoch run is untouched
+    rows = json.loads((tmp_path / "fhn.json").read_text())["rows"]
+    assert [r["epochs"] for r in rows] == [2]  # no 1-epoch row was made from it
