@@ -346,8 +346,11 @@ def _loss(field, y0, method, **kw):
     return (sol.y**2).sum() + sol.y[:, -1, 0].sum()
 
 
+# bosh3 (3rd order) needs ~10⁴ steps at 1e-10 for the difference quotient to resolve 1e-6: 60-110 s, so `slow`
+# (its gradients are checked at cheaper tolerances in test_breakpoints.py and test_checkpoint_segments_... below)
 @pytest.mark.parametrize("method,kw", [("dopri5", dict(rtol=1e-11, atol=1e-12)), ("tsit5", dict(rtol=1e-11, atol=1e-12)),
-                                       ("bosh3", dict(rtol=1e-10, atol=1e-11)), ("rk4", dict(dt=0.01))])
+                                       pytest.param("bosh3", dict(rtol=1e-10, atol=1e-11), marks=pytest.mark.slow),
+                                       ("rk4", dict(dt=0.01))])
 def test_gradients_against_finite_differences(method, kw):
     field = _Field()
     y0 = torch.tensor([[0.5, -0.3], [1.0, 0.2]], dtype=F64, requires_grad=True)
