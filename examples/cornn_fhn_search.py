@@ -21,7 +21,9 @@ same epoch budget. Every trial trains on the same data (``fitzhugh_nagumo(seed=1
 1024 test sequences of 1000 steps) from model seed ``--seed``; the test RMSE is read at the epoch of best validation
 RMSE, and configurations are ranked by validation RMSE only. The retraining phase runs the ``--top`` best distinct
 configurations for ``--retrain-epochs`` epochs with ``--seeds`` model seeds each (initialisation and shuffling;
-the data stay fixed) and reports mean ± sample std of the test RMSE.
+the data stay fixed) and reports mean ± sample std of the test RMSE. With ``--extend-epochs N`` the rank-1
+configuration is trained once more for N epochs with each of ``--extend-seeds`` (checkpointed every epoch), for
+when its retraining runs were still improving at their last epoch (best validation epoch = last).
 
 Resumable: one JSON per finished trial (``OUT/trials/``) and per retraining run (``OUT/retrain/``); a rerun skips
 them. Outputs: ``OUT/search.json``, ``OUT/search.md`` (table sorted by validation RMSE) and the scatter figure
