@@ -196,7 +196,7 @@ def figure(results: dict) -> None:
         ax.set_ylabel("test MSE ×10⁻²")
         ax.set_title({"enso": "ENSO (spacing 0.1)", "mackey-glass": "Mackey–Glass (spacing 0.25)"}[task])
         ax.grid(alpha=0.3, which="both", lw=0.4)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left" if task == "enso" else "lower right", framealpha=0.9)
     fig.tight_layout()
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(FIGURE, dpi=130)
