@@ -92,12 +92,12 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
         if not isinstance(saved_state, dict):
             raise SystemExit(f"odelab: --checkpoint: {args.checkpoint} holds no state dict")
     if task_name not in TASKS:
-        raise SystemExit(f"odelab: --task: unknown task {task_name!r}; choose from {sorted(TASKS)}")
+        raise SystemExit(f"odelab: --task: unknown task {task_name!r}; choose from {REGRESSION_TASKS}")
     if model_name not in cells.PRESETS:
         raise SystemExit(f"odelab: --model: unknown model {model_name!r}; choose from {sorted(cells.PRESETS)}")
-    if task_name == "csv":
-        raise SystemExit(f"odelab: --task: compare-schemes runs on the generated tasks "
-                         f"({', '.join(sorted(set(TASKS) - {'csv'}))}), not csv (it needs a file)")
+    if task_name == "csv" or task_name not in REGRESSION_TASKS:
+        raise SystemExit(f"odelab: --task: compare-schemes runs on the generated regression tasks "
+                         f"({', '.join(t for t in REGRESSION_TASKS if t != 'csv')}), not {task_name}")
     task = TASKS[task_name]
     preset = task_settings(task, "quick", model_name)
     hidden = hidden or preset["hidden_size"]
@@ -167,10 +167,13 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     return 0
 
 
+REGRESSION_TASKS = sorted(name for name, task in TASKS.items() if task.loss == "mse")  # errors of a trajectory
+
+
 def add_command(sub) -> None:
     p = sub.add_parser("compare-schemes", help="one trained model's vector field under every scheme and step")
-    p.add_argument("--task", default="fhn", choices=sorted(TASKS), metavar="TASK",
-                   help=f"the task whose data the model is evaluated on: {', '.join(sorted(TASKS))} (default fhn; "
+    p.add_argument("--task", default="fhn", choices=REGRESSION_TASKS, metavar="TASK",
+                   help=f"the task whose data the model is evaluated on: {', '.join(REGRESSION_TASKS)} (default fhn; "
                         "--run takes the run's task)")
     p.add_argument("--model", default="lem", choices=sorted(cells.PRESETS), metavar="MODEL",
                    help="a Recurrent-based preset (lem, cornn, unicornn, ltc, lrcu-a, ...; default lem)")

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
 from torch import Tensor
 
 from .adding import adding
@@ -99,9 +100,20 @@ def settings(task: Task, preset: str, model: str) -> dict:
     return {**task.presets[preset], **({"hidden_size": task.hidden[model]} if model in task.hidden else {})}
 
 
+def forecast_horizon(x: Tensor, y: Tensor) -> int:
+    """H where the targets are the inputs H samples ahead (y_n = x_{n+H} wherever both exist), read off the data;
+    1 when they are not the same series (e.g. FitzHugh–Nagumo: input the forcing, target the state)."""
+    for h in range(1, x.shape[1]):
+        if x.shape[-1] == y.shape[-1] and torch.equal(x[:, h:], y[:, :-h]):
+            return h
+    return 1
+
+
 def linear_extrapolation_rmse(x: Tensor, y: Tensor) -> float:
-    """RMSE of predicting y_n = 2 x_n − x_{n−1} wherever x_{n−1} exists: the bar a model must beat."""
-    return float(((2 * x[:, 1:] - x[:, :-1] - y[:, 1:]) ** 2).mean().sqrt())
+    """RMSE of predicting y_n = x_n + H (x_n − x_{n−1}) (H: :func:`forecast_horizon`; 2 x_n − x_{n−1} one step
+    ahead) wherever x_{n−1} exists: the bar a model must beat."""
+    h = forecast_horizon(x, y)
+    return float(((x[:, 1:] + h * (x[:, 1:] - x[:, :-1]) - y[:, 1:]) ** 2).mean().sqrt())
 
 
 def mean_predictor_rmse(data: dict) -> float:

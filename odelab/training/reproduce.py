@@ -87,7 +87,7 @@ TABLES = {
                      {"": {"lrc-ode-a": (0.003, 0.001), "node": (0.142, 0.117)}}, ("lrc-ode-a", "node", "lrcu-a"),
                      "lrc-ode-a", _NEURAL_ODE_NOTE),
     "frequency": Table("accuracy", "%", f"{TAU_GRU}, Table 5 (their GRU row is τ-GRU without delay)",
-                       {"noise=0": {"rnn": 97.1, "lstm": 100.0, "lem": 96.0, "gru": 95.0, "taugru": 100.0},
+                       {"noise=0.0": {"rnn": 97.1, "lstm": 100.0, "lem": 96.0, "gru": 95.0, "taugru": 100.0},
                         "noise=0.1": {"rnn": 35.6, "lstm": 39.4, "lem": 54.1, "gru": 57.7, "taugru": 99.1}},
                        ("taugru", "gru", "lstm", "lem"), "taugru"),
     "copy": Table("cross-entropy", "", f"{TAU_GRU}, Fig. 7 (curves only, no numbers)", {"": {}},
