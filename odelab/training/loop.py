@@ -223,6 +223,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     bar = tqdm(range(start_epoch, config.epochs), initial=start_epoch, total=config.epochs,
                disable=not progress or rank != 0, desc="epochs", unit="epoch", dynamic_ncols=True)
     finished = start_epoch  # epochs done (with an output folder: the last one is in the checkpoint)
+    saving = start_epoch  # the epoch whose checkpoint is being written
     try:
         for epoch in bar:
             tic = time.perf_counter()
@@ -279,12 +280,18 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
             best_text = f"{best['valid_accuracy']:.1%}" if classification else f"{best['valid_rmse']:.2e}"
             bar.set_postfix(**postfix, best=best_text)
             if checkpoint is not None and rank == 0:
+                saving = epoch + 1
                 atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                              "shuffle": shuffle.get_state(), "history": asdict(history), "best": best, "epoch": epoch,
                              "elapsed": elapsed, "config": resumable_fields(config), "settings": settings}, checkpoint)
             finished = epoch + 1
     except KeyboardInterrupt:
         bar.close()
+        if saving > finished:  # Ctrl-C during the save: the rename may have happened before `finished` was set
+            try:
+                finished = max(finished, min(saving, load_checkpoint(checkpoint)["epoch"] + 1))
+            except (CheckpointError, OSError):
+                pass
         raise Interrupted(finished, checkpoint if checkpoint is not None and finished > 0 else None) from None
     bar.close()
 
