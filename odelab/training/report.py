@@ -27,7 +27,7 @@ def load_tables(folder: Path) -> dict[str, dict]:
 
 
 def protocol(row: dict) -> str:
-    label = "paper" if row["preset"] == "paper" else f"preset {row['preset']}"
+    label = {"paper": "paper", "quick": "**shortened: quick preset**"}.get(row["preset"], f"preset {row['preset']}")
     if row["epochs"] != row.get("paper_epochs", row["epochs"]):
         label += f", **shortened: {row['epochs']} of {row['paper_epochs']} epochs**"
     return label
