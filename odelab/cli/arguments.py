@@ -28,15 +28,20 @@ def integer(minimum: int | None = None, maximum: int | None = None):
     return parse
 
 
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number > 0."""
+def _finite(text: str, strict: bool) -> float:
+    """A finite number > 0 (``strict``) or >= 0, else argparse's error naming the bound."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    if not (value > 0 if strict else value >= 0) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} 0, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    return _finite(text, strict=True)
 
 
 def fraction(closed_upper: bool = True):
@@ -56,13 +61,7 @@ def fraction(closed_upper: bool = True):
 
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+    return _finite(text, strict=False)
 
 
 def power_of_two(text: str) -> int:
