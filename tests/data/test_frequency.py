@@ -79,3 +79,32 @@ def test_the_task_is_a_100_class_last_step_classification_with_chance_baseline_a
     assert task.presets["paper"]["hidden_size"] == 128
     x, _ = task.load(7, noise=0)["valid"]
     assert torch.equal(x, frequency(noise=0.0, seed=7)["valid"][0])
+
+
+def test_small_preset_clips_the_gradient_norm_at_1_for_every_model_of_table_5(tmp_path, monkeypatch):
+    """The ``small`` preset (our CPU protocol for Table 5): one protocol for every model of the table, gradient-norm
+    clipping at 1.0 applied at every optimiser step of ``odelab fit``, overridable by ``--clip``."""
+    import json
+
+    from odelab.cli import main
+    from odelab.training.reproduce import TABLES
+    from odelab.training.run import FitSpec
+
+    task = odelab.data.tasks.TASKS["frequency"]
+    configs = {model: FitSpec("frequency", model, "small").config(task) for model in TABLES["frequency"].models}
+    hidden, config = configs["taugru"]
+    assert all(c == (hidden, config) for c in configs.values())
+    assert (hidden, config.clip, config.epochs, config.lr, config.batch_size) == (32, 1.0, 25, 3e-3, 32)
+    assert task.presets["quick"].get("clip") is None  # the committed quick runs are unclipped
+    assert FitSpec("frequency", "taugru", "small", clip=0.5).config(task)[1].clip == 0.5
+
+    data = frequency(noise=0.1, seed=3, per_class=(("train", 2), ("valid", 1), ("test", 1)), samples=40)
+    monkeypatch.setattr(task, "load", lambda seed, **options: data)
+    calls = []
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda p, max_norm, *a, **k: calls.append(max_norm)
+                        or clip(p, max_norm, *a, **k))
+    assert main(["fit", "frequency", "--model", "taugru", "--preset", "small", "--epochs", "1", "--hidden", "4",
+                 "--no-progress", "--out", str(tmp_path)]) == 0
+    assert calls == [1.0] * math.ceil(200 / 32)  # 200 training sequences, batch 32: every step clipped at 1.0
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["clip"] == 1.0
