@@ -35,17 +35,24 @@ given as a scalar tensor that requires grad is learnable: the delayed time t −
 a callable history and, past t0, into the dense history as d/dτ y(t − τ) = −y'(t − τ) with y'(s) = f(s, y(s),
 …) evaluated at s (one more evaluation of f per stage, not counted in ``nfe``; the continuous extension's own
 slope is one order less accurate); the landing points are those of its current value, propagated one level
-deeper (∂y/∂τ loses one more derivative than y at each s + kτ).
+deeper (∂y/∂τ loses one more derivative than y at each s + kτ). The error norm controls y only, and the
+discrete ∂y/∂τ of the 3rd-order pair then drifts to 10–30 tol (5th-order pairs: ≤ 0.01 tol); with
+``control_delay_sensitivity`` (default for bosh3, when grad mode is on) the sensitivity ∂y/∂τ rides along
+as a forward-mode tangent of every stage, and a step is accepted only when both y's and the tangent's
+embedded error estimates meet the tolerance (CVODES's error control of forward sensitivities). About 1.5×
+the steps and, in eager forward mode, ~5× the time per step; the gradient itself is still reverse mode.
 
 Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor of the
 state's dtype (one time per sample) instead of a float.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -67,7 +74,7 @@ class _Options:
                  max_steps: int = 10_000, first_step: float | None = None, dt_min: float = 0.0,
                  dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
                  factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None,
-                 compile: bool = False):
+                 compile: bool = False, control_delay_sensitivity: bool | None = None):
         def number(name, value, low, strict=True, allow_inf=False):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
@@ -103,10 +110,16 @@ class _Options:
         if not isinstance(compile, bool):
             raise TypeError(f"compile: expected True or False, got {type(compile).__name__}")
         self.compile = compile
+        if control_delay_sensitivity is None:  # the 5th-order pairs' dL/dτ is within 0.01 tol without it
+            control_delay_sensitivity = tableau.order < 5
+        if not isinstance(control_delay_sensitivity, bool):
+            raise TypeError(f"control_delay_sensitivity: expected True, False or None, got "
+                            f"{type(control_delay_sensitivity).__name__}")
+        self.control_delay_sensitivity = control_delay_sensitivity
 
 
 _OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min",
-                 "factor_max", "pi_beta", "checkpoint_segments", "compile")
+                 "factor_max", "pi_beta", "checkpoint_segments", "compile", "control_delay_sensitivity")
 
 
 class _Carry:
@@ -132,6 +145,7 @@ class _History:
 
     def __init__(self, before: Callable[[Tensor], Tensor], t0: float, tau_max: float, dense: Tensor, eps: float):
         self.before, self.t0, self.tau_max, self.dense, self.eps = before, t0, tau_max, dense, eps
+        self.tangents = False  # the records carry forward-mode tangents (a learnable delay's sensitivity)
         self.window, self.stacked, self.source, self.loaded = 16, 0, None, 0
 
     def load(self, records: list, t: Tensor, active: Tensor) -> Tensor:
@@ -161,24 +175,48 @@ class _History:
         rows = torch.arange(s.shape[0], device=s.device).unsqueeze(1)
         where = s.detach()
         # the step containing s: the first record ending at or after s, or for a right limit the first one
-        # ending after it (at t0 that skips the initial record, which carries no derivative)
         # ending after it (at t0 that skips the initial record, which carries no derivative); ``eps`` absorbs the
         # round-off of t − τ at a step boundary s + τ
         key = where.clamp_min(self.t0) + self.eps if right else where - self.eps
         step = torch.searchsorted(self.end_rows, key.unsqueeze(1), right=right).clamp_max_(self.end.shape[0] - 1)
-        theta = ((s.unsqueeze(1) - self.start[step, rows]) / self.length[step, rows]).to(self.y.dtype)
-        inside = _horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta)
+        length = self.length[step, rows]
+        if self.tangents:  # θ = (s − start) / length with the tangent of s, in fast all-dual arithmetic
+            s_dot = fwAD.unpack_dual(s).tangent
+            theta = fwAD.make_dual(((where.unsqueeze(1) - self.start[step, rows]) / length).to(self.y.dtype),
+                                   torch.zeros_like(length) if s_dot is None else s_dot.unsqueeze(1) / length)
+        else:
+            theta = ((s.unsqueeze(1) - self.start[step, rows]) / length).to(self.y.dtype)
+        inside = _horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta,
+                         fused=not self.tangents)
         before = where < self.t0 - self.eps if right else where <= self.t0 + self.eps
         return torch.where(before.unsqueeze(1), self.before(s), inside)
 
 
-def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor) -> Tensor:
+def _primal(x: Tensor) -> Tensor:
+    return fwAD.unpack_dual(x).primal
+
+
+def _dual(x: Tensor) -> Tensor:
+    """``x`` with an explicit (zero) tangent if it has none: eager forward mode is fast only when both operands
+    of an elementwise op carry tangents (an undefined one becomes a ZeroTensor, ~0.5 ms per op)."""
+    return x if fwAD.unpack_dual(x).tangent is not None else fwAD.make_dual(x, torch.zeros_like(x))
+
+
+def _tangent(x: Tensor) -> Tensor:
+    """The forward-mode tangent of ``x`` (zeros where nothing depends on the delay yet), a fresh tensor."""
+    tangent = fwAD.unpack_dual(x).tangent
+    return torch.zeros_like(_primal(x)) if tangent is None else tangent.clone()
+
+
+def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor, fused: bool = True) -> Tensor:
     """y + θ (C1 + θ (C2 + … θ Cm)): the continuous extension y + Σ_i b_i(θ) hk_i with C_p = Σ_i P_ip hk_i;
-    θ broadcasts against y."""
+    θ broadcasts against y. ``fused=False`` for forward-mode tangents (addcmul's goes through a slow
+    Python decomposition)."""
+    multiply_add = torch.addcmul if fused else (lambda c, a, b: c + a * b)
     acc = coef[-1]
     for c in reversed(coef[:-1]):
-        acc = torch.addcmul(c, theta, acc)
-    return torch.addcmul(y, theta, acc)
+        acc = multiply_add(c, theta, acc)
+    return multiply_add(y, theta, acc)
 
 
 class _Integrator:
@@ -186,7 +224,7 @@ class _Integrator:
 
     def __init__(self, tableau: ButcherTableau, system: System, y0: Tensor, sizes: list[int], times: list[float],
                  path: InputPath | None, history, opts: _Options, tstops: list[float] = (),
-                 jump_times: list[float] = ()):
+                 jump_times: list[float] = (), sensitive: bool = False):
         self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
         self.dtype, self.device = y0.dtype, y0.device
         self.batch, self.dim = y0.shape
@@ -207,7 +245,11 @@ class _Integrator:
 
         delays = delay_values(system)
         self.delays = tuple(value for value, _ in delays)
-        self.learnable = tuple(tensor for _, tensor in delays)  # None, or the delay's 0-d tensor (grad)
+        # None, or the delay's 0-d tensor (grad); under a forward-AD level (see ``integrate``) it carries the
+        # tangent 1, so that every stage carries ∂/∂τ and the error norm can control it
+        self.sensitive = sensitive and any(tensor is not None for _, tensor in delays)
+        self.learnable = tuple(tensor if tensor is None or not self.sensitive
+                               else fwAD.make_dual(tensor, torch.ones_like(tensor)) for _, tensor in delays)
         self.history = None
         scale = abs(self.t0) + abs(self.t_end) + max(self.delays, default=0.0)
         if self.delays:
@@ -219,6 +261,7 @@ class _Integrator:
             reach = max(self.delays) * (2 if any(learn is not None for learn in self.learnable) else 1)
             self.history = _History(self._history_function(history, y0), self.t0, reach, self.dense,
                                     eps=8 * math.ulp(scale))
+            self.history.tangents = self.sensitive
         elif history is not None:
             raise ValueError(f"history: {type(system).__name__} declares no delays")
         # breakpoints closer than this are one (no steps of round-off size)
@@ -291,6 +334,8 @@ class _Integrator:
             delayed = tuple(self._blocks(self.history.at(t - tau, right) if learn is None else
                                          self._learnable_read(t, learn, right))
                             for tau, learn in zip(self.delays, self.learnable))
+        if self.sensitive and inp is not None:
+            inp = _dual(inp)
         blocks = self._blocks(y)
         out = self.system.derivative(t_col, blocks, inp, *delayed)
         if not self.checked:
@@ -303,7 +348,7 @@ class _Integrator:
         f(s, y(s), …) at s = t − τ rather than from the continuous extension's slope (one order lower, O(h⁴)
         for the 5th-order pairs: dL/dτ then drifted to 20–50 tol at rtol 1e-10). The value is unchanged; the
         term (s − s) f(s) adds the derivative. Before t0 the history's own (callable) derivative is kept."""
-        s = t - learn.double()
+        s = (_dual(t) if self.sensitive else t) - learn.double()
         if not s.requires_grad:
             return self.history.at(s, right)
         where = s.detach()
@@ -312,7 +357,7 @@ class _Integrator:
         if bool(before.all()):
             return self.history.at(s, right)
         slope = self._slope(where, value, right)
-        inside = value + (s - where).to(self.dtype).unsqueeze(1) * slope
+        inside = value + (s - (_dual(where) if self.sensitive else where)).to(self.dtype).unsqueeze(1) * slope
         if bool(before.any()):
             return torch.where(before.unsqueeze(1), self.history.at(s, right), inside)
         return inside
@@ -364,11 +409,12 @@ class _Integrator:
         if opts.first_step is not None:
             return torch.full_like(t, min(opts.first_step, cap))
         with torch.no_grad():
+            y0, f0 = _primal(y0), _primal(f0)  # the step size carries no delay tangent
             scale = y0.abs().mul(opts.rtol).add_(opts.atol)
             rms = lambda x: (x / scale).square() @ self.mean
             d0, d1 = rms(y0).double().sqrt(), rms(f0).double().sqrt()
             h0 = torch.where((d0 < 1e-5) | (d1 < 1e-5), torch.full_like(d0, 1e-6), 0.01 * d0 / d1).clamp_max(cap)
-            f1 = self.field(t + h0, (t + h0).to(self.dtype).unsqueeze(1), y0 + h0.to(self.dtype).unsqueeze(1) * f0, inp)
+            f1 = _primal(self.field(t + h0, (t + h0).to(self.dtype).unsqueeze(1), y0 + h0.to(self.dtype).unsqueeze(1) * f0, inp))
             d2 = rms(f1 - f0).double().sqrt() / h0
             top = torch.maximum(d1, d2)
             h1 = torch.where(top <= 1e-15, (h0 * 1e-3).clamp_min(1e-6), (0.01 / top) ** (1.0 / (self.tab.order + 1)))
@@ -379,6 +425,8 @@ class _Integrator:
     def start(self, y0: Tensor) -> _Carry:
         t = torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
         last_coef = y0.new_zeros(self.batch * self.dim, self.dense.shape[1])
+        if self.sensitive:
+            y0, last_coef = _dual(y0), _dual(last_coef)
         if self.history is not None:
             self.history.load([(t, torch.ones_like(t), y0, last_coef, t)], t, torch.zeros_like(t, dtype=torch.bool))
         landing = torch.zeros(self.batch, dtype=torch.int64, device=self.device)  # index of the next landing point
@@ -455,6 +503,8 @@ class _Integrator:
         h_step = torch.minimum(h, gap)
         t_land = torch.where(landed, target, t + h_step)
         t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
+        if self.sensitive:
+            h_col = _dual(h_col)
         inp = self.held_input(landing)
         end_col = None
         if self.restarts:  # stages ending a step on a jump of f see the time one ulp before it
@@ -473,7 +523,12 @@ class _Integrator:
         y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
         hk = torch.stack(hk)
         with torch.no_grad():
-            r2 = self.ratio2(y, y_new, (self.b_err @ hk.view(stages, -1)).view_as(y))
+            err = (self.b_err @ hk.view(stages, -1)).view_as(y)
+            if self.sensitive:  # the tangents: ∂y/∂τ and its local error, held to the same tolerance
+                r2 = self.ratio2(*(_primal(x) for x in (y, y_new, err)))
+                r2 = torch.maximum(r2, self.ratio2(*(_tangent(x) for x in (y, y_new, err))))
+            else:
+                r2 = self.ratio2(y, y_new, err)
             accept = (r2 <= 1.0) & active
             log_r2 = r2.clamp_min(1e-20).log_()
             # factor = safety ratio^(−α) ratio_prev^β, in logs; ≤ 1 after a rejection
@@ -591,7 +646,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     ``dt_max``; ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (10), ``pi_beta`` (0.2/(q+1); 0 gives
     the I controller); ``checkpoint_segments`` (K equal time segments, each recomputed in the backward pass;
     same values and gradients); ``compile`` (torch.compile of the step, cached per configuration; systems
-    without inputs or delays; same steps and values up to round-off)."""
+    without inputs or delays; same steps and values up to round-off); ``control_delay_sensitivity`` (learnable
+    delays: also hold ∂y/∂τ to the tolerance; default True for bosh3, False for the 5th-order pairs)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "
@@ -602,7 +658,16 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
         raise TypeError(f"y0: adaptive solvers need floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
     sizes = [x.shape[1] for x in state]
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
-    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts, tstops, jump_times)
+    # a delay that requires grad: its sensitivity ∂y/∂τ is carried as a forward-mode tangent and error-controlled
+    sensitive = (opts.control_delay_sensitivity and torch.is_grad_enabled()
+                 and any(tensor is not None for _, tensor in delay_values(system)))
+    with fwAD.dual_level() if sensitive else contextlib.nullcontext():
+        return _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts,
+                          sensitive)
+
+
+def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts, sensitive):
+    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts, tstops, jump_times, sensitive)
     carry = solver.start(y0)
 
     outputs = [y0.unsqueeze(1)]
