@@ -4,7 +4,10 @@
 Every sample b of the batch has its own time t_b, step h_b and accept/reject decision. The batch advances
 together -- one loop iteration is one attempted step of every active sample -- and masks keep finished,
 failed or rejected samples in place, so a stiff sample does not slow the others down. The loop synchronises
-with the host once per iteration (the termination test); everything else is masked tensor arithmetic.
+with the host once per ``chunk`` attempts (the termination test; default 1 on the CPU, 8 on CUDA, 1 for delay
+systems, whose history window is sized on the host); everything else is masked tensor arithmetic, so attempts
+after a sample finished inside a chunk leave it in place (and a solve with jumps of f re-evaluates the first
+stage batch-wide instead of asking the host which samples sit on one).
 
 One step of a tableau (c, a, b, b_err = b − b̂) with stage increments hk_i = h f(t + c_i h, Y_i):
 
@@ -74,7 +77,7 @@ class _Options:
                  max_steps: int = 10_000, first_step: float | None = None, dt_min: float = 0.0,
                  dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
                  factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None,
-                 compile: bool = False, control_delay_sensitivity: bool | None = None):
+                 compile: bool = False, control_delay_sensitivity: bool | None = None, chunk: int | None = None):
         def number(name, value, low, strict=True, allow_inf=False):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
@@ -116,10 +119,13 @@ class _Options:
             raise TypeError(f"control_delay_sensitivity: expected True, False or None, got "
                             f"{type(control_delay_sensitivity).__name__}")
         self.control_delay_sensitivity = control_delay_sensitivity
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+            raise ValueError(f"chunk: expected a positive integer, got {chunk!r}")
+        self.chunk = chunk
 
 
 _OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min",
-                 "factor_max", "pi_beta", "checkpoint_segments", "compile", "control_delay_sensitivity")
+                 "factor_max", "pi_beta", "checkpoint_segments", "compile", "control_delay_sensitivity", "chunk")
 
 
 class _Carry:
@@ -233,6 +239,7 @@ class _Integrator:
         self.rows = [[(j, a) for j, a in enumerate(row) if a != 0.0] for row in tableau.a]
         self.b_err = torch.tensor(tableau.b_err, dtype=self.dtype, device=self.device)
         self.dense = torch.tensor(tableau.dense, dtype=self.dtype, device=self.device)  # (stages, m)
+        self.dense_t = self.dense.t().contiguous()  # (m, stages): P^T hk is the fast product (a (B dim, m) one is 3× slower)
         self.mean = torch.full((self.dim,), 1.0 / self.dim, dtype=self.dtype, device=self.device)
 
         self.path, self.hold_times, self.linear_times = path, None, None
@@ -303,6 +310,9 @@ class _Integrator:
         self.dt_max = min(opts.dt_max, min(self.delays)) if self.delays else opts.dt_max
         self.exact_time = self.linear_times is not None or self.history is not None  # float64 stage times needed
         self.checked = False
+        # CUDA: a host read of the loop condition stalls the stream, so check it every 8 attempts; the CPU
+        # reads it for free, and extra masked attempts after the last sample finishes would only cost
+        self.chunk = opts.chunk or (8 if self.device.type == "cuda" else 1)
         self.t_end_tensor = torch.tensor(self.t_end, **time)
         # 0-d constants for torch.where (a Python scalar there allocates a tensor every step)
         constant = lambda value, dtype: torch.tensor(value, dtype=dtype, device=self.device)
@@ -453,9 +463,12 @@ class _Integrator:
         # iterations before any sample can reach max_steps (one host read per segment)
         budget = self.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         attempt = self.compiled or self.attempt
-        while True:  # one host synchronisation per iteration
+        # attempted steps per host synchronisation: a delay system reads its window's coverage on the host first
+        chunk = 1 if self.history is not None else self.chunk
+        any_restart = False
+        while True:  # one host synchronisation per ``chunk`` attempts
             flags = [active.any()]
-            if self.restarts:  # samples sitting on a jump of f: their first stage is re-evaluated
+            if self.restarts and chunk == 1:  # samples sitting on a jump of f: their first stage is re-evaluated
                 restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
                 flags.append(restart.any())
             if self.history is not None:
@@ -471,14 +484,18 @@ class _Integrator:
                 continue
             if not going:
                 break
-            if any_restart:
-                restarts = restarts + restart
-            y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
-                y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
-                len(accepts) + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()))
-            records.append((t, *record, t_after))
-            accepts.append(accept)
-            t = t_after
+            for _ in range(chunk):  # samples that finish inside a chunk stay in place (masked attempts)
+                if self.restarts and chunk > 1:  # no host read: the mask goes in, f is re-evaluated batch-wide
+                    restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
+                    any_restart = True
+                if any_restart:
+                    restarts = restarts + restart
+                y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
+                    y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
+                    len(accepts) + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()))
+                records.append((t, *record, t_after))
+                accepts.append(accept)
+                t = t_after
         accepted = carry.accepted + (torch.stack(accepts).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)
@@ -551,7 +568,7 @@ class _Integrator:
                                prev)
             h = torch.where(active, h_next, h)
         # continuous-extension coefficients C_p = Σ_i P_ip hk_i, one (B dim, m) matrix per step
-        record = (h_step, y, torch.mm(hk.view(stages, -1).t(), self.dense))
+        record = (h_step, y, torch.mm(self.dense_t, hk.view(stages, -1)).t())  # (B dim, m), a transposed view
         mask = accept.unsqueeze(1)
         y = torch.where(mask, y_new, y)
         k1 = torch.where(mask, k_new, k1)
@@ -646,7 +663,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     ``dt_max``; ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (10), ``pi_beta`` (0.2/(q+1); 0 gives
     the I controller); ``checkpoint_segments`` (K equal time segments, each recomputed in the backward pass;
     same values and gradients); ``compile`` (torch.compile of the step, cached per configuration; systems
-    without inputs or delays; same steps and values up to round-off); ``control_delay_sensitivity`` (learnable
+    without inputs or delays; same steps and values up to round-off); ``chunk`` (attempted steps per host
+    synchronisation, see the module docstring; same steps and values); ``control_delay_sensitivity`` (learnable
     delays: also hold ∂y/∂τ to the tolerance; default True for bosh3, False for the 5th-order pairs)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:

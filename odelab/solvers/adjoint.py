@@ -301,7 +301,7 @@ class _AdaptiveEngine(_Engine):
         emits = []
         if most:
             h_step, y_start, coef = record
-            coef = coef.view(y_start.shape[0], y_start.shape[1], self.m)
+            coef = coef.reshape(y_start.shape[0], y_start.shape[1], self.m)
             for i in range(most):
                 rows = torch.nonzero(count > i).squeeze(1)
                 cols = first.index_select(0, rows) + i

@@ -394,7 +394,8 @@ def test_registration_and_default_method():
     ("rtol", -1.0, ValueError), ("atol", float("nan"), ValueError), ("rtol", "tight", TypeError),
     ("max_steps", 0, ValueError), ("max_steps", 2.5, ValueError), ("first_step", 0.0, ValueError),
     ("dt_max", -1.0, ValueError), ("safety", 0.0, ValueError), ("factor_min", 1.5, ValueError),
-    ("factor_max", 0.5, ValueError), ("checkpoint_segments", 0, ValueError),
+    ("factor_max", 0.5, ValueError), ("checkpoint_segments", 0, ValueError), ("chunk", 0, ValueError),
+    ("chunk", 2.0, ValueError),
 ])
 def test_invalid_options_name_the_option(option, value, error):
     with pytest.raises(error, match=option):
@@ -453,3 +454,34 @@ def test_checkpoint_segments_with_hold_input():
     assert torch.equal(y_plain, y_ckpt)
     for a, b in zip(g_plain, g_ckpt):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+# steps per sample without a limit: dopri5 48 / 145 / 226, bosh3 259 / 548 / 341
+@pytest.mark.parametrize("method,max_steps,chunk", [("dopri5", 200, 7), ("bosh3", 400, 64)])
+def test_chunked_loop_takes_the_same_steps(method, max_steps, chunk):
+    """``chunk`` attempts per host check: masked attempts leave finished samples in place, so the steps,
+    statistics, statuses, values and gradients are those of the one-check-per-attempt loop, bit for bit —
+    per-sample stiffness (Van der Pol μ from 0.1 to 20), a hold input (f jumps at its sample times: the
+    first stage is re-evaluated there), a sample that hits max_steps, and two segments of checkpointing."""
+    mu = torch.tensor([0.1, 3.0, 20.0], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0]], dtype=F64, requires_grad=True)
+    t = torch.linspace(0, 12, 25, dtype=F64)
+    u = torch.linspace(-1, 1, 3 * 5, dtype=F64).reshape(3, 5, 1)
+
+    def field(s, y, v):
+        return VanDerPol(mu=mu).derivative(s, (y,), None)[0] + torch.cat([torch.zeros_like(v), v], -1)
+
+    def run(**kw):
+        sol = odelab.solve(field, y0, t, u=u, u_times=[0.0, 2.5, 5.0, 7.5, 12.0], method=method, rtol=1e-5,
+                           atol=1e-7, max_steps=max_steps, throw=False, **kw)
+        return sol, torch.autograd.grad(torch.nan_to_num(sol.y).square().sum(), [mu, y0])
+
+    (one, g_one), (many, g_many) = run(chunk=1), run(chunk=chunk)
+    assert one.status.tolist()[0] == Status.SUCCESS and Status.MAX_STEPS in one.status.tolist()
+    assert torch.equal(one.status, many.status)
+    for key in ("steps", "accepted", "rejected", "nfe", "t_final"):
+        assert torch.equal(one.stats[key], many.stats[key]), key
+    assert torch.equal(torch.nan_to_num(one.y, nan=7.0), torch.nan_to_num(many.y, nan=7.0))
+    assert all(torch.equal(a, b) for a, b in zip(g_one, g_many))
+    (seg_one, _), (seg_many, _) = run(chunk=1, checkpoint_segments=2), run(chunk=chunk, checkpoint_segments=2)
+    assert torch.equal(torch.nan_to_num(seg_one.y, nan=7.0), torch.nan_to_num(seg_many.y, nan=7.0))
