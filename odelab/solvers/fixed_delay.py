@@ -15,6 +15,12 @@
   - before t0: the history φ(t − τ_i); at t0 itself, φ(t0⁻) for the stage that ends a step and y0 for
     the one that starts it.
 
+  With delays that are numbers (not learnable) and an explicit RK scheme, where every stage reads from is
+  a function of the grid alone, the reads are resolved before the steps that make them, a chunk of steps
+  at a time (which node, which stage, which interval and Hermite weights), and the loop only runs the
+  scheme and looks the values up: the same bits, values and gradients, as the reads by time that learnable
+  delays and partitioned schemes take.
+
   The step must not exceed the smallest delay (``dt ≤ min τ``), so every delayed time lies in steps
   already taken: no extrapolation into the current step. The derivative jumps that a history propagates
   (at t0 + Σ n_i τ_i, the discontinuities of the method of steps) are added to the step grid up to depth
@@ -34,7 +40,7 @@ from torch import Tensor
 
 from ..systems.base import State, System
 from .breakpoints import collect, nodes_near
-from .field import Field, check_derivative
+from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
 from .inputs import FunctionInput, InputPath
@@ -42,14 +48,47 @@ from .schemes import ExplicitRK, PartitionedEuler, Scheme
 from .solution import Solution, finish
 
 
-def _hermite(y0: Tensor, f0: Tensor, y1: Tensor, f1: Tensor, theta, h: float) -> Tensor:
-    """Cubic Hermite interpolant on a step of length h at θ ∈ [0, 1]:
-    y(θ) = (2θ³ − 3θ² + 1) y0 + (θ³ − 2θ² + θ) h f0 + (3θ² − 2θ³) y1 + (θ³ − θ²) h f1."""
+_NODE, _HISTORY, _HERMITE = range(3)  # where a delayed state is read from (see _locate)
+
+
+def _hermite_weights(theta, h: float) -> tuple:
+    """Weights of y0, h f0, y1, h f1 in the cubic Hermite interpolant on a step of length h at θ ∈ [0, 1]:
+    (2θ³ − 3θ² + 1, (θ³ − 2θ² + θ) h, 3θ² − 2θ³, (θ³ − θ²) h)."""
     t2, t3 = theta * theta, theta * theta * theta
-    w_y0, w_f0, w_y1, w_f1 = 2 * t3 - 3 * t2 + 1, (t3 - 2 * t2 + theta) * h, 3 * t2 - 2 * t3, (t3 - t2) * h
-    if isinstance(theta, Tensor):
+    return 2 * t3 - 3 * t2 + 1, (t3 - 2 * t2 + theta) * h, 3 * t2 - 2 * t3, (t3 - t2) * h
+
+
+def _hermite(y0: Tensor, f0: Tensor, y1: Tensor, f1: Tensor, weights: tuple) -> Tensor:
+    """The cubic Hermite interpolant y(θ) = w_y0 y0 + w_f0 f0 + w_y1 y1 + w_f1 f1 (:func:`_hermite_weights`)."""
+    w_y0, w_f0, w_y1, w_f1 = weights
+    if isinstance(w_y0, Tensor):
         return w_y0 * y0 + w_f0 * f0 + w_y1 * y1 + w_f1 * f1
     return torch.add(torch.add(torch.add(y0 * w_y0, f0, alpha=w_f0), y1, alpha=w_y1), f1, alpha=w_f1)
+
+
+def _locate(grid: list[float], tol: float, step: int, last: int, complete: int, t: float, tau: float,
+            learnable: bool) -> tuple[int, int | None]:
+    """Where a fixed-step DDE solve reads y(t − τ) during step ``step``, with nodes up to ``last`` stored and
+    the Hermite data of the intervals up to ``complete`` (a pure function of the grid: the same for the reads
+    by time of :class:`_Past` and those resolved before the loop by :class:`_StaticReads`):
+
+    - ``(_HISTORY, None)``: φ(t − τ), before t0, and at t0 itself for a stage after the step's start (φ(t0⁻));
+    - ``(_NODE, j)``: the stored y_j, at a node (never for a learnable τ: its read must move with τ), and y0
+      while no interval is complete (the first step with τ = dt);
+    - ``(_HERMITE, i)``: the cubic Hermite interpolant on [t_i, t_{i+1}] (a learnable τ at a node: the
+      interval that ends there for a stage after the step's start)."""
+    s, t0 = t - tau, grid[0]
+    at_end = t > grid[step] + tol  # a stage after the step's start: left limits at nodes
+    if s < t0 - tol or (at_end and s < t0 + tol):
+        return _HISTORY, None
+    k = min(bisect_right(grid, s + tol) - 1, last)
+    near_node = abs(s - grid[k]) <= tol
+    if near_node and not learnable:
+        return _NODE, k
+    if near_node and at_end:
+        k -= 1
+    i = min(k, complete)
+    return (_NODE, 0) if i < 0 else (_HERMITE, i)
 
 
 class _Past:
@@ -139,24 +178,18 @@ class _Past:
         return self.cache[key]
 
     def _read(self, t: float, tau: float, learnable: Tensor | None) -> State:
-        s, tol, grid = t - tau, self.tol, self.grid
-        at_end = t > grid[self.k] + tol  # a stage after the step's start: left limits at nodes
-        if s < self.t0 - tol or (at_end and s < self.t0 + tol):  # φ, and φ(t0⁻) (not y0) at a step's end
-            return self.phi(s if learnable is None else t - learnable)
-        k = min(bisect_right(grid, s + tol) - 1, len(self.states) - 1)
-        near_node = abs(s - grid[k]) <= tol
-        if near_node and learnable is None:
-            return self.states[k]  # a node
-        if near_node and at_end:  # learnable: differentiate with the interval that ends at the node
-            k -= 1
-        i = min(k, self.complete)
-        if i < 0:  # the first step with τ = dt (learnable): only y(t0) is known
-            return self.states[0]
+        grid = self.grid
+        kind, i = _locate(grid, self.tol, self.k, len(self.states) - 1, self.complete, t, tau, learnable is not None)
+        if kind == _HISTORY:
+            return self.phi(t - tau if learnable is None else t - learnable)
+        if kind == _NODE:
+            return self.states[i]
         h = grid[i + 1] - grid[i]
-        theta = (s - grid[i]) / h if learnable is None else ((t - grid[i]) - learnable) / h
+        theta = ((t - tau) - grid[i]) / h if learnable is None else ((t - grid[i]) - learnable) / h
         if isinstance(theta, Tensor):
             theta = theta.to(self.states[i][0].dtype)
-        return tuple(_hermite(y0, f0, y1, f1, theta, h) for y0, f0, y1, f1 in
+        weights = _hermite_weights(theta, h)
+        return tuple(_hermite(y0, f0, y1, f1, weights) for y0, f0, y1, f1 in
                      zip(self.states[i], self.right[i], self.left_states.get(i + 1, self.states[i + 1]),
                          self._end_derivative(i + 1)))
 
@@ -192,6 +225,138 @@ class _DelayField(Field):
         self.evaluations += 1
         u = self.input(t, state[0])
         return self.system.derivative(self.time(t, state[0]), state, u, *self.past(t))
+
+
+class _StaticReads:
+    """The delayed-state reads of a fixed-step explicit RK solve whose delays are fixed numbers, resolved before
+    the steps that make them: the grid, the stage times t_k + c_i h and the delays are known, so is where
+    every read goes (:func:`_locate`, as the reads by time of :class:`_Past` would find it: nodes up to t_k
+    stored, Hermite data complete up to [t_{k−2}, t_{k−1}] for the first stage and up to [t_{k−1}, t_k] once
+    it has given f(t_k⁺)).
+    A step's row is the list of the aligned steps j when every delay has one (stage i reads stage i of step j,
+    :func:`_plan`), else a tuple holding, per delay, its aligned step j or one read per stage:
+
+    - ``(_NODE, j)``: node j;
+    - ``(_HISTORY, s, d)``: φ(s);
+    - ``(_HERMITE, i, weights, left, d)``: the Hermite interpolant on [t_i, t_{i+1}] with the weights of its θ
+      (:func:`_hermite_weights`), ``left`` when its end derivative is the left limit f(t_{i+1}⁻);
+
+    and the reads of the left-limit evaluations f(t_{k+1}⁻) after step k, at the nodes in ``left_at``. Reads
+    are built a chunk of steps at a time (memory bounded by the chunk, not by the step count); equal reads of
+    one chunk are one object, so that a field can compute one value for them (the two midpoint stages of rk4).
+    """
+
+    def __init__(self, grid: list[float], delays: list[float], nodes: list[float], plan: list[tuple[int | None, ...]],
+                 left_at: set[int], tol: float):
+        self.grid, self.delays, self.nodes, self.plan, self.left_at, self.tol = grid, delays, nodes, plan, left_at, tol
+
+    def _read(self, k: int, complete: int, t: float, d: int) -> tuple:
+        tau = self.delays[d]
+        kind, i = _locate(self.grid, self.tol, k, k, complete, t, tau, False)
+        if kind == _HISTORY:
+            return _HISTORY, t - tau, d
+        if kind == _NODE:
+            return _NODE, i
+        h = self.grid[i + 1] - self.grid[i]
+        return _HERMITE, i, _hermite_weights(((t - tau) - self.grid[i]) / h, h), i + 1 in self.left_at, d
+
+    def chunk(self, first: int, last: int) -> tuple[list[tuple], dict[int, tuple]]:
+        """Steps first..last−1: their rows and the reads of the left-limit evaluations by node."""
+        grid, interned = self.grid, {}
+        intern = lambda read: interned.setdefault(read, read)
+        rows, left = [], {}
+        for k in range(first, last):
+            plan = self.plan[k]
+            if all(j is not None and j >= 0 for j in plan):  # every delay aligned: a list of the aligned steps
+                rows.append(list(plan))
+                continue
+            ta, h, row = grid[k], grid[k + 1] - grid[k], []
+            for d, j in enumerate(plan):
+                if j is not None and j >= 0:
+                    row.append(j)
+                    continue
+                row.append(tuple(intern(self._read(k, k - 1 if index > 0 else k - 2,
+                                                   ta + c * h, d)) for index, c in enumerate(self.nodes)))
+            rows.append(tuple(row))
+            if k + 1 in self.left_at:
+                left[k + 1] = tuple(intern(self._read(k, k - 1, grid[k + 1], d)) for d in range(len(self.delays)))
+        return rows, left
+
+
+class _StaticField(Field):
+    """The field of the fixed-step DDE loop with reads resolved beforehand (:class:`_StaticReads`), and the
+    past those reads take their values from: per node j the state y_j, the stage states of the step from t_j
+    and f(t_j⁺) (that step's first stage, kept at no cost), and f(t_j⁻) where stored; ``release_before``
+    drops what no later read reaches. ``begin(row)`` starts a step: stage i reads, per delay, stage i of the
+    aligned step (gathered per stage at once when every delay is aligned) or its own read; a history or
+    Hermite read is computed once per step (as the reads by time are: a value shared across steps would
+    change the rounding of the gradient sums). ``plain``: the system sees the solver's float time and no
+    input (no input path, no jump edges), so the stages skip :meth:`Field.time` and :meth:`Field.input`."""
+
+    __slots__ = ("phi", "states", "stages", "right", "left", "released", "row", "aligned", "memo", "plain")
+
+    def __init__(self, system: System, phi: History, state: State, plain: bool):
+        super().__init__(system)
+        self.phi, self.states, self.stages, self.right, self.left = phi, [state], [], [], {}
+        self.released, self.row, self.aligned, self.memo, self.plain = 0, (), None, {}, plain
+
+    def begin(self, row: tuple) -> None:
+        """Start a step reading by ``row`` (:class:`_StaticReads`); its stage states are recorded."""
+        self.stages.append([])
+        self.row = row
+        self.aligned = tuple(zip(*[self.stages[j] for j in row])) if row.__class__ is not tuple else None
+        self.memo.clear()
+
+    def __call__(self, t, state):
+        self.evaluations += 1
+        stages = self.stages[-1]
+        index = len(stages)
+        stages.append(state)
+        if self.aligned is not None:
+            delayed = self.aligned[index]
+        else:
+            delayed = [self.stages[source][index] if source.__class__ is int else self._value(source[index])
+                       for source in self.row]
+        if self.plain:
+            out = self.system.derivative(t, state, None, *delayed)
+        else:
+            out = self.system.derivative(self.time(t, state[0]), state, self.input(t, state[0]), *delayed)
+        if not self.checked:
+            check_derivative(self.system, state, out)
+            self.checked.add(None)
+        if index == 0:  # f(t_k⁺, y_k): explicit RK's first stage
+            self.right.append(out)
+        return out
+
+    def evaluate(self, t: float, state: State, reads: tuple) -> State:
+        """An evaluation that is not a stage (the left limit at a jump node, for the Hermite data)."""
+        self.evaluations += 1
+        return self.system.derivative(self.time(t, state[0]), state, self.input(t, state[0]),
+                                      *[self._value(read) for read in reads])
+
+    def _value(self, read: tuple) -> State:
+        kind = read[0]
+        if kind == _NODE:
+            return self.states[read[1]]
+        value = self.memo.get(id(read))
+        if value is None:
+            if kind == _HISTORY:
+                value = self.phi(read[1])
+            else:
+                _, i, weights, left, _ = read
+                end = self.left[i + 1] if left else self.right[i + 1]
+                value = tuple(_hermite(y0, f0, y1, f1, weights) for y0, f0, y1, f1 in
+                              zip(self.states[i], self.right[i], self.states[i + 1], end))
+            self.memo[id(read)] = value
+        return value
+
+    def release_before(self, node: int) -> None:
+        """Drop the past of nodes before ``node`` (they stay alive in the autograd graph if needed)."""
+        end = min(node, len(self.right))
+        for j in range(self.released, end):
+            self.states[j] = self.stages[j] = self.right[j] = None
+            self.left.pop(j, None)
+        self.released = max(self.released, end)
 
 
 def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: Scheme,
@@ -261,12 +426,61 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
 
     plan = _plan(grid, delays, scheme, tol)
     hermite = any(j is None for row in plan for j in row)
+    record = set(out_index)
+    if isinstance(scheme, ExplicitRK) and scheme.tableau.c[0] == 0 and not learnable:
+        # left limits f(t_k⁻) are stored at the jump nodes only when some read interpolates (as by time)
+        outputs, nfe = _steps_static(system, scheme, state, grid, path, edges, phi, taus, plan,
+                                     jumps if hermite else set(), tol, record)
+    else:
+        outputs, nfe = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
+                                      moving, tol, record)
+    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe)
 
+
+_CHUNK = 64  # steps whose reads are resolved at a time (and whose past is released together)
+
+
+def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[float], path: InputPath | None,
+                  edges: set[int], phi: History, taus: list[float], plan: list[tuple[int | None, ...]],
+                  left_at: set[int], tol: float, record: set[int]) -> tuple[list[State], int]:
+    """The steps of an explicit RK scheme with fixed delays, every delayed read resolved a chunk of steps ahead
+    (:class:`_StaticReads`): the loop runs the scheme and looks values up, no search, no host sync. Returns
+    the states at the nodes in ``record`` (after y0) and the evaluation count."""
+    reads, reach = _StaticReads(grid, taus, list(scheme.tableau.c), plan, left_at, tol), max(taus)
+    field = _StaticField(system, phi, state, plain=path is None and not edges and not tensor_time(system))
+    field.inp_tensor_time = isinstance(path, FunctionInput)
+    outputs, steps = [state], len(grid) - 1
+    for first in range(0, steps, _CHUNK):
+        rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
+        # the reads from t_first on reach back to t_first − max τ: the nodes before the interval there go
+        field.release_before(bisect_right(grid, grid[first] - reach - tol) - 2)
+        for k, row in enumerate(rows, first):
+            ta, tb = grid[k], grid[k + 1]
+            if path is not None:
+                field.inp = path.segment(ta, tb)
+            if edges:
+                field.edges = (ta, tb, k in edges, k + 1 in edges)
+            field.begin(row)
+            state = scheme.step(field, ta, state, tb - ta)
+            if k + 1 in left_reads:  # f(t_{k+1}⁻) for the Hermite data: still this step's input segment
+                field.left[k + 1] = field.evaluate(tb, state, left_reads[k + 1])
+            field.states.append(state)
+            if k + 1 in record:
+                outputs.append(state)
+    return outputs, field.evaluations
+
+
+def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[float], path: InputPath | None,
+                   edges: set[int], phi: History, delays: list[tuple[float, Tensor | None]],
+                   plan: list[tuple[int | None, ...]], hermite: bool, jumps: set[int], moving: dict[int, list[Tensor]],
+                   tol: float, record: set[int]) -> tuple[list[State], int]:
+    """The steps with every delayed read found by time as the stages ask (:class:`_Past`): learnable delays,
+    partitioned schemes. Returns the states at the nodes in ``record`` (after y0) and the evaluation count."""
     past = _Past(grid, phi, delays, jumps, tol)
     field = _DelayField(system, past)
     field.inp_tensor_time = isinstance(path, FunctionInput)
     past.push(state)
-    outputs, record = [state], set(out_index)
+    outputs = [state]
     for k in range(len(grid) - 1):
         ta, tb = grid[k], grid[k + 1]
         if path is not None:
@@ -293,4 +507,4 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
         past.release_before(tb)
         if k + 1 in record:
             outputs.append(state)
-    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=field.evaluations)
+    return outputs, field.evaluations
