@@ -13,11 +13,19 @@ allocator keeps no peak statistic, and process-level figures such as the peak RS
 measure the largest model run so far rather than this one). The models are interleaved over the repeats so that
 machine noise hits all of them alike. Prints one table per size with ratios to nn.LSTM and writes JSON
 (``benchmarks/results/cell_speed.json`` by default).
+
+The generic engine's yardstick is the hand-written LEM loop: when both ``lem`` and ``lem-handwritten`` run, the
+generic row gets ``fwd_bwd_over_handwritten`` (ratio of the medians) and ``..._paired`` (median over the repeats of
+the ratio of neighbouring samples, which shares the machine's load of the moment), in wall time and in the
+calling thread's CPU time (``time.thread_time``: on a machine shared with other jobs it leaves out the time the
+thread waits for a core; the backward of a CPU graph runs on the calling thread, so with ``--threads 1`` it
+holds the whole step). Compare a generic-path change with ``--models lem,lem-handwritten --threads 1``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -115,12 +123,13 @@ def forward_only(model: nn.Module, x: torch.Tensor) -> None:
         model(x)
 
 
-def timed(fn, model, x) -> float:
+def timed(fn, model, x) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the calling thread) of ``fn(model, x)``."""
     sync(x.device.type)
-    tic = time.perf_counter()
+    tic, cpu = time.perf_counter(), time.thread_time()
     fn(model, x)
     sync(x.device.type)
-    return time.perf_counter() - tic
+    return time.perf_counter() - tic, time.thread_time() - cpu
 
 
 def peak_memory(model: nn.Module, x: torch.Tensor) -> int | None:
@@ -156,14 +165,16 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             set_engine(model, engine)
         training_step(model, x)
         forward_only(model, x)
-    samples = {i: {"fwd_bwd": [], "fwd": []} for i in range(len(entries))}
+    samples = {i: {"fwd_bwd": [], "fwd": [], "fwd_bwd_cpu": []} for i in range(len(entries))}
     for _ in range(repeats):
         for i, (_, model, engine) in enumerate(entries):
             if engine:
                 set_engine(model, engine)
-            samples[i]["fwd_bwd"].append(timed(training_step, model, x))
+            wall, cpu = timed(training_step, model, x)
+            samples[i]["fwd_bwd"].append(wall)
+            samples[i]["fwd_bwd_cpu"].append(cpu)
             if forward:
-                samples[i]["fwd"].append(timed(forward_only, model, x))
+                samples[i]["fwd"].append(timed(forward_only, model, x)[0])
     rows = []
     for i, (name, model, engine) in enumerate(entries):
         if engine:
@@ -174,6 +185,8 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "fwd_bwd_median_s": statistics.median(samples[i]["fwd_bwd"]),
             "fwd_median_s": statistics.median(samples[i]["fwd"]) if forward else None,
             "fwd_bwd_samples_s": samples[i]["fwd_bwd"], "fwd_samples_s": samples[i]["fwd"],
+            "fwd_bwd_thread_cpu_median_s": statistics.median(samples[i]["fwd_bwd_cpu"]),
+            "fwd_bwd_thread_cpu_samples_s": samples[i]["fwd_bwd_cpu"],
             "peak_memory_bytes": peak_memory(model, x),
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)
@@ -182,6 +195,14 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             row["fwd_bwd_over_lstm"] = row["fwd_bwd_median_s"] / lstm["fwd_bwd_median_s"]
             if forward:
                 row["fwd_over_lstm"] = row["fwd_median_s"] / lstm["fwd_median_s"]
+    generic = next((r for r in rows if r["model"] == "lem" and r["engine"] == "generic"), None)
+    hand = next((r for r in rows if r["model"] == "lem-handwritten"), None)
+    if generic is not None and hand is not None:  # issue 13's yardstick: generic path / hand-written loop
+        for key, clock in (("fwd_bwd", ""), ("fwd_bwd_thread_cpu", "_thread_cpu")):
+            mine, theirs = generic[f"{key}_samples_s"], hand[f"{key}_samples_s"]
+            generic[f"fwd_bwd_over_handwritten{clock}"] = statistics.median(mine) / statistics.median(theirs)
+            generic[f"fwd_bwd_over_handwritten{clock}_paired"] = statistics.median(
+                a / b for a, b in zip(mine, theirs))
     return rows
 
 
@@ -196,6 +217,11 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
         ratio = f"{r['fwd_bwd_over_lstm']:7.2f}" if "fwd_bwd_over_lstm" in r else f"{'-':>7s}"
         fratio = f"{r['fwd_over_lstm']:7.2f}" if "fwd_over_lstm" in r else f"{'-':>7s}"
         print(f"  {r['model']:16s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem}")
+    for r in rows:
+        if "fwd_bwd_over_handwritten" in r:
+            wall, cpu = "fwd_bwd_over_handwritten", "fwd_bwd_over_handwritten_thread_cpu"
+            print(f"  lem generic / hand-written LEM, fwd+bwd: {r[wall]:.3f} wall (paired {r[wall + '_paired']:.3f}), "
+                  f"{r[cpu]:.3f} thread CPU (paired {r[cpu + '_paired']:.3f})")
 
 
 def main() -> None:
@@ -223,6 +249,7 @@ def main() -> None:
     if "cuda" in devices and not torch.cuda.is_available():
         parser.error("--device: cuda requested but torch.cuda.is_available() is False")
 
+    load_before = os.getloadavg()
     rows = []
     for device in devices:
         for spec in args.sizes.split(","):
@@ -234,6 +261,7 @@ def main() -> None:
     meta = {"devices": devices, "torch": torch.__version__, "odelab": odelab.__version__,
             "threads": torch.get_num_threads(), "machine": platform.machine(), "processor": platform.processor(),
             "repeats": args.repeats, "dtype": "float32", "input_size": 1,
+            "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()}, "cpu_count": os.cpu_count(),
             "forward_only": "under torch.no_grad()", "cpu_peak_memory": "not measured",
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

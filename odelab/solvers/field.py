@@ -50,7 +50,8 @@ class Field:
     that f(t, y) branching on t gives the limit from inside the step. The first derivative returned is
     checked against the state's block shapes (see :func:`check_derivative`)."""
 
-    __slots__ = ("system", "inp", "delayed", "evaluations", "edges", "checked", "tensor_time", "inp_tensor_time")
+    __slots__ = ("system", "inp", "delayed", "evaluations", "edges", "checked", "tensor_time", "inp_tensor_time",
+                 "_plans")
 
     def __init__(self, system: System, inp: Callable[[float], Tensor] | None = None,
                  delayed: Callable[[float], tuple[State, ...]] | None = None):
@@ -60,6 +61,16 @@ class Field:
         self.checked: set = set()
         self.tensor_time = tensor_time(system)
         self.inp_tensor_time = False  # a callable input u(t): it gets t as the system would, as a tensor
+        self._plans: dict = {}
+
+    def split_plan(self, whole: bool = False) -> tuple[bool, ...]:
+        """Per block, whether a partitioned scheme steps it through its forcing/decay split (``system.has_split``;
+        ``whole=True``: never, every block by its full derivative). Worked out once per field, not per step."""
+        plan = self._plans.get(whole)
+        if plan is None:
+            system = self.system
+            plan = self._plans[whole] = tuple(not whole and system.has_split(i) for i in range(len(system.blocks)))
+        return plan
 
     def input(self, t: float, like: Tensor) -> Tensor | None:
         if self.inp is None:
@@ -91,20 +102,36 @@ class Field:
         value = torch.full((), t, dtype=dtype, device=like.device)
         return torch.nextafter(value, torch.full_like(value, side * math.inf)) if side else value
 
+    def _plain(self) -> bool:
+        """No jump edge, no delays, no tensor time: the system sees t itself and the input at t (every recurrent
+        step), so the calls below skip :meth:`time` and :meth:`_args` (a subclass changing those overrides this)."""
+        return self.edges is None and self.delayed is None and not (self.tensor_time or self.inp_tensor_time)
+
     def __call__(self, t: float, state: State) -> State:
         self.evaluations += 1
-        out = self.system.derivative(self.time(t, state[0]), state, *self._args(t, state[0]))
+        if self._plain():
+            inp = self.inp
+            out = self.system.derivative(t, state, None if inp is None else inp(t))
+        else:
+            out = self.system.derivative(self.time(t, state[0]), state, *self._args(t, state[0]))
         if None not in self.checked:
             check_derivative(self.system, state, out)
             self.checked.add(None)
         return out
 
     def block(self, i: int, t: float, state: State) -> Tensor:
-        out = self.system.block_derivative(i, self.time(t, state[0]), state, *self._args(t, state[0]))
+        if self._plain():
+            inp = self.inp
+            out = self.system.block_derivative(i, t, state, None if inp is None else inp(t))
+        else:
+            out = self.system.block_derivative(i, self.time(t, state[0]), state, *self._args(t, state[0]))
         if i not in self.checked:
             check_derivative(self.system, state, out, block=i)
             self.checked.add(i)
         return out
 
     def split(self, i: int, t: float, state: State) -> tuple[Tensor, Tensor]:
+        if self._plain():
+            inp = self.inp
+            return self.system.split(i, t, state, None if inp is None else inp(t))
         return self.system.split(i, self.time(t, state[0]), state, *self._args(t, state[0]))

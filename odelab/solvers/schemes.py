@@ -12,9 +12,21 @@ All schemes are first order except the RK methods of higher order; ``order`` rec
 """
 from __future__ import annotations
 
+from torch import Tensor
+
 from ..systems.base import State, System
 from .field import Field
 from .tableau import ADAPTIVE_TABLEAUX, EULER, HEUN, MIDPOINT, RK4, ButcherTableau
+
+
+def scaled(c: float, x):
+    """``c * x``, without the product when ``c`` is the number 1 and ``x`` a floating tensor: x·1 is x bit for bit
+    (and so is its gradient), so skipping it changes no value and saves an op and its backward node on every
+    step of a unit-step cell (LEM, τ-GRU, LRCU, GRU at Δt = 1). A tensor ``c`` is always multiplied (no host
+    synchronisation to compare it)."""
+    if c.__class__ in (float, int) and c == 1 and isinstance(x, Tensor) and (x.is_floating_point() or x.is_complex()):
+        return x
+    return c * x
 
 
 class Scheme:
@@ -49,12 +61,12 @@ class ExplicitRK(Scheme):
             stage = state
             for a, k in zip(row, ks):
                 if a != 0.0:
-                    stage = tuple(s + (dt * a) * kb for s, kb in zip(stage, k))
+                    stage = tuple(s + scaled(dt * a, kb) for s, kb in zip(stage, k))
             ks.append(field(t + c * dt, stage))
         new = state
         for b, k in zip(tab.b, ks):
             if b != 0.0:
-                new = tuple(s + (dt * b) * kb for s, kb in zip(new, k))
+                new = tuple(s + scaled(dt * b, kb) for s, kb in zip(new, k))
         return new
 
 
@@ -74,17 +86,17 @@ class PartitionedEuler(Scheme):
             raise ValueError(f"method: {self.name!r} needs a forcing/decay split; {type(system).__name__} has none")
 
     def step(self, field, t, state, dt):
-        system = field.system
-        state = list(state)
-        for i in range(len(state)):
-            if not self.symplectic and system.has_split(i):
+        state, implicit = list(state), self.implicit_decay
+        for i, split in enumerate(field.split_plan(self.symplectic)):  # which blocks split: found once per field
+            block = state[i]
+            if not split:
+                state[i] = block + scaled(dt, field.block(i, t, state))
+            elif implicit:
                 forcing, decay = field.split(i, t, state)
-                if self.implicit_decay:
-                    state[i] = (state[i] + dt * forcing) / (1.0 + dt * decay)
-                else:
-                    state[i] = state[i] + dt * (forcing - decay * state[i])
+                state[i] = (block + scaled(dt, forcing)) / (1.0 + scaled(dt, decay))
             else:
-                state[i] = state[i] + dt * field.block(i, t, state)
+                forcing, decay = field.split(i, t, state)
+                state[i] = block + scaled(dt, forcing - decay * block)
         field.evaluations += 1
         return tuple(state)
 

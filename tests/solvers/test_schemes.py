@@ -124,3 +124,30 @@ def test_solution_reports_stats_and_nonfinite_status():
     assert sol.stats["nfe"].tolist() == [20, 20]
     with pytest.raises(odelab.SolveError, match="1 sample"):
         odelab.solve(lambda t, y: y**2, torch.tensor([[0.1], [50.0]]), t, method="euler", dt=0.05)
+
+
+@pytest.mark.parametrize("make,method", [
+    ("lem", "imex"), ("lem", "imex-implicit"), ("lem", "euler"), ("lem", "rk4"),
+    ("cornn", "imex"), ("cornn", "symplectic-euler"),
+])
+def test_unit_step_skips_the_product_by_dt_without_changing_a_bit(make, method):
+    """At Δt = 1 the schemes leave out the product by Δt (x·1 is x bit for bit): outputs and gradients equal those
+    of the same loop with Δt a tensor, which is always multiplied, exactly (float32, the cells' dtype)."""
+    from odelab.solvers.recurrence import run_sequence
+    from odelab.solvers.schemes import resolve_scheme
+    from odelab.systems import LEM, CoRNN
+
+    torch.manual_seed(0)
+    system = (LEM(2, 5) if make == "lem" else CoRNN(2, 5, 1.0, 3.0)).float()
+    x = torch.randn(3, 20, 2, dtype=torch.float32)
+    results = []
+    for dt in (1.0, torch.tensor(1.0, dtype=torch.float32)):
+        system.zero_grad()
+        seed = torch.Generator().manual_seed(1)
+        state = tuple(torch.randn(3, 5, dtype=torch.float32, generator=seed).requires_grad_() for _ in system.blocks)
+        out, final = run_sequence(system, resolve_scheme(method), x, state, dt)
+        (out.square().mean() + sum(f.sum() for f in final)).backward()
+        results.append([out, *final, *(s.grad for s in state), *(p.grad for p in system.parameters())])
+    for fast, general in zip(*results):
+        assert fast.dtype == general.dtype == torch.float32
+        assert torch.equal(fast, general)
