@@ -314,6 +314,7 @@ class _Integrator:
         # reads it for free, and extra masked attempts after the last sample finishes would only cost
         self.chunk = opts.chunk or (8 if self.device.type == "cuda" else 1)
         self.t_end_tensor = torch.tensor(self.t_end, **time)
+        self.tolerance = torch.tensor([opts.rtol, opts.atol], dtype=self.dtype, device=self.device)
         # 0-d constants for torch.where (a Python scalar there allocates a tensor every step)
         constant = lambda value, dtype: torch.tensor(value, dtype=dtype, device=self.device)
         self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
@@ -406,9 +407,10 @@ class _Integrator:
         return lambda s: coerce(history(s.to(self.dtype).unsqueeze(1)))
 
     # -- step-size control --------------------------------------------------------------------------
-    def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor) -> Tensor:
-        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample."""
-        scale = torch.maximum(y.abs(), y_new.abs()).mul_(self.opts.rtol).add_(self.opts.atol)
+    def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor, tolerance: Tensor) -> Tensor:
+        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample; ``tolerance`` = (rtol, atol), a tensor
+        (an argument of the compiled step, so that one compilation serves every tolerance)."""
+        scale = torch.maximum(y.abs(), y_new.abs()).mul_(tolerance[0]).add_(tolerance[1])
         return err.div_(scale).square_() @ self.mean
 
     def initial_step(self, y0: Tensor, f0: Tensor, inp: Tensor | None) -> Tensor:
@@ -492,7 +494,8 @@ class _Integrator:
                     restarts = restarts + restart
                 y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
                     y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
-                    len(accepts) + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()))
+                    len(accepts) + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()),
+                    tolerance=self.tolerance)
                 records.append((t, *record, t_after))
                 accepts.append(accept)
                 t = t_after
@@ -502,13 +505,14 @@ class _Integrator:
 
     def attempt(self, y: Tensor, k1: Tensor, t: Tensor, h: Tensor, prev: Tensor, landing: Tensor, steps: Tensor,
                 code: Tensor, active: Tensor, landing_points: Tensor, t_stop: Tensor, t_end: Tensor,
-                check_max_steps: bool, restart: Tensor | bool | None = None) -> tuple:
+                check_max_steps: bool, restart: Tensor | bool | None = None, tolerance: Tensor | None = None) -> tuple:
         """One attempted step of every sample (the loop body; a pure function of its arguments and the
         integrator's constants, so ``compile=True`` can hand it to torch.compile). Returns the updated
         controller state, the accept mask and the step's record (h, y, continuous-extension coefficients).
         ``restart``: the samples sitting on a jump of f, whose first stage is re-evaluated (False: none;
         None: found here, evaluating f for the whole batch whenever the solve has jumps)."""
         opts, rows, c, stages, dtype = self.opts, self.rows, self.tab.c, self.tab.stages, self.dtype
+        tolerance = self.tolerance if tolerance is None else tolerance
         if restart is None and self.restarts:
             restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
         if isinstance(restart, Tensor):
@@ -542,10 +546,10 @@ class _Integrator:
         with torch.no_grad():
             err = (self.b_err @ hk.view(stages, -1)).view_as(y)
             if self.sensitive:  # the tangents: ∂y/∂τ and its local error, held to the same tolerance
-                r2 = self.ratio2(*(_primal(x) for x in (y, y_new, err)))
-                r2 = torch.maximum(r2, self.ratio2(*(_tangent(x) for x in (y, y_new, err))))
+                r2 = self.ratio2(*(_primal(x) for x in (y, y_new, err)), tolerance)
+                r2 = torch.maximum(r2, self.ratio2(*(_tangent(x) for x in (y, y_new, err)), tolerance))
             else:
-                r2 = self.ratio2(y, y_new, err)
+                r2 = self.ratio2(y, y_new, err, tolerance)
             accept = (r2 <= 1.0) & active
             log_r2 = r2.clamp_min(1e-20).log_()
             # factor = safety ratio^(−α) ratio_prev^β, in logs; ≤ 1 after a rejection
@@ -636,19 +640,32 @@ _COMPILED: dict[tuple, Callable] = {}
 
 
 def _compiled_attempt(solver: _Integrator) -> Callable:
-    """torch.compile of ``solver.attempt``, cached per (tableau, system, dtype, device, shapes, options) so
-    that repeated solves reuse the compiled kernels; the first call pays the compilation (tens of seconds)."""
+    """torch.compile of ``solver.attempt`` with dynamic shapes, cached per (tableau, system, dtype, device, block
+    sizes, step-control options other than the tolerances) so that solves of any batch size, output grid and
+    tolerance reuse the compiled kernels (rtol/atol are a tensor argument); the first call pays the compilation
+    (tens of seconds; torch's inductor cache makes it about 4× cheaper in a later process)."""
     opts, system = solver.opts, solver.system
     # a plain callable gets a fresh FunctionSystem wrapper per solve: key it by the callable itself
     system_key = (system.func, system.takes_input) if isinstance(system, FunctionSystem) else system
-    key = (solver.tab.name, system_key, solver.dtype, str(solver.device), solver.batch, tuple(solver.sizes),
-           opts.rtol, opts.atol, opts.safety, opts.factor_min, opts.factor_max, opts.alpha, opts.beta, opts.dt_min,
+    key = (solver.tab.name, system_key, solver.dtype, str(solver.device), tuple(solver.sizes), opts.safety, opts.factor_min, opts.factor_max, opts.alpha, opts.beta, opts.dt_min,
            solver.dt_max, opts.max_steps)
     if key not in _COMPILED:
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[key] = torch.compile(solver.attempt, dynamic=False)
+        _COMPILED[key] = _without_duck_shapes(torch.compile(solver.attempt, dynamic=True))
     return _COMPILED[key]
+
+
+def _without_duck_shapes(compiled: Callable) -> Callable:
+    """Trace with every size its own symbol: by default dynamo ties sizes that happen to be equal (a batch of 4
+    and a 4-row interpolant matrix), and the next batch size recompiles."""
+    from torch.fx.experimental import _config
+
+    def call(*args, **kwargs):
+        with _config.patch(use_duck_shape=False):
+            return compiled(*args, **kwargs)
+
+    return call
 
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
