@@ -471,7 +471,7 @@ class _Integrator:
         while True:  # one host synchronisation per ``chunk`` attempts
             flags = [active.any()]
             if self.restarts and chunk == 1:  # samples sitting on a jump of f: their first stage is re-evaluated
-                restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
+                restart = self.on_jump(active, landing, t)
                 flags.append(restart.any())
             if self.history is not None:
                 flags.append(self.history.load(records, t, active))
@@ -488,7 +488,7 @@ class _Integrator:
                 break
             for _ in range(chunk):  # samples that finish inside a chunk stay in place (masked attempts)
                 if self.restarts and chunk > 1:  # no host read: the mask goes in, f is re-evaluated batch-wide
-                    restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
+                    restart = self.on_jump(active, landing, t)
                     any_restart = True
                 if any_restart:
                     restarts = restarts + restart
@@ -514,7 +514,7 @@ class _Integrator:
         opts, rows, c, stages, dtype = self.opts, self.rows, self.tab.c, self.tab.stages, self.dtype
         tolerance = self.tolerance if tolerance is None else tolerance
         if restart is None and self.restarts:
-            restart = active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
+            restart = self.on_jump(active, landing, t)
         if isinstance(restart, Tensor):
             y, k1 = self.restart(y, k1, t, landing, restart)
         # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
@@ -529,9 +529,9 @@ class _Integrator:
         inp = self.held_input(landing)
         end_col = None
         if self.restarts:  # stages ending a step on a jump of f see the time one ulp before it
-            on_jump = (landed & self.end_jump.index_select(0, landing)).unsqueeze(1)
+            ends_on_jump = (landed & self.end_jump.index_select(0, landing)).unsqueeze(1)
             end_col = torch.add(t_col, h_col)
-            end_col = torch.where(on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)), end_col)
+            end_col = torch.where(ends_on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)), end_col)
         hk = [h_col * k1]
         for i in range(1, stages):
             y_i = y
@@ -578,6 +578,11 @@ class _Integrator:
         k1 = torch.where(mask, k_new, k1)
         active = (code == _SUCCESS) & (t_after < t_stop)
         return y, k1, t_after, h, prev, landing, steps, code, active, accept, record
+
+    def on_jump(self, active: Tensor, landing: Tensor, t: Tensor) -> Tensor:
+        """The active samples sitting on a jump of f (the landing point before ``landing``): their first stage is
+        re-evaluated."""
+        return active & self.prev_jump.index_select(0, landing) & (t == self.prev_point.index_select(0, landing))
 
     def restart(self, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """k1 = f(t⁺, y) for the samples in ``mask`` (sitting on a jump of f), with the time one ulp after t,

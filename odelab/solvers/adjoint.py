@@ -287,7 +287,7 @@ class _AdaptiveEngine(_Engine):
         integ = self.integrator
         restart = False
         if integ.restarts:  # samples sitting on a jump of f: their first stage is re-evaluated (as segment())
-            restart = active & integ.prev_jump.index_select(0, landing) & (t == integ.prev_point.index_select(0, landing))
+            restart = integ.on_jump(active, landing, t)
             restarts = restarts + restart
             restart = restart if bool(restart.any()) else False
         y, k1, t_after, h, prev, landing, steps, code, active, accept, record = integ.attempt(
