@@ -141,7 +141,8 @@ def test_cli_unknown_model_option_lists_the_accepted_keys_before_loading(model, 
     assert not (tmp_path / "run").exists()
 
 
-def test_cli_help_texts_name_every_preset_and_option(capsys):
+def test_cli_help_texts_name_every_preset_and_option(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at the terminal's width, and breaks words at hyphens
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
     text = " ".join(capsys.readouterr().out.split())
