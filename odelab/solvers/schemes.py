@@ -12,6 +12,7 @@ All schemes are first order except the RK methods of higher order; ``order`` rec
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from ..systems.base import State, System
@@ -27,6 +28,14 @@ def scaled(c: float, x):
     if c.__class__ in (float, int) and c == 1 and isinstance(x, Tensor) and (x.is_floating_point() or x.is_complex()):
         return x
     return c * x
+
+
+def axpy(x, c, y):
+    """x + c·y: one fused op (``torch.add(x, y, alpha=c)``) for a Python number c, else x + scaled(c, y)
+    (a tensor c, e.g. a learnable step)."""
+    if c.__class__ in (float, int) and isinstance(x, Tensor) and isinstance(y, Tensor):
+        return torch.add(x, y, alpha=c)
+    return x + scaled(c, y)
 
 
 class Scheme:
@@ -61,12 +70,12 @@ class ExplicitRK(Scheme):
             stage = state
             for a, k in zip(row, ks):
                 if a != 0.0:
-                    stage = tuple(s + scaled(dt * a, kb) for s, kb in zip(stage, k))
+                    stage = tuple(axpy(s, dt * a, kb) for s, kb in zip(stage, k))
             ks.append(field(t + c * dt, stage))
         new = state
         for b, k in zip(tab.b, ks):
             if b != 0.0:
-                new = tuple(s + scaled(dt * b, kb) for s, kb in zip(new, k))
+                new = tuple(axpy(s, dt * b, kb) for s, kb in zip(new, k))
         return new
 
 
