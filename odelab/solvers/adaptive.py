@@ -524,15 +524,16 @@ class _Integrator:
         h_step = torch.minimum(h, gap)
         t_land = torch.where(landed, target, t + h_step)
         t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
-        if self.sensitive:
-            h_col = _dual(h_col)
+        # the stage increments' factor; with delay tangents an explicit zero tangent (fast all-dual products),
+        # while the stage times stay plain
+        h_hk = _dual(h_col) if self.sensitive else h_col
         inp = self.held_input(landing)
         end_col = None
         if self.restarts:  # stages ending a step on a jump of f see the time one ulp before it
             ends_on_jump = (landed & self.end_jump.index_select(0, landing)).unsqueeze(1)
             end_col = torch.add(t_col, h_col)
             end_col = torch.where(ends_on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)), end_col)
-        hk = [h_col * k1]
+        hk = [h_hk * k1]
         for i in range(1, stages):
             y_i = y
             for j, a in rows[i]:
@@ -540,7 +541,7 @@ class _Integrator:
             k_i = self.field(torch.add(t, h_step, alpha=c[i]) if self.exact_time else None,
                              end_col if c[i] == 1.0 and end_col is not None else torch.add(t_col, h_col, alpha=c[i]),
                              y_i, inp)
-            hk.append(h_col * k_i)
+            hk.append(h_hk * k_i)
         y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
         hk = torch.stack(hk)
         with torch.no_grad():
