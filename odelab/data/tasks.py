@@ -181,7 +181,7 @@ TASKS = {
             "quick": dict(hidden_size=16, epochs=100, lr=0.01545927736419477, batch_size=32),
         },
         options={"solver": "data_solver"},
-        hidden={"cornn": 24},  # Rusch et al. 2022, Table 4: coRNN with 24 units
+        hidden={"cornn": 24, "cornn-official": 24},  # Rusch et al. 2022, Table 4: coRNN with 24 units
         baselines={"linear extrapolation": ONE_STEP_BASELINES["linear extrapolation"]},
         sample_dt=0.4,
     ),

@@ -85,6 +85,15 @@ def DelayGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, **k
     return Recurrent(systems.DelayGRU(input_size, hidden_size, tau, **kwargs), "euler", dt)
 
 
+def CoRNNOfficial(input_size: int, hidden_size: int, dt: float = 0.45, gamma: float = 1.0, epsilon: float = 3.0,
+                  damping: str = "explicit", **kwargs) -> Recurrent:
+    """:func:`CoRNN` whose readout keeps nn.Linear's default initialisation, as the official coRNN code (the
+    recurrent weights already follow it; every other model's readout is Kaiming-normal, as the official LEM code)."""
+    model = CoRNN(input_size, hidden_size, dt, gamma, epsilon, damping, **kwargs)
+    model.readout_init = "default"
+    return model
+
+
 # CLI name -> constructor (input_size, hidden_size) -> module returning (outputs (batch, time, hidden), state).
 PRESETS = {
     "lem": LEM,
@@ -92,6 +101,7 @@ PRESETS = {
     "lstm": LSTM,
     "gru": GRU,
     "cornn": CoRNN,
+    "cornn-official": CoRNNOfficial,  # nn.Linear's default readout initialisation, as the official coRNN code
     "unicornn": UnICORNN,
     "oscillator": NeuralOscillator,
     "ltc": LTC,

@@ -11,7 +11,9 @@ class SequenceRegressor(nn.Module):
 
     A body with ``predicts_outputs = True`` (e.g. :class:`~odelab.models.neural_ode.NeuralODE`, whose state is
     the observation) gets no readout (``nn.Identity``): ``hidden_size`` is then not used, and ``output_size``
-    must equal the body's ``output_size`` (ValueError otherwise)."""
+    must equal the body's ``output_size`` (ValueError otherwise). The readout's weight is Kaiming-normal, as the
+    official LEM code initialises it, unless the body sets ``readout_init = "default"`` (nn.Linear's own
+    uniform initialisation, as the official coRNN code leaves it)."""
 
     def __init__(self, body: nn.Module, hidden_size: int, output_size: int, last: bool = False):
         super().__init__()
@@ -26,7 +28,11 @@ class SequenceRegressor(nn.Module):
             self.readout = nn.Identity()
         else:
             self.readout = nn.Linear(hidden_size, output_size)
-            nn.init.kaiming_normal_(self.readout.weight)  # as the official LEM code
+            init = getattr(body, "readout_init", "kaiming")
+            if init == "kaiming":
+                nn.init.kaiming_normal_(self.readout.weight)  # as the official LEM code
+            elif init != "default":
+                raise ValueError(f"readout_init: expected 'kaiming' or 'default', got {init!r}")
 
     def forward(self, x: Tensor) -> Tensor:
         outputs = self.body(x)[0]

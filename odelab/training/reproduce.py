@@ -74,7 +74,7 @@ _NEURAL_ODE_NOTE = ("the paper's values are an L1 loss on windows of the one tra
                     "a flow from 16-point windows (it stays at the mean predictor)")
 TABLES = {
     "fhn": Table("RMSE", "×10⁻²", "Rusch et al. 2022, Table 4",
-                 {"": {"lstm": 1.2, "cornn": 0.4, "lem": 0.2, "lem-official": 0.2}},
+                 {"": {"lstm": 1.2, "cornn": 0.4, "cornn-official": 0.4, "lem": 0.2, "lem-official": 0.2}},
                  ("lem", "lem-official", "cornn", "lstm", "lrcu-a", "unicornn"), "lem"),
     "enso": Table("MSE", "×10⁻²", f"{TAU_GRU}, Table 4",
                   _readings({"lstm": 0.92, "gru": 0.53, "cornn": 4.00, "lem": 0.31, "delaygru": 0.2317, "taugru": 0.17}),

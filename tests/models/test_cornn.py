@@ -114,3 +114,27 @@ def test_bad_arguments_name_the_argument(kwargs, name):
 def test_bad_damping_names_the_argument():
     with pytest.raises(ValueError, match="damping"):
         cells.CoRNN(1, 2, damping="semi")
+
+
+def test_official_readout_initialisation():
+    """``cornn-official``: the readout keeps nn.Linear's U(−1/√d, 1/√d) initialisation (official coRNN code);
+    every other preset's readout is Kaiming-normal, std √(2/d) (official LEM code), so some of its 24 weights pass
+    1/√d (each does with probability 0.48); the same field, scheme and Δt; a bad ``readout_init`` is refused."""
+    from odelab.models import SequenceRegressor
+    from odelab.models.cells import build
+
+    hidden = 24
+    torch.manual_seed(0)
+    official = SequenceRegressor(build("cornn-official", 2, hidden), hidden, 1)
+    torch.manual_seed(0)
+    ours = SequenceRegressor(build("cornn", 2, hidden), hidden, 1)
+    bound = 1 / hidden ** 0.5
+    assert official.readout.weight.abs().max() <= bound and official.readout.bias.abs().max() <= bound
+    assert ours.readout.weight.abs().max() > bound
+    assert abs(float(ours.readout.weight.std()) - (2 / hidden) ** 0.5) < 0.15
+    assert type(official.body.system) is type(ours.body.system) and official.body.dt == ours.body.dt
+    assert official.body.scheme.name == ours.body.scheme.name
+    body = build("cornn", 2, 3)
+    body.readout_init = "xavier"
+    with pytest.raises(ValueError, match="readout_init"):
+        SequenceRegressor(body, 3, 1)
