@@ -70,10 +70,47 @@ def test_the_task_is_a_10_class_sequence_classification_with_a_delay_reaching_th
     task = odelab.data.tasks.TASKS["copy"]
     assert (task.loss, task.classes, task.target, task.options) == ("cross_entropy", 10, "sequence",
                                                                      {"length": "length"})
-    assert task.model_options("taugru", {}) == {"tau": 1010.0}  # T + 10: a symbol's input step to its output step
-    assert task.model_options("taugru", {"length": 50}) == {"tau": 60.0}
+    assert task.model_options("taugru", {}) == {"tau": 1009.0}  # T + 9: see the delay-path test below
+    assert task.model_options("taugru", {"length": 50}) == {"tau": 59.0}
     assert task.model_options("lem", {"length": 80}) == {"dt": pytest.approx(0.1)}
     data = copy_task(length=30, sizes=SMALL)
     assert task.baselines["memoryless"](data) == pytest.approx(10 * math.log(8) / 50)
     assert task.baseline_metrics == {"memoryless": "cross-entropy"}
     assert torch.equal(task.load(3, length=6)["test"][1], copy_task(length=6, seed=3)["test"][1])
+
+
+@pytest.mark.parametrize("T", [3, 12])
+def test_the_task_delay_hands_each_output_step_the_state_just_after_its_symbol(T):
+    """τ-GRU's step n reads h_{n−τ}, the state before x_{n−τ}: with the task's τ = T + 9 the delay path alone joins
+    symbol k (step k) to its output (step T + 10 + k); τ = T + 10, one step more, misses it (the symbol not yet read).
+    Instantaneous recurrence cut (W1 = W4 = 0, no gate): an output depends on x_k through delay hops only."""
+    from odelab.models.cells import TauGRU
+
+    tau = odelab.data.tasks.TASKS["copy"].model_options("taugru", {"length": T})["tau"]
+    assert tau == T + 9
+    for delay, reaches in ((tau, True), (tau + 1, False)):
+        torch.manual_seed(0)
+        model = TauGRU(10, 4, tau=delay, gating=False)
+        with torch.no_grad():
+            model.system.weight_h.zero_()
+        x, _ = copy_task(length=T, seed=1, sizes=(("test", 1),))["test"]
+        x = x.clone().requires_grad_(True)
+        out, _ = model(x)
+        for k in range(10):
+            (grad,) = torch.autograd.grad(out[0, T + 10 + k].sum(), x, retain_graph=True)
+            assert bool(grad[0, k].abs().sum() > 0) is reaches, (delay, k)
+
+
+def test_small_preset_is_one_clipped_protocol_for_every_model_of_the_table():
+    """The ``small`` preset (our CPU protocol for Fig. 7): d 32, Adam lr 3e-3, batch 32, 20 epochs, gradient-norm
+    clip 1.0, the same for τ-GRU, LEM and LSTM; the committed ``quick`` runs stay unclipped."""
+    from odelab.training.reproduce import TABLES
+    from odelab.training.run import FitSpec
+
+    task = odelab.data.tasks.TASKS["copy"]
+    configs = {model: FitSpec("copy", model, "small").config(task) for model in TABLES["copy"].models}
+    assert set(configs) == {"taugru", "lem", "lstm"}
+    hidden, config = configs["taugru"]
+    assert all(c == (hidden, config) for c in configs.values())
+    assert (hidden, config.clip, config.epochs, config.lr, config.batch_size) == (32, 1.0, 20, 3e-3, 32)
+    assert task.presets["quick"].get("clip") is None

@@ -239,7 +239,7 @@ def test_fit_copy_end_to_end_reports_recall_and_the_memoryless_loss(tmp_path, mo
     out = tmp_path / "copy"
     _, result = run_fit(FitSpec("copy", "taugru", hidden=4, epochs=1, data_options={"length": 5}, out=out,
                                 progress=False))
-    assert seen == {"length": 5} and result["model_options"] == {"tau": 15.0}
+    assert seen == {"length": 5} and result["model_options"] == {"tau": 14.0}  # T + 9
     saved = json.loads((out / "results.json").read_text())
     assert saved["baselines"]["memoryless"] == pytest.approx(10 * math.log(8) / 25)
     assert saved["baseline_metrics"] == {"memoryless": "cross-entropy"}
