@@ -288,18 +288,8 @@ def test_learnable_delay_gradient_matches_finite_differences():
 
 # -- reads resolved before the loop (fixed delays) against the reads by time ---------------------------------
 
-class TanhFeedback(System):
+class TanhFeedback(Feedback):
     """y' = Σ_i k_i tanh(y(t − τ_i)) − 0.2 y  (+ u(t) with ``input_size=1``); the τ_i may be learnable tensors."""
-
-    blocks, observable, hidden_size = ("y",), "y", 1
-
-    def __init__(self, taus, gains, input_size=0):
-        super().__init__()
-        self.taus, self.gains, self.input_size = taus, gains, input_size
-
-    @property
-    def delays(self):
-        return tuple(self.taus)
 
     def derivative(self, t, state, inp, *delayed):
         dy = sum(k * torch.tanh(past[0]) for k, past in zip(self.gains, delayed)) - 0.2 * state[0]
