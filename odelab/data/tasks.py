@@ -26,7 +26,7 @@ protocol where one exists:
   symbol by one step and τ-GRU stayed at the memoryless loss), LEM Δt = 1/√(T + 20) (the adding task's rule for
   long sequences); ``small``: our CPU protocol for Fig. 7 at T = 1000, the same for every model: d = 32, Adam lr
   3e-3, batch 32, 20 epochs (1260 steps), gradient-norm clipping at 1.0 (≈ 8 s per τ-GRU epoch with
-  ``--threads 1``; τ-GRU recalls every symbol after ~8 epochs);
+  ``--threads 1``; τ-GRU recalls every symbol after 8–11 epochs, LSTM and LEM none);
 * csv: no paper; ``quick`` only.
 
 The classification tasks' ``quick`` presets (d = 32, lr 3e-3, batch 32) fit a 3-seed table of 3–4 models in

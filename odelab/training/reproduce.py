@@ -113,7 +113,10 @@ TABLES = {
                   "T + 9 joins symbol k to its output step T + 10 + k), LEM Δt = 1/√(T + 20). The quick rows (4 "
                   "epochs, unclipped) ran with τ = T + 10, one step too long: the delay missed each symbol, and τ-GRU "
                   "with τ = T + 10 stays at the memoryless loss under the small protocol too (seed 1234: 0.0204, "
-                  "recalled accuracy 12 %)"),
+                  "recalled accuracy 12 %). Small, 3 seeds, recalled accuracy on the 10 output steps (chance 12.5 %): τ-GRU "
+                  "100 / 100 / 100 % (every symbol from epoch 8 / 11 / 11), LSTM 11.9 / 12.0 / 12.8 % (at the "
+                  "memoryless loss), LEM 1.0 / 6.9 / 0.0 % (above it: blanks still uncertain); ≈ 7.5 s per epoch "
+                  "for each model with --threads 1"),
 }
 
 
