@@ -234,7 +234,7 @@ def test_compiled_step_equals_the_eager_step(entries, method):
     """``compile=True`` hands the same step function to torch.compile: on random 2-D time-dependent linear
     systems (batch 3) the same accepted and rejected steps per sample and the same values up to the round-off
     of re-associated arithmetic, amplified over ~150 steps (float64, 1e-10 relative to max(1, |y|), as
-    test_adaptive's compiled test; measured at most 4.2e-12 relative over the long profile's 1000 examples)."""
+    test_adaptive's compiled test; an example of the long profile differed by 4.2e-12 relative)."""
     values = torch.tensor(entries, dtype=F64)
     _LINEAR.A.copy_(values[:4].view(2, 2) - 0.5 * torch.eye(2, dtype=F64))
     _LINEAR.c.copy_(values[4:6])
