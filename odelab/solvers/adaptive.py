@@ -315,7 +315,8 @@ class _Integrator:
         # reads it for free, and extra masked attempts after the last sample finishes would only cost
         self.chunk = opts.chunk or (8 if self.device.type == "cuda" else 1)
         self.t_end_tensor = torch.tensor(self.t_end, **time)
-        self.tolerance = torch.tensor([opts.rtol, opts.atol], dtype=self.dtype, device=self.device)
+        # (rtol, atol) as two 0-d tensors: arguments of the compiled step, no indexing op per step
+        self.tolerance = tuple(torch.tensor(x, dtype=self.dtype, device=self.device) for x in (opts.rtol, opts.atol))
         # 0-d constants for torch.where (a Python scalar there allocates a tensor every step)
         constant = lambda value, dtype: torch.tensor(value, dtype=dtype, device=self.device)
         self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
@@ -408,9 +409,9 @@ class _Integrator:
         return lambda s: coerce(history(s.to(self.dtype).unsqueeze(1)))
 
     # -- step-size control --------------------------------------------------------------------------
-    def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor, tolerance: Tensor) -> Tensor:
-        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample; ``tolerance`` = (rtol, atol), a tensor
-        (an argument of the compiled step, so that one compilation serves every tolerance)."""
+    def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor, tolerance: tuple[Tensor, Tensor]) -> Tensor:
+        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample; ``tolerance`` = (rtol, atol), 0-d
+        tensors (arguments of the compiled step, so that one compilation serves every tolerance)."""
         scale = torch.maximum(y.abs(), y_new.abs()).mul_(tolerance[0]).add_(tolerance[1])
         return err.div_(scale).square_() @ self.mean
 
@@ -506,7 +507,8 @@ class _Integrator:
 
     def attempt(self, y: Tensor, k1: Tensor, t: Tensor, h: Tensor, prev: Tensor, landing: Tensor, steps: Tensor,
                 code: Tensor, active: Tensor, landing_points: Tensor, t_stop: Tensor, t_end: Tensor,
-                check_max_steps: bool, restart: Tensor | bool | None = None, tolerance: Tensor | None = None) -> tuple:
+                check_max_steps: bool, restart: Tensor | bool | None = None,
+                tolerance: tuple[Tensor, Tensor] | None = None) -> tuple:
         """One attempted step of every sample (the loop body; a pure function of its arguments and the
         integrator's constants, so ``compile=True`` can hand it to torch.compile). Returns the updated
         controller state, the accept mask and the step's record (h, y, continuous-extension coefficients).
