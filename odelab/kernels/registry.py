@@ -1,4 +1,9 @@
-"""The table of fused kernels: (system class, scheme name, device type) -> where the kernel lives."""
+"""The table of fused kernels: (system class, scheme name, device type, reversible) -> where the kernel lives.
+
+``reversible`` marks a kernel of the same (system, scheme) pair whose backward rebuilds the states with the
+scheme's exact inverse instead of storing them (UnICORNN with symplectic Euler, 002 eq. 3.7): same call, same
+results, memory O(input) instead of O(every state); it is asked for explicitly (``find(..., reversible=True)``).
+"""
 from __future__ import annotations
 
 import importlib
@@ -17,6 +22,7 @@ class Implementation:
     device: str
     target: str
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+    reversible: bool = False
 
     def load(self) -> Callable:
         module, _, name = self.target.partition(":")
@@ -33,18 +39,19 @@ class Implementation:
         return True if check is None else bool(check())
 
 
-REGISTRY: dict[tuple[type, str, str], Implementation] = {}
+REGISTRY: dict[tuple[type, str, str, bool], Implementation] = {}
 
 
 def register(system: type, scheme: str, device: str, target: str,
-             dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) -> None:
+             dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64), reversible: bool = False) -> None:
     """Declare a kernel; ``target`` is ``"module:function"`` relative to this package (``".cuda.lem:run"``)."""
-    REGISTRY[(system, scheme, device)] = Implementation(system, scheme, device, target, dtypes)
+    REGISTRY[(system, scheme, device, reversible)] = Implementation(system, scheme, device, target, dtypes, reversible)
 
 
-def find(system, scheme: str, x: torch.Tensor) -> Implementation | None:
-    """The kernel for this exact system class, scheme name, and ``x``'s device type and dtype, if any."""
-    impl = REGISTRY.get((type(system), scheme, x.device.type))
+def find(system, scheme: str, x: torch.Tensor, reversible: bool = False) -> Implementation | None:
+    """The kernel for this exact system class, scheme name, and ``x``'s device type and dtype, if any; with
+    ``reversible``, its variant with the inverse-step backward."""
+    impl = REGISTRY.get((type(system), scheme, x.device.type, reversible))
     if impl is None or x.dtype not in impl.dtypes:
         return None
     return impl

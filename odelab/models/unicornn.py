@@ -8,19 +8,26 @@ runs the adjoint recursion (3.87)–(3.89) alongside. What it saves for the back
 parameters and the final state -- O(B·T·m + B·d) instead of autograd's O(B·T·d) per-step activations.
 The reconstruction is exact in exact arithmetic; in floating point it drifts by round-off, so the gradients
 agree with autograd's to ~1e-5 in float32 and ~1e-12 in float64 over a few hundred steps.
+
+The same reversible layer is fused (one forward and one backward kernel over the sequence: C++ on CPU, Triton on
+CUDA, ``odelab.kernels`` with ``reversible=True``); the stack's ``engine`` picks it as ``Recurrent`` picks its
+kernels, and ``engine="generic"`` runs :class:`ReversibleUnICORNN`.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..systems.base import State
+from .. import kernels
+from ..systems.base import State, check_state
 from ..systems.unicornn import UnICORNN
 from .recurrent import Recurrent
+
+STACK_ENGINES = ("auto", "generic", "fused")
 
 
 class ReversibleUnICORNN(torch.autograd.Function):
@@ -82,17 +89,45 @@ class ReversibleUnICORNN(torch.autograd.Function):
         return grad_u, grad_V, grad_b, grad_w, grad_c, adj_z, adj_y, None, None
 
 
+def run_reversible(system: UnICORNN, x: Tensor, state: State, dt: float, unfolds: int = 1,
+                   lags=()) -> tuple[Tensor, State]:
+    """One layer through :class:`ReversibleUnICORNN`, called as a kernel (``odelab.kernels``): the definition of
+    the reversible layer, which the fused reversible kernels are tested against."""
+    if unfolds != 1:
+        x = x.repeat_interleave(unfolds, dim=1)
+    ys, z, y = ReversibleUnICORNN.apply(x, system.weight_input, system.bias, system.w, system.c, state[0], state[1],
+                                        dt / unfolds, system.alpha)
+    return (ys if unfolds == 1 else ys[:, unfolds - 1::unfolds]), (z, y)
+
+
+def reversible_kernel(layer: Recurrent, x: Tensor) -> Callable | None:
+    """The fused reversible kernel that a reversible stack runs for ``layer`` on ``x`` (its engine "auto" or
+    "fused"), or None for :class:`ReversibleUnICORNN`; "fused" without one is an error."""
+    if layer.engine not in ("auto", "fused"):
+        return None
+    impl = kernels.find(layer.system, layer.scheme.name, x, reversible=True)
+    if impl is not None and impl.available():
+        return impl.load()
+    if layer.engine == "fused":
+        raise ValueError(f"engine: no fused reversible kernel for UnICORNN on {x.device.type} with {x.dtype}; "
+                         "use engine='auto' or 'generic'")
+    return None
+
+
 class UnICORNNStack(nn.Module):
     """Multi-layer UnICORNN (3.6): ``forward(x, state=None) -> (outputs, states)``.
 
     x ``(batch, time, input_size)``; outputs ``(batch, time, hidden_size)`` = the top layer's y at every
     step; states = one ``(z, y)`` tuple per layer. ``dt`` is the maximal step Δt, one float for every layer
     or one per layer (the paper's IMDB/EigenWorms runs use a different first-layer Δt); α is shared.
-    ``reversible=True`` trains with the memory-saving inverse-step backward (:class:`ReversibleUnICORNN`).
+    ``reversible=True`` trains with the memory-saving inverse-step backward (3.7). ``engine`` ("auto",
+    "fused", "generic") is set on every layer and chooses, per layer, as ``Recurrent`` does: the fused kernel
+    where one exists for x's device and dtype (the reversible one with ``reversible=True``), else the Python
+    definition (the generic loop, or :class:`ReversibleUnICORNN`).
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, dt: float | Sequence[float] = 0.1,
-                 alpha: float = 0.0, reversible: bool = False):
+                 alpha: float = 0.0, reversible: bool = False, engine: str = "auto"):
         super().__init__()
         if not (isinstance(num_layers, int) and num_layers >= 1):
             raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}")
@@ -107,9 +142,22 @@ class UnICORNNStack(nn.Module):
             for ell, step in enumerate(dts)
         )
         self.hidden_size, self.reversible = hidden_size, reversible
+        self.engine = engine
+
+    @property
+    def engine(self) -> str:
+        return self._engine
+
+    @engine.setter
+    def engine(self, value: str) -> None:
+        if value not in STACK_ENGINES:
+            raise ValueError(f"engine: expected one of {list(STACK_ENGINES)}, got {value!r}")
+        self._engine = value
+        for layer in self.layers:
+            layer.engine = value
 
     def extra_repr(self) -> str:
-        return f"reversible={self.reversible}"
+        return f"reversible={self.reversible}, engine={self.engine!r}"
 
     def forward(self, x: Tensor, state: Sequence[State] | None = None) -> tuple[Tensor, list[State]]:
         if state is not None and len(state) != len(self.layers):
@@ -120,12 +168,11 @@ class UnICORNNStack(nn.Module):
             if self.reversible:
                 layer._check_input(x)
                 system = layer.system
-                z0, y0 = (system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
-                          if layer_state is None else layer_state)
-                x, z, y = ReversibleUnICORNN.apply(x, system.weight_input, system.bias, system.w, system.c,
-                                                   z0, y0, layer.dt, system.alpha)
-                finals.append((z, y))
+                layer_state = (system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
+                               if layer_state is None else check_state(system, layer_state, "state"))
+                run = reversible_kernel(layer, x) or run_reversible
+                x, final = run(system, x, layer_state, layer.dt, layer.unfolds)
             else:
                 x, final = layer(x, layer_state)
-                finals.append(final)
+            finals.append(final)
         return x, finals

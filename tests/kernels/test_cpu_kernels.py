@@ -184,3 +184,77 @@ def test_blas_and_loop_products(name, threshold):
         check(model, x, None)
     finally:
         extension.set_blas_threshold(32 * 32 * 32)
+
+
+# -- the reversible UnICORNN layer (002 eq. 3.7): kernel vs ReversibleUnICORNN vs autograd through the generic loop
+
+LAYER_STEPS = {"one-layer": [1.3], "three-layers": [0.7, 1.3, 0.4]}  # per-layer Δt
+
+
+def stack_run(model, x, states, reversible: bool, engine: str):
+    """Outputs, final states and the gradients of one random loss w.r.t. x, every initial state and every
+    parameter (V, b, w, c of each layer) of a UnICORNN stack run with (``reversible``, ``engine``)."""
+    model.reversible, model.engine = reversible, engine
+    xs = x.detach().clone().requires_grad_(True)
+    s0 = [tuple(s.detach().clone().requires_grad_(True) for s in layer) for layer in states]
+    out, finals = model(xs, s0)
+    g = torch.Generator().manual_seed(7)
+    loss = (out * torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)).sum()
+    for block in (b for final in finals for b in final):
+        loss = loss + (block * torch.randn(block.shape, generator=g, dtype=torch.float64).to(block.dtype)).sum()
+    names = ["x", *(f"state[{i}][{j}]" for i in range(len(s0)) for j in range(2)), *(n for n, _ in model.named_parameters())]
+    inputs = [xs, *(s for layer in s0 for s in layer), *model.parameters()]
+    values = {"outputs": out, **{f"final[{i}][{j}]": b for i, f in enumerate(finals) for j, b in enumerate(f)}}
+    values.update(zip((f"grad {n}" for n in names), torch.autograd.grad(loss, inputs)))
+    return {k: v.detach() for k, v in values.items()}
+
+
+def reversible_errors(size, dtype, steps):
+    """Max relative error of the fused reversible stack against the Python ReversibleUnICORNN and against
+    plain autograd through the generic loop (the definition), per tensor."""
+    batch, time, hidden, inputs = size
+    torch.manual_seed(zlib.crc32(f"reversible{size}{steps}".encode()))
+    model = cells.UnICORNN(inputs, hidden, dt=steps, alpha=0.7, num_layers=len(steps), reversible=True).to(dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.3)
+    x = torch.randn(batch, time, inputs, dtype=dtype)
+    states = [tuple(0.5 * torch.randn(batch, hidden, dtype=dtype) for _ in range(2)) for _ in steps]
+    fused = stack_run(model, x, states, True, "fused")
+    python = stack_run(model, x, states, True, "generic")
+    plain = stack_run(model, x, states, False, "generic")
+    return ({k: relative(fused[k], python[k]) for k in plain}, {k: relative(fused[k], plain[k]) for k in plain})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("layers", list(LAYER_STEPS))
+def test_reversible_fused_equals_references(layers, size, dtype):
+    from odelab.kernels.cpu.unicornn import run_reversible
+    from odelab.models.unicornn import reversible_kernel
+
+    model = cells.UnICORNN(size[3], size[2], reversible=True).to(dtype)
+    model.engine = "fused"
+    assert reversible_kernel(model.layers[0], torch.zeros(1, 1, size[3], dtype=dtype)) is run_reversible
+    tol = TOLERANCE[dtype]
+    for reference, errors in zip(("ReversibleUnICORNN", "generic autograd"), reversible_errors(size, dtype,
+                                                                                               LAYER_STEPS[layers])):
+        bad = {k: v for k, v in errors.items() if not v <= tol}
+        assert not bad, f"against {reference}, errors above {tol}: {bad}"
+
+
+def test_reversible_fused_unfolds_and_zero_state():
+    """Sub-steps (unfolds = 2 on each layer: Δt/2 with the sample held) and the default zero initial state."""
+    torch.manual_seed(5)
+    model = cells.UnICORNN(2, 6, dt=[0.9, 0.5], num_layers=2, reversible=True).double()
+    for layer in model.layers:
+        layer.unfolds = 2
+    x = torch.randn(3, 5, 2, dtype=torch.float64)
+    zero = [tuple(torch.zeros(3, 6, dtype=torch.float64) for _ in range(2)) for _ in range(2)]
+    fused = stack_run(model, x, zero, True, "fused")
+    for reference in (stack_run(model, x, zero, True, "generic"), stack_run(model, x, zero, False, "generic")):
+        errors = {k: relative(fused[k], reference[k]) for k in reference}
+        assert max(errors.values()) <= TOLERANCE[torch.float64], errors
+    model.reversible, model.engine = True, "fused"
+    assert relative(model(x)[0], model(x, zero)[0]) == 0.0

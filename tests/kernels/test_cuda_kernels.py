@@ -223,9 +223,9 @@ def test_dispatch_through_recurrent(name, monkeypatch):
 
     build, target = PRESETS[name]
     model = build(3, 5).to(DEVICE)
-    key = (type(model.system), model.scheme.name, "cuda")
+    key = (type(model.system), model.scheme.name, "cuda", False)
     if DEVICE == "cpu":
-        monkeypatch.setitem(REGISTRY, key[:2] + ("cpu",), REGISTRY[key])
+        monkeypatch.setitem(REGISTRY, key[:2] + ("cpu", False), REGISTRY[key])
     x = torch.randn(2, 4, 3, device=DEVICE)
     model.engine = "fused"
     assert model.kernel(x) is kernel(target)

@@ -162,3 +162,55 @@ def test_bad_arguments_name_the_argument():
         UnICORNNStack(1, 2, num_layers=0)
     with pytest.raises(ValueError, match="state"):
         UnICORNNStack(1, 2, num_layers=2)(torch.randn(1, 3, 1), state=[None])
+
+
+def test_engine_is_validated_and_set_on_every_layer():
+    with pytest.raises(ValueError, match="engine"):
+        UnICORNNStack(1, 2, engine="compiled")
+    model = UnICORNNStack(1, 2, num_layers=2, engine="generic")
+    assert [layer.engine for layer in model.layers] == ["generic", "generic"]
+    model.engine = "fused"
+    assert [layer.engine for layer in model.layers] == ["fused", "fused"]
+    with pytest.raises(ValueError, match="engine"):
+        model.engine = "cuda-graph"
+
+
+def backward_node(model, x) -> str:
+    return type(model(x)[0].grad_fn).__name__
+
+
+def test_reversible_engines_pick_the_implementation():
+    """"generic" always runs the Python ReversibleUnICORNN; "auto" the fused kernel where one exists for the
+    device and dtype (none for bfloat16: the Python function), "fused" without one is an error."""
+    from odelab.kernels.cpu import available
+
+    x = torch.randn(2, 3, 1)
+    model = UnICORNNStack(1, 4, reversible=True, engine="generic")
+    assert backward_node(model, x) == "ReversibleUnICORNNBackward"
+    if available():
+        model.engine = "auto"
+        assert backward_node(model, x) == "ReversibleUnICORNNFunctionBackward"
+    model = model.to(torch.bfloat16)
+    assert backward_node(model, x.bfloat16()) == "ReversibleUnICORNNBackward"
+    model.engine = "fused"
+    with pytest.raises(ValueError, match="engine: no fused reversible kernel"):
+        model(x.bfloat16())
+
+
+@pytest.mark.parametrize("engine", ["fused", "generic"])
+def test_reversible_forward_saves_no_per_step_state(engine):
+    """What autograd keeps for a reversible layer: its input u, V, b, w, c and the final (z, y) -- nothing of
+    shape (batch, time, hidden), whichever implementation runs."""
+    from odelab.kernels.cpu import available
+
+    if engine == "fused" and not available():
+        pytest.skip("the CPU kernels do not build here")
+    batch, time, inputs, hidden = 8, 64, 2, 32
+    model = UnICORNNStack(inputs, hidden, dt=0.1, alpha=1.0, reversible=True, engine=engine)
+    x = torch.randn(batch, time, inputs, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        model(x)
+    expected = [(batch, time, inputs), (hidden, inputs), (hidden,), (hidden,), (hidden,), (batch, hidden),
+                (batch, hidden)]
+    assert sorted(tuple(t.shape) for t in saved) == sorted(expected)

@@ -325,6 +325,80 @@ void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* y0, const S* w, cons
   for (i64 j = 0; j < d; ++j) { dw[j] = S(sw[j]); dk[j] = S(sk[j]); }
 }
 
+// Reversible variant (002 eq. 3.7): the forward stores only the outputs y_n and the final (z_T, y_T); the
+// backward walks n = T..1 rebuilding (y_{n−1}, z_{n−1}) from (y_n, z_n) with the exact inverse step
+//   y_{n−1} = y_n − h k z_n,   z_{n−1} = z_n + h k (tanh(w y_{n−1} + a_n) + α y_{n−1})
+// and runs the adjoint recursion of unicornn_step_bwd alongside.
+// No FMA contraction here: y_n − p undoes y_{n−1} + p exactly far more often when p is the same rounded
+// product on both sides (with contraction the inverse drifts ~10x more in float32).
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+template <typename S>
+void unicornn_rev_step_bwd(i64 d, S h, S alpha, S* __restrict__ a, S* __restrict__ z, S* __restrict__ y,
+                           const S* __restrict__ w, const S* __restrict__ k, S* __restrict__ Gy,
+                           S* __restrict__ Gz, S* __restrict__ accw, S* __restrict__ acck) {
+  for (i64 j = 0; j < d; ++j) {
+    const S yp = y[j] - h * (k[j] * z[j]);                    // (3.7, y)
+    const S t = tanh_(w[j] * yp + a[j]);
+    const S force = t + alpha * yp;
+    const S gyj = Gy[j];
+    const S gzt = Gz[j] + gyj * h * k[j];                     // y' = y + h k z'
+    const S gf = -(gzt * h * k[j]);                           // dL/d(tanh(s) + α y)
+    const S dsj = gf * (S(1) - t * t);
+    acck[j] += gyj * h * z[j] - gzt * h * force;
+    accw[j] += dsj * yp;
+    a[j] = dsj;                                               // the pre-activation gradient replaces a_n
+    Gy[j] = gyj + gf * alpha + dsj * w[j];
+    Gz[j] = gzt;
+    z[j] = z[j] + h * (k[j] * force);                         // (3.7, z)
+    y[j] = yp;
+  }
+}
+
+// z, y (B, d): the initial state on entry, the final state on exit; Y (B, T, d) the outputs y_1..y_T.
+template <typename S>
+void unicornn_rev_fwd(i64 B, i64 T, i64 d, const S* A, const S* w, const S* k, double hd, double al, S* z, S* y,
+                      S* Y) {
+  const S h = S(hd), alpha = S(al);
+  const i64 ls = T * d;
+  for (i64 b = 0; b < B; ++b) {
+    S* __restrict__ zb = z + b * d;
+    for (i64 n = 0; n < T; ++n) {
+      const S* __restrict__ a = A + b * ls + n * d;
+      const S* __restrict__ yp = n ? Y + b * ls + (n - 1) * d : y + b * d;
+      S* __restrict__ yo = Y + b * ls + n * d;
+      for (i64 j = 0; j < d; ++j) {
+        zb[j] = zb[j] + h * (-k[j] * (tanh_(w[j] * yp[j] + a[j]) + alpha * yp[j]));  // (3.6, z)
+        yo[j] = yp[j] + h * (k[j] * zb[j]);                                            // (3.6, y)
+      }
+    }
+    if (T) std::memcpy(y + b * d, Y + b * ls + (T - 1) * d, d * sizeof(S));
+  }
+}
+
+// A (B·T, d): a = V u + b on entry, dL/da on exit; z, y: the final state on entry, the rebuilt initial state on
+// exit; gz, gy: dL/d(z_T, y_T) on entry, dL/d(z_0, y_0) on exit; dw, dk as in unicornn_bwd.
+template <typename S>
+void unicornn_rev_bwd(i64 B, i64 T, i64 d, S* A, const S* w, const S* k, double hd, double al, S* z, S* y,
+                      const S* dY, S* gz, S* gy, S* dw, S* dk) {
+  const S h = S(hd), alpha = S(al);
+  const i64 ls = T * d;
+  std::vector<double> sw(d, 0.0), sk(d, 0.0);
+  std::vector<S> accw(d), acck(d);
+  for (i64 b = 0; b < B; ++b) {
+    S* Gy = gy + b * d; S* Gz = gz + b * d;
+    for (i64 j = 0; j < d; ++j) { accw[j] = S(0); acck[j] = S(0); }
+    for (i64 n = T - 1; n >= 0; --n) {
+      if (dY) for (i64 j = 0; j < d; ++j) Gy[j] += dY[b * ls + n * d + j];
+      unicornn_rev_step_bwd(d, h, alpha, A + b * ls + n * d, z + b * d, y + b * d, w, k, Gy, Gz, accw.data(),
+                            acck.data());
+    }
+    for (i64 j = 0; j < d; ++j) { sw[j] += double(accw[j]); sk[j] += double(acck[j]); }
+  }
+  for (i64 j = 0; j < d; ++j) { dw[j] = S(sw[j]); dk[j] = S(sk[j]); }
+}
+#pragma GCC pop_options
+
 // =====================================================================================================
 // GRU-ODE (004 eq. 54) + Euler, torch's reset-after convention:
 //   A (B·T, 3d) = [a_r | a_f | a_u] on entry; on exit [s_r | s_f | s_u] with s_r = W_r h + a_r,
@@ -678,6 +752,12 @@ ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1)
 // sizes (B, T, d); pointers A y0 w k Z Y dY gz gy dA dw dk; scalars h α
 ODELAB_EXPORT(unicornn_backward, unicornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], s[1], PTR(4),
                                                  PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
+// sizes (B, T, d); pointers A w k z y Y; scalars h α
+ODELAB_EXPORT(unicornn_reversible_forward, unicornn_rev_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1],
+                                                               PTR(3), PTR(4), PTR(5)))
+// sizes (B, T, d); pointers A w k z y dY gz gy dw dk; scalars h α
+ODELAB_EXPORT(unicornn_reversible_backward, unicornn_rev_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1],
+                                                                PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9)))
 // sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H; scalars Δ
 ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6)))
 // sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC; scalars Δ

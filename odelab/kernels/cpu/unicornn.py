@@ -4,11 +4,16 @@ The recurrence is diagonal (w ⊙ y), so the C++ loop is elementwise over batch 
 product; the backward accumulates the gradients of w and of the time scale k = σ̂(c) over batch and steps
 (in double) and writes the pre-activation gradients, which autograd takes through ``encode`` (V, b, u) and
 through σ̂ to c.
+
+The reversible variant (:class:`ReversibleUnICORNNFunction`, eq. 3.7) stores no per-step state: its forward
+writes the outputs and the final state only, its backward recomputes V u + b (one GEMM) and rebuilds the states
+backwards with the exact inverse step while it runs the adjoint recursion.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from .common import contiguous, encode_flat, every_sample
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -48,3 +53,49 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
     A = encode_flat(system, x, unfolds)
     Y, zT = UnICORNNFunction.apply(A, z0, y0, system.w, torch.sigmoid(system.c), dt / unfolds, system.alpha)
     return every_sample(Y, unfolds), (zT, Y[:, -1])
+
+
+class ReversibleUnICORNNFunction(torch.autograd.Function):
+    """``apply(u, V, b, w, c, z0, y0, h, α) -> (ys, z_T, y_T)``, as :class:`odelab.models.unicornn.ReversibleUnICORNN`
+    (the Python loop it replaces): saves u, the parameters and the final state, nothing per step."""
+
+    @staticmethod
+    def forward(ctx, u, V, b, w, c, z0, y0, h, alpha):
+        B, T, m = u.shape
+        d = w.shape[0]
+        A = F.linear(u.reshape(B * T, m), V, b).contiguous()  # x_n = V u_n + b, freed after the loop
+        z, y = z0.contiguous().clone(), y0.contiguous().clone()  # initial state in, final state out
+        ys = A.new_empty(B, T, d)
+        call("unicornn_reversible_forward", [A, w.contiguous(), torch.sigmoid(c), z, y, ys], (B, T, d), (h, alpha))
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(u, V, b, w, c, z, y)
+        ctx.args = (h, alpha)
+        return ys, z, y
+
+    @staticmethod
+    def backward(ctx, grad_ys, grad_z, grad_y):
+        u, V, b, w, c, z, y = ctx.saved_tensors
+        B, T, m = u.shape
+        d = w.shape[0]
+        u_flat = u.reshape(B * T, m)
+        grad_a = F.linear(u_flat, V, b).contiguous()  # recomputed x_n, overwritten with dL/da_n
+        k = torch.sigmoid(c)
+        gz = grad_z.contiguous().clone() if grad_z is not None else u.new_zeros(B, d)
+        gy = grad_y.contiguous().clone() if grad_y is not None else u.new_zeros(B, d)
+        grad_ys = grad_ys.contiguous() if grad_ys is not None else None
+        dw, dk = u.new_empty(d), u.new_empty(d)
+        call("unicornn_reversible_backward", [grad_a, w.contiguous(), k, z.clone(), y.clone(), grad_ys, gz, gy, dw, dk],
+             (B, T, d), ctx.args)
+        grad_u = (grad_a @ V).view(B, T, m) if ctx.needs_input_grad[0] else None
+        grad_V = grad_a.T @ u_flat if ctx.needs_input_grad[1] else None
+        grad_b = grad_a.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_u, grad_V, grad_b, dw, dk * k * (1.0 - k), gz, gy, None, None
+
+
+def run_reversible(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+    """The UnICORNN layer over x with the reversible backward (3.7): (outputs (B, T, d), (z_T, y_T))."""
+    if unfolds != 1:
+        x = x.repeat_interleave(unfolds, dim=1)
+    ys, z, y = ReversibleUnICORNNFunction.apply(x, system.weight_input, system.bias, system.w, system.c, state[0],
+                                                state[1], dt / unfolds, system.alpha)
+    return every_sample(ys, unfolds), (z, y)
