@@ -202,7 +202,8 @@ def stack_run(model, x, states, reversible: bool, engine: str):
     loss = (out * torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)).sum()
     for block in (b for final in finals for b in final):
         loss = loss + (block * torch.randn(block.shape, generator=g, dtype=torch.float64).to(block.dtype)).sum()
-    names = ["x", *(f"state[{i}][{j}]" for i in range(len(s0)) for j in range(2)), *(n for n, _ in model.named_parameters())]
+    names = ["x", *(f"state[{i}][{j}]" for i in range(len(s0)) for j in range(2)),
+             *(n for n, _ in model.named_parameters())]
     inputs = [xs, *(s for layer in s0 for s in layer), *model.parameters()]
     values = {"outputs": out, **{f"final[{i}][{j}]": b for i, f in enumerate(finals) for j, b in enumerate(f)}}
     values.update(zip((f"grad {n}" for n in names), torch.autograd.grad(loss, inputs)))

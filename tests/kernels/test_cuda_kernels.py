@@ -69,6 +69,8 @@ PRESETS = {
         ".cuda.oscillators:run_cornn_implicit"),
     "oscillator": (lambda m, d: cells.NeuralOscillator(m, d, dt=0.3), ".cuda.oscillators:run_oscillator"),
     "unicornn": (lambda m, d: cells.UnICORNN(m, d, dt=0.9, alpha=0.4).layers[0], ".cuda.unicornn:run"),
+    "unicornn-reversible": (lambda m, d: cells.UnICORNN(m, d, dt=0.9, alpha=0.4).layers[0],
+                            ".cuda.unicornn:run_reversible"),  # eq. 3.7: no per-step state stored
     "gru-ode": (lambda m, d: cells.GRUODE(m, d, dt=0.8), ".cuda.gru:run"),
     "taugru": (lambda m, d: cells.TauGRU(m, d, tau=2.0), ".cuda.delay_gru:run_taugru"),
     "delaygru": (lambda m, d: cells.DelayGRU(m, d, tau=1.0), ".cuda.delay_gru:run_delaygru"),
@@ -252,9 +254,82 @@ def test_registry_targets_resolve():
     from odelab.kernels import REGISTRY
 
     cuda = {key: impl for key, impl in REGISTRY.items() if key[2] == "cuda"}
-    assert len(cuda) == 11
+    assert len(cuda) == 12 and sum(impl.reversible for impl in cuda.values()) == 1
     for impl in cuda.values():
         assert callable(impl.load())
+
+
+# -- the reversible UnICORNN stack (eq. 3.7): the kernel vs ReversibleUnICORNN vs autograd through the generic loop
+
+REVERSIBLE_STEPS = {"one-layer": [0.9], "two-layers": [0.7, 1.3]}  # per-layer Δt
+
+
+def reversible_stack(steps, hidden, dtype, monkeypatch):
+    """A reversible UnICORNN stack whose engine "fused" runs the Triton kernel (on CPU: the CUDA registration
+    borrowed for the device "cpu", run by the interpreter)."""
+    from odelab.kernels import REGISTRY
+    from odelab.models.unicornn import reversible_kernel
+
+    key = (systems.UnICORNN, "symplectic-euler", "cuda", True)
+    if DEVICE == "cpu":
+        monkeypatch.setitem(REGISTRY, key[:2] + ("cpu", True), REGISTRY[key])
+    model = cells.UnICORNN(3, hidden, dt=steps, alpha=0.4, num_layers=len(steps), reversible=True)
+    model = model.to(device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.3)
+    model.engine = "fused"
+    assert reversible_kernel(model.layers[0], torch.zeros(1, 1, 3, device=DEVICE, dtype=dtype)) is kernel(
+        ".cuda.unicornn:run_reversible")
+    return model
+
+
+def stack_results(model, x, states, reversible, engine):
+    """Outputs, final states and the gradients of a fixed random loss w.r.t. x, the initial states and every
+    parameter (V, b, w, c per layer), with (``reversible``, ``engine``)."""
+    model.reversible, model.engine = reversible, engine
+    xs = x.detach().clone().requires_grad_()
+    s0 = [tuple(s.detach().clone().requires_grad_() for s in layer) for layer in states]
+    out, finals = model(xs, s0)
+    g = torch.Generator().manual_seed(3)
+    blocks = [out, *(b for final in finals for b in final)]
+    loss = sum((b * torch.randn(b.shape, generator=g, dtype=torch.float64).to(b)).sum() for b in blocks)
+    names = ["x", *(f"state[{i}][{j}]" for i in range(len(s0)) for j in range(2)),
+             *(n for n, _ in model.named_parameters())]
+    grads = torch.autograd.grad(loss, [xs, *(s for layer in s0 for s in layer), *model.parameters()])
+    values = {"outputs": out, **{f"final[{i}]": b for i, b in enumerate(blocks[1:])}}
+    values.update(zip((f"grad {n}" for n in names), grads))
+    return {k: v.detach() for k, v in values.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("size", [(1, 1, 1), (3, 4, 17), (2, 5, 5)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("layers", list(REVERSIBLE_STEPS))
+def test_reversible_stack(layers, size, dtype, monkeypatch):
+    batch, time, hidden = size
+    model = reversible_stack(REVERSIBLE_STEPS[layers], hidden, dtype, monkeypatch)
+    x = torch.randn(batch, time, 3, device=DEVICE, dtype=dtype)
+    states = [tuple(0.5 * torch.randn(batch, hidden, device=DEVICE, dtype=dtype) for _ in range(2))
+              for _ in model.layers]
+    fused = stack_results(model, x, states, True, "fused")
+    for reference, ref in (("ReversibleUnICORNN", stack_results(model, x, states, True, "generic")),
+                           ("generic autograd", stack_results(model, x, states, False, "generic"))):
+        errors = {k: ((fused[k] - ref[k]).abs().max() / ref[k].abs().max().clamp_min(1e-30)).item() for k in ref}
+        worst = max(errors, key=errors.get)
+        assert errors[worst] <= TOL[dtype], (reference, worst, errors[worst])
+
+
+def test_reversible_kernel_saves_no_per_step_state(monkeypatch):
+    """What autograd keeps for the reversible kernel: u, V, b, w, c and the final (z, y), nothing (B, T, H)."""
+    model = reversible_stack([0.9], 6, torch.float32, monkeypatch)
+    x = torch.randn(2, 5, 3, device=DEVICE, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out, _ = model(x)
+    assert type(out.grad_fn).__name__ == "ReversibleUnICORNNSequenceBackward"
+    expected = [(2, 5, 3), (6, 3), (6,), (6,), (6,), (2, 6), (2, 6)]
+    assert sorted(tuple(t.shape) for t in saved) == sorted(expected)
 
 
 # -- full size, on a GPU -----------------------------------------------------------------------------------
@@ -337,7 +412,8 @@ def compile_(fn, constexprs, dtype):
 names = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA")
 tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)))
 dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)))
-jobs = [(unicornn._forward, dict(BLOCK=128)), (unicornn._backward, dict(BLOCK=128))]
+jobs = [(k, dict(BLOCK=128)) for k in (unicornn._forward, unicornn._backward, unicornn._reversible_forward,
+                                     unicornn._reversible_backward)]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(lem._lem_forward, tile), (lem._lem_backward, tile), (lem._lem_forward_resident, tile),
