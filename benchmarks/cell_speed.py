@@ -20,6 +20,10 @@ the ratio of neighbouring samples, which shares the machine's load of the moment
 calling thread's CPU time (``time.thread_time``: on a machine shared with other jobs it leaves out the time the
 thread waits for a core; the backward of a CPU graph runs on the calling thread, so with ``--threads 1`` it
 holds the whole step). Compare a generic-path change with ``--models lem,lem-handwritten --threads 1``.
+
+``unicornn-reversible`` is the UnICORNN stack with the memory-saving inverse-step backward (002 eq. 3.7): its
+fused engine runs the reversible kernel (no per-step state stored), its generic engine the Python
+``ReversibleUnICORNN``.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from torch import nn
 
 import odelab
 from odelab import cells
+from odelab.models.unicornn import reversible_kernel
 
 
 class HandWrittenLEM(nn.Module):
@@ -70,6 +75,7 @@ MODELS = {
     "cornn": cells.CoRNN,
     "cornn-implicit": lambda m, d: cells.CoRNN(m, d, damping="implicit"),
     "unicornn": cells.UnICORNN,
+    "unicornn-reversible": lambda m, d: cells.UnICORNN(m, d, reversible=True),
     "oscillator": cells.NeuralOscillator,
     "gru-ode": cells.GRUODE,
     "lrcu-a": cells.PRESETS["lrcu-a"],
@@ -95,14 +101,16 @@ def set_engine(model: nn.Module, engine: str) -> bool:
 
 
 def has_fused(model: nn.Module, x: torch.Tensor) -> bool:
-    """Whether every Recurrent layer of ``model`` has a fused kernel for x's device and dtype."""
+    """Whether every Recurrent layer of ``model`` has a fused kernel for x's device and dtype (the reversible one
+    in a reversible UnICORNN stack)."""
     layers = recurrent_layers(model)
     saved = [layer.engine for layer in layers]
     try:
         ok = True
         for layer in layers:
             layer.engine = "auto"
-            ok = ok and layer.kernel(x) is not None  # a layer of a stack sees its own input width, same device
+            fused = reversible_kernel(layer, x) if getattr(model, "reversible", False) else layer.kernel(x)
+            ok = ok and fused is not None  # a layer of a stack sees its own input width, same device
         return ok and bool(layers)
     finally:
         for layer, engine in zip(layers, saved):
@@ -210,13 +218,13 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
     r0 = rows[0]
     print(f"\nbatch {r0['batch']}, time {r0['time']}, hidden {r0['hidden']} ({r0['device']}, {threads} thread(s), "
           f"median of {repeats})")
-    print(f"  {'model':16s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s}")
+    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s}")
     for r in rows:
         fwd = f"{r['fwd_median_s'] * 1e3:9.1f}" if r["fwd_median_s"] is not None else f"{'-':>9s}"
         mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] is not None else f"{'n/m':>9s}"
         ratio = f"{r['fwd_bwd_over_lstm']:7.2f}" if "fwd_bwd_over_lstm" in r else f"{'-':>7s}"
         fratio = f"{r['fwd_over_lstm']:7.2f}" if "fwd_over_lstm" in r else f"{'-':>7s}"
-        print(f"  {r['model']:16s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem}")
+        print(f"  {r['model']:19s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem}")
     for r in rows:
         if "fwd_bwd_over_handwritten" in r:
             wall, cpu = "fwd_bwd_over_handwritten", "fwd_bwd_over_handwritten_thread_cpu"
