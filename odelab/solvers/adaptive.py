@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -413,6 +413,8 @@ class _Integrator:
         """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample; ``tolerance`` = (rtol, atol), 0-d
         tensors (arguments of the compiled step, so that one compilation serves every tolerance)."""
         scale = torch.maximum(y.abs(), y_new.abs()).mul_(tolerance[0]).add_(tolerance[1])
+        if torch.compiler.is_compiling():  # a reduction fuses with the step; a matrix product is an extern call
+            return err.div(scale).square().mean(1)
         return err.div_(scale).square_() @ self.mean
 
     def initial_step(self, y0: Tensor, f0: Tensor, inp: Tensor | None) -> Tensor:
@@ -458,6 +460,10 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
+        with _tracing_options() if self.compiled is not None else contextlib.nullcontext():
+            return self._segment(carry, t_stop, out_times)
+
+    def _segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         y, k1, t, h, prev, landing = carry.y, carry.k1, carry.t, carry.h, carry.prev, carry.landing
         steps, code, restarts = carry.steps, carry.code, carry.restarts
         records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
@@ -546,9 +552,13 @@ class _Integrator:
                              y_i, inp)
             hk.append(h_hk * k_i)
         y_new, k_new = y_i, k_i  # FSAL: the last stage sits at (t + h, y_new)
-        hk = torch.stack(hk)
+        # eager: the stage sums as two matrix products (fewest ops); compiled: as elementwise sums, which
+        # inductor fuses with the stages into a few loops (a matrix product would split them)
+        fuse = torch.compiler.is_compiling()
+        if not fuse:
+            hk = torch.stack(hk)
         with torch.no_grad():
-            err = (self.b_err @ hk.view(stages, -1)).view_as(y)
+            err = (_combine(self.tab.b_err, hk) if fuse else (self.b_err @ hk.view(stages, -1)).view_as(y))
             if self.sensitive:  # the tangents: ∂y/∂τ and its local error, held to the same tolerance
                 r2 = self.ratio2(*(_primal(x) for x in (y, y_new, err)), tolerance)
                 r2 = torch.maximum(r2, self.ratio2(*(_tangent(x) for x in (y, y_new, err)), tolerance))
@@ -576,7 +586,11 @@ class _Integrator:
                                prev)
             h = torch.where(active, h_next, h)
         # continuous-extension coefficients C_p = Σ_i P_ip hk_i, one (B dim, m) matrix per step
-        record = (h_step, y, torch.mm(self.dense_t, hk.view(stages, -1)).t())  # (B dim, m), a transposed view
+        if fuse:
+            coef = torch.stack([_combine(column, hk).flatten() for column in zip(*self.tab.dense)], 1)
+        else:
+            coef = torch.mm(self.dense_t, hk.view(stages, -1)).t()  # (B dim, m), a transposed view
+        record = (h_step, y, coef)
         mask = accept.unsqueeze(1)
         y = torch.where(mask, y_new, y)
         k1 = torch.where(mask, k_new, k1)
@@ -645,6 +659,15 @@ class _Integrator:
         return out, last_step
 
 
+def _combine(weights: Sequence[float], terms: Sequence[Tensor]) -> Tensor:
+    """Σ_i w_i x_i over the nonzero weights, as elementwise products (the compiled step's stage sums)."""
+    pairs = [(w, x) for w, x in zip(weights, terms) if w != 0.0]
+    total = pairs[0][1] * pairs[0][0]
+    for w, x in pairs[1:]:
+        total = torch.add(total, x, alpha=w)
+    return total
+
+
 _COMPILED: dict[tuple, Callable] = {}
 
 
@@ -661,20 +684,20 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
     if key not in _COMPILED:
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[key] = _without_duck_shapes(torch.compile(solver.attempt, dynamic=True))
+        _COMPILED[key] = torch.compile(solver.attempt, dynamic=True)
     return _COMPILED[key]
 
 
-def _without_duck_shapes(compiled: Callable) -> Callable:
-    """Trace with every size its own symbol: by default dynamo ties sizes that happen to be equal (a batch of 4
-    and a 4-row interpolant matrix), and the next batch size recompiles."""
+@contextlib.contextmanager
+def _tracing_options():
+    """Trace with every size its own symbol (by default dynamo ties sizes that happen to be equal, a batch of 4
+    and a 4-row interpolant matrix, and the next batch size recompiles) and with Python floats (the tableau's
+    coefficients, the controller's constants) as constants, not as inputs converted to tensors on every call.
+    Entered once per segment: entering it costs more than a compiled step's call."""
     from torch.fx.experimental import _config
 
-    def call(*args, **kwargs):
-        with _config.patch(use_duck_shape=False):
-            return compiled(*args, **kwargs)
-
-    return call
+    with _config.patch(use_duck_shape=False), torch._dynamo.config.patch(specialize_float=True):
+        yield
 
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,

@@ -43,6 +43,9 @@ class FitzHughNagumo(_Classical):
 
     def derivative(self, t, state, inp=None, *delayed):
         x = state[0]
+        if torch.compiler.is_compiling():  # elementwise: fuses with a compiled solver's step (addmm would not)
+            v, w = x.unbind(-1)
+            return (torch.stack((v - v**3 / 3 - w + self.current, self.tau * (v + self.a - self.b * w)), -1),)
         A_T, c, k = self._affine(x)
         return (torch.addmm(c, x, A_T).addcmul_(x.pow(3), k),)
 
