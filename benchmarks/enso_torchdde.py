@@ -91,9 +91,11 @@ def main() -> None:
     ts = torch.linspace(0.0, args.horizon, steps + 1, dtype=dtype, device=device)
     system = odelab.systems.ENSO(c=C, gamma=GAMMA, delta=DELTA)
 
-    def run_odelab(dt=args.dt):
+    def run_odelab(dt=args.dt, compile=False):
         with torch.no_grad():
-            return odelab.solve(system, T0, ts, method="rk4", dt=dt).y
+            return odelab.solve(system, T0, ts, method="rk4", dt=dt, compile=compile).y
+
+    run_compiled = lambda: run_odelab(compile=True)
 
     def run_torchdde():
         def field(t, y, func_args, history):
@@ -107,10 +109,14 @@ def main() -> None:
                                       discretize_then_optimize=True, max_steps=steps + 10)
 
     run_odelab()  # warm-up
+    (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of 8 steps
     odelab_times, odelab_cpu, ours = timed(run_odelab, args.repeats)
+    compiled_times, compiled_cpu, ours_compiled = timed(run_compiled, args.repeats)
     torchdde_times, torchdde_cpu, theirs = timed(run_torchdde, args.torchdde_repeats)
     later_times, later_cpu, _ = timed(run_odelab, args.repeats)  # odelab before and after torchdde: the same load
     odelab_times, odelab_cpu = odelab_times + later_times, odelab_cpu + later_cpu
+    later_times, later_cpu, _ = timed(run_compiled, args.repeats)
+    compiled_times, compiled_cpu = compiled_times + later_times, compiled_cpu + later_cpu
     load_after = os.getloadavg()
     print(f"odelab rk4: median {statistics.median(odelab_times):.3f} s over {2 * args.repeats} runs", flush=True)
     print(f"torchdde RK4: median {statistics.median(torchdde_times):.2f} s over {args.torchdde_repeats} runs",
@@ -130,6 +136,7 @@ def main() -> None:
     ours_np, theirs_np = ours[:, :, 0].cpu().numpy(), theirs[:, :, 0].cpu().numpy()
     odelab_median, torchdde_median = statistics.median(odelab_times), statistics.median(torchdde_times)
     odelab_cpu_median, torchdde_cpu_median = statistics.median(odelab_cpu), statistics.median(torchdde_cpu)
+    compiled_median, compiled_cpu_median = statistics.median(compiled_times), statistics.median(compiled_cpu)
     result = {
         "problem": {"system": "ENSO (001 eq. 20)", "c": C, "gamma": GAMMA, "delta": DELTA, "batch": args.batch,
                     "t": [0.0, args.horizon], "outputs": steps + 1, "dt": args.dt, "history": "constant T0 ~ U(0,1)",
@@ -137,29 +144,37 @@ def main() -> None:
         "odelab": {"method": "rk4 (stage-aligned reads resolved before the loop: 4.8 = 48 dt)", "seconds": odelab_times,
                    "median_seconds": odelab_median, "cpu_seconds": odelab_cpu, "median_cpu_seconds": odelab_cpu_median,
                    **errors(ours_np)},
+        "odelab compiled": {"method": "rk4, compile=True (blocks of 8 steps per torch.compile'd call)",
+                            "first_call_seconds": compile_seconds, "seconds": compiled_times,
+                            "median_seconds": compiled_median, "cpu_seconds": compiled_cpu,
+                            "median_cpu_seconds": compiled_cpu_median, **errors(ours_compiled[:, :, 0].cpu().numpy())},
         "torchdde": {"version": getattr(torchdde, "__version__", "0.1.3"), "method": "RK4, ConstantStepSizeController",
                      "seconds": torchdde_times, "median_seconds": torchdde_median, "cpu_seconds": torchdde_cpu,
                      "median_cpu_seconds": torchdde_cpu_median, **errors(theirs_np)},
         "speedup_odelab_vs_torchdde": torchdde_median / odelab_median,
         "speedup_odelab_vs_torchdde_cpu_time": torchdde_cpu_median / odelab_cpu_median,
+        "speedup_odelab_compiled_vs_torchdde": torchdde_median / compiled_median,
+        "speedup_odelab_compiled_vs_torchdde_cpu_time": torchdde_cpu_median / compiled_cpu_median,
         "max_abs_difference_odelab_vs_torchdde": float(np.abs(ours_np - theirs_np).max()),
         "reference": {"method": "scipy DOP853 rtol 1e-12 atol 1e-13, method of steps", "seconds": scipy_seconds,
                       "max_abs_difference_to_odelab_rk4_dt_over_16": float(np.abs(fine - reference).max())},
         "targets": {"odelab_max_error_le_1e-4": errors(ours_np)["max_abs_error"] <= 1e-4,
-                    "speedup_ge_300": torchdde_median / odelab_median >= 300},
+                    "speedup_ge_300": torchdde_median / odelab_median >= 300,
+                    "compiled_speedup_ge_300": torchdde_median / compiled_median >= 300},
         "platform": {"python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
                      "processor": platform.processor(), "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                      "load_average_1_5_15_min": {"before": load_before, "after": load_after}},
     }
 
     print()
-    print(f"{'solver':<10} {'median s':>10} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
-    for name in ("odelab", "torchdde"):
+    print(f"{'solver':<16} {'median s':>10} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
+    for name in ("odelab", "odelab compiled", "torchdde"):
         r = result[name]
-        print(f"{name:<10} {r['median_seconds']:>10.3f} {r['median_cpu_seconds']:>13.3f} {r['max_abs_error']:>14.2e} "
+        print(f"{name:<16} {r['median_seconds']:>10.3f} {r['median_cpu_seconds']:>13.3f} {r['max_abs_error']:>14.2e} "
               f"{r['max_abs_error_kept_window']:>14.2e}")
     print(f"speed-up odelab vs torchdde: {result['speedup_odelab_vs_torchdde']:.1f}x wall, "
-          f"{result['speedup_odelab_vs_torchdde_cpu_time']:.1f}x cpu time;  "
+          f"{result['speedup_odelab_vs_torchdde_cpu_time']:.1f}x cpu time; compiled "
+          f"{result['speedup_odelab_compiled_vs_torchdde']:.1f}x wall (first call {compile_seconds:.1f} s);  "
           f"reference check |rk4(dt/16) - scipy| = {result['reference']['max_abs_difference_to_odelab_rk4_dt_over_16']:.1e}")
 
     out = Path(args.out)

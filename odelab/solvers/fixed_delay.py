@@ -33,7 +33,9 @@
 """
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -391,8 +393,12 @@ def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: 
 
 def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
                       path: InputPath | None, dt: float, history, tstops: list[float] = (),
-                      jump_times: list[float] = ()) -> Solution:
+                      jump_times: list[float] = (), compile: bool = False) -> Solution:
     """Fixed-step DDE driver (method of steps) for ``odelab.solve``; see the module docstring.
+
+    ``compile``: explicit RK schemes with fixed delays, no input and no jump times run _BLOCK steps per
+    torch.compile'd call where every delayed read is an aligned stage (the method of steps' steady state);
+    values to round-off of the eager loop; elsewhere a ValueError.
 
     ``history`` as in :func:`history_function`. Raises ValueError naming ``dt`` when dt exceeds the
     smallest delay. Stats: ``nfe`` counts the stage evaluations plus the derivative evaluations the
@@ -427,10 +433,14 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     plan = _plan(grid, delays, scheme, tol)
     hermite = any(j is None for row in plan for j in row)
     record = set(out_index)
-    if isinstance(scheme, ExplicitRK) and scheme.tableau.c[0] == 0 and not learnable:
+    static = isinstance(scheme, ExplicitRK) and scheme.tableau.c[0] == 0 and not learnable
+    if compile and not (static and path is None and not edges and not tensor_time(system)):
+        raise ValueError("compile: fixed-step DDE solves compile explicit RK schemes with fixed (not learnable) "
+                         "delays, without an input u or jump_times")
+    if static:
         # left limits f(t_k⁻) are stored at the jump nodes only when some read interpolates (as by time)
         outputs, nfe = _steps_static(system, scheme, state, grid, path, edges, phi, taus, plan,
-                                     jumps if hermite else set(), tol, record)
+                                     jumps if hermite else set(), tol, record, compile)
     else:
         outputs, nfe = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
                                       moving, tol, record)
@@ -442,19 +452,39 @@ _CHUNK = 64  # steps whose reads are resolved at a time (and whose past is relea
 
 def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[float], path: InputPath | None,
                   edges: set[int], phi: History, taus: list[float], plan: list[tuple[int | None, ...]],
-                  left_at: set[int], tol: float, record: set[int]) -> tuple[list[State], int]:
+                  left_at: set[int], tol: float, record: set[int], compile: bool = False) -> tuple[list[State], int]:
     """The steps of an explicit RK scheme with fixed delays, every delayed read resolved a chunk of steps ahead
     (:class:`_StaticReads`): the loop runs the scheme and looks values up, no search, no host sync. Returns
-    the states at the nodes in ``record`` (after y0) and the evaluation count."""
+    the states at the nodes in ``record`` (after y0) and the evaluation count. ``compile``: runs of
+    :data:`_BLOCK` steps whose delays all read stages of steps before the run go through one compiled call
+    (:func:`_compiled_block`)."""
     reads, reach = _StaticReads(grid, taus, list(scheme.tableau.c), plan, left_at, tol), max(taus)
     field = _StaticField(system, phi, state, plain=path is None and not edges and not tensor_time(system))
     field.inp_tensor_time = isinstance(path, FunctionInput)
+    block = _compiled_block(system, scheme.tableau) if compile and field.plain else None
     outputs, steps = [state], len(grid) - 1
     for first in range(0, steps, _CHUNK):
         rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
         # the reads from t_first on reach back to t_first − max τ: the nodes before the interval there go
         field.release_before(bisect_right(grid, grid[first] - reach - tol) - 2)
+        skip = 0
         for k, row in enumerate(rows, first):
+            if skip:  # taken by the compiled block
+                skip -= 1
+                continue
+            if block is not None and field.checked and _runs_alone(rows, k - first, k, left_reads):
+                nodes, stages, rights = block(grid[k:k + _BLOCK + 1], state,
+                                              [tuple(zip(*[field.stages[j] for j in rows[k - first + q]]))
+                                               for q in range(_BLOCK)])
+                for q in range(_BLOCK):
+                    field.stages.append(stages[q])
+                    field.right.append(rights[q])
+                    field.states.append(nodes[q])
+                    if k + q + 1 in record:
+                        outputs.append(nodes[q])
+                field.evaluations += _BLOCK * len(scheme.tableau.c)
+                state, skip = nodes[-1], _BLOCK - 1
+                continue
             ta, tb = grid[k], grid[k + 1]
             if path is not None:
                 field.inp = path.segment(ta, tb)
@@ -468,6 +498,59 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
             if k + 1 in record:
                 outputs.append(state)
     return outputs, field.evaluations
+
+
+_BLOCK = 8  # steps per compiled call of a fixed-delay solve with compile=True
+
+
+def _runs_alone(rows: list, index: int, k: int, left_reads: dict) -> bool:
+    """Whether steps k … k + _BLOCK − 1 (rows[index:]) all read aligned stages of steps before k, and none
+    needs a left-limit evaluation: one compiled block can take them."""
+    if index + _BLOCK > len(rows):
+        return False
+    for q in range(_BLOCK):
+        row = rows[index + q]
+        if row.__class__ is not list or max(row) >= k or k + q + 1 in left_reads:
+            return False
+    return True
+
+
+def _rk_block(system: System, tableau, times: list[float], state: State, delayed: list[tuple]) -> tuple:
+    """len(delayed) explicit RK steps on the grid ``times`` (what ``compile=True`` compiles): step q's stage i
+    reads ``delayed[q][i]`` (per delay, the aligned step's stage i state), as :meth:`ExplicitRK.step` with a
+    :class:`_StaticField`. Returns per step the node state, the stage states and f(t_q⁺) (the first stage)."""
+    nodes, stages, rights = [], [], []
+    for q, reads in enumerate(delayed):
+        t, h = times[q], times[q + 1] - times[q]
+        ks, inputs = [], []
+        for c, row, read in zip(tableau.c, tableau.a, reads):
+            stage = state
+            for a, k in zip(row, ks):
+                if a != 0.0:
+                    stage = tuple(s + kb * (h * a) for s, kb in zip(stage, k))
+            inputs.append(stage)
+            ks.append(system.derivative(t + c * h, stage, None, *read))
+        for b, k in zip(tableau.b, ks):
+            if b != 0.0:
+                state = tuple(s + kb * (h * b) for s, kb in zip(state, k))
+        nodes.append(state)
+        stages.append(inputs)
+        rights.append(ks[0])
+    return nodes, stages, rights
+
+
+_COMPILED_BLOCKS: dict[tuple, Callable] = {}
+
+
+def _compiled_block(system: System, tableau) -> Callable:
+    """torch.compile of :func:`_rk_block` for _BLOCK steps, cached per (system, tableau); dynamic shapes and
+    times, so one compilation serves every batch size and grid."""
+    key = (system, tableau.name)
+    if key not in _COMPILED_BLOCKS:
+        if len(_COMPILED_BLOCKS) >= 8:
+            _COMPILED_BLOCKS.pop(next(iter(_COMPILED_BLOCKS)))
+        _COMPILED_BLOCKS[key] = torch.compile(functools.partial(_rk_block, system, tableau), dynamic=True)
+    return _COMPILED_BLOCKS[key]
 
 
 def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[float], path: InputPath | None,

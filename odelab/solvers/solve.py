@@ -90,6 +90,11 @@ def solve(
     else:
         scheme = resolve_scheme(method)
         segments = options.pop("checkpoint_segments", None)
+        compile = options.pop("compile", False)
+        if not isinstance(compile, bool):
+            raise TypeError(f"compile: expected True or False, got {type(compile).__name__}")
+        if compile and not system.is_delay:
+            raise ValueError("compile: fixed-step solves compile delay systems (the adaptive methods compile ODEs)")
         if options:
             raise TypeError(f"solve: unexpected options {sorted(options)} for fixed-step method {scheme.name!r}")
         if segments is not None and (isinstance(segments, bool) or not isinstance(segments, int) or segments < 1):
@@ -103,7 +108,7 @@ def solve(
             if segments is not None:
                 raise ValueError("checkpoint_segments: not supported for delay systems")
             solution = solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history,
-                                         stops, jumps)
+                                         stops, jumps, compile)
         else:
             if history is not None:
                 raise ValueError(f"history: {type(system).__name__} declares no delays")

@@ -333,6 +333,46 @@ def test_reads_resolved_ahead_equal_the_reads_by_time(method, dt):
         assert (a - b).abs().max().item() <= 1e-12 * (1 + b.abs().max().item())
 
 
+# -- compile=True: blocks of steps in one compiled call ------------------------------------------------------
+
+def test_compiled_blocks_equal_the_eager_steps():
+    """With delays that are multiples of dt (14 and 9 steps, both more than a compiled block of 8 steps), once
+    every stage reads aligned stages, ``compile=True`` runs blocks of steps through torch.compile: the same
+    nodes to round-off over hundreds of steps (the first τ on the history, eagerly), the same evaluation
+    count, and gradients with respect to y0 and a parameter of the history to round-off."""
+    from torch._dynamo.utils import counters
+    from odelab.solvers import fixed_delay
+
+    system = TanhFeedback((1.4, 0.9), (-1.1, 0.6))
+    gen = torch.Generator().manual_seed(5)
+    y0 = torch.randn(3, 1, generator=gen).requires_grad_()
+    scale = torch.tensor(0.8, requires_grad=True)
+    kw = dict(method="rk4", dt=0.1, history=lambda s: scale * torch.cos(s) * torch.ones(3, 1))
+    t = torch.linspace(0, 30, 61)
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = odelab.solve(system, y0, t, compile=True, **kw)
+    assert (system, "rk4") in fixed_delay._COMPILED_BLOCKS and counters["stats"]["unique_graphs"] > graphs
+    eager = odelab.solve(system, y0, t, **kw)
+    assert torch.equal(compiled.stats["nfe"], eager.stats["nfe"])
+    assert (compiled.y - eager.y).abs().max().item() <= 1e-12 * eager.y.abs().max().item()
+    weights = torch.randn(3, 61, 1, generator=gen)
+    grads = [torch.autograd.grad((sol.y * weights).sum(), (y0, scale)) for sol in (compiled, eager)]
+    for a, b in zip(*grads):
+        assert (a - b).abs().max().item() <= 1e-10 * (1 + b.abs().max().item())
+
+
+def test_compile_is_refused_where_it_does_not_apply():
+    y0, t = torch.ones(2, 1), torch.linspace(0, 3, 4)
+    with pytest.raises(TypeError, match="compile"):
+        odelab.solve(Feedback(), y0, t, method="rk4", dt=0.1, compile=1)
+    with pytest.raises(ValueError, match="compile"):  # an ODE: the adaptive methods compile those
+        odelab.solve(lambda t, y: -y, y0, t, method="rk4", dt=0.1, compile=True)
+    with pytest.raises(ValueError, match="compile"):  # an input
+        odelab.solve(Feedback(input_size=1), y0, t, u=torch.ones(2, 4, 1), method="rk4", dt=0.1, compile=True)
+    with pytest.raises(ValueError, match="compile"):  # a partitioned scheme
+        odelab.solve(Feedback(), y0, t, method="imex", dt=0.1, compile=True)
+
+
 # -- malformed arguments -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("history", [
