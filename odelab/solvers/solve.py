@@ -71,6 +71,10 @@ def solve(
     continuous adjoint, O(1) memory, gradients within the tolerance (explicit RK methods, ODEs without inputs).
     See :mod:`odelab.solvers.adjoint`; ``adjoint_params=[...]`` names the tensors a plain callable closes over.
 
+    ``compile=True`` hands the loop's arithmetic to torch.compile (the first call compiles, tens of seconds; later
+    calls of any batch size, grid and tolerance reuse it): the adaptive methods' step (ODEs without inputs), and
+    blocks of fixed-step explicit RK steps on delay systems with fixed delays; same steps, values to round-off.
+
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
