@@ -462,6 +462,7 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
     field = _StaticField(system, phi, state, plain=path is None and not edges and not tensor_time(system))
     field.inp_tensor_time = isinstance(path, FunctionInput)
     block = _compiled_block(system, scheme.tableau) if compile and field.plain else None
+    grid_tensor = torch.tensor(grid, dtype=torch.float64, device=state[0].device) if block is not None else None
     outputs, steps = [state], len(grid) - 1
     for first in range(0, steps, _CHUNK):
         rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
@@ -473,11 +474,11 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
                 skip -= 1
                 continue
             if block is not None and field.checked and _runs_alone(rows, k - first, k, left_reads):
-                nodes, stages, rights = block(grid[k:k + _BLOCK + 1], state,
-                                              [tuple(zip(*[field.stages[j] for j in rows[k - first + q]]))
-                                               for q in range(_BLOCK)])
+                nodes, stages, rights = block(grid_tensor[k:k + _BLOCK + 1], state,
+                                              [_source_stages(field.stages, j, len(state)) for j in row])
+                nodes, rights = list(zip(*[x.unbind(0) for x in nodes])), list(zip(*[x.unbind(0) for x in rights]))
                 for q in range(_BLOCK):
-                    field.stages.append(stages[q])
+                    field.stages.append(_BlockStages(stages, q))
                     field.right.append(rights[q])
                     field.states.append(nodes[q])
                     if k + q + 1 in record:
@@ -500,35 +501,77 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
     return outputs, field.evaluations
 
 
-_BLOCK = 8  # steps per compiled call of a fixed-delay solve with compile=True
+# steps per compiled call of a fixed-delay solve with compile=True: they share the call's overhead (~0.2 ms on a
+# CPU); the compilation time grows with them (ENSO on a CPU: 8 steps 22 s, 16 steps 35 s)
+_BLOCK = 16
 
 
 def _runs_alone(rows: list, index: int, k: int, left_reads: dict) -> bool:
-    """Whether steps k … k + _BLOCK − 1 (rows[index:]) all read aligned stages of steps before k, and none
-    needs a left-limit evaluation: one compiled block can take them."""
-    if index + _BLOCK > len(rows):
+    """Whether steps k … k + _BLOCK − 1 (rows[index:]) all read aligned stages of consecutive steps before k,
+    and none needs a left-limit evaluation: one compiled block can take them."""
+    if index + _BLOCK > len(rows) or rows[index].__class__ is not list:
         return False
+    first = rows[index]
     for q in range(_BLOCK):
         row = rows[index + q]
-        if row.__class__ is not list or max(row) >= k or k + q + 1 in left_reads:
+        if row.__class__ is not list or k + q + 1 in left_reads or any(j != j0 + q or j >= k
+                                                                        for j, j0 in zip(row, first)):
             return False
     return True
 
 
-def _rk_block(system: System, tableau, times: list[float], state: State, delayed: list[tuple]) -> tuple:
-    """len(delayed) explicit RK steps on the grid ``times`` (what ``compile=True`` compiles): step q's stage i
-    reads ``delayed[q][i]`` (per delay, the aligned step's stage i state), as :meth:`ExplicitRK.step` with a
-    :class:`_StaticField`. Returns per step the node state, the stage states and f(t_q⁺) (the first stage)."""
+class _BlockStages:
+    """The stage states of step q of a compiled block, as the list of states an eager step records (stage i:
+    one view per state block), kept as the block's stacked (K, stages, batch, n) tensors."""
+
+    __slots__ = ("stacked", "q")
+
+    def __init__(self, stacked: list[Tensor], q: int):
+        self.stacked, self.q = stacked, q
+
+    def __getitem__(self, i: int) -> State:
+        return tuple(x[self.q, i] for x in self.stacked)
+
+    def __len__(self) -> int:
+        return self.stacked[0].shape[1]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _source_stages(stages: list, first: int, blocks: int) -> list[Tensor]:
+    """The stage states of steps first … first + _BLOCK − 1 as one (_BLOCK, stages, batch, n) tensor per state
+    block: a view when they are one compiled block's, else gathered."""
+    parts, j = [], first
+    while j < first + _BLOCK:
+        entry = stages[j]
+        if entry.__class__ is _BlockStages:
+            count = min(entry.stacked[0].shape[0] - entry.q, first + _BLOCK - j)
+            parts.append([x[entry.q:entry.q + count] for x in entry.stacked])
+            j += count
+        else:  # an eager step's list of stage states
+            parts.append([torch.stack([stage[b] for stage in entry]).unsqueeze(0) for b in range(blocks)])
+            j += 1
+    return parts[0] if len(parts) == 1 else [torch.cat([part[b] for part in parts]) for b in range(blocks)]
+
+
+def _rk_block(system: System, tableau, times: Tensor, state: State, delayed: list[list[Tensor]]) -> tuple:
+    """len(times) − 1 explicit RK steps on the grid ``times`` (what ``compile=True`` compiles), as
+    :meth:`ExplicitRK.step` with a :class:`_StaticField`: stage i of step q reads, per delay d, the state
+    ``delayed[d][b][q, i]`` of each state block b (the aligned step's stage i). Returns, stacked over the steps
+    (a compiled call's cost grows with its number of outputs), per state block the nodes (K, batch, n), the
+    stage states (K, stages, batch, n) and f(t_q⁺), the first stage (K, batch, n)."""
     nodes, stages, rights = [], [], []
-    for q, reads in enumerate(delayed):
-        t, h = times[q], times[q + 1] - times[q]
+    for q in range(times.shape[0] - 1):
+        t, h = times[q], (times[q + 1] - times[q]).to(state[0].dtype)
         ks, inputs = [], []
-        for c, row, read in zip(tableau.c, tableau.a, reads):
+        for i, (c, row) in enumerate(zip(tableau.c, tableau.a)):
             stage = state
             for a, k in zip(row, ks):
                 if a != 0.0:
                     stage = tuple(s + kb * (h * a) for s, kb in zip(stage, k))
             inputs.append(stage)
+            read = [tuple(x[q, i] for x in source) for source in delayed]
             ks.append(system.derivative(t + c * h, stage, None, *read))
         for b, k in zip(tableau.b, ks):
             if b != 0.0:
@@ -536,7 +579,10 @@ def _rk_block(system: System, tableau, times: list[float], state: State, delayed
         nodes.append(state)
         stages.append(inputs)
         rights.append(ks[0])
-    return nodes, stages, rights
+    blocks = range(len(state))
+    return ([torch.stack([node[b] for node in nodes]) for b in blocks],
+            [torch.stack([torch.stack([stage[b] for stage in step]) for step in stages]) for b in blocks],
+            [torch.stack([right[b] for right in rights]) for b in blocks])
 
 
 _COMPILED_BLOCKS: dict[tuple, Callable] = {}

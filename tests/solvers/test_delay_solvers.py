@@ -336,14 +336,15 @@ def test_reads_resolved_ahead_equal_the_reads_by_time(method, dt):
 # -- compile=True: blocks of steps in one compiled call ------------------------------------------------------
 
 def test_compiled_blocks_equal_the_eager_steps():
-    """With delays that are multiples of dt (14 and 9 steps, both more than a compiled block of 8 steps), once
-    every stage reads aligned stages, ``compile=True`` runs blocks of steps through torch.compile: the same
+    """With delays that are multiples of dt (23 and 17 steps, both more than a compiled block of 16 steps),
+    once every stage reads aligned stages, ``compile=True`` runs blocks of steps through torch.compile, reading
+    stages of eager steps and of earlier blocks (straddling two of them: 23 is no multiple of 16): the same
     nodes to round-off over hundreds of steps (the first τ on the history, eagerly), the same evaluation
     count, and gradients with respect to y0 and a parameter of the history to round-off."""
     from torch._dynamo.utils import counters
     from odelab.solvers import fixed_delay
 
-    system = TanhFeedback((1.4, 0.9), (-1.1, 0.6))
+    system = TanhFeedback((2.3, 1.7), (-1.1, 0.6))
     gen = torch.Generator().manual_seed(5)
     y0 = torch.randn(3, 1, generator=gen).requires_grad_()
     scale = torch.tensor(0.8, requires_grad=True)
