@@ -9,7 +9,9 @@ protocol where one exists:
 * enso, mackey-glass: Erichson et al. 2025, §3.0 / Table 10 (d = 16, Adam lr 0.01, 400 epochs; τ-GRU τ = 20 / 10 steps);
   the batch size is not given: 32 (ours);
 * adding: Erichson et al. 2025, Table 10 for N = 2000 (d = 128, lr 2.6e-3, 200 epochs, τ-GRU τ = 900; N = 5000: τ = 2000,
-  else τ = 0.45 N) with LEM's batch 50 and Δt = 1/√N (Rusch et al. 2022, Table 8, App. B.1);
+  else τ = 0.45 N) with LEM's batch 50 and Δt = 1/√N (Rusch et al. 2022, Table 8, App. B.1); ``small``: our CPU
+  protocol at N = 2000, the same for every model: d = 32, lr 2.6e-3, batch 50, 20 epochs = 2000 steps (the LEM
+  code trains 30 000), gradient-norm clipping at 1.0 (≈ 37 s per LEM / τ-GRU epoch with ``--threads 1``);
 * spiral, duffing: Farsang et al. 2024, Table 3 (RMSprop lr 1e-3, batch 16, 1000 / 2000 iterations, rounded up to 16 / 32 epochs of our
   1024 windows; d = 16);
 * frequency (classification): Erichson et al. 2025, §5, Table 5 gives no hyperparameters; ours: d = 128 (Table 10's
@@ -205,7 +207,8 @@ TASKS = {
         "adding",
         load=lambda seed, length=2000: adding(length=length, seed=seed),
         presets={"paper": dict(hidden_size=128, epochs=200, lr=2.6e-3, batch_size=50),
-                 "quick": dict(hidden_size=32, epochs=2, lr=2.6e-3, batch_size=50)},
+                 "quick": dict(hidden_size=32, epochs=2, lr=2.6e-3, batch_size=50),
+                 "small": dict(hidden_size=32, epochs=20, lr=2.6e-3, batch_size=50, clip=1.0)},
         options={"length": "length"},
         model_options=_adding_models,
         baselines={"mean predictor": mean_predictor_rmse},
