@@ -277,7 +277,8 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
     return result
 
 
-def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bool = True) -> dict:
+def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bool = True,
+                compiled: bool = True) -> dict:
     batch = 64 if quick else 256
     mu = torch.linspace(0.1, 10.0, batch, dtype=F64, device=device)
     y0 = torch.tensor([[2.0, 0.0]], dtype=F64, device=device).expand(batch, -1).contiguous()
@@ -300,6 +301,18 @@ def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bo
     with torch.no_grad():
         torchdiffeq.odeint(f, y0, t, rtol=rtol, atol=atol)
     shared_steps = (calls[0] - 2) / 6  # dopri5: 6 evaluations per attempted step after f(t0) and the first-step probe
+    compiled_row = None
+    if compiled:
+        solve_compiled = lambda: odelab.solve(system, y0, t, rtol=rtol, atol=atol, compile=True)
+        with torch.no_grad():
+            synchronize()
+            start = time.perf_counter()
+            solve_compiled()
+            synchronize()
+            first = time.perf_counter() - start
+            seconds, comp = median_time(solve_compiled, repeats)
+        compiled_row = dict(seconds=seconds, first_call_seconds=first,
+                            max_difference_to_eager=float((comp.y - ours.y).abs().max()))
     steps = ours.stats["steps"].double()
     gap = float((ours.y - theirs.transpose(0, 1)).abs().max())
     jax_row = None
@@ -323,7 +336,10 @@ def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bo
                             nfe_total=int(ours.stats["nfe"].sum())),
                 torchdiffeq=dict(seconds=theirs_s, shared_steps=shared_steps, nfe_total_per_sample_equiv=calls[0] * batch),
                 max_difference_between_solvers=gap, speedup=theirs_s / ours_s, diffrax=jax_row,
-                odelab_over_diffrax=None if jax_row is None else ours_s / jax_row["seconds"])
+                odelab_over_diffrax=None if jax_row is None else ours_s / jax_row["seconds"],
+                odelab_compiled=compiled_row,
+                odelab_compiled_over_diffrax=None if jax_row is None or compiled_row is None
+                else compiled_row["seconds"] / jax_row["seconds"])
 
 
 def reaction_diffusion(repeats: int, quick: bool, device: torch.device, use_diffrax: bool = True) -> dict:
@@ -458,13 +474,17 @@ def main() -> None:
                                                use_diffrax=use_diffrax)
         print_fhn(by_batch[str(batch)])
     fhn = by_batch[str(batches[0])]
-    vdp = van_der_pol(args.repeats, args.quick, device, use_diffrax)
+    vdp = van_der_pol(args.repeats, args.quick, device, use_diffrax, compiled=not args.no_compile)
     rd = None if args.no_large_state else reaction_diffusion(args.repeats, args.quick, device, use_diffrax)
 
     print(f"\n(b) {vdp['problem']}")
     o, d = vdp["odelab"], vdp["torchdiffeq"]
     print(f"odelab dopri5      time {o['seconds']:.3f}s  steps per sample min/median/max "
           f"{o['steps_min']}/{o['steps_median']:.0f}/{o['steps_max']} (mu=0.1: {o['steps_mu_0_1']}, mu=10: {o['steps_mu_10']})")
+    if vdp["odelab_compiled"] is not None:
+        c = vdp["odelab_compiled"]
+        print(f"odelab compiled    time {c['seconds']:.3f}s (first call {c['first_call_seconds']:.2f}s), max |compiled − eager| "
+              f"= {c['max_difference_to_eager']:.1e}")
     print(f"torchdiffeq dopri5 time {d['seconds']:.3f}s  shared steps {d['shared_steps']:.0f} (every sample)")
     if vdp["diffrax"] is not None:
         j = vdp["diffrax"]
