@@ -304,11 +304,11 @@ void unicornn_fwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, con
                     n ? Y + b * ls + (n - 1) * d : y0 + b * d, w, k, Z + b * ls + n * d, Y + b * ls + n * d);
 }
 
-// dw, dk: (d) outputs, summed over the batch and the steps (per sample in S, across samples in double).
-template <typename S>
-void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* y0, const S* w, const S* k, double hd, double al,
-                  const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, S* dw, S* dk) {
-  const S h = S(hd), alpha = S(al);
+// The sample and step loops of both UnICORNN backward passes: per sample b, n = T−1..0, dY_n added to Gy, then
+// step(b, n, Gy, Gz, accw, acck); dw, dk: (d) outputs, the per-step w and k terms summed per sample in S and
+// across samples in double.
+template <typename S, typename Step>
+void unicornn_bwd_loop(i64 B, i64 T, i64 d, const S* dY, S* gz, S* gy, S* dw, S* dk, Step step) {
   const i64 ls = T * d;
   std::vector<double> sw(d, 0.0), sk(d, 0.0);
   std::vector<S> accw(d), acck(d);
@@ -317,12 +317,22 @@ void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* y0, const S* w, cons
     for (i64 j = 0; j < d; ++j) { accw[j] = S(0); acck[j] = S(0); }
     for (i64 n = T - 1; n >= 0; --n) {
       if (dY) for (i64 j = 0; j < d; ++j) Gy[j] += dY[b * ls + n * d + j];
-      unicornn_step_bwd(d, h, alpha, A + b * ls + n * d, n ? Y + b * ls + (n - 1) * d : y0 + b * d,
-                        Z + b * ls + n * d, w, k, Gy, Gz, dA + b * ls + n * d, accw.data(), acck.data());
+      step(b, n, Gy, Gz, accw.data(), acck.data());
     }
     for (i64 j = 0; j < d; ++j) { sw[j] += double(accw[j]); sk[j] += double(acck[j]); }
   }
   for (i64 j = 0; j < d; ++j) { dw[j] = S(sw[j]); dk[j] = S(sk[j]); }
+}
+
+template <typename S>
+void unicornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* y0, const S* w, const S* k, double hd, double al,
+                  const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, S* dw, S* dk) {
+  const S h = S(hd), alpha = S(al);
+  const i64 ls = T * d;
+  unicornn_bwd_loop(B, T, d, dY, gz, gy, dw, dk, [&](i64 b, i64 n, S* Gy, S* Gz, S* accw, S* acck) {
+    unicornn_step_bwd(d, h, alpha, A + b * ls + n * d, n ? Y + b * ls + (n - 1) * d : y0 + b * d,
+                      Z + b * ls + n * d, w, k, Gy, Gz, dA + b * ls + n * d, accw, acck);
+  });
 }
 
 // Reversible variant (002 eq. 3.7): the forward stores only the outputs y_n and the final (z_T, y_T); the
@@ -383,19 +393,9 @@ void unicornn_rev_bwd(i64 B, i64 T, i64 d, S* A, const S* w, const S* k, double 
                       const S* dY, S* gz, S* gy, S* dw, S* dk) {
   const S h = S(hd), alpha = S(al);
   const i64 ls = T * d;
-  std::vector<double> sw(d, 0.0), sk(d, 0.0);
-  std::vector<S> accw(d), acck(d);
-  for (i64 b = 0; b < B; ++b) {
-    S* Gy = gy + b * d; S* Gz = gz + b * d;
-    for (i64 j = 0; j < d; ++j) { accw[j] = S(0); acck[j] = S(0); }
-    for (i64 n = T - 1; n >= 0; --n) {
-      if (dY) for (i64 j = 0; j < d; ++j) Gy[j] += dY[b * ls + n * d + j];
-      unicornn_rev_step_bwd(d, h, alpha, A + b * ls + n * d, z + b * d, y + b * d, w, k, Gy, Gz, accw.data(),
-                            acck.data());
-    }
-    for (i64 j = 0; j < d; ++j) { sw[j] += double(accw[j]); sk[j] += double(acck[j]); }
-  }
-  for (i64 j = 0; j < d; ++j) { dw[j] = S(sw[j]); dk[j] = S(sk[j]); }
+  unicornn_bwd_loop(B, T, d, dY, gz, gy, dw, dk, [&](i64 b, i64 n, S* Gy, S* Gz, S* accw, S* acck) {
+    unicornn_rev_step_bwd(d, h, alpha, A + b * ls + n * d, z + b * d, y + b * d, w, k, Gy, Gz, accw, acck);
+  });
 }
 #pragma GCC pop_options
 

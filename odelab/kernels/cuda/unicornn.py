@@ -27,15 +27,20 @@ BLOCK = 128
 
 
 @triton.jit
-def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
+def _lanes(Wv, Cv, K, B, H, BLOCK: tl.constexpr):
+    """This program's BLOCK (sample, neuron) lanes: flat index (64-bit), mask, sample b, neuron j, and the
+    constants Δt, α, w_j, σ̂(c_j)."""
     idx = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
     mask = idx < B * H
-    b = idx // H
     j = idx % H
-    dt = tl.load(K)
-    alpha = tl.load(K + 1)
     w = tl.load(Wv + j, mask=mask, other=0.0)
     s = sigmoid(tl.load(Cv + j, mask=mask, other=0.0))
+    return idx, mask, idx // H, j, tl.load(K), tl.load(K + 1), w, s
+
+
+@triton.jit
+def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
+    idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     z = tl.load(Z + b * (T + 1) * H + j, mask=mask, other=0.0)
     y = tl.load(Y + b * (T + 1) * H + j, mask=mask, other=0.0)
     for n in range(1, T + 1):
@@ -47,15 +52,20 @@ def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _adjoint_step(ly, lz, gw, gs, z, yp, force, th, w, s, dt, alpha):
+    """The adjoint of one step (3.6) from (y_{n−1}, z_{n−1}) = (yp, ·) to (y_n, z_n) = (·, z), with
+    force = tanh(a) + α y_{n−1}, th = tanh(a): (∂L/∂y_{n−1}, ∂L/∂z_{n−1}, ∂L/∂a, the w and σ̂(c) sums)."""
+    gs += ly * dt * z  # y_n = y_{n−1} + Δt s z_n
+    lz = lz + dt * s * ly
+    gs += -lz * dt * force  # z_n = z_{n−1} − Δt s (tanh(a) + α y_{n−1})
+    ga = -lz * dt * s * (1.0 - th * th)
+    gw += ga * yp
+    return ly + ga * w - lz * dt * s * alpha, lz, ga, gw, gs
+
+
+@triton.jit
 def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.constexpr):
-    idx = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
-    mask = idx < B * H
-    b = idx // H
-    j = idx % H
-    dt = tl.load(K)
-    alpha = tl.load(K + 1)
-    w = tl.load(Wv + j, mask=mask, other=0.0)
-    s = sigmoid(tl.load(Cv + j, mask=mask, other=0.0))
+    idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     lz = tl.load(GZ + idx, mask=mask, other=0.0)
     ly = tl.load(GY + idx, mask=mask, other=0.0) + tl.load(GO + b * T * H + (T - 1) * H + j, mask=mask, other=0.0)
     gw = tl.zeros((BLOCK,), dtype=w.dtype)
@@ -66,13 +76,8 @@ def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.cons
         yp = tl.load(Y + b * (T + 1) * H + (n - 1) * H + j, mask=mask, other=0.0)
         x = tl.load(E + b * T * H + (n - 1) * H + j, mask=mask, other=0.0)
         th = tanh(w * yp + x)
-        gs += ly * dt * zn  # y_n = y_{n−1} + Δt s z_n
-        lz = lz + dt * s * ly
-        gs += -lz * dt * (th + alpha * yp)  # z_n = z_{n−1} − Δt s (tanh(a) + α y_{n−1})
-        ga = -lz * dt * s * (1.0 - th * th)
+        ly, lz, ga, gw, gs = _adjoint_step(ly, lz, gw, gs, zn, yp, th + alpha * yp, th, w, s, dt, alpha)
         tl.store(G + b * T * H + (n - 1) * H + j, ga, mask=mask)
-        gw += ga * yp
-        ly = ly + ga * w - lz * dt * s * alpha
         ly += tl.load(GO + b * T * H + (n - 2) * H + j, mask=mask & (idx * 0 + n >= 2), other=0.0)
     tl.store(GZ + idx, lz, mask=mask)
     tl.store(GY + idx, ly, mask=mask)
@@ -83,14 +88,7 @@ def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.cons
 @triton.jit
 def _reversible_forward(E, Wv, Cv, K, Z, Y, YS, B, T, H, BLOCK: tl.constexpr):
     """Z, Y (B, H): the initial state on entry, the final state on exit; YS (B, T, H): y_1..y_T."""
-    idx = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
-    mask = idx < B * H
-    b = idx // H
-    j = idx % H
-    dt = tl.load(K)
-    alpha = tl.load(K + 1)
-    w = tl.load(Wv + j, mask=mask, other=0.0)
-    s = sigmoid(tl.load(Cv + j, mask=mask, other=0.0))
+    idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     z = tl.load(Z + idx, mask=mask, other=0.0)
     y = tl.load(Y + idx, mask=mask, other=0.0)
     for n in range(0, T):
@@ -106,14 +104,7 @@ def _reversible_forward(E, Wv, Cv, K, Z, Y, YS, B, T, H, BLOCK: tl.constexpr):
 def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK: tl.constexpr):
     """E (B, T, H): x_n on entry, ∂L/∂x_n on exit; Z, Y: the final state (rebuilt back to the initial one);
     GZ, GY: ∂L/∂(z_T, y_T) on entry, ∂L/∂(z_0, y_0) on exit."""
-    idx = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # 64-bit offsets
-    mask = idx < B * H
-    b = idx // H
-    j = idx % H
-    dt = tl.load(K)
-    alpha = tl.load(K + 1)
-    w = tl.load(Wv + j, mask=mask, other=0.0)
-    s = sigmoid(tl.load(Cv + j, mask=mask, other=0.0))
+    idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     z = tl.load(Z + idx, mask=mask, other=0.0)
     y = tl.load(Y + idx, mask=mask, other=0.0)
     lz = tl.load(GZ + idx, mask=mask, other=0.0)
@@ -126,13 +117,8 @@ def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK:
         yp = y - dt * (s * z)  # (3.7, y)
         th = tanh(w * yp + x)
         force = th + alpha * yp
-        gs += ly * dt * z  # y = y_p + Δt s z
-        lz = lz + dt * s * ly
-        gs += -lz * dt * force  # z = z_p − Δt s (tanh(a) + α y_p)
-        ga = -lz * dt * s * (1.0 - th * th)
+        ly, lz, ga, gw, gs = _adjoint_step(ly, lz, gw, gs, z, yp, force, th, w, s, dt, alpha)
         tl.store(E + b * T * H + n * H + j, ga, mask=mask)
-        gw += ga * yp
-        ly = ly + ga * w - lz * dt * s * alpha
         ly += tl.load(GO + b * T * H + (n - 1) * H + j, mask=mask & (idx * 0 + n >= 1), other=0.0)
         z = z + dt * (s * force)  # (3.7, z)
         y = yp
