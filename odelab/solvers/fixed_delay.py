@@ -502,7 +502,7 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
 
 
 # steps per compiled call of a fixed-delay solve with compile=True: they share the call's overhead (~0.2 ms on a
-# CPU); the compilation time grows with them (ENSO on a CPU: 8 steps 22 s, 16 steps 35 s)
+# CPU); the compilation time grows with them (ENSO, cold, on a loaded CPU: 8 steps 22 s, 16 steps 35–40 s)
 _BLOCK = 16
 
 
