@@ -662,6 +662,8 @@ class _Integrator:
 def _combine(weights: Sequence[float], terms: Sequence[Tensor]) -> Tensor:
     """Σ_i w_i x_i over the nonzero weights, as elementwise products (the compiled step's stage sums)."""
     pairs = [(w, x) for w, x in zip(weights, terms) if w != 0.0]
+    if not pairs:
+        return torch.zeros_like(terms[0])
     total = pairs[0][1] * pairs[0][0]
     for w, x in pairs[1:]:
         total = torch.add(total, x, alpha=w)
