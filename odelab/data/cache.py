@@ -13,10 +13,12 @@ from typing import Callable
 
 import torch
 
+from ..solvers.cache import cache_root
+
 
 def cache_dir() -> Path:
     """``$ODELAB_CACHE`` or ``~/.cache/odelab``."""
-    return Path(os.environ.get("ODELAB_CACHE", Path.home() / ".cache" / "odelab"))
+    return cache_root()
 
 
 def atomic_save(obj, path: Path) -> None:

@@ -62,6 +62,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import FunctionSystem, System
 from .breakpoints import collect
+from .cache import keep_compiled_code
 from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
@@ -686,6 +687,7 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
     if key not in _COMPILED:
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
+        keep_compiled_code()
         _COMPILED[key] = torch.compile(solver.attempt, dynamic=True)
     return _COMPILED[key]
 

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from ..systems.base import State, System
 from .breakpoints import collect, nodes_near
+from .cache import keep_compiled_code
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
@@ -595,6 +596,7 @@ def _compiled_block(system: System, tableau) -> Callable:
     if key not in _COMPILED_BLOCKS:
         if len(_COMPILED_BLOCKS) >= 8:
             _COMPILED_BLOCKS.pop(next(iter(_COMPILED_BLOCKS)))
+        keep_compiled_code()
         _COMPILED_BLOCKS[key] = torch.compile(functools.partial(_rk_block, system, tableau), dynamic=True)
     return _COMPILED_BLOCKS[key]
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ...solvers import cache as solver_cache
 from .source import SOURCE
 
 _lock = threading.Lock()
@@ -43,7 +44,7 @@ FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapp
 
 def cache_root() -> Path:
     """``$ODELAB_CACHE/torch_extensions`` (``$ODELAB_CACHE`` defaults to ``~/.cache/odelab``), as the data cache."""
-    return Path(os.environ.get("ODELAB_CACHE", Path.home() / ".cache" / "odelab")) / "torch_extensions"
+    return solver_cache.cache_root() / "torch_extensions"
 
 
 def _compiler() -> str | None:
