@@ -27,7 +27,9 @@ def load_tables(folder: Path) -> dict[str, dict]:
 
 
 def protocol(row: dict) -> str:
-    label = {"paper": "paper", "quick": "SHORTENED: quick preset"}.get(row["preset"], f"preset {row['preset']}")
+    label = {"paper": "paper", "quick": "SHORTENED: quick preset",
+             "small": "SHORTENED: small preset (our CPU protocol, see the note)"}.get(row["preset"],
+                                                                                  f"preset {row['preset']}")
     if row["epochs"] != row.get("paper_epochs", row["epochs"]):
         label += f", SHORTENED: {row['epochs']} of {row['paper_epochs']} epochs"
     return label
