@@ -5,6 +5,7 @@
     odelab fit csv --csv PATH [--columns A,B] [--strict] [--encoding E] [--difference] [--horizon H] [--window W]
     odelab fit enso|mackey-glass [--horizon H] [--stride K]     odelab fit adding|copy [--length N]
     odelab fit frequency [--noise SIGMA]       (frequency, copy: classification, accuracy and cross-entropy)
+    odelab fit spiral|duffing [--reading ours|official]
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -28,7 +29,7 @@ from . import arguments
 
 # argparse dests of task options
 TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference",
-                "stride", "noise")
+                "stride", "noise", "reading")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -144,4 +145,7 @@ def add_command(subparsers) -> None:
                       help="enso, mackey-glass: keep every K-th sample of the series (>= 1, default 1: spacing 0.1 "
                            "for enso, 0.25 for mackey-glass, times K)")
     task.add_argument("--window", type=arguments.integer(2), help="csv: training window length (>= 2, default 64)")
+    task.add_argument("--reading", choices=["ours", "official"],
+                      help="spiral, duffing: ours (default: held-out trajectories, test MSE) or official (the authors' "
+                           "one trajectory and parameters, test read with their L1 / MAE)")
     p.set_defaults(run=cmd_fit, error=p.error)

@@ -22,6 +22,16 @@ Trajectories start at (2, 0) (the paper's / demo's, first of ``train`` and of ``
 sequence is the paper's test) or at r (cos θ, sin θ), r ~ U(1.5, 2.5), θ ~ U(0, 2π): 8 train, 8 validation,
 32 test trajectories. All drawn from one ``torch.Generator`` seeded with ``seed``; solved with odelab's RK4
 at a quarter of the sample spacing (float64, stored float32). The loss is MSE (the demo used L1).
+
+The paper's reading (``reading="official"``, the authors' code ``run_ode.py``, ../papers/model_repos.md §5.3): one
+trajectory per task from the code's parameters, trained on and tested on,
+
+* spiral:   (x, y)' = (x, y) A,  A = [[−0.1, 3], [−3, −0.1]],  y0 = (0.5, 0.01)
+* duffing:  x' = y,  y' = x − x³  (undamped double well),        y0 = (−1, 1)
+
+train: 1024 windows at random starts of it; valid: 256 other windows of it (the code selects nothing; ours
+selects the epoch on them, never on the test rollout); test: its rollout from y0 (999 steps), read with the
+code's L1 (mean absolute error, ``meta["metric"] = "MAE"``). Training stays MSE.
 """
 from __future__ import annotations
 
@@ -36,6 +46,9 @@ T_END, SAMPLES, WINDOW, TRAIN_WINDOWS = 25.0, 1000, 16, 1024
 SPLITS = (("train", 8), ("valid", 8), ("test", 32))
 SPIRAL_MATRIX = ((-0.1, 2.0), (-2.0, -0.1))
 DUFFING = dict(delta=0.1, alpha=-1.0, beta=1.0)
+OFFICIAL_SPIRAL_MATRIX = ((-0.1, 3.0), (-3.0, -0.1))
+OFFICIAL_Y0 = {"spiral": (0.5, 0.01), "duffing": (-1.0, 1.0)}
+VALID_WINDOWS = 256
 
 
 def spiral_field(t, y: torch.Tensor) -> torch.Tensor:
@@ -49,7 +62,20 @@ def duffing_field(t, y: torch.Tensor) -> torch.Tensor:
     return torch.stack([v, -DUFFING["delta"] * v - DUFFING["alpha"] * x - DUFFING["beta"] * x**3], -1)
 
 
+def official_spiral_field(t, y: torch.Tensor) -> torch.Tensor:
+    """(x, y)' = (x, y) A with the authors' A = [[−0.1, 3], [−3, −0.1]]."""
+    return y @ torch.tensor(OFFICIAL_SPIRAL_MATRIX, dtype=y.dtype, device=y.device)
+
+
+def official_duffing_field(t, y: torch.Tensor) -> torch.Tensor:
+    """x' = y, y' = x − x³ (the authors' Duffing oscillator)."""
+    x, v = y.unbind(-1)
+    return torch.stack([v, x - x**3], -1)
+
+
 FIELDS = {"spiral": spiral_field, "duffing": duffing_field}
+OFFICIAL_FIELDS = {"spiral": official_spiral_field, "duffing": official_duffing_field}
+READINGS = ("ours", "official")
 
 
 def initial_states(seed: int, sizes=SPLITS) -> dict[str, torch.Tensor]:
@@ -66,10 +92,18 @@ def initial_states(seed: int, sizes=SPLITS) -> dict[str, torch.Tensor]:
     return out
 
 
-def trajectories(name: str, y0: torch.Tensor, samples: int = SAMPLES) -> torch.Tensor:
+def trajectories(name: str, y0: torch.Tensor, samples: int = SAMPLES, fields: dict = FIELDS) -> torch.Tensor:
     """``(len(y0), samples, 2)`` float64 at t = linspace(0, 25, samples) (RK4, 4 steps per sample)."""
     t = torch.linspace(0.0, T_END, samples, dtype=torch.float64)
-    return solve(FIELDS[name], y0, t, method="rk4", dt=float(t[1] - t[0]) / 4).y
+    return solve(fields[name], y0, t, method="rk4", dt=float(t[1] - t[0]) / 4).y
+
+
+def _windows(paths: torch.Tensor, count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` windows of WINDOW samples at random (trajectory, start) of ``paths``, as (inputs, targets)."""
+    which = torch.randint(0, len(paths), (count,), generator=generator)
+    start = torch.randint(0, paths.shape[1] - WINDOW + 1, (count,), generator=generator)
+    windows = paths[which.unsqueeze(1), start.unsqueeze(1) + torch.arange(WINDOW)]  # (count, 16, 2)
+    return _initial_state_input(windows), windows[:, 1:].contiguous()
 
 
 def _initial_state_input(path: torch.Tensor) -> torch.Tensor:
@@ -84,6 +118,11 @@ def initial_state_rmse(x: torch.Tensor, y: torch.Tensor) -> float:
     return float(((x[:, :1] - y) ** 2).mean().sqrt())
 
 
+def initial_state_mae(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Mean absolute error of predicting the initial state at every step (persistence, the paper's L1)."""
+    return float((x[:, :1] - y).abs().mean())
+
+
 def neural_ode_task(name: str, seed: int = 1234, sizes=SPLITS, samples: int = SAMPLES,
                     train_windows: int = TRAIN_WINDOWS, cache: bool = True) -> dict:
     """``{split: (inputs, targets)}`` float32, inputs = the held initial state; see the module docstring."""
@@ -94,11 +133,7 @@ def neural_ode_task(name: str, seed: int = 1234, sizes=SPLITS, samples: int = SA
         y0 = initial_states(seed, sizes)
         paths = dict(zip(y0, trajectories(name, torch.cat(list(y0.values())), samples).float()
                          .split([len(v) for v in y0.values()])))
-        generator = torch.Generator().manual_seed(seed + 1)
-        which = torch.randint(0, len(paths["train"]), (train_windows,), generator=generator)
-        start = torch.randint(0, samples - WINDOW + 1, (train_windows,), generator=generator)
-        windows = paths["train"][which.unsqueeze(1), start.unsqueeze(1) + torch.arange(WINDOW)]  # (n, 16, 2)
-        out = {"train": (_initial_state_input(windows), windows[:, 1:].contiguous())}
+        out = {"train": _windows(paths["train"], train_windows, torch.Generator().manual_seed(seed + 1))}
         for split in ("valid", "test"):
             out[split] = (_initial_state_input(paths[split]), paths[split][:, 1:].contiguous())
         return out
@@ -109,9 +144,37 @@ def neural_ode_task(name: str, seed: int = 1234, sizes=SPLITS, samples: int = SA
                   build)
 
 
-def spiral(seed: int = 1234, sizes=SPLITS, samples: int = SAMPLES, cache: bool = True) -> dict:
-    return neural_ode_task("spiral", seed, sizes, samples, cache=cache)
+def official_task(name: str, seed: int = 1234, samples: int = SAMPLES, train_windows: int = TRAIN_WINDOWS,
+                  cache: bool = True) -> dict:
+    """The paper's reading (module docstring): windows of the authors' one trajectory, its rollout as the test,
+    ``meta["metric"] = "MAE"``; the seed draws the windows."""
+    if name not in OFFICIAL_FIELDS:
+        raise ValueError(f"name: expected one of {sorted(OFFICIAL_FIELDS)}, got {name!r}")
+
+    def build():
+        y0 = torch.tensor([OFFICIAL_Y0[name]], dtype=torch.float64)
+        path = trajectories(name, y0, samples, OFFICIAL_FIELDS).float()
+        generator = torch.Generator().manual_seed(seed + 1)
+        return {"train": _windows(path, train_windows, generator), "valid": _windows(path, VALID_WINDOWS, generator),
+                "test": (_initial_state_input(path), path[:, 1:].contiguous())}
+
+    data = build() if not cache else cached(f"{name}-official", dict(seed=seed, samples=samples,
+                                                                       train_windows=train_windows, version=1), build)
+    return {**data, "meta": {"reading": "official", "metric": "MAE",
+                             "notes": ["the paper's reading: the authors' trajectory, test read with L1 (MAE)"]}}
 
 
-def duffing(seed: int = 1234, sizes=SPLITS, samples: int = SAMPLES, cache: bool = True) -> dict:
-    return neural_ode_task("duffing", seed, sizes, samples, cache=cache)
+def _reading(name: str, reading: str, seed: int, sizes, samples: int, cache: bool) -> dict:
+    if reading not in READINGS:
+        raise ValueError(f"reading: expected one of {', '.join(READINGS)}, got {reading!r}")
+    if reading == "official":
+        return official_task(name, seed, samples, cache=cache)
+    return neural_ode_task(name, seed, sizes, samples, cache=cache)
+
+
+def spiral(seed: int = 1234, sizes=SPLITS, samples: int = SAMPLES, cache: bool = True, reading: str = "ours") -> dict:
+    return _reading("spiral", reading, seed, sizes, samples, cache)
+
+
+def duffing(seed: int = 1234, sizes=SPLITS, samples: int = SAMPLES, cache: bool = True, reading: str = "ours") -> dict:
+    return _reading("duffing", reading, seed, sizes, samples, cache)

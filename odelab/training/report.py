@@ -62,6 +62,8 @@ def task_section(task: str, data: dict, figure: str | None) -> list[str]:
         rows = sorted(rows, key=lambda r: (order.get(r["model"], len(order)), r["model"]))
         best = winner(task, rows)
         reading = f"task option {column}" if column else "task defaults"
+        if table.metric_for(column) != table.metric:
+            reading += f" (test {table.metric_for(column)}{unit}, the paper's reading)"
         lines += [f"**{reading}; {protocol(rows[0])}**", "",
                   "| model | ours (mean ± std) | seeds | epochs | device | paper | parameters |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -112,7 +114,7 @@ def plot_task(task: str, data: dict, path: Path) -> None:
         if not table.higher_is_better and min(values) > 0 and max(values) / min(values) > 30:
             ax.set_yscale("log")
         ax.set_xticks(list(x), names, rotation=35, ha="right", fontsize=8)
-        ax.set_ylabel(f"{table.metric} {table.unit}".strip())
+        ax.set_ylabel(f"{table.metric_for(column)} {table.unit}".strip())
         ax.set_title(f"{task}" + (f" ({column})" if column else "") + f", {preset}, {epochs} ep.", fontsize=9)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -36,6 +36,8 @@ def test_horizon_and_stride_reach_the_delay_loaders(task, monkeypatch, tmp_path)
     (["fit", "frequency", "--length", "5"], "--length: only for the task(s) adding, copy"),
     (["fit", "enso", "--stride", "0"], "argument --stride: expected an integer >= 1"),
     (["fit", "frequency", "--noise", "-1"], "argument --noise"),
+    (["fit", "enso", "--reading", "official"], "--reading: only for the task(s) duffing, spiral"),
+    (["fit", "spiral", "--reading", "paper"], "argument --reading: invalid choice"),
 ])
 def test_task_options_are_refused_where_they_do_not_apply(argv, message, capsys, monkeypatch):
     for task in TASKS.values():
@@ -51,3 +53,19 @@ def test_the_node_preset_steps_at_the_sample_spacing(task):
     assert TASKS[task].model_options("node", {}) == {"dt": 25.0 / 999}
     assert TASKS[task].model_options("lrcu-a", {}) == {}
     assert TASKS[task].sample_dt == 25.0 / 999
+
+
+def test_the_official_reading_trains_and_reports_the_test_mae(tmp_path, monkeypatch, capsys):
+    import json
+
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    argv = ["fit", "duffing", "--reading", "official", "--model", "lrcu-a", "--epochs", "1", "--batch-size", "256",
+            "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "MAE" in printed and "test (1 sequences)" in printed
+    result = json.loads((out / "results.json").read_text())
+    assert result["data"]["metric"] == "MAE" and result["settings"]["reading"] == "official"
+    # an MAE of one trajectory lies between RMSE / sqrt(n) and the RMSE
+    assert result["test_rmse"] / (999 * 2) ** 0.5 <= result["test_mae"] <= result["test_rmse"]

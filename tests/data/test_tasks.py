@@ -110,6 +110,41 @@ def test_spiral_is_the_matrix_exponential_and_duffing_matches_scipy():
     assert (step(windows_x[0, 0]) - windows_y[0, 0].double()).abs().max() < 1e-5
 
 
+def test_the_official_reading_is_the_authors_one_trajectory_read_with_l1():
+    t = np.linspace(0, 25, 401)
+    data = spiral(seed=0, samples=401, cache=False, reading="official")
+    x, y = data["test"]
+    assert x.shape == y.shape == (1, 400, 2) and not x[:, 1:].any()
+    assert torch.equal(x[0, 0], torch.tensor([0.5, 0.01]))  # the authors' y0
+    A = np.array([[-0.1, 3.0], [-3.0, -0.1]])  # the authors' matrix, row-vector convention
+    exact = np.stack([np.array([0.5, 0.01]) @ scipy.linalg.expm(A * ti) for ti in t])
+    assert np.abs(y[0].double().numpy() - exact[1:]).max() < 1e-6
+    assert data["meta"]["metric"] == "MAE"
+    # every training and validation window is a piece of that one trajectory, its input the state before its targets
+    for split, count in (("train", 1024), ("valid", 256)):
+        wx, wy = data[split]
+        assert wx.shape == (count, 15, 2) and not wx[:, 1:].any()
+        starts = [int(np.argmin(np.abs(exact[:, None] - wx[i, 0].numpy()).sum(-1))) for i in range(0, count, 97)]
+        for i, s in zip(range(0, count, 97), starts):
+            assert np.abs(wx[i, 0].numpy() - exact[s]).max() < 1e-6
+            assert np.abs(wy[i].numpy() - exact[s + 1:s + 16]).max() < 1e-6
+    other = spiral(seed=1, samples=401, cache=False, reading="official")
+    assert torch.equal(other["test"][1], y) and not torch.equal(other["train"][0], data["train"][0])  # seeds: windows
+
+    data = duffing(seed=0, samples=401, cache=False, reading="official")
+    x, y = data["test"]
+    rhs = lambda t, s: [s[1], s[0] - s[0] ** 3]  # the authors' y'' = y − y³
+    ref = solve_ivp(rhs, [0, 25], [-1.0, 1.0], t_eval=t, method="DOP853", rtol=1e-11, atol=1e-11).y.T
+    assert np.abs(y[0].double().numpy() - ref[1:]).max() < 1e-4
+    baselines = odelab.data.tasks.TASKS["duffing"].baselines  # under this reading: mean absolute errors
+    persistence = np.abs(ref[1:] - ref[0]).mean()
+    assert baselines["initial state (persistence)"](data) == pytest.approx(persistence, rel=1e-4)
+    train_mean = data["train"][1].reshape(-1, 2).double().mean(0).numpy()
+    assert baselines["mean predictor"](data) == pytest.approx(np.abs(ref[1:] - train_mean).mean(), rel=1e-4)
+    with pytest.raises(ValueError, match="reading"):
+        duffing(seed=0, samples=401, cache=False, reading="paper")
+
+
 def write_csv(path, rows=200):
     t = np.arange(rows)
     with open(path, "w") as f:

@@ -108,3 +108,23 @@ def test_a_shorter_protocol_never_reuses_a_longer_run_of_the_same_folder(tmp_pat
     assert (tmp_path / "fhn-lem" / "results.json").stat().st_mtime_ns == stamp  # the 2-epoch run is untouched
     rows = json.loads((tmp_path / "fhn.json").read_text())["rows"]
     assert [r["epochs"] for r in rows] == [2]  # no 1-epoch row was made from it
+
+
+def test_a_reading_with_its_own_metric_reads_its_own_result_and_names_it_in_the_report(tmp_path):
+    from odelab.training import report
+    from odelab.training.reproduce import TABLES
+
+    table = TABLES["duffing"]
+    result = {"test_rmse": 0.2, "test_mae": 0.05}
+    assert table.value(result) == pytest.approx(0.04)  # the default reading: MSE = RMSE²
+    assert table.value(result, "reading=official") == pytest.approx(0.05)  # the paper's reading: L1
+    assert table.baseline(0.5, "reading=official") == 0.5 and table.baseline(0.5) == pytest.approx(0.25)
+    assert table.paper["reading=official"]["lrc-ode-a"] == (0.003, 0.001)
+    rows = [{"model": m, "preset": "paper", "options": {"reading": "official"}, "epochs": 32, "paper_epochs": 32,
+             "seeds": [1, 2, 3], "values": [v] * 3, "ours": v, "std": 0.0, "paper": p, "paper_std": None,
+             "device": "cpu", "parameters": 100, "baselines": {}} for m, v, p in (("lrc-ode-a", 0.002, 0.003),
+                                                                                   ("node", 0.01, 0.142))]
+    (tmp_path / "duffing.json").write_text(json.dumps({"task": "duffing", "rows": rows}))
+    text = report.report(tmp_path)
+    assert "**task option reading=official (test MAE, the paper's reading); paper**" in text
+    assert "the paper's winner, LRC neural ODE (A), wins here too" in text
