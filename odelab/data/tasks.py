@@ -217,9 +217,12 @@ TASKS = {
             "official-cuda": dict(hidden_size=16, epochs=500, lr=0.01545927736419477, batch_size=32),
             # ~3 minutes on a 2-core CPU with --threads 1 (the official-cuda learning rate, 100 epochs)
             "quick": dict(hidden_size=16, epochs=100, lr=0.01545927736419477, batch_size=32),
+            # the learning rate of the coRNN search's best setting (model cornn-searched), trained as its extension
+            # (800 epochs; docs/cornn_fhn_search.md)
+            "cornn-search": dict(hidden_size=24, epochs=800, lr=0.058364053040922785, batch_size=32),
         },
         options={"solver": "data_solver"},
-        hidden={"cornn": 24, "cornn-official": 24},  # Rusch et al. 2022, Table 4: coRNN with 24 units
+        hidden={"cornn": 24, "cornn-official": 24, "cornn-searched": 24},  # Rusch et al. 2022, Table 4: coRNN, 24 units
         baselines={"linear extrapolation": ONE_STEP_BASELINES["linear extrapolation"]},
         sample_dt=0.4,
     ),
