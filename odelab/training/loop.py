@@ -1,4 +1,5 @@
-"""Training loop for sequence regression (MSE; model selection on validation RMSE) and classification (mean
+"""Training loop for sequence regression (MSE, or L1 with ``regression_loss="l1"``; model selection on validation
+RMSE) and classification (mean
 cross-entropy over the predicted symbols; model selection on validation accuracy, ties broken by the lower
 validation loss): atomic checkpoints every epoch, exact resume, a clear stop on a non-finite loss, results as
 JSON + CSV, and data-parallel training across processes (``torch.distributed``, launched by ``torchrun``): every
@@ -33,9 +34,11 @@ class TrainConfig:
     device: str = "cpu"
     eval_batch_size: int = 256
     optimizer: str = "adam"  # "adam" or "rmsprop"
+    regression_loss: str = "mse"  # "mse" or "l1" (mean absolute error, e.g. the LRC authors' neural-ODE code)
 
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
+REGRESSION_LOSSES = {"mse": lambda error: (error ** 2).sum(), "l1": lambda error: error.abs().sum()}
 
 
 class NonFiniteLoss(RuntimeError):
@@ -182,6 +185,8 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     """
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZERS)}, got {config.optimizer!r}")
+    if config.regression_loss not in REGRESSION_LOSSES:
+        raise ValueError(f"regression_loss: expected one of {sorted(REGRESSION_LOSSES)}, got {config.regression_loss!r}")
     check_targets(data, loss)
     classification = loss == "cross_entropy"
     rank, world = rank_and_world()
@@ -236,7 +241,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                 if mine.numel():
                     outputs = model(x_train[mine])
                     summed = (cross_entropy_sum(outputs, y_train[mine]) if classification
-                              else ((outputs - y_train[mine]) ** 2).sum())
+                              else REGRESSION_LOSSES[config.regression_loss](outputs - y_train[mine]))
                     batch_loss = summed / (batch.numel() * per_sequence)
                 else:  # more ranks than rows in this batch: contribute nothing
                     batch_loss = torch.zeros((), device=device, requires_grad=True)
