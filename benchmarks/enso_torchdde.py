@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import odelab
+from odelab.solvers.fixed_delay import _BLOCK
 
 C, GAMMA, DELTA = 0.93, 0.49, 4.8
 
@@ -109,7 +110,7 @@ def main() -> None:
                                       discretize_then_optimize=True, max_steps=steps + 10)
 
     run_odelab()  # warm-up
-    (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of 16 steps
+    (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of _BLOCK steps
     odelab_times, odelab_cpu, ours = timed(run_odelab, args.repeats)
     compiled_times, compiled_cpu, ours_compiled = timed(run_compiled, args.repeats)
     torchdde_times, torchdde_cpu, theirs = timed(run_torchdde, args.torchdde_repeats)
@@ -144,7 +145,7 @@ def main() -> None:
         "odelab": {"method": "rk4 (stage-aligned reads resolved before the loop: 4.8 = 48 dt)", "seconds": odelab_times,
                    "median_seconds": odelab_median, "cpu_seconds": odelab_cpu, "median_cpu_seconds": odelab_cpu_median,
                    **errors(ours_np)},
-        "odelab compiled": {"method": "rk4, compile=True (blocks of 16 steps per torch.compile'd call)",
+        "odelab compiled": {"method": f"rk4, compile=True (blocks of {_BLOCK} steps per torch.compile'd call)",
                             "first_call_seconds": compile_seconds, "seconds": compiled_times,
                             "median_seconds": compiled_median, "cpu_seconds": compiled_cpu,
                             "median_cpu_seconds": compiled_cpu_median, **errors(ours_compiled[:, :, 0].cpu().numpy())},

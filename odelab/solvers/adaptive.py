@@ -62,7 +62,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import FunctionSystem, System
 from .breakpoints import collect
-from .cache import keep_compiled_code
+from .cache import inductor_options, keep_compiled_code
 from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
@@ -315,11 +315,15 @@ class _Integrator:
         # CUDA: a host read of the loop condition stalls the stream, so check it every 8 attempts; the CPU
         # reads it for free, and extra masked attempts after the last sample finishes would only cost
         self.chunk = opts.chunk or (8 if self.device.type == "cuda" else 1)
-        self.t_end_tensor = torch.tensor(self.t_end, **time)
-        # (rtol, atol) as two 0-d tensors: arguments of the compiled step, no indexing op per step
-        self.tolerance = tuple(torch.tensor(x, dtype=self.dtype, device=self.device) for x in (opts.rtol, opts.atol))
-        # 0-d constants for torch.where (a Python scalar there allocates a tensor every step)
-        constant = lambda value, dtype: torch.tensor(value, dtype=dtype, device=self.device)
+        # The step's tensor scalars (t_end, t_stop, the tolerances, the constants below) have 1 element, not 0 dims:
+        # dynamo gives a 0-d float64 CPU tensor argument a float symbol for its value, which AOTAutograd's scalar
+        # pass cannot place, and restarts the whole analysis without it (compile=True traced the step twice: FHN
+        # dopri5, ~2.2 s of a cold first call's 11.2 s in-process CPU). In eager they broadcast as 0-d ones would.
+        self.t_end_tensor = torch.tensor([self.t_end], **time)
+        # (rtol, atol) as two tensors: arguments of the compiled step, no indexing op per step
+        self.tolerance = tuple(torch.tensor([x], dtype=self.dtype, device=self.device) for x in (opts.rtol, opts.atol))
+        # constants for torch.where (a Python scalar there allocates a tensor every step)
+        constant = lambda value, dtype: torch.tensor([value], dtype=dtype, device=self.device)
         self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
         self.failure_codes = tuple(constant(c, torch.int64) for c in (_UNDERFLOW, _NONFINITE, _MAX_STEPS))
         self.compiled = None
@@ -411,7 +415,7 @@ class _Integrator:
 
     # -- step-size control --------------------------------------------------------------------------
     def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor, tolerance: tuple[Tensor, Tensor]) -> Tensor:
-        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample; ``tolerance`` = (rtol, atol), 0-d
+        """Squared RMS of err / (atol + rtol max(|y|, |y_new|)) per sample; ``tolerance`` = (rtol, atol), 1-element
         tensors (arguments of the compiled step, so that one compilation serves every tolerance)."""
         scale = torch.maximum(y.abs(), y_new.abs()).mul_(tolerance[0]).add_(tolerance[1])
         if torch.compiler.is_compiling():  # a reduction fuses with the step; a matrix product is an extern call
@@ -469,7 +473,7 @@ class _Integrator:
         steps, code, restarts = carry.steps, carry.code, carry.restarts
         records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
         accepts = []
-        stop = torch.tensor(t_stop, dtype=torch.float64, device=self.device)
+        stop = torch.tensor([t_stop], dtype=torch.float64, device=self.device)
         active = (code == _SUCCESS) & (t < stop)
         # iterations before any sample can reach max_steps (one host read per segment)
         budget = self.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
@@ -678,7 +682,9 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
     """torch.compile of ``solver.attempt`` with dynamic shapes, cached per (tableau, system, dtype, device, block
     sizes, step-control options other than the tolerances) so that solves of any batch size, output grid and
     tolerance reuse the compiled kernels (rtol/atol are a tensor argument); the first call pays the compilation
-    (tens of seconds; torch's inductor cache makes it about 4× cheaper in a later process)."""
+    (FHN dopri5 step on a 2-core CPU: ~9 s CPU plus ~7.5 s of g++; a later process loads the kept code instead,
+    ~5.2 s CPU: ~2.4 s importing torch._dynamo and inductor, ~1.3 s tracing the step again, ~1 s hashing torch's
+    sources for the cache key and loading the entry, then the solve itself)."""
     opts, system = solver.opts, solver.system
     # a plain callable gets a fresh FunctionSystem wrapper per solve: key it by the callable itself
     system_key = (system.func, system.takes_input) if isinstance(system, FunctionSystem) else system
@@ -688,19 +694,22 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
         keep_compiled_code()
-        _COMPILED[key] = torch.compile(solver.attempt, dynamic=True)
+        _COMPILED[key] = torch.compile(solver.attempt, dynamic=True, options=inductor_options())
     return _COMPILED[key]
 
 
 @contextlib.contextmanager
 def _tracing_options():
     """Trace with every size its own symbol (by default dynamo ties sizes that happen to be equal, a batch of 4
-    and a 4-row interpolant matrix, and the next batch size recompiles) and with Python floats (the tableau's
-    coefficients, the controller's constants) as constants, not as inputs converted to tensors on every call.
-    Entered once per segment: entering it costs more than a compiled step's call."""
+    and a 4-row interpolant matrix, and the next batch size recompiles) and with Python numbers (the tableau's
+    coefficients and stage indices, the controller's constants) as constants, not as inputs converted to tensors
+    on every call: with dynamic=True each int read from the solver would become a symbol with a guard (dopri5:
+    20 stage indices, ~0.1 s of the step's 1.4 s tracing). Entered once per segment: entering it costs more
+    than a compiled step's call."""
     from torch.fx.experimental import _config
 
-    with _config.patch(use_duck_shape=False), torch._dynamo.config.patch(specialize_float=True):
+    with (_config.patch(use_duck_shape=False),
+          torch._dynamo.config.patch(specialize_float=True, specialize_int=True)):
         yield
 
 

@@ -13,6 +13,17 @@ def cache_root() -> Path:
 
 def keep_compiled_code() -> None:
     """Put torch.compile's inductor cache (generated kernels, compiled graphs) under ``$ODELAB_CACHE/inductor``,
-    which outlives ``/tmp``, unless ``TORCHINDUCTOR_CACHE_DIR`` is set (by the user, or by a compilation earlier
-    in this process, which fixes it): ``compile=True``'s first call in a later process then loads, not compiles."""
+    which outlives ``/tmp``, unless ``TORCHINDUCTOR_CACHE_DIR`` is set (by the user, or by torch itself once
+    something in this process imported torch._dynamo or compiled, which fixes it): ``compile=True``'s first call
+    in a later process then loads, not compiles."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+
+
+def inductor_options() -> dict[str, bool]:
+    """torch.compile options for odelab's compiled steps: the CPU kernels are built without inductor's precompiled
+    header. With it, every process preprocesses the header again (a g++ -E run, ~0.3 s of a later process's
+    first call) before it even looks the kernel up; without it the kernel's first build takes 7-8 s of g++ CPU
+    instead of 5-6 s where the header is already precompiled, 13-15 s where it is not (FHN dopri5 step)."""
+    from torch._inductor import config
+
+    return {"cpp_cache_precompile_headers": False} if hasattr(config, "cpp_cache_precompile_headers") else {}

@@ -33,6 +33,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from bisect import bisect_right
 from typing import Callable
@@ -41,6 +42,7 @@ import torch
 from torch import Tensor
 
 from ..systems.base import State, System
+from .adaptive import _tracing_options
 from .breakpoints import collect, nodes_near
 from .cache import keep_compiled_code
 from .field import Field, check_derivative, tensor_time
@@ -270,7 +272,7 @@ class _StaticReads:
         rows, left = [], {}
         for k in range(first, last):
             plan = self.plan[k]
-            if all(j is not None and j >= 0 for j in plan):  # every delay aligned: a list of the aligned steps
+            if None not in plan and -1 not in plan:  # every delay aligned: a list of the aligned steps
                 rows.append(list(plan))
                 continue
             ta, h, row = grid[k], grid[k + 1] - grid[k], []
@@ -355,11 +357,12 @@ class _StaticField(Field):
 
     def release_before(self, node: int) -> None:
         """Drop the past of nodes before ``node`` (they stay alive in the autograd graph if needed)."""
-        end = min(node, len(self.right))
-        for j in range(self.released, end):
-            self.states[j] = self.stages[j] = self.right[j] = None
-            self.left.pop(j, None)
-        self.released = max(self.released, end)
+        start, end = self.released, min(node, len(self.right))
+        if end > start:
+            self.states[start:end] = self.stages[start:end] = self.right[start:end] = [None] * (end - start)
+            for j in [j for j in self.left if j < end]:
+                del self.left[j]
+            self.released = end
 
 
 def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: Scheme,
@@ -398,7 +401,8 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     """Fixed-step DDE driver (method of steps) for ``odelab.solve``; see the module docstring.
 
     ``compile``: explicit RK schemes with fixed delays, no input and no jump times run _BLOCK steps per
-    torch.compile'd call where every delayed read is an aligned stage (the method of steps' steady state);
+    torch.compile'd call where every delayed read is an aligned stage of an earlier step (the method of steps'
+    steady state, with delays of at least _BLOCK steps);
     values to round-off of the eager loop; elsewhere a ValueError.
 
     ``history`` as in :func:`history_function`. Raises ValueError naming ``dt`` when dt exceeds the
@@ -448,7 +452,7 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe)
 
 
-_CHUNK = 64  # steps whose reads are resolved at a time (and whose past is released together)
+_CHUNK = 96  # steps whose reads are resolved at a time (and whose past is released together): a multiple of _BLOCK
 
 
 def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[float], path: InputPath | None,
@@ -462,63 +466,61 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
     reads, reach = _StaticReads(grid, taus, list(scheme.tableau.c), plan, left_at, tol), max(taus)
     field = _StaticField(system, phi, state, plain=path is None and not edges and not tensor_time(system))
     field.inp_tensor_time = isinstance(path, FunctionInput)
-    block = _compiled_block(system, scheme.tableau) if compile and field.plain else None
+    block = _compiled_block(system, scheme.tableau, state[0].device) if compile and field.plain else None
     grid_tensor = torch.tensor(grid, dtype=torch.float64, device=state[0].device) if block is not None else None
     outputs, steps = [state], len(grid) - 1
-    for first in range(0, steps, _CHUNK):
-        rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
-        # the reads from t_first on reach back to t_first − max τ: the nodes before the interval there go
-        field.release_before(bisect_right(grid, grid[first] - reach - tol) - 2)
-        skip = 0
-        for k, row in enumerate(rows, first):
-            if skip:  # taken by the compiled block
-                skip -= 1
-                continue
-            if block is not None and field.checked and _runs_alone(rows, k - first, k, left_reads):
-                nodes, stages, rights = block(grid_tensor[k:k + _BLOCK + 1], state,
-                                              [_source_stages(field.stages, j, len(state)) for j in row])
-                nodes, rights = list(zip(*[x.unbind(0) for x in nodes])), list(zip(*[x.unbind(0) for x in rights]))
-                for q in range(_BLOCK):
-                    field.stages.append(_BlockStages(stages, q))
-                    field.right.append(rights[q])
-                    field.states.append(nodes[q])
-                    if k + q + 1 in record:
-                        outputs.append(nodes[q])
-                field.evaluations += _BLOCK * len(scheme.tableau.c)
-                state, skip = nodes[-1], _BLOCK - 1
-                continue
-            ta, tb = grid[k], grid[k + 1]
-            if path is not None:
-                field.inp = path.segment(ta, tb)
-            if edges:
-                field.edges = (ta, tb, k in edges, k + 1 in edges)
-            field.begin(row)
-            state = scheme.step(field, ta, state, tb - ta)
-            if k + 1 in left_reads:  # f(t_{k+1}⁻) for the Hermite data: still this step's input segment
-                field.left[k + 1] = field.evaluate(tb, state, left_reads[k + 1])
-            field.states.append(state)
-            if k + 1 in record:
-                outputs.append(state)
+    with _tracing_options() if block is not None else contextlib.nullcontext():
+        for first in range(0, steps, _CHUNK):
+            rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
+            # the reads from t_first on reach back to t_first − max τ: the nodes before the interval there go
+            field.release_before(bisect_right(grid, grid[first] - reach - tol) - 2)
+            skip = 0
+            for k, row in enumerate(rows, first):
+                if skip:  # taken by the compiled block
+                    skip -= 1
+                    continue
+                if block is not None and field.checked and _runs_alone(rows, k - first, k, left_reads):
+                    nodes, stages, rights = block(grid_tensor[k:k + _BLOCK + 1], state,
+                                                  [_source_stages(field.stages, j, len(state)) for j in row])
+                    nodes = list(zip(*[x.unbind(0) for x in nodes]))
+                    field.stages.extend([_BlockStages(stages, q) for q in range(_BLOCK)])
+                    field.right.extend(zip(*[x.unbind(0) for x in rights]))
+                    field.states.extend(nodes)
+                    outputs.extend([node for j, node in enumerate(nodes, k + 1) if j in record])
+                    field.evaluations += _BLOCK * len(scheme.tableau.c)
+                    state, skip = nodes[-1], _BLOCK - 1
+                    continue
+                ta, tb = grid[k], grid[k + 1]
+                if path is not None:
+                    field.inp = path.segment(ta, tb)
+                if edges:
+                    field.edges = (ta, tb, k in edges, k + 1 in edges)
+                field.begin(row)
+                state = scheme.step(field, ta, state, tb - ta)
+                if k + 1 in left_reads:  # f(t_{k+1}⁻) for the Hermite data: still this step's input segment
+                    field.left[k + 1] = field.evaluate(tb, state, left_reads[k + 1])
+                field.states.append(state)
+                if k + 1 in record:
+                    outputs.append(state)
     return outputs, field.evaluations
 
 
-# steps per compiled call of a fixed-delay solve with compile=True: they share the call's overhead (~0.2 ms on a
-# CPU); the compilation time grows with them (ENSO, cold, on a loaded CPU: 8 steps 22 s, 16 steps 35–40 s)
-_BLOCK = 16
+# steps per compiled call of a fixed-delay solve with compile=True (delays of at least as many steps): they share
+# the call's overhead (~0.2 ms on a CPU), the compilation time grows with them. ENSO (256 trajectories, 4000 steps,
+# delay 48 steps, one thread, loaded CPU; CPU time): 16 steps 0.105 s a solve, first call 25 s cold / 8.5 s warm;
+# 24 steps 0.092 s, 35 s / 9 s; 32 steps 0.094 s (its reads straddle two blocks), 67 s / 14 s
+_BLOCK = 24
 
 
 def _runs_alone(rows: list, index: int, k: int, left_reads: dict) -> bool:
     """Whether steps k … k + _BLOCK − 1 (rows[index:]) all read aligned stages of consecutive steps before k,
     and none needs a left-limit evaluation: one compiled block can take them."""
-    if index + _BLOCK > len(rows) or rows[index].__class__ is not list:
+    run = rows[index:index + _BLOCK]
+    if len(run) < _BLOCK or any(row.__class__ is not list for row in run) or (
+            left_reads and any(k + q in left_reads for q in range(1, _BLOCK + 1))):
         return False
-    first = rows[index]
-    for q in range(_BLOCK):
-        row = rows[index + q]
-        if row.__class__ is not list or k + q + 1 in left_reads or any(j != j0 + q or j >= k
-                                                                        for j, j0 in zip(row, first)):
-            return False
-    return True
+    return all(j0 + _BLOCK <= k and [row[d] for row in run] == list(range(j0, j0 + _BLOCK))
+               for d, j0 in enumerate(run[0]))
 
 
 class _BlockStages:
@@ -563,41 +565,50 @@ def _rk_block(system: System, tableau, times: Tensor, state: State, delayed: lis
     (a compiled call's cost grows with its number of outputs), per state block the nodes (K, batch, n), the
     stage states (K, stages, batch, n) and f(t_q⁺), the first stage (K, batch, n)."""
     nodes, stages, rights = [], [], []
+    coefficients = {x for x in (*tableau.c, *(a for row in tableau.a for a in row), *tableau.b) if x != 0.0}
     for q in range(times.shape[0] - 1):
         t, h = times[q], (times[q + 1] - times[q]).to(state[0].dtype)
+        scaled = {x: h * x for x in coefficients}  # h·a once per step and coefficient: a smaller graph to compile
         ks, inputs = [], []
         for i, (c, row) in enumerate(zip(tableau.c, tableau.a)):
             stage = state
             for a, k in zip(row, ks):
                 if a != 0.0:
-                    stage = tuple(s + kb * (h * a) for s, kb in zip(stage, k))
+                    stage = tuple(s + kb * scaled[a] for s, kb in zip(stage, k))
             inputs.append(stage)
             read = [tuple(x[q, i] for x in source) for source in delayed]
-            ks.append(system.derivative(t + c * h, stage, None, *read))
+            ks.append(system.derivative(t + scaled[c] if c != 0.0 else t, stage, None, *read))
         for b, k in zip(tableau.b, ks):
             if b != 0.0:
-                state = tuple(s + kb * (h * b) for s, kb in zip(state, k))
+                state = tuple(s + kb * scaled[b] for s, kb in zip(state, k))
         nodes.append(state)
         stages.append(inputs)
         rights.append(ks[0])
     blocks = range(len(state))
     return ([torch.stack([node[b] for node in nodes]) for b in blocks],
-            [torch.stack([torch.stack([stage[b] for stage in step]) for step in stages]) for b in blocks],
+            # one stack (nested ones copy the inner results once more)
+            [torch.stack([stage[b] for step in stages for stage in step]).unflatten(0, (len(stages), -1))
+             for b in blocks],
             [torch.stack([right[b] for right in rights]) for b in blocks])
 
 
 _COMPILED_BLOCKS: dict[tuple, Callable] = {}
 
 
-def _compiled_block(system: System, tableau) -> Callable:
-    """torch.compile of :func:`_rk_block` for _BLOCK steps, cached per (system, tableau); dynamic shapes and
-    times, so one compilation serves every batch size and grid."""
-    key = (system, tableau.name)
+def _compiled_block(system: System, tableau, device: torch.device) -> Callable:
+    """torch.compile of :func:`_rk_block` for _BLOCK steps, cached per (system, tableau, device type); dynamic
+    shapes and times, so one compilation serves every batch size and grid (called inside
+    ``adaptive._tracing_options``: the tableau's and the system's floats are constants). On a CPU, inductor's
+    C++ wrapper (the call's own bookkeeping in C++, not Python: ENSO's 24-step call 0.34 → 0.2 ms) and no
+    vectorized loop tails (half the C++ to compile, the same speed)."""
+    key = (system, tableau.name, device.type)
     if key not in _COMPILED_BLOCKS:
         if len(_COMPILED_BLOCKS) >= 8:
             _COMPILED_BLOCKS.pop(next(iter(_COMPILED_BLOCKS)))
         keep_compiled_code()
-        _COMPILED_BLOCKS[key] = torch.compile(functools.partial(_rk_block, system, tableau), dynamic=True)
+        options = {"cpp_wrapper": True, "cpp.enable_loop_tail_vec": False} if device.type == "cpu" else None
+        _COMPILED_BLOCKS[key] = torch.compile(functools.partial(_rk_block, system, tableau), dynamic=True,
+                                              options=options)
     return _COMPILED_BLOCKS[key]
 
 
