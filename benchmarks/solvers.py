@@ -342,7 +342,8 @@ def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bo
                 else compiled_row["seconds"] / jax_row["seconds"])
 
 
-def reaction_diffusion(repeats: int, quick: bool, device: torch.device, use_diffrax: bool = True) -> dict:
+def reaction_diffusion(repeats: int, quick: bool, device: torch.device, use_diffrax: bool = True,
+                       compiled: bool = True) -> dict:
     """(c) of the module docstring: Fisher--KPP by the method of lines, state 1024, batch 64."""
     cells, batch = (256, 16) if quick else (1024, 64)
     length, D, r = 64.0, 0.01, 1.0
@@ -387,6 +388,16 @@ def reaction_diffusion(repeats: int, quick: bool, device: torch.device, use_diff
         seconds, sol = median_time(lambda: odelab.solve(f, u0, t, rtol=rtol, atol=atol), repeats)
     rows["odelab dopri5"] = dict(seconds=seconds, first_call_seconds=first, max_error=error(sol.y.cpu()),
                                  steps_max=int(sol.stats["steps"].max()), steps_mean=float(sol.stats["steps"].double().mean()))
+    if compiled:  # the step through torch.compile: the field's rolls fuse with the stages
+        solve_compiled = lambda: odelab.solve(f, u0, t, rtol=rtol, atol=atol, compile=True)
+        with torch.no_grad():
+            start = time.perf_counter()
+            solve_compiled()
+            synchronize()
+            first = time.perf_counter() - start
+            seconds, sol = median_time(solve_compiled, repeats)
+        rows["odelab dopri5 compiled"] = dict(seconds=seconds, first_call_seconds=first, max_error=error(sol.y.cpu()),
+                                              steps_max=int(sol.stats["steps"].max()))
     import torchdiffeq
 
     with torch.no_grad():
@@ -408,6 +419,9 @@ def reaction_diffusion(repeats: int, quick: bool, device: torch.device, use_diff
                rows=rows, odelab_over_torchdiffeq=rows["odelab dopri5"]["seconds"] / rows["torchdiffeq dopri5"]["seconds"])
     if "diffrax dopri5 (vmap)" in rows:
         out["odelab_over_diffrax"] = rows["odelab dopri5"]["seconds"] / rows["diffrax dopri5 (vmap)"]["seconds"]
+        if "odelab dopri5 compiled" in rows:
+            out["odelab_compiled_over_diffrax"] = (rows["odelab dopri5 compiled"]["seconds"]
+                                                   / rows["diffrax dopri5 (vmap)"]["seconds"])
     return out
 
 
@@ -475,7 +489,8 @@ def main() -> None:
         print_fhn(by_batch[str(batch)])
     fhn = by_batch[str(batches[0])]
     vdp = van_der_pol(args.repeats, args.quick, device, use_diffrax, compiled=not args.no_compile)
-    rd = None if args.no_large_state else reaction_diffusion(args.repeats, args.quick, device, use_diffrax)
+    rd = None if args.no_large_state else reaction_diffusion(args.repeats, args.quick, device, use_diffrax,
+                                                            compiled=not args.no_compile)
 
     print(f"\n(b) {vdp['problem']}")
     o, d = vdp["odelab"], vdp["torchdiffeq"]
@@ -500,7 +515,8 @@ def main() -> None:
             print(f"{name:26s} steady {row['seconds']:8.3f}s  first call {'' if first is None else f'{first:.3f}s':>9s}  "
                   f"max error {row['max_error']:.2e}  steps (max) {row.get('steps_max', '')}")
         print(f"odelab/torchdiffeq {rd['odelab_over_torchdiffeq']:.2f}" + (
-            f"; odelab/diffrax {rd['odelab_over_diffrax']:.2f}" if "odelab_over_diffrax" in rd else ""))
+            f"; odelab/diffrax {rd['odelab_over_diffrax']:.2f}" if "odelab_over_diffrax" in rd else "") + (
+            f" ({rd['odelab_compiled_over_diffrax']:.2f} compiled)" if "odelab_compiled_over_diffrax" in rd else ""))
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = dict(torch=torch.__version__, threads=args.threads, repeats=args.repeats, large_repeats=args.large_repeats,
