@@ -44,7 +44,7 @@ from torch import Tensor
 from ..systems.base import State, System
 from .adaptive import _tracing_options
 from .breakpoints import collect, nodes_near
-from .cache import keep_compiled_code
+from .cache import inductor_options, keep_compiled_code
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
@@ -606,7 +606,8 @@ def _compiled_block(system: System, tableau, device: torch.device) -> Callable:
         if len(_COMPILED_BLOCKS) >= 8:
             _COMPILED_BLOCKS.pop(next(iter(_COMPILED_BLOCKS)))
         keep_compiled_code()
-        options = {"cpp_wrapper": True, "cpp.enable_loop_tail_vec": False} if device.type == "cpu" else None
+        options = inductor_options() | ({"cpp_wrapper": True, "cpp.enable_loop_tail_vec": False}
+                                        if device.type == "cpu" else {})
         _COMPILED_BLOCKS[key] = torch.compile(functools.partial(_rk_block, system, tableau), dynamic=True,
                                               options=options)
     return _COMPILED_BLOCKS[key]
