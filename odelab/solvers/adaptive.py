@@ -64,6 +64,7 @@ from torch.utils.checkpoint import checkpoint
 from ..systems.base import FunctionSystem, System
 from .breakpoints import collect
 from .cache import inductor_options, keep_compiled_code
+from .compiled import BatchDynamic, own_code
 from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
@@ -680,7 +681,7 @@ _COMPILED: dict[tuple, Callable] = {}
 
 
 def _compiled_attempt(solver: _Integrator) -> Callable:
-    """torch.compile of ``solver.attempt`` with a symbolic batch size (:class:`_BatchDynamic`), cached per (tableau, system, dtype, device, block
+    """torch.compile of ``solver.attempt`` with a symbolic batch size (:class:`.compiled.BatchDynamic`), cached per (tableau, system, dtype, device, block
     sizes, step-control options other than the tolerances) so that solves of any batch size, output grid and
     tolerance reuse the compiled kernels (rtol/atol are a tensor argument); the first call pays the compilation
     (FHN dopri5 step on a 2-core CPU: ~9 s CPU plus ~7.5 s of g++; a later process loads the kept code instead,
@@ -696,39 +697,11 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
             _COMPILED.pop(next(iter(_COMPILED)))
         keep_compiled_code()
         name = f"attempt_{solver.tab.name}_{'_'.join(map(str, solver.sizes))}"
-        attempt = types.MethodType(_own_code(_Integrator.attempt, name), solver)
-        _COMPILED[key] = _BatchDynamic(torch.compile(attempt, dynamic=None, options=inductor_options()))
+        attempt = types.MethodType(own_code(_Integrator.attempt, name), solver)
+        # the batch-sized arguments: y … landing_points (the last one: the number of landing points)
+        _COMPILED[key] = BatchDynamic(torch.compile(attempt, dynamic=None, options=inductor_options()),
+                                      lambda args: [(x, 0) for x in args[:10]])
     return _COMPILED[key]
-
-
-class _BatchDynamic:
-    """The compiled step with the batch size and the number of landing points symbolic and the state's sizes
-    static (they are part of the cache key): one compilation serves every batch size, and the kernels index a
-    state of known width. Fully dynamic shapes cost the method-of-lines benchmark (64 × 1024 cells, torch.roll
-    in the field) 2.7× its static-shape time, slower than eager. The first call marks the batch-sized arguments
-    dynamic; a size first seen as 0 or 1, or fixed by the system itself (a per-sample parameter), stays static
-    until dynamo's automatic dynamic shapes see it change (one recompilation)."""
-
-    def __init__(self, step: Callable):
-        self.step, self.marked = step, False
-
-    def __call__(self, *args, **kwargs):
-        if not self.marked:
-            for x in args[:10]:  # y … landing_points
-                if x.shape[0] > 1:
-                    torch._dynamo.maybe_mark_dynamic(x, 0)
-            self.marked = True
-        return self.step(*args, **kwargs)
-
-
-def _own_code(function: Callable, name: str) -> Callable:
-    """``function`` with a code object of its own, named ``name``. Dynamo keeps compiled graphs and the
-    recompilation limit (8) per code object, and the sizes behind automatic dynamic shapes per (file, line,
-    name), also across processes: the step of each tableau and state width gets its own, so compiling a
-    1024-wide system after a 2-wide one does not make the state width symbolic, nor do eight compiled systems
-    send the ninth to eager."""
-    return types.FunctionType(function.__code__.replace(co_name=name), function.__globals__, name,
-                              function.__defaults__, function.__closure__)
 
 
 @contextlib.contextmanager

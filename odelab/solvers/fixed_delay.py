@@ -45,6 +45,7 @@ from ..systems.base import State, System
 from .adaptive import _tracing_options
 from .breakpoints import collect, nodes_near
 from .cache import inductor_options, keep_compiled_code
+from .compiled import BatchDynamic, own_code
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
@@ -466,7 +467,7 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
     reads, reach = _StaticReads(grid, taus, list(scheme.tableau.c), plan, left_at, tol), max(taus)
     field = _StaticField(system, phi, state, plain=path is None and not edges and not tensor_time(system))
     field.inp_tensor_time = isinstance(path, FunctionInput)
-    block = _compiled_block(system, scheme.tableau, state[0].device) if compile and field.plain else None
+    block = _compiled_block(system, scheme.tableau, state) if compile and field.plain else None
     grid_tensor = torch.tensor(grid, dtype=torch.float64, device=state[0].device) if block is not None else None
     outputs, steps = [state], len(grid) - 1
     with _tracing_options() if block is not None else contextlib.nullcontext():
@@ -595,21 +596,26 @@ def _rk_block(system: System, tableau, times: Tensor, state: State, delayed: lis
 _COMPILED_BLOCKS: dict[tuple, Callable] = {}
 
 
-def _compiled_block(system: System, tableau, device: torch.device) -> Callable:
-    """torch.compile of :func:`_rk_block` for _BLOCK steps, cached per (system, tableau, device type); dynamic
-    shapes and times, so one compilation serves every batch size and grid (called inside
-    ``adaptive._tracing_options``: the tableau's and the system's floats are constants). On a CPU, inductor's
-    C++ wrapper (the call's own bookkeeping in C++, not Python: ENSO's 24-step call 0.34 → 0.2 ms) and no
-    vectorized loop tails (half the C++ to compile, the same speed)."""
-    key = (system, tableau.name, device.type)
+def _compiled_block(system: System, tableau, state: State) -> Callable:
+    """torch.compile of :func:`_rk_block` for _BLOCK steps, cached per (system, tableau, device type, state
+    sizes); the batch size symbolic (:class:`.compiled.BatchDynamic`) and the times an argument, so one
+    compilation serves every batch size and grid (called inside ``adaptive._tracing_options``: the tableau's
+    and the system's floats are constants). On a CPU, inductor's C++ wrapper (the call's own bookkeeping in
+    C++, not Python: ENSO's 24-step call 0.34 → 0.2 ms) and no vectorized loop tails (half the C++ to compile,
+    the same speed)."""
+    device, sizes = state[0].device, tuple(x.shape[-1] for x in state)
+    key = (system, tableau.name, device.type, sizes)
     if key not in _COMPILED_BLOCKS:
         if len(_COMPILED_BLOCKS) >= 8:
             _COMPILED_BLOCKS.pop(next(iter(_COMPILED_BLOCKS)))
         keep_compiled_code()
         options = inductor_options() | ({"cpp_wrapper": True, "cpp.enable_loop_tail_vec": False}
                                         if device.type == "cpu" else {})
-        _COMPILED_BLOCKS[key] = torch.compile(functools.partial(_rk_block, system, tableau), dynamic=True,
-                                              options=options)
+        block = own_code(_rk_block, f"rk_block_{tableau.name}_{'_'.join(map(str, sizes))}")
+        # the batch-sized arguments: the state blocks (batch, n) and the delayed stages (K, stages, batch, n)
+        _COMPILED_BLOCKS[key] = BatchDynamic(
+            torch.compile(functools.partial(block, system, tableau), dynamic=None, options=options),
+            lambda args: [(x, 0) for x in args[1]] + [(x, 2) for source in args[2] for x in source])
     return _COMPILED_BLOCKS[key]
 
 
