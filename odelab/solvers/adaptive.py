@@ -709,9 +709,9 @@ def _tracing_options():
     """Trace with every size its own symbol (by default dynamo ties sizes that happen to be equal, a batch of 4
     and a 4-row interpolant matrix, and the next batch size recompiles) and with Python numbers (the tableau's
     coefficients and stage indices, the controller's constants) as constants, not as inputs converted to tensors
-    on every call: with dynamic=True each int read from the solver would become a symbol with a guard (dopri5:
-    20 stage indices, ~0.1 s of the step's 1.4 s tracing). Entered once per segment: entering it costs more
-    than a compiled step's call."""
+    on every call: once a recompilation turns dynamic, each int read from the solver would become a symbol with
+    a guard (dopri5: 20 stage indices, ~0.1 s of the step's 1.4 s tracing). Entered once per segment: entering
+    it costs more than a compiled step's call."""
     from torch.fx.experimental import _config
 
     with (_config.patch(use_duck_shape=False),
