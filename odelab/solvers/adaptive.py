@@ -64,7 +64,7 @@ from torch.utils.checkpoint import checkpoint
 from ..systems.base import FunctionSystem, System
 from .breakpoints import collect
 from .cache import inductor_options, keep_compiled_code
-from .compiled import BatchDynamic, own_code
+from .compiled import BatchDynamic, own_code, tracing_options
 from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
@@ -467,7 +467,7 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
-        with _tracing_options() if self.compiled is not None else contextlib.nullcontext():
+        with tracing_options() if self.compiled is not None else contextlib.nullcontext():
             return self._segment(carry, t_stop, out_times)
 
     def _segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
@@ -702,21 +702,6 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
         _COMPILED[key] = BatchDynamic(torch.compile(attempt, dynamic=None, options=inductor_options()),
                                       lambda args: [(x, 0) for x in args[:10]])
     return _COMPILED[key]
-
-
-@contextlib.contextmanager
-def _tracing_options():
-    """Trace with every size its own symbol (by default dynamo ties sizes that happen to be equal, a batch of 4
-    and a 4-row interpolant matrix, and the next batch size recompiles) and with Python numbers (the tableau's
-    coefficients and stage indices, the controller's constants) as constants, not as inputs converted to tensors
-    on every call: once a recompilation turns dynamic, each int read from the solver would become a symbol with
-    a guard (dopri5: 20 stage indices, ~0.1 s of the step's 1.4 s tracing). Entered once per segment: entering
-    it costs more than a compiled step's call."""
-    from torch.fx.experimental import _config
-
-    with (_config.patch(use_duck_shape=False),
-          torch._dynamo.config.patch(specialize_float=True, specialize_int=True)):
-        yield
 
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,

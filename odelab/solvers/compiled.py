@@ -2,6 +2,7 @@
 object of its own per compiled configuration."""
 from __future__ import annotations
 
+import contextlib
 import types
 from typing import Callable, Iterable
 
@@ -38,3 +39,18 @@ def own_code(function: Callable, name: str) -> Callable:
     send the ninth to eager."""
     return types.FunctionType(function.__code__.replace(co_name=name), function.__globals__, name,
                               function.__defaults__, function.__closure__)
+
+
+@contextlib.contextmanager
+def tracing_options():
+    """Trace with every size its own symbol (by default dynamo ties sizes that happen to be equal, a batch of 4
+    and a 4-row interpolant matrix, and the next batch size recompiles) and with Python numbers (the tableau's
+    coefficients and stage indices, the controller's constants) as constants, not as inputs converted to tensors
+    on every call: once a recompilation turns dynamic, each int read from the solver would become a symbol with
+    a guard (dopri5: 20 stage indices, ~0.1 s of the step's 1.4 s tracing). Entered once per segment: entering
+    it costs more than a compiled step's call."""
+    from torch.fx.experimental import _config
+
+    with (_config.patch(use_duck_shape=False),
+          torch._dynamo.config.patch(specialize_float=True, specialize_int=True)):
+        yield

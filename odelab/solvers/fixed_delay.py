@@ -42,10 +42,9 @@ import torch
 from torch import Tensor
 
 from ..systems.base import State, System
-from .adaptive import _tracing_options
 from .breakpoints import collect, nodes_near
 from .cache import inductor_options, keep_compiled_code
-from .compiled import BatchDynamic, own_code
+from .compiled import BatchDynamic, own_code, tracing_options
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
@@ -470,7 +469,7 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
     block = _compiled_block(system, scheme.tableau, state) if compile and field.plain else None
     grid_tensor = torch.tensor(grid, dtype=torch.float64, device=state[0].device) if block is not None else None
     outputs, steps = [state], len(grid) - 1
-    with _tracing_options() if block is not None else contextlib.nullcontext():
+    with tracing_options() if block is not None else contextlib.nullcontext():
         for first in range(0, steps, _CHUNK):
             rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
             # the reads from t_first on reach back to t_first − max τ: the nodes before the interval there go
@@ -599,7 +598,7 @@ _COMPILED_BLOCKS: dict[tuple, Callable] = {}
 def _compiled_block(system: System, tableau, state: State) -> Callable:
     """torch.compile of :func:`_rk_block` for _BLOCK steps, cached per (system, tableau, device type, state
     sizes); the batch size symbolic (:class:`.compiled.BatchDynamic`) and the times an argument, so one
-    compilation serves every batch size and grid (called inside ``adaptive._tracing_options``: the tableau's
+    compilation serves every batch size and grid (called inside ``compiled.tracing_options``: the tableau's
     and the system's floats are constants). On a CPU, inductor's C++ wrapper (the call's own bookkeeping in
     C++, not Python: ENSO's 24-step call 0.34 → 0.2 ms) and no vectorized loop tails (half the C++ to compile,
     the same speed)."""
