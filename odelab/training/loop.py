@@ -152,6 +152,24 @@ def classification_scores(model: nn.Module, x: Tensor, y: Tensor, batch_size: in
     return float(sums[0] / sums[2]), float(sums[1] / sums[2])
 
 
+def clip_gradient_norm(parameters, max_norm: float) -> float:
+    """Scale the gradients in place so that their joint 2-norm is at most ``max_norm``; return the norm before.
+
+    The norm is accumulated in float64: float32 gradients of size ~1e19 are finite, but their squares overflow
+    float32, and ``nn.utils.clip_grad_norm_`` then reads an infinite norm and scales every gradient by zero
+    (later steps turn the zeros into NaN)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return 0.0
+    norm = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.detach(), dtype=torch.float64) for g in grads])).item()
+    scale = max_norm / (norm + 1e-6)  # nn.utils.clip_grad_norm_'s coefficient
+    if math.isfinite(norm) and scale < 1.0:
+        for g in grads:
+            g.mul_(scale)
+    return norm
+
+
 def _better(candidate: dict, best: dict, classification: bool) -> bool:
     """Regression: lower validation RMSE. Classification: higher validation accuracy, then lower validation loss."""
     if not classification:
@@ -257,7 +275,12 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                 if world > 1:
                     sum_gradients(parameters)
                 if config.clip is not None:
-                    nn.utils.clip_grad_norm_(parameters, config.clip)
+                    norm = clip_gradient_norm(parameters, config.clip)
+                    if not math.isfinite(norm):
+                        bar.close()
+                        where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
+                        raise NonFiniteLoss(f"gradient norm became {norm} at epoch {epoch + 1}, batch "
+                                            f"{i // config.batch_size + 1} (try a smaller lr){where}")
                 optimizer.step()
             if classification:
                 train_loss, train_accuracy = classification_scores(model, x_train, y_train, config.eval_batch_size,
