@@ -7,7 +7,10 @@ failed or rejected samples in place, so a stiff sample does not slow the others 
 with the host once per ``chunk`` attempts (the termination test; default 1 on the CPU, 8 on CUDA, 1 for delay
 systems, whose history window is sized on the host); everything else is masked tensor arithmetic, so attempts
 after a sample finished inside a chunk leave it in place (and a solve with jumps of f re-evaluates the first
-stage batch-wide instead of asking the host which samples sit on one).
+stage batch-wide instead of asking the host which samples sit on one). With ``compile=True``, an explicit
+``chunk`` > 1 on the CPU and gradients off, the chunk's attempts run inside one compiled call (a scan that
+inductor lowers to a loop in generated C++): no Python or dynamo guard between attempts (Van der Pol sweep,
+256 samples: 0.20 -> 0.10 s a solve at chunk 16), at the price of a longer first compilation.
 
 One step of a tableau (c, a, b, b_err = b − b̂) with stage increments hk_i = h f(t + c_i h, Y_i):
 
@@ -328,11 +331,13 @@ class _Integrator:
         constant = lambda value, dtype: torch.tensor([value], dtype=dtype, device=self.device)
         self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
         self.failure_codes = tuple(constant(c, torch.int64) for c in (_UNDERFLOW, _NONFINITE, _MAX_STEPS))
-        self.compiled = None
+        self.compiled = self.scanned = None  # the compiled attempt, or the compiled chunk of attempts
         if opts.compile:
             if path is not None or self.history is not None:
                 raise ValueError("compile: the compiled step supports systems without inputs or delays")
             self.compiled = _compiled_attempt(self)
+            if opts.chunk is not None and opts.chunk > 1 and self.device.type == "cpu":
+                self.scanned = _compiled_attempt(self, scanned=True)  # used when gradients are off
 
     # -- the vector field on the flat state ---------------------------------------------------------
     def _blocks(self, y: Tensor) -> tuple[Tensor, ...]:
@@ -467,7 +472,8 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
-        with tracing_options() if self.compiled is not None else contextlib.nullcontext():
+        scanned = self.scanned is not None and not torch.is_grad_enabled()
+        with tracing_options(scalar_outputs=scanned) if self.compiled is not None else contextlib.nullcontext():
             return self._segment(carry, t_stop, out_times)
 
     def _segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
@@ -480,9 +486,11 @@ class _Integrator:
         # iterations before any sample can reach max_steps (one host read per segment)
         budget = self.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         attempt = self.compiled or self.attempt
+        scanned = self.scanned is not None and not torch.is_grad_enabled()  # scan has no backward here
         # attempted steps per host synchronisation: a delay system reads its window's coverage on the host first
         chunk = 1 if self.history is not None else self.chunk
         any_restart = False
+        attempted = 0
         while True:  # one host synchronisation per ``chunk`` attempts
             flags = [active.any()]
             if self.restarts and chunk == 1:  # samples sitting on a jump of f: their first stage is re-evaluated
@@ -501,6 +509,14 @@ class _Integrator:
                 continue
             if not going:
                 break
+            if scanned:  # the chunk's attempts in one compiled call
+                y, k1, t, h, prev, landing, steps, code, active, accepted, block = self.scanned(
+                    chunk, y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
+                    attempted + chunk >= budget, tolerance=self.tolerance)
+                records.append(block)
+                accepts.append(accepted)
+                attempted += chunk
+                continue
             for _ in range(chunk):  # samples that finish inside a chunk stay in place (masked attempts)
                 if self.restarts and chunk > 1:  # no host read: the mask goes in, f is re-evaluated batch-wide
                     restart = self.on_jump(active, landing, t)
@@ -509,12 +525,13 @@ class _Integrator:
                     restarts = restarts + restart
                 y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
                     y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
-                    len(accepts) + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()),
+                    attempted + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()),
                     tolerance=self.tolerance)
                 records.append((t, *record, t_after))
                 accepts.append(accept)
+                attempted += 1
                 t = t_after
-        accepted = carry.accepted + (torch.stack(accepts).sum(0) if accepts else 0)
+        accepted = carry.accepted + (torch.cat([a.view(-1, self.batch) for a in accepts]).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)
 
@@ -604,6 +621,29 @@ class _Integrator:
         active = (code == _SUCCESS) & (t_after < t_stop)
         return y, k1, t_after, h, prev, landing, steps, code, active, accept, record
 
+    def attempts(self, length: int, y: Tensor, k1: Tensor, t: Tensor, h: Tensor, prev: Tensor, landing: Tensor,
+                 steps: Tensor, code: Tensor, active: Tensor, landing_points: Tensor, t_stop: Tensor, t_end: Tensor,
+                 check_max_steps: bool, tolerance: tuple[Tensor, Tensor]) -> tuple:
+        """``length`` attempts of :meth:`attempt` in a row as one scan (``compile=True`` with ``chunk`` > 1): the
+        compiled loop runs them without returning to Python. Returns the controller state after the last, the
+        number of accepted steps per sample, and the attempts' records (start, h, y, coefficients, end) with the
+        attempts on a leading axis."""
+        from torch._higher_order_ops import scan
+
+        def one(carry, _):
+            *state, accepted = carry
+            t = state[2]
+            *after, accept, (h_step, y_before, coef) = self.attempt(
+                *state, landing_points, t_stop, t_end, check_max_steps, tolerance=tolerance)
+            # few outputs (each costs the loop a copy per attempt), none aliasing the carry
+            times = torch.stack([t, h_step, after[2]], 1)
+            return (*after, accepted + accept), (times, y_before.clone(), coef)
+
+        accepted = torch.zeros_like(steps)
+        carry, (times, ys, coefs) = scan(one, (y, k1, t, h, prev, landing, steps, code, active, accepted),
+                                         torch.empty(length, device=y.device))
+        return (*carry, (times[..., 0], times[..., 1], ys, coefs, times[..., 2]))
+
     def on_jump(self, active: Tensor, landing: Tensor, t: Tensor) -> Tensor:
         """The active samples sitting on a jump of f (the landing point before ``landing``): their first stage is
         re-evaluated."""
@@ -633,13 +673,17 @@ class _Integrator:
     def dense_output(self, records, out_times: list[float], t_final: Tensor):
         """Evaluate the continuous extension of the accepted step containing each output time, per sample;
         times a sample never reached (it failed earlier) give NaN. Also returns the last accepted step."""
-        starts, lengths, ys, coefs, ends = zip(*records)
-        start, length, end = torch.stack(starts), torch.stack(lengths), torch.stack(ends)  # (S, B)
-        y0 = torch.stack(ys).flatten(0, 1)  # (S B, dim): record k of sample b in row k B + b
-        coef = torch.stack(coefs).view(len(records) * self.batch, self.dim * self.dense.shape[1])  # (S B, dim m)
+        if all(record[0].dim() == 1 for record in records):  # one record per attempt
+            start, length, y0, coef, end = (torch.stack(parts) for parts in zip(*records))
+        else:  # some are blocks of attempts (a scanned chunk) with the attempts on a leading axis
+            blocks = [record if record[0].dim() == 2 else tuple(x.unsqueeze(0) for x in record) for record in records]
+            start, length, y0, coef, end = (torch.cat(parts) for parts in zip(*blocks))
+        count = start.shape[0]  # S attempts: start, length, end (S, B)
+        y0 = y0.flatten(0, 1)  # (S B, dim): record k of sample b in row k B + b
+        coef = coef.reshape(count * self.batch, self.dim * self.dense.shape[1])  # (S B, dim m)
         end_rows = end.T.contiguous()
         rows = torch.arange(self.batch, device=self.device)
-        last = torch.searchsorted(end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(len(records) - 1)
+        last = torch.searchsorted(end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(count - 1)
         flat = last * self.batch + rows
         last_step = (start[last, rows], length[last, rows], y0[flat], coef[flat].view(self.batch * self.dim, self.dense.shape[1]))
         if not out_times:
@@ -651,8 +695,8 @@ class _Integrator:
         for first in range(0, len(out_times), chunk):
             tau = times[first:first + chunk].expand(self.batch, -1).contiguous()
             step = torch.searchsorted(end_rows, tau)  # first record with end ≥ τ: the accepted step containing τ
-            reached = step < len(records)
-            step.clamp_max_(len(records) - 1)
+            reached = step < count
+            step.clamp_max_(count - 1)
             theta = ((tau - start_rows.gather(1, step)) / length_rows.gather(1, step)).to(self.dtype)
             flat = (step * self.batch + rows.unsqueeze(1)).flatten()
             base = y0.index_select(0, flat)  # (B J, dim)
@@ -680,7 +724,7 @@ def _combine(weights: Sequence[float], terms: Sequence[Tensor]) -> Tensor:
 _COMPILED: dict[tuple, Callable] = {}
 
 
-def _compiled_attempt(solver: _Integrator) -> Callable:
+def _compiled_attempt(solver: _Integrator, scanned: bool = False) -> Callable:
     """torch.compile of ``solver.attempt`` with a symbolic batch size (:class:`.compiled.BatchDynamic`), cached per (tableau, system, dtype, device, block
     sizes, step-control options other than the tolerances) so that solves of any batch size, output grid and
     tolerance reuse the compiled kernels (rtol/atol are a tensor argument); the first call pays the compilation
@@ -690,17 +734,21 @@ def _compiled_attempt(solver: _Integrator) -> Callable:
     opts, system = solver.opts, solver.system
     # a plain callable gets a fresh FunctionSystem wrapper per solve: key it by the callable itself
     system_key = (system.func, system.takes_input) if isinstance(system, FunctionSystem) else system
-    key = (solver.tab.name, system_key, solver.dtype, str(solver.device), tuple(solver.sizes), opts.safety, opts.factor_min, opts.factor_max, opts.alpha, opts.beta, opts.dt_min,
+    key = (scanned, solver.tab.name, system_key, solver.dtype, str(solver.device), tuple(solver.sizes), opts.safety, opts.factor_min, opts.factor_max, opts.alpha, opts.beta, opts.dt_min,
            solver.dt_max, opts.max_steps)
     if key not in _COMPILED:
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
         keep_compiled_code()
-        name = f"attempt_{solver.tab.name}_{'_'.join(map(str, solver.sizes))}"
-        attempt = types.MethodType(own_code(_Integrator.attempt, name), solver)
+        method = _Integrator.attempts if scanned else _Integrator.attempt
+        name = f"{method.__name__}_{solver.tab.name}_{'_'.join(map(str, solver.sizes))}"
+        attempt = types.MethodType(own_code(method, name), solver)
         # the batch-sized arguments: y … landing_points (the last one: the number of landing points)
-        _COMPILED[key] = BatchDynamic(torch.compile(attempt, dynamic=None, options=inductor_options()),
-                                      lambda args: [(x, 0) for x in args[:10]])
+        first = 1 if scanned else 0  # attempts() takes the chunk length first
+        # the scan's loop in C++ (cpp_wrapper): Van der Pol sweep, chunk 16, 0.16 -> 0.10 s a solve
+        options = {**inductor_options(), **({"cpp_wrapper": True} if scanned and solver.device.type == "cpu" else {})}
+        _COMPILED[key] = BatchDynamic(torch.compile(attempt, dynamic=None, options=options),
+                                      lambda args: [(x, 0) for x in args[first:first + 10]])
     return _COMPILED[key]
 
 

@@ -42,15 +42,18 @@ def own_code(function: Callable, name: str) -> Callable:
 
 
 @contextlib.contextmanager
-def tracing_options():
+def tracing_options(scalar_outputs: bool = False):
     """Trace with every size its own symbol (by default dynamo ties sizes that happen to be equal, a batch of 4
     and a 4-row interpolant matrix, and the next batch size recompiles) and with Python numbers (the tableau's
     coefficients and stage indices, the controller's constants) as constants, not as inputs converted to tensors
     on every call: once a recompilation turns dynamic, each int read from the solver would become a symbol with
     a guard (dopri5: 20 stage indices, ~0.1 s of the step's 1.4 s tracing). Entered once per segment: entering
-    it costs more than a compiled step's call."""
+    it costs more than a compiled step's call. ``scalar_outputs``: allow reading a tensor's value as a number while
+    tracing, which inductor's lowering of a scan (the loop index) needs."""
     from torch.fx.experimental import _config
 
-    with (_config.patch(use_duck_shape=False),
-          torch._dynamo.config.patch(specialize_float=True, specialize_int=True)):
+    options = dict(specialize_float=True, specialize_int=True)
+    if scalar_outputs:
+        options["capture_scalar_outputs"] = True
+    with _config.patch(use_duck_shape=False), torch._dynamo.config.patch(**options):
         yield

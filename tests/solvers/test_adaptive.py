@@ -447,6 +447,37 @@ def test_compiled_step_matches_eager():
         odelab.solve(lambda s, y, v: v, torch.zeros(1, 1), torch.tensor([0.0, 1.0]), u=torch.ones(1, 2, 1), compile=True)
 
 
+def test_compiled_chunk_scan_takes_the_same_steps():
+    """compile=True with chunk > 1 on the CPU and gradients off: ``chunk`` attempts run inside one compiled call (a
+    scan), masked for finished samples, so steps, statistics and statuses equal the eager loop's (per-sample
+    stiffness, a sample that hits max_steps inside a chunk, a tstop that splits the solve into two segments) and
+    the values agree to round-off. With gradients on, the per-attempt compiled step runs instead (scan has no
+    backward) and the gradients are the eager ones."""
+    from odelab.solvers import adaptive
+
+    mu = torch.tensor([0.1, 3.0, 20.0, 1.0, 0.5], dtype=F64)
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0], [0.0, 1.0], [-1.0, 0.3]], dtype=F64)
+    t = torch.linspace(0, 12, 25, dtype=F64)
+    kw = dict(rtol=1e-6, atol=1e-8, max_steps=150, throw=False, tstops=[5.1])
+    with torch.no_grad():
+        eager = odelab.solve(VanDerPol(mu=mu), y0, t, **kw)
+        scanned = odelab.solve(VanDerPol(mu=mu), y0, t, compile=True, chunk=6, **kw)
+    assert any(key[0] and wrapper.marked for key, wrapper in adaptive._COMPILED.items())  # the scan ran
+    assert Status.MAX_STEPS in eager.status.tolist() and Status.SUCCESS in eager.status.tolist()
+    assert torch.equal(eager.status, scanned.status)
+    for key in ("steps", "accepted", "rejected", "nfe"):
+        assert torch.equal(eager.stats[key], scanned.stats[key]), key
+    assert torch.allclose(eager.stats["t_final"], scanned.stats["t_final"], rtol=1e-9, atol=0)  # h: fused round-off
+    reached = eager.status == Status.SUCCESS
+    assert (eager.y[reached] - scanned.y[reached]).abs().max() < 1e-9
+    assert torch.equal(eager.y[~reached].isnan(), scanned.y[~reached].isnan())
+
+    start = y0[:2].clone().requires_grad_()
+    grads = [torch.autograd.grad(odelab.solve(VanDerPol(mu=mu[:2]), start, t, rtol=1e-6, atol=1e-8, **extra).y.sum(),
+                                 start)[0] for extra in ({}, dict(compile=True, chunk=6))]
+    assert torch.allclose(grads[0], grads[1], rtol=1e-8, atol=1e-10)
+
+
 def test_checkpoint_segments_with_hold_input():
     """Segments carry the landing index and the held sample: same values and gradients as one pass."""
     field = _Field()
