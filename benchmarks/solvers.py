@@ -140,7 +140,7 @@ def time_jax(fn, repeats: int) -> tuple[float, float, object]:
 
 
 def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int, *, anchors: bool = True,
-                    compiled: bool = True, use_diffrax: bool = True) -> dict:
+                    compiled: bool = True, use_diffrax: bool = True, chunk: int = 16) -> dict:
     system = FitzHughNagumo()
     batch = 128 if quick else batch
     generator = torch.Generator().manual_seed(0)
@@ -252,6 +252,17 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
                                               first_call_seconds=first, compile_seconds=first - seconds,
                                               new_configuration_first_call_seconds=new_first,
                                               new_configuration_eager_seconds=new_eager)
+        if chunk > 1 and device.type == "cpu":  # the chunk's attempts in one compiled scan
+            run = lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"], compile=True,
+                                       chunk=chunk)
+            with torch.no_grad():
+                start = time.perf_counter()
+                run()
+                first = time.perf_counter() - start
+                seconds, sol = median_time(run, repeats)
+            rows[f"odelab compiled chunk {chunk}"] = dict(seconds=seconds, max_error=error(sol.y), rtol=chosen["rtol"],
+                                                          atol=chosen["atol"], steps_max=int(sol.stats["steps"].max()),
+                                                          first_call_seconds=first, compile_seconds=first - seconds)
     torch_anchors = [k for k in ("torchdiffeq dopri5", "torchode dopri5") if k in rows]
     fastest_anchor = min(torch_anchors, key=lambda k: rows[k]["seconds"])
     result = dict(problem=f"FitzHugh-Nagumo, {batch} x (c, 0), [0, 400], 1001 outputs, float64, {device}",
@@ -274,11 +285,14 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
             result["odelab_compiled_over_diffrax"] = rows["odelab dopri5 compiled"]["seconds"] / matched["seconds"]
             result["odelab_compiled_first_call_over_diffrax_first_call"] = (
                 rows["odelab dopri5 compiled"]["first_call_seconds"] / rows["diffrax dopri5 (vmap)"]["first_call_seconds"])
+        if f"odelab compiled chunk {chunk}" in rows:
+            result["odelab_compiled_chunk_over_diffrax"] = (rows[f"odelab compiled chunk {chunk}"]["seconds"]
+                                                            / matched["seconds"])
     return result
 
 
 def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bool = True,
-                compiled: bool = True) -> dict:
+                compiled: bool = True, chunk: int = 16) -> dict:
     batch = 64 if quick else 256
     mu = torch.linspace(0.1, 10.0, batch, dtype=F64, device=device)
     y0 = torch.tensor([[2.0, 0.0]], dtype=F64, device=device).expand(batch, -1).contiguous()
@@ -301,7 +315,7 @@ def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bo
     with torch.no_grad():
         torchdiffeq.odeint(f, y0, t, rtol=rtol, atol=atol)
     shared_steps = (calls[0] - 2) / 6  # dopri5: 6 evaluations per attempted step after f(t0) and the first-step probe
-    compiled_row = None
+    compiled_row = chunk_row = None
     if compiled:
         solve_compiled = lambda: odelab.solve(system, y0, t, rtol=rtol, atol=atol, compile=True)
         with torch.no_grad():
@@ -313,6 +327,15 @@ def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bo
             seconds, comp = median_time(solve_compiled, repeats)
         compiled_row = dict(seconds=seconds, first_call_seconds=first,
                             max_difference_to_eager=float((comp.y - ours.y).abs().max()))
+        if chunk > 1 and device.type == "cpu":  # the chunk's attempts in one compiled scan
+            solve_scanned = lambda: odelab.solve(system, y0, t, rtol=rtol, atol=atol, compile=True, chunk=chunk)
+            with torch.no_grad():
+                start = time.perf_counter()
+                solve_scanned()
+                first = time.perf_counter() - start
+                seconds, comp = median_time(solve_scanned, repeats)
+            chunk_row = dict(chunk=chunk, seconds=seconds, first_call_seconds=first,
+                             max_difference_to_eager=float((comp.y - ours.y).abs().max()))
     steps = ours.stats["steps"].double()
     gap = float((ours.y - theirs.transpose(0, 1)).abs().max())
     jax_row = None
@@ -337,7 +360,9 @@ def van_der_pol(repeats: int, quick: bool, device: torch.device, use_diffrax: bo
                 torchdiffeq=dict(seconds=theirs_s, shared_steps=shared_steps, nfe_total_per_sample_equiv=calls[0] * batch),
                 max_difference_between_solvers=gap, speedup=theirs_s / ours_s, diffrax=jax_row,
                 odelab_over_diffrax=None if jax_row is None else ours_s / jax_row["seconds"],
-                odelab_compiled=compiled_row,
+                odelab_compiled=compiled_row, odelab_compiled_chunk=chunk_row,
+                odelab_compiled_chunk_over_diffrax=None if jax_row is None or chunk_row is None
+                else chunk_row["seconds"] / jax_row["seconds"],
                 odelab_compiled_over_diffrax=None if jax_row is None or compiled_row is None
                 else compiled_row["seconds"] / jax_row["seconds"])
 
@@ -447,6 +472,8 @@ def print_fhn(fhn: dict) -> None:
         if "odelab_compiled_over_diffrax" in fhn:
             line += (f", {fhn['odelab_compiled_over_diffrax']:.2f} compiled; first call (compile/jit included) "
                      f"{fhn['odelab_compiled_first_call_over_diffrax_first_call']:.1f}x diffrax's")
+        if "odelab_compiled_chunk_over_diffrax" in fhn:
+            line += f"; {fhn['odelab_compiled_chunk_over_diffrax']:.2f} compiled with chunk"
     if "speedup_vs_scipy" in fhn:
         line += f"; {fhn['speedup_vs_scipy']:.1f}x faster than the scipy loop"
     print(line + " (steady state, at matched accuracy)")
@@ -468,6 +495,8 @@ def main() -> None:
                              "full set of anchors and compile=True)")
     parser.add_argument("--large-repeats", type=int, default=2, help="repeats at the batch sizes after the first")
     parser.add_argument("--no-compile", action="store_true", help="skip odelab compile=True")
+    parser.add_argument("--chunk", type=int, default=16,
+                        help="CPU: also time compile=True with this chunk (its attempts in one compiled scan; 1: skip)")
     parser.add_argument("--no-diffrax", action="store_true", help="skip diffrax")
     parser.add_argument("--no-large-state", action="store_true", help="skip (c), the reaction-diffusion problem")
     args = parser.parse_args()
@@ -485,10 +514,10 @@ def main() -> None:
     for i, batch in enumerate(batches):
         by_batch[str(batch)] = fitzhugh_nagumo(args.repeats if i == 0 else args.large_repeats, args.quick, device,
                                                batch, anchors=i == 0, compiled=i == 0 and not args.no_compile,
-                                               use_diffrax=use_diffrax)
+                                               use_diffrax=use_diffrax, chunk=args.chunk)
         print_fhn(by_batch[str(batch)])
     fhn = by_batch[str(batches[0])]
-    vdp = van_der_pol(args.repeats, args.quick, device, use_diffrax, compiled=not args.no_compile)
+    vdp = van_der_pol(args.repeats, args.quick, device, use_diffrax, compiled=not args.no_compile, chunk=args.chunk)
     rd = None if args.no_large_state else reaction_diffusion(args.repeats, args.quick, device, use_diffrax,
                                                             compiled=not args.no_compile)
 
@@ -500,12 +529,19 @@ def main() -> None:
         c = vdp["odelab_compiled"]
         print(f"odelab compiled    time {c['seconds']:.3f}s (first call {c['first_call_seconds']:.2f}s), max |compiled − eager| "
               f"= {c['max_difference_to_eager']:.1e}")
+    if vdp["odelab_compiled_chunk"] is not None:
+        c = vdp["odelab_compiled_chunk"]
+        print(f"odelab compiled, chunk {c['chunk']} (one scan per chunk) time {c['seconds']:.3f}s (first call "
+              f"{c['first_call_seconds']:.2f}s), max |compiled − eager| = {c['max_difference_to_eager']:.1e}")
     print(f"torchdiffeq dopri5 time {d['seconds']:.3f}s  shared steps {d['shared_steps']:.0f} (every sample)")
     if vdp["diffrax"] is not None:
         j = vdp["diffrax"]
         print(f"diffrax dopri5     time {j['seconds']:.3f}s (first call {j['first_call_seconds']:.2f}s)  steps per sample "
               f"min/median/max {j['steps_min']}/{j['steps_median']:.0f}/{j['steps_max']}; odelab/diffrax "
-              f"{vdp['odelab_over_diffrax']:.2f}")
+              f"{vdp['odelab_over_diffrax']:.2f} eager" + (f", {vdp['odelab_compiled_over_diffrax']:.2f} compiled"
+                                                          if vdp["odelab_compiled_over_diffrax"] else "")
+              + (f", {vdp['odelab_compiled_chunk_over_diffrax']:.2f} compiled with chunk"
+                 if vdp["odelab_compiled_chunk_over_diffrax"] else ""))
     print(f"speed-up vs torchdiffeq {vdp['speedup']:.2f}x; max |odelab − torchdiffeq| = "
           f"{vdp['max_difference_between_solvers']:.1e}")
     if rd is not None:

@@ -1,7 +1,8 @@
 """Training loop for sequence regression (MSE, or L1 with ``regression_loss="l1"``; model selection on validation
 RMSE) and classification (mean
 cross-entropy over the predicted symbols; model selection on validation accuracy, ties broken by the lower
-validation loss): atomic checkpoints every epoch, exact resume, a clear stop on a non-finite loss, results as
+validation loss): atomic checkpoints every epoch, exact resume, a clear stop on a non-finite loss (with ``clip``, a
+step whose gradient norm is non-finite is skipped and counted, and 20 in a row stop training), results as
 JSON + CSV, and data-parallel training across processes (``torch.distributed``, launched by ``torchrun``): every
 rank takes a disjoint shard of each global batch, the gradients are summed across ranks, so the update equals the
 single-process one on that batch."""
@@ -45,6 +46,10 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
+# with clipping, a step whose gradient norm is inf/NaN is skipped; this many in a row stop training
+MAX_SKIPPED_IN_A_ROW = 20
+
+
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed: unreadable, not an odelab checkpoint, or of other settings."""
 
@@ -70,6 +75,7 @@ class History:
     train_rmse: list[float] = field(default_factory=list)
     valid_rmse: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    skipped_steps: int = 0  # optimizer steps skipped for a non-finite gradient norm (with clipping)
 
 
 @dataclass
@@ -82,6 +88,7 @@ class ClassificationHistory:
     train_accuracy: list[float] = field(default_factory=list)
     valid_accuracy: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    skipped_steps: int = 0
 
 
 def check_targets(data: dict, loss: str) -> None:
@@ -245,6 +252,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     per_sequence = y_train[0].numel()
     bar = tqdm(range(start_epoch, config.epochs), initial=start_epoch, total=config.epochs,
                disable=not progress or rank != 0, desc="epochs", unit="epoch", dynamic_ncols=True)
+    skipped_in_a_row = 0
     finished = start_epoch  # epochs done (with an output folder: the last one is in the checkpoint)
     saving = start_epoch  # the epoch whose checkpoint is being written
     try:
@@ -276,11 +284,17 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                     sum_gradients(parameters)
                 if config.clip is not None:
                     norm = clip_gradient_norm(parameters, config.clip)
-                    if not math.isfinite(norm):
-                        bar.close()
-                        where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
-                        raise NonFiniteLoss(f"gradient norm became {norm} at epoch {epoch + 1}, batch "
-                                            f"{i // config.batch_size + 1} (try a smaller lr){where}")
+                    if not math.isfinite(norm):  # skip the step, as torch.amp's GradScaler does
+                        history.skipped_steps += 1
+                        skipped_in_a_row += 1
+                        if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+                            bar.close()
+                            where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
+                            raise NonFiniteLoss(f"gradient norm non-finite ({norm}) in {skipped_in_a_row} steps in a "
+                                                f"row up to epoch {epoch + 1}, batch {i // config.batch_size + 1} "
+                                                f"(try a smaller lr){where}")
+                        continue
+                    skipped_in_a_row = 0
                 optimizer.step()
             if classification:
                 train_loss, train_accuracy = classification_scores(model, x_train, y_train, config.eval_batch_size,

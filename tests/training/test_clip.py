@@ -1,6 +1,7 @@
 """Gradient clipping with the norm accumulated in float64 (float32 squares of ~1e19 overflow)."""
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -43,3 +44,46 @@ def test_infinite_gradients_report_an_infinite_norm_and_are_left_for_the_caller(
     params = _parameters(torch.tensor([float("inf"), 1.0]))
     assert clip_gradient_norm(params, 1.0) == math.inf
     assert clip_gradient_norm(_parameters(), 1.0) == 0.0
+
+
+def _regression_data():
+    g = torch.Generator().manual_seed(0)
+    return {split: (torch.randn(n, 4, 2, generator=g), torch.randn(n, 4, 1, generator=g))
+            for split, n in (("train", 8), ("valid", 4), ("test", 4))}
+
+
+class _Poisoned(nn.Module):
+    """A linear map whose weight gradient is NaN in the backward passes listed in ``poisoned``."""
+
+    def __init__(self, poisoned):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(2, 1)
+        self.calls, self.poisoned = 0, set(poisoned)
+        self.linear.weight.register_hook(self._hook)
+
+    def _hook(self, grad):
+        self.calls += 1
+        return grad * math.nan if self.calls in self.poisoned else grad
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_fit_skips_a_step_with_a_nan_gradient_and_stops_after_many():
+    from odelab import TrainConfig, fit
+    from odelab.training.loop import MAX_SKIPPED_IN_A_ROW, NonFiniteLoss
+
+    config = TrainConfig(epochs=3, lr=1e-2, batch_size=4, clip=1.0, seed=1)
+    model = _Poisoned({2})  # the second of 6 steps
+    result = fit(model, _regression_data(), config, progress=False)
+    assert result["history"]["skipped_steps"] == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # the same run without the poisoned step: the skipped step is the only difference, so the weights differ
+    clean = _Poisoned(set())
+    fit(clean, _regression_data(), config, progress=False)
+    assert not torch.equal(clean.linear.weight, model.linear.weight)
+
+    always = _Poisoned(set(range(1, 100)))
+    with pytest.raises(NonFiniteLoss, match=f"{MAX_SKIPPED_IN_A_ROW} steps in a row"):
+        fit(always, _regression_data(), TrainConfig(epochs=20, lr=1e-2, batch_size=4, clip=1.0), progress=False)
