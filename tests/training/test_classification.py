@@ -106,14 +106,15 @@ def test_best_epoch_has_the_highest_validation_accuracy_ties_to_the_lower_loss(m
     expected = real(three, *data["test"], 4, "cpu")
     assert (result["test_loss"], result["test_accuracy"]) == pytest.approx(expected)
     assert result["metric"] == "accuracy" and set(result["history"]) == {
-        "epoch", "train_loss", "valid_loss", "train_accuracy", "valid_accuracy", "seconds"}
+        "epoch", "train_loss", "valid_loss", "train_accuracy", "valid_accuracy", "seconds", "skipped_steps"}
 
 
 def test_regression_results_only_gain_the_metric():
     g = torch.Generator().manual_seed(0)
     data = {s: (torch.randn(4, 5, 2, generator=g), torch.randn(4, 5, 1, generator=g)) for s in ("train", "valid", "test")}
     result = fit(tiny_model(1), data, TrainConfig(epochs=1, **CONFIG), progress=False)
-    assert result["metric"] == "rmse" and set(result["history"]) == {"epoch", "train_rmse", "valid_rmse", "seconds"}
+    assert result["metric"] == "rmse" and set(result["history"]) == {"epoch", "train_rmse", "valid_rmse", "seconds",
+                                                                 "skipped_steps"}
     assert {"test_rmse", "valid_rmse"} <= set(result) and "test_accuracy" not in result
 
 
