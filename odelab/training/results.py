@@ -60,6 +60,7 @@ def print_table(result: dict, out: Path, figure: str) -> None:
         print(f"warning: {warning}")
     print(f"best epoch {result['best_epoch']}, {result['parameters']} parameters, {result['wall_seconds']:.0f} s; "
           f"results in {out}/ (results.json, curves.csv, {figure}, curves.png)")
+    _print_skipped(result)
 
 
 def _print_mae_table(result: dict, out: Path, figure: str) -> None:
@@ -73,6 +74,7 @@ def _print_mae_table(result: dict, out: Path, figure: str) -> None:
         print(f"{name:{width}s}" + "".join(f"{v:12.4e}" if v is not None else f"{'—':>12s}" for v in (rmse, mae)))
     print(f"best epoch {result['best_epoch']}, {result['parameters']} parameters, {result['wall_seconds']:.0f} s; "
           f"results in {out}/ (results.json, curves.csv, {figure}, curves.png)")
+    _print_skipped(result)
 
 
 def _print_classification_table(result: dict, out: Path, figure: str) -> None:
@@ -96,3 +98,11 @@ def _print_classification_table(result: dict, out: Path, figure: str) -> None:
     print(f"best epoch {result['best_epoch']} (highest validation accuracy, ties: lower loss), "
           f"{result['parameters']} parameters, {result['wall_seconds']:.0f} s; "
           f"results in {out}/ (results.json, curves.csv, {figure}, curves.png)")
+    _print_skipped(result)
+
+
+def _print_skipped(result: dict) -> None:
+    """A line for the optimiser steps skipped for a non-finite gradient norm (training with clipping), if any."""
+    skipped = result.get("history", {}).get("skipped_steps", 0)
+    if skipped:
+        print(f"warning: {skipped} optimiser step{'s' if skipped > 1 else ''} skipped for a non-finite gradient norm")

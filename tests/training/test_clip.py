@@ -70,7 +70,7 @@ class _Poisoned(nn.Module):
         return self.linear(x)
 
 
-def test_fit_skips_a_step_with_a_nan_gradient_and_stops_after_many():
+def test_fit_skips_a_step_with_a_nan_gradient_and_stops_after_many(capsys):
     from odelab import TrainConfig, fit
     from odelab.training.loop import MAX_SKIPPED_IN_A_ROW, NonFiniteLoss
 
@@ -78,6 +78,10 @@ def test_fit_skips_a_step_with_a_nan_gradient_and_stops_after_many():
     model = _Poisoned({2})  # the second of 6 steps
     result = fit(model, _regression_data(), config, progress=False)
     assert result["history"]["skipped_steps"] == 1
+    from odelab.training.results import _print_skipped
+
+    _print_skipped(result)
+    assert "1 optimiser step skipped for a non-finite gradient norm" in capsys.readouterr().out
     assert all(torch.isfinite(p).all() for p in model.parameters())
     # the same run without the poisoned step: the skipped step is the only difference, so the weights differ
     clean = _Poisoned(set())
