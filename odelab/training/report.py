@@ -31,8 +31,11 @@ def protocol(row: dict) -> str:
     label = {"paper": "paper", "quick": "SHORTENED: quick preset",
              "small": "SHORTENED: small preset (our CPU protocol, see the note)"}.get(row["preset"],
                                                                                   f"preset {row['preset']}")
-    if row["epochs"] != row.get("paper_epochs", row["epochs"]):
-        label += f", SHORTENED: {row['epochs']} of {row['paper_epochs']} epochs"
+    preset_epochs = row.get("paper_epochs", row["epochs"])
+    if row["epochs"] < preset_epochs:
+        label += f", SHORTENED: {row['epochs']} of {preset_epochs} epochs"
+    elif row["epochs"] > preset_epochs:
+        label += f", extended: {row['epochs']} epochs (the preset: {preset_epochs})"
     return label
 
 

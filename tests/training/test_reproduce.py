@@ -87,6 +87,8 @@ def test_report_tables_every_task_marks_the_best_and_shortened_rows_and_fills_th
     assert "**0.005 ± 0** (best)" in text  # LEM has the lowest MSE
     assert "SHORTENED: 60 of 400 epochs" in text
     assert report.protocol({**rows[0], "preset": "small", "epochs": 20, "paper_epochs": 20}).startswith("SHORTENED")
+    assert report.protocol({**rows[0], "preset": "paper", "epochs": 100, "paper_epochs": 25}) == (
+        "paper, extended: 100 epochs (the preset: 25)")
     assert "the paper's winner is τ-GRU; here LEM wins" in text
     assert "| baseline: persistence | 0.079 |" in text
     assert (tmp_path / "fig" / "enso.png").stat().st_size > 1000
