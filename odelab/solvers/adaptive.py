@@ -472,11 +472,12 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
-        scanned = self.scanned is not None and not torch.is_grad_enabled()
+        scanned = self.scanned is not None and not torch.is_grad_enabled()  # scan has no backward here
         with tracing_options(scalar_outputs=scanned) if self.compiled is not None else contextlib.nullcontext():
-            return self._segment(carry, t_stop, out_times)
+            return self._segment(carry, t_stop, out_times, scanned)
 
-    def _segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
+    def _segment(self, carry: _Carry, t_stop: float, out_times: list[float],
+                 scanned: bool) -> tuple[Tensor, _Carry]:
         y, k1, t, h, prev, landing = carry.y, carry.k1, carry.t, carry.h, carry.prev, carry.landing
         steps, code, restarts = carry.steps, carry.code, carry.restarts
         records = [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
@@ -486,7 +487,6 @@ class _Integrator:
         # iterations before any sample can reach max_steps (one host read per segment)
         budget = self.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         attempt = self.compiled or self.attempt
-        scanned = self.scanned is not None and not torch.is_grad_enabled()  # scan has no backward here
         # attempted steps per host synchronisation: a delay system reads its window's coverage on the host first
         chunk = 1 if self.history is not None else self.chunk
         any_restart = False
