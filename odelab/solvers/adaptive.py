@@ -65,6 +65,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ..systems.base import FunctionSystem, System
+from . import fused_step
 from .breakpoints import collect
 from .cache import inductor_options, keep_compiled_code
 from .compiled import BatchDynamic, own_code, tracing_options
@@ -331,6 +332,7 @@ class _Integrator:
         constant = lambda value, dtype: torch.tensor([value], dtype=dtype, device=self.device)
         self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
         self.failure_codes = tuple(constant(c, torch.int64) for c in (_UNDERFLOW, _NONFINITE, _MAX_STEPS))
+        self.fused = None  # the loop with the arithmetic around f in C++ kernels (fused_step), built on first use
         self.compiled = self.scanned = None  # the compiled attempt, or the compiled chunk of attempts
         if opts.compile:
             if path is not None or self.history is not None:
@@ -472,6 +474,11 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
+        if self.compiled is None and fused_step.usable(self, carry.y, carry.k1):
+            if self.fused is None:
+                self.fused = fused_step.FusedLoop(self)
+            outputs, fields = self.fused.segment(carry, t_stop, out_times)
+            return outputs, _Carry(*fields)
         scanned = self.scanned is not None and not torch.is_grad_enabled()  # scan has no backward here
         with tracing_options(scalar_outputs=scanned) if self.compiled is not None else contextlib.nullcontext():
             return self._segment(carry, t_stop, out_times, scanned)

@@ -29,7 +29,8 @@ def load_tables(folder: Path) -> dict[str, dict]:
 
 def protocol(row: dict) -> str:
     label = {"paper": "paper", "quick": "SHORTENED: quick preset",
-             "small": "SHORTENED: small preset (our CPU protocol, see the note)"}.get(row["preset"],
+             "small": "SHORTENED: small preset (our CPU protocol, see the note)",
+             "paper-clip": "paper preset + gradient-norm clip 1.0"}.get(row["preset"],
                                                                                   f"preset {row['preset']}")
     preset_epochs = row.get("paper_epochs", row["epochs"])
     if row["epochs"] < preset_epochs:

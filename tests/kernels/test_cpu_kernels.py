@@ -155,10 +155,12 @@ def test_fast_math_matches_torch():
 def test_failed_build_falls_back(monkeypatch):
     """A failed build warns once with the reason, makes the kernels unavailable, and 'auto' runs the generic
     loop (the state of the module is restored afterwards by monkeypatch)."""
-    monkeypatch.setattr(extension, "_done", False)
-    monkeypatch.setattr(extension, "_library", None)
-    monkeypatch.setattr(extension, "_failure", None)
-    monkeypatch.setattr(extension, "_compiler", lambda: None)
+    from odelab.solvers import native
+
+    monkeypatch.setattr(extension.LIBRARY, "_done", False)
+    monkeypatch.setattr(extension.LIBRARY, "_library", None)
+    monkeypatch.setattr(extension.LIBRARY, "_failure", None)
+    monkeypatch.setattr(native, "compiler", lambda: None)
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
         assert not extension.available()
     with warnings.catch_warnings():

@@ -179,7 +179,10 @@ def test_checkpoint_without_gradients_and_failures():
     with torch.no_grad():
         plain = odelab.solve(field, y0, t, method="dopri5")
         ours = solve_with_adjoint(field, y0, t, method="dopri5", adjoint="checkpoint")
-    assert torch.equal(plain.y, ours.y)
+    # the plain solve without gradients runs the fused CPU loop (C++ arithmetic): the same steps, values to round-off
+    assert torch.equal(plain.stats["steps"], ours.stats["steps"])
+    assert torch.equal(plain.stats["accepted"], ours.stats["accepted"])
+    torch.testing.assert_close(plain.y, ours.y, rtol=0, atol=1e-13)
     with pytest.raises(SolveError, match="max steps"):
         solve_with_adjoint(field, y0, t, method="dopri5", rtol=1e-12, atol=1e-14, max_steps=3, adjoint="checkpoint")
     sol = solve_with_adjoint(field, y0, t, method="dopri5", rtol=1e-12, atol=1e-14, max_steps=3,

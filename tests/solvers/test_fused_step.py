@@ -1,0 +1,147 @@
+"""The fused CPU loop of the adaptive solvers (odelab.solvers.fused_step): the arithmetic around the field in C++,
+outputs written as steps are accepted. It must take the torch loop's steps (same accepted/rejected counts,
+statuses, failure points) and agree with its values to round-off, for every tableau, both dtypes, inputs
+(hold with jumps of f, linear: exact stage times), tstops, dt_max and failures; and against a closed form."""
+import math
+
+import pytest
+import torch
+
+import odelab
+from odelab.solvers import Status, fused_step, native
+from odelab.systems import VanDerPol
+
+F64 = torch.float64
+
+
+def _both(run):
+    """(fused, torch loop) results of ``run()`` without gradients; asserts the fused loop ran."""
+    calls = []
+    segment = fused_step.FusedLoop.segment
+
+    def counted(self, *args):
+        calls.append(1)
+        return segment(self, *args)
+
+    with torch.no_grad():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fused_step.FusedLoop, "segment", counted)
+            fused = run()
+        assert calls, "the fused loop did not run"
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fused_step, "usable", lambda *args: False)
+            plain = run()
+    return fused, plain
+
+
+def _same_steps(fused, plain, atol):
+    assert torch.equal(fused.status, plain.status)
+    for key in ("steps", "accepted", "rejected", "nfe"):
+        assert torch.equal(fused.stats[key], plain.stats[key]), key
+    assert torch.allclose(fused.stats["t_final"], plain.stats["t_final"], rtol=1e-9, atol=0)  # h: round-off
+    assert torch.equal(fused.y.isnan(), plain.y.isnan())
+    finite = ~plain.y.isnan()
+    assert ((fused.y[finite] - plain.y[finite]).abs() / plain.y[finite].abs().clamp_min(1.0)).max() <= atol
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
+def test_same_steps_as_the_torch_loop(method):
+    """Per-sample stiffness (Van der Pol, μ from 0.1 to 6), samples failing at max_steps, a tstop and dt_max: the
+    same steps in float64. (At μ = 20 bosh3's step count moves by a few steps under a 1e-15 change of y0 in the
+    torch loop itself: there the controller's decisions amplify round-off, and no two summation orders agree.)"""
+    mu = torch.tensor([0.1, 3.0, 6.0, 1.0, 0.5], dtype=F64)
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0], [0.0, 1.0], [-1.0, 0.3]], dtype=F64)
+    t = torch.linspace(0, 12, 25, dtype=F64)
+    max_steps = {"dopri5": 120, "tsit5": 120, "bosh3": 700}[method]
+    kw = dict(method=method, rtol=1e-6, atol=1e-8, max_steps=max_steps, throw=False, tstops=[5.1], dt_max=0.7)
+    fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=mu), y0, t, **kw))
+    assert Status.MAX_STEPS in plain.status.tolist() and Status.SUCCESS in plain.status.tolist()
+    _same_steps(fused, plain, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
+def test_float32(method):
+    """float32 (rtol 1e-4): the error estimate is a difference of stage sums whose float32 round-off is a few
+    percent of it, so the two summation orders may take a few different steps (10 % at most here), with values
+    within the tolerance of a float64 solution."""
+    mu = torch.tensor([0.1, 3.0, 6.0, 1.0, 0.5])
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0], [0.0, 1.0], [-1.0, 0.3]])
+    t = torch.linspace(0, 12, 25)
+    kw = dict(method=method, rtol=1e-4, atol=1e-6)
+    fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=mu), y0, t, **kw))
+    with torch.no_grad():
+        truth = odelab.solve(VanDerPol(mu=mu.double()), y0.double(), t.double(), rtol=1e-10, atol=1e-12).y
+    assert fused.y.dtype == torch.float32
+    assert ((fused.stats["steps"] - plain.stats["steps"]).abs() <= 0.1 * plain.stats["steps"]).all()
+    for sol in (fused, plain):
+        assert (sol.y.double() - truth).abs().max() < 0.05  # ≈ 1e-4 relative per step over ~100 steps, as the torch loop
+
+
+@pytest.mark.parametrize("interpolation", ["hold", "linear"])
+def test_inputs_and_jumps(interpolation):
+    """Hold inputs (f jumps at every sample time: the first stage is re-evaluated there, the stages ending on a
+    jump see the time one ulp before it) and linear inputs (stage times in float64), with per-sample tolerances
+    met on a batch whose samples step differently."""
+    generator = torch.Generator().manual_seed(0)
+    u = torch.randn(6, 9, 2, generator=generator, dtype=F64)
+    y0 = torch.randn(6, 2, generator=generator, dtype=F64)
+    t = torch.linspace(0, 4, 9, dtype=F64)
+    a = torch.tensor([[-0.5, 1.0], [-1.0, -0.3]], dtype=F64)
+    field = lambda s, y, v: torch.tanh(y @ a + v) - 0.1 * y * s
+    fused, plain = _both(lambda: odelab.solve(field, y0, t, u=u, interpolation=interpolation, rtol=1e-8, atol=1e-10,
+                                              jump_times=[1.3]))
+    _same_steps(fused, plain, atol=1e-12)
+
+
+def test_against_the_closed_form():
+    """y' = λ y with per-sample λ: y(t) = y0 e^{λ t} within the tolerance, at every output time (the outputs are
+    the continuous extension of the step containing them, written as the step is accepted)."""
+    lam = torch.linspace(-2.0, 0.5, 64, dtype=F64)
+    y0 = torch.linspace(0.5, 1.5, 64, dtype=F64).unsqueeze(1)
+    t = torch.linspace(0, 3, 301, dtype=F64)
+    with torch.no_grad():
+        sol = odelab.solve(lambda s, y: lam.unsqueeze(1) * y, y0, t, rtol=1e-10, atol=1e-12)
+    exact = y0 * torch.exp(lam.unsqueeze(1) * t.unsqueeze(0))
+    assert (sol.y[..., 0] - exact).abs().max() / exact.abs().max() < 1e-8
+    assert torch.equal(sol.y[:, 0], y0)
+
+
+def test_nonfinite_sample_fails_alone():
+    """A sample that blows up (y' = y², y0 = 1: y = 1/(1 − t)) fails alone, with NaN outputs after its failure
+    (the step underflows as h → 0 near t = 1), as in the torch loop; the others finish."""
+    y0 = torch.tensor([[1.0], [0.5], [-0.5]], dtype=F64)
+    t = torch.linspace(0, 2, 11, dtype=F64)
+    fused, plain = _both(lambda: odelab.solve(lambda s, y: y ** 2, y0, t, throw=False))  # y = 1/(1/y0 − t): blows up
+    assert fused.status.tolist() == [Status.STEP_UNDERFLOW, Status.SUCCESS, Status.SUCCESS]
+    assert fused.y[0, 6:].isnan().all() and not fused.y[0, :6].isnan().any()
+    _same_steps(fused, plain, atol=1e-9)
+    exact = 1.0 / (1.0 / y0[1:] - t)
+    assert (fused.y[1:, :, 0] - exact).abs().max() < 1e-5
+
+
+def test_gradients_use_the_torch_loop():
+    """A solve that records gradients runs the torch loop (the kernels have no backward); y0 requiring grad."""
+    y0 = torch.tensor([[1.0, 0.0]], dtype=F64, requires_grad=True)
+    t = torch.linspace(0, 1, 5, dtype=F64)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_step.FusedLoop, "segment", lambda *args: pytest.fail("fused loop under autograd"))
+        sol = odelab.solve(VanDerPol(mu=torch.tensor(1.0, dtype=F64)), y0, t)
+    (grad,) = torch.autograd.grad(sol.y[:, -1, 0].sum(), y0)
+    assert torch.isfinite(grad).all()
+
+
+def test_failed_build_falls_back(monkeypatch):
+    """No compiler: one warning, and the solve runs the torch loop with the same result."""
+    y0 = torch.tensor([[1.0, 0.0]], dtype=F64)
+    t = torch.linspace(0, 1, 5, dtype=F64)
+    system = VanDerPol(mu=torch.tensor(1.0, dtype=F64))
+    with torch.no_grad():
+        reference = odelab.solve(system, y0, t)
+        monkeypatch.setattr(fused_step.LIBRARY, "_done", False)
+        monkeypatch.setattr(fused_step.LIBRARY, "_library", None)
+        monkeypatch.setattr(fused_step.LIBRARY, "_failure", None)
+        monkeypatch.setattr(native, "compiler", lambda: None)
+        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+            fallback = odelab.solve(system, y0, t)
+    assert torch.allclose(fallback.y, reference.y, rtol=0, atol=1e-12)
+    assert not math.isnan(fallback.y.sum().item())
