@@ -114,7 +114,7 @@ def test_nonfinite_sample_fails_alone():
     fused, plain = _both(lambda: odelab.solve(lambda s, y: y ** 2, y0, t, throw=False))  # y = 1/(1/y0 − t): blows up
     assert fused.status.tolist() == [Status.STEP_UNDERFLOW, Status.SUCCESS, Status.SUCCESS]
     assert fused.y[0, 6:].isnan().all() and not fused.y[0, :6].isnan().any()
-    _same_steps(fused, plain, atol=1e-9)
+    _same_steps(fused, plain, atol=1e-7)  # relative: y ≈ 4e6 at t = 1, round-off amplified by the blow-up
     exact = 1.0 / (1.0 / y0[1:] - t)
     assert (fused.y[1:, :, 0] - exact).abs().max() < 1e-5
 
