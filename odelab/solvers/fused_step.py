@@ -44,10 +44,14 @@ template <typename T> inline T max_nan(T a, T b) { return (a != a || b != b) ? s
 // Every elementwise loop runs over the flat (B·D) state with the step size expanded per element (h_elem), so
 // that it vectorises whatever D is; only the controller loops over samples.
 
-// sizes B D; pointers t h landing points h_step t_land landed h_elem
+// Large states split their loops between ``threads`` OpenMP threads (torch's thread count, passed by the caller;
+// blocks of BLOCK elements, each block's loops vectorised); a build without OpenMP ignores the pragmas.
+constexpr i64 BLOCK = 4096;
+
 template <typename S>
-void begin(i64 B, i64 D, const double* t, const double* h, const i64* landing, const double* points,
+void begin(i64 B, i64 D, int threads, const double* t, const double* h, const i64* landing, const double* points,
            double* h_step, double* t_land, u8* landed, S* __restrict h_elem) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (i64 b = 0; b < B; ++b) {
     const double target = points[landing[b]], gap = target - t[b];
     const bool l = (h[b] >= gap) || (t[b] + h[b] >= target);
@@ -59,35 +63,45 @@ void begin(i64 B, i64 D, const double* t, const double* h, const i64* landing, c
   }
 }
 
-// out = y + Σ_j w_j (h k_j), term by term (the torch path's order: each increment h k_j rounded, then added)
+template <typename F> void in_blocks(i64 E, int threads, F f) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (i64 c = 0; c < E; c += BLOCK) f(c, E - c < BLOCK ? E - c : BLOCK);
+}
+
+// out = y + Σ_j w_j (h k_j) on elements [first, first + n), term by term (the torch path's order: each increment
+// h k_j rounded, then added)
 template <typename S>
-void combine(i64 E, const S* __restrict y, S* const* k, i64 J, const double* w, const S* __restrict h_elem,
-             S* __restrict out) {
-  for (i64 e = 0; e < E; ++e) out[e] = y[e];
+void combine(i64 first, i64 n, const S* __restrict y, S* const* k, i64 J, const double* w,
+             const S* __restrict h_elem, S* __restrict out) {
+  y += first; h_elem += first; out += first;
+  for (i64 e = 0; e < n; ++e) out[e] = y[e];
   for (i64 j = 0; j < J; ++j) {
     const S wj = S(w[j]);
-    const S* __restrict kj = k[j];
-    for (i64 e = 0; e < E; ++e) out[e] = out[e] + wj * (h_elem[e] * kj[e]);
+    const S* __restrict kj = k[j] + first;
+    for (i64 e = 0; e < n; ++e) out[e] = out[e] + wj * (h_elem[e] * kj[e]);
   }
 }
 
-// Σ_j w_j (h k_j) over the nonzero w_j (zero where there is none)
+// Σ_j w_j (h k_j) over the nonzero w_j (zero where there is none), on elements [first, first + n)
 template <typename S>
-void increments(i64 E, S* const* k, i64 J, const double* w, const S* __restrict h_elem, S* __restrict out) {
+void increments(i64 first, i64 n, S* const* k, i64 J, const double* w, const S* __restrict h_elem,
+                S* __restrict out) {
+  h_elem += first; out += first;
   bool started = false;
   for (i64 j = 0; j < J; ++j) {
     if (w[j] == 0.0) continue;
     const S wj = S(w[j]);
-    const S* __restrict kj = k[j];
-    if (started) for (i64 e = 0; e < E; ++e) out[e] = out[e] + wj * (h_elem[e] * kj[e]);
-    else for (i64 e = 0; e < E; ++e) out[e] = wj * (h_elem[e] * kj[e]);
+    const S* __restrict kj = k[j] + first;
+    if (started) for (i64 e = 0; e < n; ++e) out[e] = out[e] + wj * (h_elem[e] * kj[e]);
+    else for (i64 e = 0; e < n; ++e) out[e] = wj * (h_elem[e] * kj[e]);
     started = true;
   }
-  if (!started) for (i64 e = 0; e < E; ++e) out[e] = S(0);
+  if (!started) for (i64 e = 0; e < n; ++e) out[e] = S(0);
 }
 
 template <typename S>
-void stage_times(i64 B, const double* t, const double* h, double c, S* t_col, double* t_exact) {
+void stage_times(i64 B, int threads, const double* t, const double* h, double c, S* t_col, double* t_exact) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (i64 b = 0; b < B; ++b) {
     t_col[b] = S(t[b]) + S(c) * S(h[b]);
     if (t_exact) t_exact[b] = t[b] + c * h[b];
@@ -122,28 +136,32 @@ struct Control {
 
 // the end of an attempt, in place on the loop state; returns the number of samples still active
 template <typename S>
-i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool has_dt_max, const Control& q,
+i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool has_dt_max, int threads,
+           const Control& q,
            const double* b_err, const double* dense_t, S* __restrict y, const S* __restrict y_new, S* const* k,
            S* __restrict k1, S* __restrict coef, S* __restrict ratio, const S* __restrict h_elem, double* t,
            double* h, const double* h_step, const double* t_land, const u8* landed, S* prev, i64* landing,
            i64* steps, i64* code, u8* active, i64* accepted, double t_stop, double t_end, double* last_t,
            double* last_h, S* last_y, S* last_coef, const double* out_times, S* out, i64* next) {
   const i64 E = B * D;
-  // continuous-extension coefficients, (m, B·D): row p = Σ_i P_ip (h k_i)
-  for (i64 p = 0; p < m; ++p) increments(E, k, stages, dense_t + p * stages, h_elem, coef + p * E);
-  // the squared error ratio per element, err / (atol + rtol max(|y|, |y_new|))
-  increments(E, k, stages, b_err, h_elem, ratio);
   const S rtol = S(q.rtol), atol = S(q.atol);
-  for (i64 e = 0; e < E; ++e) {
-    const S scale = max_nan(std::fabs(y[e]), std::fabs(y_new[e])) * rtol + atol;
-    const S x = ratio[e] / scale;
-    ratio[e] = x * x;
-  }
+  in_blocks(E, threads, [&](i64 first, i64 n) {
+    // continuous-extension coefficients, (m, B·D): row p = Σ_i P_ip (h k_i)
+    for (i64 p = 0; p < m; ++p) increments(first, n, k, stages, dense_t + p * stages, h_elem, coef + p * E);
+    // the squared error ratio per element, err / (atol + rtol max(|y|, |y_new|))
+    increments(first, n, k, stages, b_err, h_elem, ratio);
+    for (i64 e = first; e < first + n; ++e) {
+      const S scale = max_nan(std::fabs(y[e]), std::fabs(y_new[e])) * rtol + atol;
+      const S x = ratio[e] / scale;
+      ratio[e] = x * x;
+    }
+  });
   const S inv_dim = S(1.0 / double(D)), tiny = S(1e-20), floor_log = S(std::log(1e-8));
   const S half_alpha = S(-q.alpha / 2), half_beta = S(q.beta / 2), log_safety = S(std::log(q.safety));
   const S fmin = S(q.factor_min), fmax = S(q.factor_max);
   const S* __restrict k_new = k[stages - 1];
   i64 still = 0;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static) reduction(+ : still)
   for (i64 b = 0; b < B; ++b) {
     const i64 o = b * D;
     S r2 = 0;
@@ -190,27 +208,29 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
   return still;
 }
 
+template <typename S> void stage(const i64* n, void* const* p, const double* s) {
+  const i64 B = n[0], E = n[0] * n[1], J = n[2];
+  const int threads = int(n[3]);
+  in_blocks(E, threads, [&](i64 first, i64 count) {
+    combine<S>(first, count, (const S*)p[0], (S* const*)(p + 7), J, s + 1, (const S*)p[3], (S*)p[1]);
+  });
+  stage_times<S>(B, threads, (const double*)p[5], (const double*)p[4], s[0], (S*)p[2], (double*)p[6]);
+}
+
 }  // namespace
 
 extern "C" {
-// sizes (B, D); pointers h_elem t h landing points h_step t_land landed
+// sizes (B, D, threads); pointers h_elem t h landing points h_step t_land landed
 void rk_begin(int f64, const i64* n, void* const* p, const double*) {
-  if (f64) begin<double>(n[0], n[1], (const double*)p[1], (const double*)p[2], (const i64*)p[3],
+  if (f64) begin<double>(n[0], n[1], int(n[2]), (const double*)p[1], (const double*)p[2], (const i64*)p[3],
                          (const double*)p[4], (double*)p[5], (double*)p[6], (u8*)p[7], (double*)p[0]);
-  else begin<float>(n[0], n[1], (const double*)p[1], (const double*)p[2], (const i64*)p[3], (const double*)p[4],
+  else begin<float>(n[0], n[1], int(n[2]), (const double*)p[1], (const double*)p[2], (const i64*)p[3], (const double*)p[4],
                     (double*)p[5], (double*)p[6], (u8*)p[7], (float*)p[0]);
 }
 
-// sizes (B, D, J); pointers y out t_col h_elem h t t_exact(or null) k_0 … k_{J-1}; scalars c a_0 … a_{J-1}
+// sizes (B, D, J, threads); pointers y out t_col h_elem h t t_exact(or null) k_0 … k_{J-1}; scalars c a_0 … a_{J-1}
 void rk_stage(int f64, const i64* n, void* const* p, const double* s) {
-  const i64 B = n[0], E = n[0] * n[1], J = n[2];
-  if (f64) {
-    combine<double>(E, (const double*)p[0], (double* const*)(p + 7), J, s + 1, (const double*)p[3], (double*)p[1]);
-    stage_times<double>(B, (const double*)p[5], (const double*)p[4], s[0], (double*)p[2], (double*)p[6]);
-  } else {
-    combine<float>(E, (const float*)p[0], (float* const*)(p + 7), J, s + 1, (const float*)p[3], (float*)p[1]);
-    stage_times<float>(B, (const double*)p[5], (const double*)p[4], s[0], (float*)p[2], (double*)p[6]);
-  }
+  if (f64) stage<double>(n, p, s); else stage<float>(n, p, s);
 }
 
 // sizes (B, D, m, J); pointers last_y last_coef (B·D, m) t last_t last_h out_times out next: the outputs at or
@@ -226,7 +246,7 @@ void rk_emit(int f64, const i64* n, void* const* p, const double*) {
   }
 }
 
-// sizes (B, D, stages, m, J, check_max_steps, has_dt_max); pointers
+// sizes (B, D, stages, m, J, check_max_steps, has_dt_max, threads); pointers
 //   0 y, 1 y_new, 2 k1, 3 coef (m, B·D), 4 ratio (B·D), 5 h_elem, 6 prev, 7 last_y, 8 last_coef (B·D, m), 9 out,
 //   10 t, 11 h, 12 h_step, 13 t_land, 14 landed, 15 landing, 16 steps, 17 code, 18 active, 19 accepted,
 //   20 t_stop, 21 t_end, 22 last_t, 23 last_h, 24 out_times, 25 next, 26… k_0 … k_{stages-1};
@@ -236,7 +256,7 @@ i64 rk_finish(int f64, const i64* n, void* const* p, const double* s) {
   const Control q{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13]};
   const i64 stages = n[2];
 #define ODELAB_FINISH(S)                                                                                         \
-  return finish<S>(n[0], n[1], stages, n[3], n[4], n[5] != 0, n[6] != 0, q, s + 14, s + 14 + stages, (S*)p[0],  \
+  return finish<S>(n[0], n[1], stages, n[3], n[4], n[5] != 0, n[6] != 0, int(n[7]), q, s + 14, s + 14 + stages, (S*)p[0],  \
                    (const S*)p[1], (S* const*)(p + 26), (S*)p[2], (S*)p[3], (S*)p[4], (const S*)p[5],            \
                    (double*)p[10], (double*)p[11], (const double*)p[12], (const double*)p[13], (const u8*)p[14],  \
                    (S*)p[6], (i64*)p[15], (i64*)p[16], (i64*)p[17], (u8*)p[18], (i64*)p[19],                     \
@@ -249,7 +269,8 @@ i64 rk_finish(int f64, const i64* n, void* const* p, const double* s) {
 """
 
 
-LIBRARY = NativeLibrary("odelab_rk", SOURCE, flags=("-ffp-contract=off",))
+LIBRARY = NativeLibrary("odelab_rk", SOURCE, flags=("-ffp-contract=off",), optional_flags=("-fopenmp",))
+PARALLEL_ELEMENTS = 1 << 16  # states of at least this many elements (batch × dim) use torch's thread count
 _SUCCESS = int(Status.SUCCESS)
 
 
@@ -319,9 +340,11 @@ class FusedLoop:
         ys = [None] + [torch.empty_like(y) for _ in range(1, stages)]
         t_cols = [None] + [y.new_empty(batch, 1) for _ in range(1, stages)]
         t_exact = [None] + [torch.empty_like(t) if s.exact_time else None for _ in range(1, stages)]
-        begin_args = (self.f64, sizes(batch, dim), _pointers([h_elem, t, h, landing, s.landing, h_step, t_land, landed]),
+        # torch's threads for a large state (a parallel region costs a few µs: small ones run serial)
+        threads = torch.get_num_threads() if batch * dim >= PARALLEL_ELEMENTS else 1
+        begin_args = (self.f64, sizes(batch, dim, threads), _pointers([h_elem, t, h, landing, s.landing, h_step, t_land, landed]),
                       None)
-        stage_args = [None] + [(self.f64, sizes(batch, dim, len(self.stage_rows[i])),
+        stage_args = [None] + [(self.f64, sizes(batch, dim, len(self.stage_rows[i]), threads),
                                 _pointers([y, ys[i], t_cols[i], h_elem, h_step, t, t_exact[i]]
                                           + [k1] * len(self.stage_rows[i])), self.stage_scalars[i])
                                for i in range(1, stages)]
@@ -332,7 +355,7 @@ class FusedLoop:
         slots = {j: [(stage_args[i][2], 7 + self.stage_rows[i].index(j))
                      for i in range(1, stages) if j in self.stage_rows[i]] + [(finish_pointers, 26 + j)]
                  for j in range(1, stages)}
-        finish_sizes = sizes(batch, dim, stages, m, len(out_times), 0, int(s.dt_max < math.inf))
+        finish_sizes = sizes(batch, dim, stages, m, len(out_times), 0, int(s.dt_max < math.inf), threads)
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         going, attempted = int(active.sum()), 0
         keep = []  # the field's values of this attempt (their addresses are in the argument arrays)

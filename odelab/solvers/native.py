@@ -75,10 +75,14 @@ class NativeLibrary:
 
     ``link_torch``: link ``libtorch_cpu`` for the BLAS inside it (MKL's ``sgemm_``/``dgemm_``, declared weak in
     the source). ``flags``: extra compiler flags (e.g. ``-ffp-contract=off`` where results must match torch's
-    rounding step by step)."""
+    rounding step by step); ``optional_flags``: tried first, dropped when the build fails with them (``-fopenmp``:
+    a compiler without OpenMP builds the serial kernels, whose pragmas it ignores)."""
 
-    def __init__(self, name: str, source: str, *, link_torch: bool = False, flags: tuple[str, ...] = ()):
+    def __init__(self, name: str, source: str, *, link_torch: bool = False, flags: tuple[str, ...] = (),
+                 optional_flags: tuple[str, ...] = ()):
         self.name, self.source, self.link_torch, self.extra_flags = name, source, link_torch, list(flags)
+        self.optional_flags = list(optional_flags)
+        self.flags: list[str] = []  # the flags of the loaded build
         self._lock = threading.Lock()
         self._library: ctypes.CDLL | None = None
         self._failure: str | None = None
@@ -105,22 +109,38 @@ class NativeLibrary:
             version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.SubprocessError) as err:
             raise RuntimeError(f"the C++ compiler {cxx} does not run: {err}") from err
-        key = hashlib.sha256("\n".join([self.source, " ".join(flags + links), version, torch.__version__,
-                                        _cpu_signature(), platform.machine()]).encode()).hexdigest()[:16]
-        root = cache_root()
-        path = root / f"{self.name}_{key}.so"
-        if not path.exists():
+        # with the optional flags first (OpenMP), then without them; a failed build leaves a marker so that later
+        # processes do not retry it
+        error = ""
+        for extra in ([self.optional_flags, []] if self.optional_flags else [[]]):
+            key = hashlib.sha256("\n".join([self.source, " ".join(flags + extra + links), version, torch.__version__,
+                                            _cpu_signature(), platform.machine()]).encode()).hexdigest()[:16]
+            root = cache_root()
+            path = root / f"{self.name}_{key}.so"
+            failed = path.with_suffix(".failed")
+            if path.exists():
+                break
+            if failed.exists():
+                error = failed.read_text()
+                continue
             root.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=root, prefix="build-") as tmp:
                 src = Path(tmp) / f"{self.name}.cpp"
                 src.write_text(self.source)
                 out = Path(tmp) / path.name
                 tic = time.perf_counter()
-                proc = subprocess.run([cxx, *flags, str(src), "-o", str(out), *links], capture_output=True, text=True)
+                proc = subprocess.run([cxx, *flags, *extra, str(src), "-o", str(out), *links], capture_output=True,
+                                      text=True)
                 if proc.returncode != 0:
-                    raise RuntimeError(f"compiling {self.name} failed ({cxx}):\n{proc.stderr[-2000:]}")
+                    error = f"compiling {self.name} failed ({cxx} {' '.join(extra)}):\n{proc.stderr[-2000:]}"
+                    failed.write_text(error)
+                    continue
                 self.build_seconds = time.perf_counter() - tic
                 os.replace(out, path)  # atomic: a concurrent build of the same key writes the same file
+                break
+        else:
+            raise RuntimeError(error)
+        self.flags = flags + extra + links
         library = ctypes.CDLL(str(path))
         self.path = path
         return library

@@ -145,3 +145,37 @@ def test_failed_build_falls_back(monkeypatch):
             fallback = odelab.solve(system, y0, t)
     assert torch.allclose(fallback.y, reference.y, rtol=0, atol=1e-12)
     assert not math.isnan(fallback.y.sum().item())
+
+
+def test_threads_give_the_same_result():
+    """A state of ≥ 2^16 elements splits the kernels' loops between torch's threads (OpenMP): elementwise work and
+    per-sample reductions are unchanged, so the result is bitwise the serial one."""
+    generator = torch.Generator().manual_seed(1)
+    y0 = torch.randn(fused_step.PARALLEL_ELEMENTS // 2 + 3, 2, generator=generator, dtype=F64)
+    t = torch.linspace(0, 2, 5, dtype=F64)
+    system = VanDerPol(mu=torch.rand(y0.shape[0], generator=generator, dtype=F64) * 3)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            with torch.no_grad():
+                results.append(odelab.solve(system, y0, t, rtol=1e-6, atol=1e-8))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0].y, results[1].y)
+    assert torch.equal(results[0].stats["steps"], results[1].stats["steps"])
+
+
+def test_optional_flags_are_dropped_when_they_fail(tmp_path, monkeypatch):
+    """A compiler that rejects an optional flag (OpenMP missing) builds the library without it, once: the failed
+    build leaves a marker that the next build reads instead of compiling again."""
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path))
+    source = 'extern "C" int answer() { return 42; }\n'
+    library = native.NativeLibrary("odelab_test", source, optional_flags=("-fno-such-option-odelab",))
+    assert library.available(), library.failure()
+    assert library.library().answer() == 42
+    assert "-fno-such-option-odelab" not in library.flags
+    assert len(list((tmp_path / "torch_extensions").glob("odelab_test_*.failed"))) == 1
+    again = native.NativeLibrary("odelab_test", source, optional_flags=("-fno-such-option-odelab",))
+    assert again.available() and again.build_seconds is None  # loaded, nothing compiled
