@@ -275,14 +275,16 @@ _SUCCESS = int(Status.SUCCESS)
 
 
 def usable(solver, y: Tensor, k1: Tensor) -> bool:
-    """Whether the fused loop can run this solve: CPU, float32/float64, no delays (their history reads the
-    step records), no forward-mode delay tangents, and no gradient to record (grad mode off, or neither the state
-    nor f(t0, y0) requires one)."""
-    if (solver.device.type != "cpu" or solver.dtype not in (torch.float32, torch.float64) or solver.sensitive
-            or solver.history is not None):
+    """Whether the fused loop can run this solve: CPU, float32/float64, no forward-mode delay tangents, and no
+    gradient to record (grad mode off, or none of the state, f(t0, y0), a learnable delay or the system's
+    parameters requires one)."""
+    if solver.device.type != "cpu" or solver.dtype not in (torch.float32, torch.float64) or solver.sensitive:
         return False
-    if torch.is_grad_enabled() and (y.requires_grad or k1.requires_grad):
-        return False
+    if torch.is_grad_enabled():  # f(t0, y0) may not show every dependence: a delay or a parameter read later
+        if y.requires_grad or k1.requires_grad or any(tau is not None for tau in solver.learnable):
+            return False
+        if isinstance(solver.system, torch.nn.Module) and any(p.requires_grad for p in solver.system.parameters()):
+            return False
     return LIBRARY.available()
 
 
@@ -359,7 +361,12 @@ class FusedLoop:
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         going, attempted = int(active.sum()), 0
         keep = []  # the field's values of this attempt (their addresses are in the argument arrays)
+        # a delay system's dense history reads the steps' records (start, length, state, coefficients, end)
+        records = None if s.history is None else [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
         while going:
+            if records is not None:  # the history's window of records must reach back τ_max for every sample
+                while bool(s.history.load(records, t, active)):
+                    s.history.window *= 2
             if s.restarts:  # samples sitting on a jump of f re-evaluate their first stage
                 restart = s.on_jump(active, landing, t)
                 if bool(restart.any()):
@@ -388,7 +395,11 @@ class FusedLoop:
                     array[slot] = address
             attempted += 1
             finish_sizes[5] = int(attempted >= budget)
+            if records is not None:  # the kernel updates y and t in place
+                before = (t.clone(), h_step.clone(), y.clone())
             going = self.finish(self.f64, finish_sizes, finish_pointers, self.finish_scalars)
+            if records is not None:
+                records.append((*before, coef.t().clone(), t.clone()))  # a copy (.contiguous() may alias it)
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times)).unsqueeze(0) >= written.unsqueeze(1)

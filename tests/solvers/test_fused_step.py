@@ -179,3 +179,17 @@ def test_optional_flags_are_dropped_when_they_fail(tmp_path, monkeypatch):
     assert len(list((tmp_path / "torch_extensions").glob("odelab_test_*.failed"))) == 1
     again = native.NativeLibrary("odelab_test", source, optional_flags=("-fno-such-option-odelab",))
     assert again.available() and again.build_seconds is None  # loaded, nothing compiled
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_delay_systems(batch):
+    """Mackey–Glass (τ = 17) from per-sample constant histories: the dense history reads the fused loop's step
+    records (copies of the state and coefficients the kernels then overwrite; with one sample and one state
+    the coefficient block's transpose is already "contiguous", so only a real copy keeps it). Same steps as the
+    torch loop, values to round-off."""
+    from odelab.systems import MackeyGlass
+
+    y0 = torch.linspace(0.5, 1.2, batch, dtype=F64).unsqueeze(1)
+    t = torch.linspace(0, 120, 61, dtype=F64)
+    fused, plain = _both(lambda: odelab.solve(MackeyGlass(), y0, t, history=y0, rtol=1e-7, atol=1e-9))
+    _same_steps(fused, plain, atol=1e-8)  # round-off grows over the 120 time units of this oscillation
