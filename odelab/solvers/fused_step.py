@@ -1,20 +1,25 @@
-"""The adaptive loop's arithmetic around the vector field as three C++ kernels (the eager CPU path without
-gradients): an attempted step of an explicit pair costs the field's evaluations plus ``stages + 1`` calls, where
-the torch path spends ~100 small ops (stage sums, error norm, PI controller, accept/reject, dense coefficients).
+"""The adaptive loop's arithmetic around the vector field as C++ kernels (the CPU path of solves that record no
+gradient): an attempted step of an explicit pair costs the field's evaluations plus ``stages + 1`` kernel calls,
+where the torch loop spends ~100 small ops (stage sums, error norm, PI controller, accept/reject, dense
+coefficients) and then stacks and searches its step records for the outputs.
 
 - ``rk_begin``: the step clipped onto each sample's next landing point: h_step = min(h, target − t), whether it
   lands there, the time after it;
 - ``rk_stage``: Y_i = y + Σ_j a_ij (h k_j) and the stage time t + c_i h (state dtype; float64 too when the field
   reads exact times);
 - ``rk_finish``: err = Σ_i b_err_i (h k_i), the squared RMS ratio, accept, the PI factor, the next h, the
-  landing index, the failure codes, the continuous-extension coefficients C_p = Σ_i P_ip (h k_i) and the new
-  (y, k1) -- the equations of :mod:`.adaptive`, in the same order of operations per element (stage increments
+  landing index, the failure codes, the continuous-extension coefficients C_p = Σ_i P_ip (h k_i), the outputs
+  inside each accepted step (y + θ (C_1 + θ (C_2 + …)), as the torch loop's dense output) and the new (y, k1),
+  in place -- the equations of :mod:`.adaptive`, in the same order of operations per element (stage increments
   rounded to the state dtype before they are summed; ``-ffp-contract=off``: no fused multiply-adds that torch
-  would not do). Sums over stages and the RMS run in another order than torch's matrix products, so the results
-  agree with the torch path to rounding, and an accept/reject decision can differ only at ratio = 1 ± 1 ulp.
+  would not do);
+- ``rk_emit``: the outputs a segment owes from the last accepted step before it.
 
-The k_i are the field's raw values; the state, the k_i and the coefficients are float32 or float64 (one dtype),
-times and steps float64, counters int64, masks bool. Built on first use (:class:`.native.NativeLibrary`, ~1 s).
+Sums over stages and the RMS run in another order than torch's matrix products, so the values agree with the
+torch loop to round-off and the steps are the same, except where the controller amplifies round-off (stiff,
+stability-limited steps; float32 error estimates). The state, the k_i and the coefficients are float32 or float64
+(one dtype), times and steps float64, counters int64, masks bool. Built on first use
+(:class:`.native.NativeLibrary`, ~1-2 s, with OpenMP where the compiler has it).
 """
 from __future__ import annotations
 
@@ -295,8 +300,8 @@ def _pointers(tensors) -> ctypes.Array:
 class FusedLoop:
     """The adaptive loop of :class:`.adaptive._Integrator` with the arithmetic around the field in :data:`SOURCE`'s
     kernels, on state buffers updated in place (fixed addresses: the kernels' argument arrays are built once per
-    segment); the outputs are written as the steps are accepted (no step records), and the loop reads the number
-    of active samples from the last kernel's return value."""
+    segment); the outputs are written as the steps are accepted (step records are kept only for a delay system's
+    history), and the loop reads the number of active samples from the last kernel's return value."""
 
     def __init__(self, solver):
         tab, opts = solver.tab, solver.opts
