@@ -146,9 +146,11 @@ TABLES = {
                        "19; seeds 1235 and 1236 reach 100 %), on all three GRU seeds, on LEM seed 1235 and on LSTM seed "
                        "1235 (its last epoch); every run keeps its best validation epoch, so a collapsed seed enters "
                        "the mean at its accuracy before the collapse. τ-GRU still has the highest mean and LSTM the "
-                       "lowest, as in Table 5. Preset paper-clip (the paper preset with gradient-norm clipping at 1.0): "
-                       "τ-GRU 100 % on all three seeds, seed 1234 included; the baselines were not run under it "
-                       "(about 10 min per run on one CPU thread)"),
+                       "lowest, as in Table 5. Preset paper-clip (the paper preset with gradient-norm clipping at 1.0, "
+                       "no collapse): τ-GRU 100 % on all three seeds, seed 1234 included; the baselines stay far "
+                       "below (GRU 73.7, LSTM 78, LEM 85.5 on average, 63-92 % per seed), so clipping, not the "
+                       "model, decides whether τ-GRU's paper-preset runs collapse; "
+                       "LSTM is not the lowest there (GRU is)"),
     "copy": Table("cross-entropy", "", f"{TAU_GRU}, Fig. 7 (curves only, no numbers)", {"": {}},
                   ("taugru", "lem", "lstm"), "taugru",
                   "the paper gives no alphabet, model size, lr, batch, clipping or iterations; ours: Arjovsky et al.'s "
