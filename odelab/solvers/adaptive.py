@@ -576,11 +576,7 @@ class _Integrator:
         # while the stage times stay plain
         h_hk = _dual(h_col) if self.sensitive else h_col
         inp = self.held_input(landing)
-        end_col = None
-        if self.restarts:  # stages ending a step on a jump of f see the time one ulp before it
-            ends_on_jump = (landed & self.end_jump.index_select(0, landing)).unsqueeze(1)
-            end_col = torch.add(t_col, h_col)
-            end_col = torch.where(ends_on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)), end_col)
+        end_col = self.end_time(t_col, h_col, landed, landing) if self.restarts else None
         hk = [h_hk * k1]
         for i in range(1, stages):
             y_i = y
@@ -658,6 +654,13 @@ class _Integrator:
         carry, (times, ys, coefs) = scan(one, (y, k1, t, h, prev, landing, steps, code, active, accepted),
                                          torch.empty(length, device=y.device))
         return (*carry, (times[..., 0], times[..., 1], ys, coefs, times[..., 2]))
+
+    def end_time(self, t_col: Tensor, h_col: Tensor, landed: Tensor, landing: Tensor) -> Tensor:
+        """t + h as (batch, 1) in the state's dtype, one ulp before it where the step lands on a jump of f: the
+        stages that end such a step see the left limit."""
+        ends_on_jump = (landed & self.end_jump.index_select(0, landing)).unsqueeze(1)
+        end_col = torch.add(t_col, h_col)
+        return torch.where(ends_on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)), end_col)
 
     def on_jump(self, active: Tensor, landing: Tensor, t: Tensor) -> Tensor:
         """The active samples sitting on a jump of f (the landing point before ``landing``): their first stage is

@@ -383,10 +383,7 @@ class FusedLoop:
             inp = s.held_input(landing)
             end_col = None
             if s.restarts:  # stages ending a step on a jump of f see the time one ulp before it
-                ends_on_jump = (landed & s.end_jump.index_select(0, landing)).unsqueeze(1)
-                end_col = torch.add(t.to(dtype), h_step.to(dtype)).unsqueeze(1)
-                end_col = torch.where(ends_on_jump, torch.nextafter(end_col, torch.full_like(end_col, -math.inf)),
-                                      end_col)
+                end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed, landing)
             keep.clear()
             for i in range(1, stages):
                 self.stage(*stage_args[i])
