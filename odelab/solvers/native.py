@@ -172,11 +172,6 @@ class NativeLibrary:
             raise RuntimeError(f"the fused CPU kernels ({self.name}) are unavailable: {self._failure}")
         return self._library
 
-    def reset(self) -> None:
-        """Forget this process's build (tests: the next :meth:`available` tries again)."""
-        self._library, self._failure, self._done = None, None, False
-        self._functions.clear()
-
     def call(self, name: str, tensors, sizes=(), scalars=()) -> None:
         """``NAME(f64, sizes, pointers, scalars)`` of the source: ``tensors`` (None for a null pointer) must be
         contiguous CPU tensors; f64 says whether the first of them is float64 (the caller guarantees the dtypes
