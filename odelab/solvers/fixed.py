@@ -6,6 +6,7 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from ..systems.base import State, System
+from . import fused_fixed
 from .field import Field
 from .breakpoints import collect, nodes_near
 from .grid import step_grid
@@ -30,6 +31,10 @@ def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, 
     field.inp_tensor_time = isinstance(path, FunctionInput)
     record = set(out_index)
     blocks = len(state)
+
+    fused = fused_fixed.stepper(scheme, system, state, reuse_stages=True)
+    if fused is not None:  # no gradient to record: the stage sums in C++, the outputs written in place
+        return _run_fused(system, fused, field, state, t_tensor, grid, record, path, edges)
 
     def run(first: int, last: int, *start: Tensor) -> tuple[Tensor, ...]:
         """Steps first..last-1 from ``start``; returns the recorded states (flattened) then the final state."""
@@ -57,3 +62,24 @@ def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, 
         outputs.extend(tuple(flat[i:i + blocks]) for i in range(0, len(flat) - blocks, blocks))
         state = tuple(flat[-blocks:])
     return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=(len(grid) - 1) * scheme.stages)
+
+
+def _run_fused(system: System, fused: fused_fixed.FusedExplicitRK, field: Field, state: State, t_tensor: Tensor,
+               grid: list[float], record: set[int], path: InputPath | None, edges: set[int]) -> Solution:
+    """The steps of :func:`solve_fixed` by :class:`.fused_fixed.FusedExplicitRK`, each recorded state written into
+    its output row (stacked as :func:`.solution.finish` would, unless a step fell back to the torch path)."""
+    steps = len(grid) - 1
+    rows = fused_fixed.Outputs(state, 1 + sum(1 for k in range(1, steps + 1) if k in record))
+    outputs = [rows.views[0]]
+    for k in range(steps):
+        ta, tb = grid[k], grid[k + 1]
+        if path is not None:
+            field.inp = path.segment(ta, tb)
+        if edges:
+            field.edges = (ta, tb, k in edges, k + 1 in edges)
+        recorded = k + 1 in record
+        state = fused.step(field, ta, state, tb - ta, rows.take() if recorded else None)
+        if recorded:
+            outputs.append(state)
+    stacked = None if fused.torch_path else rows.stacked()
+    return finish(system, t_tensor, outputs, steps=steps, nfe=steps * fused.scheme.stages, stacked=stacked)

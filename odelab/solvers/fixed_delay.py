@@ -45,6 +45,7 @@ from ..systems.base import State, System
 from .breakpoints import collect, nodes_near
 from .cache import inductor_options, keep_compiled_code
 from .compiled import BatchDynamic, own_code, tracing_options
+from . import fused_fixed
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
@@ -442,14 +443,15 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     if compile and not (static and path is None and not edges and not tensor_time(system)):
         raise ValueError("compile: fixed-step DDE solves compile explicit RK schemes with fixed (not learnable) "
                          "delays, without an input u or jump_times")
+    stacked = None
     if static:
         # left limits f(t_k⁻) are stored at the jump nodes only when some read interpolates (as by time)
-        outputs, nfe = _steps_static(system, scheme, state, grid, path, edges, phi, taus, plan,
-                                     jumps if hermite else set(), tol, record, compile)
+        outputs, nfe, stacked = _steps_static(system, scheme, state, grid, path, edges, phi, taus, plan,
+                                              jumps if hermite else set(), tol, record, compile)
     else:
         outputs, nfe = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
                                       moving, tol, record)
-    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe)
+    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe, stacked=stacked)
 
 
 _CHUNK = 96  # steps whose reads are resolved at a time (and whose past is released together): a multiple of _BLOCK
@@ -457,18 +459,24 @@ _CHUNK = 96  # steps whose reads are resolved at a time (and whose past is relea
 
 def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[float], path: InputPath | None,
                   edges: set[int], phi: History, taus: list[float], plan: list[tuple[int | None, ...]],
-                  left_at: set[int], tol: float, record: set[int], compile: bool = False) -> tuple[list[State], int]:
+                  left_at: set[int], tol: float, record: set[int],
+                  compile: bool = False) -> tuple[list[State], int, tuple[Tensor, ...] | None]:
     """The steps of an explicit RK scheme with fixed delays, every delayed read resolved a chunk of steps ahead
     (:class:`_StaticReads`): the loop runs the scheme and looks values up, no search, no host sync. Returns
-    the states at the nodes in ``record`` (after y0) and the evaluation count. ``compile``: runs of
-    :data:`_BLOCK` steps whose delays all read stages of steps before the run go through one compiled call
-    (:func:`_compiled_block`)."""
+    the states at the nodes in ``record`` (after y0), the evaluation count and, when the steps wrote them in place
+    (:mod:`.fused_fixed`: a solve that records no gradient on a CPU), those states stacked batch first.
+    ``compile``: runs of :data:`_BLOCK` steps whose delays all read stages of steps before the run go through one
+    compiled call (:func:`_compiled_block`)."""
     reads, reach = _StaticReads(grid, taus, list(scheme.tableau.c), plan, left_at, tol), max(taus)
     field = _StaticField(system, phi, state, plain=path is None and not edges and not tensor_time(system))
     field.inp_tensor_time = isinstance(path, FunctionInput)
     block = _compiled_block(system, scheme.tableau, state) if compile and field.plain else None
     grid_tensor = torch.tensor(grid, dtype=torch.float64, device=state[0].device) if block is not None else None
     outputs, steps = [state], len(grid) - 1
+    fused = None if compile else fused_fixed.stepper(scheme, system, state)
+    if fused is not None:
+        written = fused_fixed.Outputs(state, 1 + sum(1 for k in range(1, steps + 1) if k in record))
+        outputs = [written.views[0]]
     with tracing_options() if block is not None else contextlib.nullcontext():
         for first in range(0, steps, _CHUNK):
             rows, left_reads = reads.chunk(first, min(first + _CHUNK, steps))
@@ -496,13 +504,17 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
                 if edges:
                     field.edges = (ta, tb, k in edges, k + 1 in edges)
                 field.begin(row)
-                state = scheme.step(field, ta, state, tb - ta)
+                if fused is not None:
+                    state = fused.step(field, ta, state, tb - ta, written.take() if k + 1 in record else None)
+                else:
+                    state = scheme.step(field, ta, state, tb - ta)
                 if k + 1 in left_reads:  # f(t_{k+1}⁻) for the Hermite data: still this step's input segment
                     field.left[k + 1] = field.evaluate(tb, state, left_reads[k + 1])
                 field.states.append(state)
                 if k + 1 in record:
                     outputs.append(state)
-    return outputs, field.evaluations
+    stacked = written.stacked() if fused is not None and not fused.torch_path else None
+    return outputs, field.evaluations, stacked
 
 
 # steps per compiled call of a fixed-delay solve with compile=True (delays of at least as many steps): they share

@@ -13,7 +13,8 @@ coefficients) and then stacks and searches its step records for the outputs.
   in place -- the equations of :mod:`.adaptive`, in the same order of operations per element (stage increments
   rounded to the state dtype before they are summed; ``-ffp-contract=off``: no fused multiply-adds that torch
   would not do);
-- ``rk_emit``: the outputs a segment owes from the last accepted step before it.
+- ``rk_emit``: the outputs a segment owes from the last accepted step before it;
+- ``rk_combine``: a fixed step's stage sum or update over every state block (:mod:`.fused_fixed`).
 
 Sums over stages and the RMS run in another order than torch's matrix products, so the values agree with the
 torch loop to round-off and the steps are the same, except where the controller amplifies round-off (stiff,
@@ -213,6 +214,19 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
   return still;
 }
 
+// out = y + Σ_j w_j k_j on elements [first, first + n), term by term with fused multiply-adds: what the fixed-step
+// torch path's torch.add(x, k_j, alpha=w_j) computes on a CPU, bit for bit
+template <typename S>
+void axpys(i64 first, i64 n, const S* __restrict y, S* __restrict out, void* const* k, i64 J, const double* w) {
+  y += first; out += first;
+  for (i64 e = 0; e < n; ++e) out[e] = y[e];
+  for (i64 j = 0; j < J; ++j) {
+    const S wj = S(w[j]);
+    const S* __restrict kj = (const S*)k[j] + first;
+    for (i64 e = 0; e < n; ++e) out[e] = std::fma(wj, kj[e], out[e]);
+  }
+}
+
 template <typename S> void stage(const i64* n, void* const* p, const double* s) {
   const i64 B = n[0], E = n[0] * n[1], J = n[2];
   const int threads = int(n[3]);
@@ -236,6 +250,20 @@ void rk_begin(int f64, const i64* n, void* const* p, const double*) {
 // sizes (B, D, J, threads); pointers y out t_col h_elem h t t_exact(or null) k_0 … k_{J-1}; scalars c a_0 … a_{J-1}
 void rk_stage(int f64, const i64* n, void* const* p, const double* s) {
   if (f64) stage<double>(n, p, s); else stage<float>(n, p, s);
+}
+
+// sizes (blocks, J, threads, E_0 … E_{blocks-1}); pointers per block y out k_0 … k_{J-1}; scalars w_0 … w_{J-1}:
+// out = y + Σ_j w_j k_j for every state block (a fixed step's stage sum, w_j = h a_ij, or its update, w_j = h b_j)
+void rk_combine(int f64, const i64* n, void* const* p, const double* w) {
+  const i64 blocks = n[0], J = n[1];
+  const int threads = int(n[2]);
+  for (i64 b = 0; b < blocks; ++b) {
+    void* const* q = p + b * (2 + J);
+    in_blocks(n[3 + b], threads, [&](i64 first, i64 count) {
+      if (f64) axpys<double>(first, count, (const double*)q[0], (double*)q[1], q + 2, J, w);
+      else axpys<float>(first, count, (const float*)q[0], (float*)q[1], q + 2, J, w);
+    });
+  }
 }
 
 // sizes (B, D, m, J); pointers last_y last_coef (B·D, m) t last_t last_h out_times out next: the outputs at or
@@ -288,9 +316,14 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
     if torch.is_grad_enabled():  # f(t0, y0) may not show every dependence: a delay or a parameter read later
         if y.requires_grad or k1.requires_grad or any(tau is not None for tau in solver.learnable):
             return False
-        if isinstance(solver.system, torch.nn.Module) and any(p.requires_grad for p in solver.system.parameters()):
+        if trainable(solver.system):
             return False
     return LIBRARY.available()
+
+
+def trainable(system) -> bool:
+    """Whether ``system`` has a parameter that requires grad (a callable's own module included: it is a submodule)."""
+    return isinstance(system, torch.nn.Module) and any(p.requires_grad for p in system.parameters())
 
 
 def _pointers(tensors) -> ctypes.Array:

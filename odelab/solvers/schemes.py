@@ -64,9 +64,12 @@ class ExplicitRK(Scheme):
         self.name, self.order, self.stages = tableau.name, tableau.order, tableau.stages
 
     def step(self, field, t, state, dt):
+        return self.finish_step(field, t, state, dt, [])
+
+    def finish_step(self, field, t, state, dt, ks: list):
+        """The step from its first ``len(ks)`` stages' derivatives ``ks``: the other stages, then the update."""
         tab = self.tableau
-        ks = []
-        for c, row in zip(tab.c, tab.a):
+        for c, row in zip(tab.c[len(ks):], tab.a[len(ks):]):
             stage = state
             for a, k in zip(row, ks):
                 if a != 0.0:

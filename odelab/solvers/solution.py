@@ -69,9 +69,11 @@ class Solution:
         return "; ".join(lines)
 
 
-def finish(system, t_tensor: Tensor, outputs: list[tuple[Tensor, ...]], steps, nfe, extra_stats=None, status=None) -> Solution:
-    """Stack recorded states batch-first and attach per-sample stats and status (non-finite detection)."""
-    ys = tuple(torch.stack(block, dim=1) for block in zip(*outputs))
+def finish(system, t_tensor: Tensor, outputs: list[tuple[Tensor, ...]], steps, nfe, extra_stats=None, status=None,
+           stacked: tuple[Tensor, ...] | None = None) -> Solution:
+    """Stack recorded states batch-first (``stacked``: already so) and attach per-sample stats and status
+    (non-finite detection)."""
+    ys = stacked if stacked is not None else tuple(torch.stack(block, dim=1) for block in zip(*outputs))
     batch, device = ys[0].shape[0], ys[0].device
     finite = torch.stack([torch.isfinite(y).flatten(1).all(1) for y in ys]).all(0)
     if status is None:
