@@ -2,6 +2,9 @@
 odelab's fixed-step DDE rk4 against torchdde's RK4 in the same run, the τ-GRU paper's data recipe (256
 trajectories, T0 ~ U(0, 1) as a constant history, [0, 400], dt = 0.1, 4001 output times).
 
+odelab runs eagerly (its fixed-step engine: the stage sums in C++, :mod:`odelab.solvers.fused_fixed`), the same
+loop with the sums as torch ops ("torch path", the same bits), and with ``compile=True``.
+
 Accuracy: both against an independent reference, scipy DOP853 (rtol 1e-12) by the method of steps on
 [kδ, (k+1)δ] with the previous interval's dense output as the delayed term; odelab rk4 at dt/16 is
 reported beside it as a check of the reference.
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 
 import odelab
+from odelab.solvers import fused_fixed
 from odelab.solvers.fixed_delay import _BLOCK
 
 C, GAMMA, DELTA = 0.93, 0.49, 4.8
@@ -98,6 +102,15 @@ def main() -> None:
 
     run_compiled = lambda: run_odelab(compile=True)
 
+    def run_torch_path():
+        """The eager loop with the stage sums as torch ops (the fused fixed-step engine switched off)."""
+        usable = fused_fixed.usable
+        fused_fixed.usable = lambda *args: False
+        try:
+            return run_odelab()
+        finally:
+            fused_fixed.usable = usable
+
     def run_torchdde():
         def field(t, y, func_args, history):
             T_delayed = history[0]
@@ -112,10 +125,13 @@ def main() -> None:
     run_odelab()  # warm-up
     (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of _BLOCK steps
     odelab_times, odelab_cpu, ours = timed(run_odelab, args.repeats)
+    torch_path_times, torch_path_cpu, ours_torch_path = timed(run_torch_path, args.repeats)
     compiled_times, compiled_cpu, ours_compiled = timed(run_compiled, args.repeats)
     torchdde_times, torchdde_cpu, theirs = timed(run_torchdde, args.torchdde_repeats)
     later_times, later_cpu, _ = timed(run_odelab, args.repeats)  # odelab before and after torchdde: the same load
     odelab_times, odelab_cpu = odelab_times + later_times, odelab_cpu + later_cpu
+    later_times, later_cpu, _ = timed(run_torch_path, args.repeats)
+    torch_path_times, torch_path_cpu = torch_path_times + later_times, torch_path_cpu + later_cpu
     later_times, later_cpu, _ = timed(run_compiled, args.repeats)
     compiled_times, compiled_cpu = compiled_times + later_times, compiled_cpu + later_cpu
     load_after = os.getloadavg()
@@ -145,6 +161,10 @@ def main() -> None:
         "odelab": {"method": "rk4 (stage-aligned reads resolved before the loop: 4.8 = 48 dt)", "seconds": odelab_times,
                    "median_seconds": odelab_median, "cpu_seconds": odelab_cpu, "median_cpu_seconds": odelab_cpu_median,
                    **errors(ours_np)},
+        "odelab torch path": {"method": "rk4, the same loop with the stage sums as torch ops (fused_fixed off)",
+                              "seconds": torch_path_times, "median_seconds": statistics.median(torch_path_times),
+                              "cpu_seconds": torch_path_cpu, "median_cpu_seconds": statistics.median(torch_path_cpu),
+                              "bitwise_equal_to_fused": bool(torch.equal(ours, ours_torch_path))},
         "odelab compiled": {"method": f"rk4, compile=True (blocks of {_BLOCK} steps per torch.compile'd call)",
                             "first_call_seconds": compile_seconds, "seconds": compiled_times,
                             "median_seconds": compiled_median, "cpu_seconds": compiled_cpu,
@@ -153,6 +173,7 @@ def main() -> None:
                      "seconds": torchdde_times, "median_seconds": torchdde_median, "cpu_seconds": torchdde_cpu,
                      "median_cpu_seconds": torchdde_cpu_median, **errors(theirs_np)},
         "speedup_odelab_vs_torchdde": torchdde_median / odelab_median,
+        "speedup_fused_vs_torch_path": statistics.median(torch_path_times) / odelab_median,
         "speedup_odelab_vs_torchdde_cpu_time": torchdde_cpu_median / odelab_cpu_median,
         "speedup_odelab_compiled_vs_torchdde": torchdde_median / compiled_median,
         "speedup_odelab_compiled_vs_torchdde_cpu_time": torchdde_cpu_median / compiled_cpu_median,
@@ -168,11 +189,12 @@ def main() -> None:
     }
 
     print()
-    print(f"{'solver':<16} {'median s':>10} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
-    for name in ("odelab", "odelab compiled", "torchdde"):
+    print(f"{'solver':<18} {'median s':>8} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
+    for name in ("odelab", "odelab torch path", "odelab compiled", "torchdde"):
         r = result[name]
-        print(f"{name:<16} {r['median_seconds']:>10.3f} {r['median_cpu_seconds']:>13.3f} {r['max_abs_error']:>14.2e} "
-              f"{r['max_abs_error_kept_window']:>14.2e}")
+        error = result["odelab"] if name == "odelab torch path" else r  # the same bits
+        print(f"{name:<18} {r['median_seconds']:>8.3f} {r['median_cpu_seconds']:>13.3f} {error['max_abs_error']:>14.2e} "
+              f"{error['max_abs_error_kept_window']:>14.2e}")
     print(f"speed-up odelab vs torchdde: {result['speedup_odelab_vs_torchdde']:.1f}x wall, "
           f"{result['speedup_odelab_vs_torchdde_cpu_time']:.1f}x cpu time; compiled "
           f"{result['speedup_odelab_compiled_vs_torchdde']:.1f}x wall (first call {compile_seconds:.1f} s);  "
