@@ -12,7 +12,10 @@ coefficients) and then stacks and searches its step records for the outputs.
   inside each accepted step (y + θ (C_1 + θ (C_2 + …)), as the torch loop's dense output) and the new (y, k1),
   in place -- the equations of :mod:`.adaptive`, in the same order of operations per element (stage increments
   rounded to the state dtype before they are summed; ``-ffp-contract=off``: no fused multiply-adds that torch
-  would not do);
+  would not do, explicit ones where it does: addcmul's in the Horner sums); for a delay system it also pushes
+  each accepted step onto the sample's ring of records (:class:`NativeHistory`);
+- ``rk_history``: a delay system's y(t − τ) per sample from its ring (the torch loop's ``_History.at``: the same
+  record, θ and Horner sum, bit for bit; φ(t − τ) before t0);
 - ``rk_emit``: the outputs a segment owes from the last accepted step before it;
 - ``rk_combine``: a fixed step's stage sum or update over every state block (:mod:`.fused_fixed`).
 
@@ -115,7 +118,7 @@ void stage_times(i64 B, int threads, const double* t, const double* h, double c,
 }
 
 // y(τ) = y + θ (C_1 + θ (C_2 + … θ C_m)) at the outputs τ ≤ until of sample b not written yet, θ = (τ − start) / h
-// (the torch path's Horner order); C_p of element e at coef[e · stride_e + p · stride_p]. The outputs are
+// (the torch path's Horner order, with its addcmul's fused multiply-adds); C_p of element e at coef[e · stride_e + p · stride_p]. The outputs are
 // (J, B, D): the samples of a batch move through the output times together, so that one attempt's writes fall
 // into a few rows (a (B, J, D) layout cost a TLB miss per sample and attempt: FHN 1280, 186 -> 80 us a call)
 template <typename S>
@@ -128,8 +131,8 @@ void emit(i64 b, i64 B, i64 D, i64 m, i64 J, double start, double h, double unti
     for (i64 d = 0; d < D; ++d) {
       const i64 e = b * D + d;
       S acc = coef[e * stride_e + (m - 1) * stride_p];
-      for (i64 p = m - 2; p >= 0; --p) acc = coef[e * stride_e + p * stride_p] + theta * acc;
-      o[d] = y[e] + theta * acc;
+      for (i64 p = m - 2; p >= 0; --p) acc = std::fma(theta, acc, coef[e * stride_e + p * stride_p]);
+      o[d] = std::fma(theta, acc, y[e]);
     }
   }
   next[b] = j;
@@ -140,6 +143,36 @@ struct Control {
   double underflow, nonfinite, max_steps_code, success;
 };
 
+// A delay solve's dense history: per sample, a ring of its last W accepted steps (start, length, end, state,
+// continuous-extension coefficients (D, m)), count[b] of them pushed so far (slot = index mod W). W = 0: none.
+struct Ring {
+  i64 W;
+  double *start, *length, *end;
+  void *y, *coef;
+  i64* count;
+  double reach, eps;  // how far back reads go (τ_max) and the round-off allowance of t − τ
+};
+
+template <typename S>
+void push(const Ring& r, i64 b, i64 D, i64 m, double start, double h, double end, const S* y, const S* coef, i64 E) {
+  const i64 w = r.count[b] % r.W, at = b * r.W + w;
+  r.start[at] = start; r.length[at] = h; r.end[at] = end;
+  S* ry = (S*)r.y + at * D;
+  S* rc = (S*)r.coef + at * D * m;
+  for (i64 d = 0; d < D; ++d) {
+    ry[d] = y[b * D + d];
+    for (i64 p = 0; p < m; ++p) rc[d * m + p] = coef[p * E + b * D + d];
+  }
+  r.count[b] += 1;
+}
+
+// whether sample b's next push would overwrite a record that reads at times ≥ t − reach may still select (the
+// oldest kept record when the ring is full): then the ring must grow first
+inline bool ring_full(const Ring& r, i64 b, double t) {
+  const i64 n = r.count[b];
+  return n >= r.W && r.end[b * r.W + n % r.W] >= t - r.reach - r.eps;
+}
+
 // the end of an attempt, in place on the loop state; returns the number of samples still active
 template <typename S>
 i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool has_dt_max, int threads,
@@ -148,7 +181,8 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
            S* __restrict k1, S* __restrict coef, S* __restrict ratio, const S* __restrict h_elem, double* t,
            double* h, const double* h_step, const double* t_land, const u8* landed, S* prev, i64* landing,
            i64* steps, i64* code, u8* active, i64* accepted, double t_stop, double t_end, double* last_t,
-           double* last_h, S* last_y, S* last_coef, const double* out_times, S* out, i64* next) {
+           double* last_h, S* last_y, S* last_coef, const double* out_times, S* out, i64* next, const Ring& ring,
+           i64* grow) {
   const i64 E = B * D;
   const S rtol = S(q.rtol), atol = S(q.atol);
   in_blocks(E, threads, [&](i64 first, i64 n) {
@@ -166,8 +200,8 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
   const S half_alpha = S(-q.alpha / 2), half_beta = S(q.beta / 2), log_safety = S(std::log(q.safety));
   const S fmin = S(q.factor_min), fmax = S(q.factor_max);
   const S* __restrict k_new = k[stages - 1];
-  i64 still = 0;
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static) reduction(+ : still)
+  i64 still = 0, full = 0;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static) reduction(+ : still, full)
   for (i64 b = 0; b < B; ++b) {
     const i64 o = b * D;
     S r2 = 0;
@@ -186,6 +220,7 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
     const double ta = acc ? t_land[b] : t0;
     if (acc) {  // outputs inside the step, then the step becomes the sample's last accepted one
       emit(b, B, D, m, J, t0, hs, ta, y, coef, 1, E, out_times, out, next);
+      if (ta > t0 && ring.W > 0) push(ring, b, D, m, t0, hs, ta, y, coef, E);
       if (ta > t0) {
         last_t[b] = t0; last_h[b] = hs;
         for (i64 d = 0; d < D; ++d) {
@@ -210,8 +245,45 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
     const bool going = (c == i64(q.success)) && (ta < t_stop);
     active[b] = going;
     still += going;
+    if (ring.W > 0 && going) full += ring_full(ring, b, ta);
   }
+  if (grow) *grow = full;
   return still;
+}
+
+// y(s_b) per sample from its ring, s_b in the past of the solve: the record of the first step ending at or after
+// s − eps (``right``: the first ending after max(s, t0) + eps), y + θ (C_1 + θ (C_2 + …)), θ = (s − start) / length
+// (the torch path's _History.at); before[b] = 1 where the history φ is read instead (s ≤ t0 + eps; ``right``:
+// s < t0 − eps; or no record yet). Returns how many samples read φ.
+template <typename S>
+i64 history(i64 B, i64 D, i64 m, bool right, double t0, const Ring& r, const double* s, S* out, u8* before) {
+  i64 count_before = 0;
+  for (i64 b = 0; b < B; ++b) {
+    const double sb = s[b];
+    const i64 n = r.count[b];
+    const bool phi = (right ? sb < t0 - r.eps : sb <= t0 + r.eps) || n == 0;
+    before[b] = phi;
+    if (phi) { ++count_before; continue; }
+    const double key = right ? (sb < t0 ? t0 : sb) + r.eps : sb - r.eps;
+    // binary search over the kept records (logical indices lo … n − 1, ends ascending)
+    i64 lo = n > r.W ? n - r.W : 0, hi = n - 1;
+    const double* end = r.end + b * r.W;
+    while (lo < hi) {
+      const i64 mid = lo + (hi - lo) / 2;
+      const double e = end[mid % r.W];
+      if (right ? e > key : e >= key) hi = mid; else lo = mid + 1;
+    }
+    const i64 at = b * r.W + lo % r.W;
+    const S theta = S((sb - r.start[at]) / r.length[at]);
+    const S* y = (const S*)r.y + at * D;
+    const S* c = (const S*)r.coef + at * D * m;
+    for (i64 d = 0; d < D; ++d) {
+      S acc = c[d * m + m - 1];
+      for (i64 p = m - 2; p >= 0; --p) acc = std::fma(theta, acc, c[d * m + p]);
+      out[b * D + d] = std::fma(theta, acc, y[d]);
+    }
+  }
+  return count_before;
 }
 
 // out = y + Σ_j w_j k_j on elements [first, first + n), term by term with fused multiply-adds: what the fixed-step
@@ -283,20 +355,32 @@ void rk_emit(int f64, const i64* n, void* const* p, const double*) {
 //   0 y, 1 y_new, 2 k1, 3 coef (m, B·D), 4 ratio (B·D), 5 h_elem, 6 prev, 7 last_y, 8 last_coef (B·D, m), 9 out,
 //   10 t, 11 h, 12 h_step, 13 t_land, 14 landed, 15 landing, 16 steps, 17 code, 18 active, 19 accepted,
 //   20 t_stop, 21 t_end, 22 last_t, 23 last_h, 24 out_times, 25 next, 26… k_0 … k_{stages-1};
+//   26 ring start, 27 length, 28 end, 29 y, 30 coef, 31 count, 32 grow (i64, out), 33… k_0 … k_{stages-1}
+//   (sizes[8] = W, the ring's length, 0 without one);
 // scalars rtol atol alpha beta safety factor_min factor_max dt_min dt_max max_steps underflow nonfinite
-//   max_steps_code success, b_err (stages), P^T (m × stages, row-major). Returns the number still active.
+//   max_steps_code success reach eps, b_err (stages), P^T (m × stages, row-major). Returns the number still active;
+//   *grow = how many active samples' rings are full of records still needed.
 i64 rk_finish(int f64, const i64* n, void* const* p, const double* s) {
   const Control q{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13]};
+  const Ring ring{n[8], (double*)p[26], (double*)p[27], (double*)p[28], p[29], p[30], (i64*)p[31], s[14], s[15]};
   const i64 stages = n[2];
 #define ODELAB_FINISH(S)                                                                                         \
-  return finish<S>(n[0], n[1], stages, n[3], n[4], n[5] != 0, n[6] != 0, int(n[7]), q, s + 14, s + 14 + stages, (S*)p[0],  \
-                   (const S*)p[1], (S* const*)(p + 26), (S*)p[2], (S*)p[3], (S*)p[4], (const S*)p[5],            \
+  return finish<S>(n[0], n[1], stages, n[3], n[4], n[5] != 0, n[6] != 0, int(n[7]), q, s + 16, s + 16 + stages, (S*)p[0],  \
+                   (const S*)p[1], (S* const*)(p + 33), (S*)p[2], (S*)p[3], (S*)p[4], (const S*)p[5],            \
                    (double*)p[10], (double*)p[11], (const double*)p[12], (const double*)p[13], (const u8*)p[14],  \
                    (S*)p[6], (i64*)p[15], (i64*)p[16], (i64*)p[17], (u8*)p[18], (i64*)p[19],                     \
                    *(const double*)p[20], *(const double*)p[21], (double*)p[22], (double*)p[23], (S*)p[7],       \
-                   (S*)p[8], (const double*)p[24], (S*)p[9], (i64*)p[25])
+                   (S*)p[8], (const double*)p[24], (S*)p[9], (i64*)p[25], ring, (i64*)p[32])
   if (f64) { ODELAB_FINISH(double); } else { ODELAB_FINISH(float); }
 #undef ODELAB_FINISH
+}
+
+// sizes (B, D, m, W, right); pointers s (B, float64) out (B, D) before (B, bool) ring start length end y coef count;
+// scalars t0 eps reach. Returns how many samples read the history φ (before[b] set; out[b] left as it was).
+i64 rk_history(int f64, const i64* n, void* const* p, const double* s) {
+  const Ring ring{n[3], (double*)p[3], (double*)p[4], (double*)p[5], p[6], p[7], (i64*)p[8], s[2], s[1]};
+  if (f64) return history<double>(n[0], n[1], n[2], n[4] != 0, s[0], ring, (const double*)p[0], (double*)p[1], (u8*)p[2]);
+  return history<float>(n[0], n[1], n[2], n[4] != 0, s[0], ring, (const double*)p[0], (float*)p[1], (u8*)p[2]);
 }
 }
 """
@@ -330,6 +414,55 @@ def _pointers(tensors) -> ctypes.Array:
     return (ctypes.c_void_p * len(tensors))(*[None if x is None else x.data_ptr() for x in tensors])
 
 
+class NativeHistory:
+    """The dense history of a delay solve in the fused loop: per sample a ring of its last ``window`` accepted steps
+    (start, length, end, state, continuous-extension coefficients), pushed by the finish kernel and read by
+    ``rk_history`` -- the lookups of :class:`.adaptive._History` (same record, same θ, the same Horner sum) without
+    its per-read torch ops. ``at`` has its interface; a ring whose oldest record reads may still need is doubled
+    (``grow``) before the next push would overwrite it."""
+
+    def __init__(self, solver, kernel):
+        torch_history = solver.history
+        self.before, self.eps, self.tau_max, self.t0 = (torch_history.before, torch_history.eps,
+                                                        torch_history.tau_max, torch_history.t0)
+        self.tangents = False
+        self.kernel, self.f64 = kernel, ctypes.c_int(solver.dtype == torch.float64)
+        self.kernel.restype = ctypes.c_int64
+        self.batch, self.dim, self.m, self.dtype = solver.batch, solver.dim, len(solver.tab.dense[0]), solver.dtype
+        self.window = 16
+        b, w, d, m = self.batch, self.window, self.dim, self.m
+        self.start, self.length, self.end = (torch.zeros(b, w, dtype=torch.float64) for _ in range(3))
+        self.y, self.coef = torch.zeros(b, w, d, dtype=self.dtype), torch.zeros(b, w, d, m, dtype=self.dtype)
+        self.count = torch.zeros(b, dtype=torch.int64)
+        self.scalars = (ctypes.c_double * 3)(self.t0, self.eps, self.tau_max)
+
+    def buffers(self) -> list[Tensor]:
+        return [self.start, self.length, self.end, self.y, self.coef, self.count]
+
+    def grow(self) -> None:
+        """Double the rings, each record moving to its slot (index mod 2W) of the longer one."""
+        old, w = self.window, 2 * self.window
+        logical = (self.count.unsqueeze(1) - old).clamp_min(0) + torch.arange(old)  # (B, old) record indices
+        source, target = logical % old, logical % w
+        rows = torch.arange(self.batch).unsqueeze(1)
+        for name in ("start", "length", "end", "y", "coef"):
+            x = getattr(self, name)
+            grown = x.new_zeros(self.batch, w, *x.shape[2:])
+            grown[rows, target] = x[rows, source]
+            setattr(self, name, grown)
+        self.window = w
+
+    def at(self, s: Tensor, right: bool = False) -> Tensor:
+        """y(s) per sample (s: (batch,) float64), as :meth:`.adaptive._History.at`."""
+        s = s.detach().to(torch.float64).contiguous()
+        out = torch.empty(self.batch, self.dim, dtype=self.dtype)
+        before = torch.empty(self.batch, dtype=torch.bool)
+        sizes = (ctypes.c_int64 * 5)(self.batch, self.dim, self.m, self.window, int(right))
+        if self.kernel(self.f64, sizes, _pointers([s, out, before, *self.buffers()]), self.scalars):
+            out = torch.where(before.unsqueeze(1), self.before(s), out)
+        return out
+
+
 class FusedLoop:
     """The adaptive loop of :class:`.adaptive._Integrator` with the arithmetic around the field in :data:`SOURCE`'s
     kernels, on state buffers updated in place (fixed addresses: the kernels' argument arrays are built once per
@@ -348,12 +481,15 @@ class FusedLoop:
                    opts.dt_min, solver.dt_max if solver.dt_max < math.inf else 0.0, float(opts.max_steps),
                    *(float(int(status)) for status in (Status.STEP_UNDERFLOW, Status.NONFINITE, Status.MAX_STEPS,
                                                        Status.SUCCESS))]
-        scalars = control + [float(x) for x in tab.b_err] + dense_t
+        history = solver.history
+        ring = [history.tau_max, history.eps] if history is not None else [0.0, 0.0]
+        scalars = control + ring + [float(x) for x in tab.b_err] + dense_t
         self.finish_scalars = (ctypes.c_double * len(scalars))(*scalars)
         self.f64 = ctypes.c_int(solver.dtype == torch.float64)
         library = LIBRARY.library()
         self.begin, self.stage, self.emit, self.finish = library.rk_begin, library.rk_stage, library.rk_emit, library.rk_finish
         self.finish.restype = ctypes.c_int64
+        self.history_kernel = library.rk_history
 
     def segment(self, carry, t_stop: float, out_times: list[float]) -> tuple:
         """Advance every sample to t ≥ t_stop; returns the outputs at ``out_times`` (batch, len, dim) and the new
@@ -389,52 +525,62 @@ class FusedLoop:
                                           + [k1] * len(self.stage_rows[i])), self.stage_scalars[i])
                                for i in range(1, stages)]
         # where k_j's address goes: (argument array, slot) for every stage that reads it, and the finish kernel
-        finish_pointers = _pointers([y, ys[-1], k1, coef, ratio, h_elem, prev, last_y, last_coef, out, t, h, h_step,
-                                     t_land, landed, landing, steps, code, active, accepted, stop, s.t_end_tensor,
-                                     last_t, last_h, times, written] + [k1] * stages)
+        ring = None if s.history is None else NativeHistory(s, self.history_kernel)
+        grow = torch.zeros(1, dtype=torch.int64)
+
+        def finish_pointers():
+            return _pointers([y, ys[-1], k1, coef, ratio, h_elem, prev, last_y, last_coef, out, t, h, h_step, t_land,
+                              landed, landing, steps, code, active, accepted, stop, s.t_end_tensor, last_t, last_h,
+                              times, written] + (ring.buffers() if ring else [None] * 6) + [grow]
+                             + [k1] * stages)
+
+        finish_args = finish_pointers()
         slots = {j: [(stage_args[i][2], 7 + self.stage_rows[i].index(j))
-                     for i in range(1, stages) if j in self.stage_rows[i]] + [(finish_pointers, 26 + j)]
+                     for i in range(1, stages) if j in self.stage_rows[i]] + [(None, 33 + j)]
                  for j in range(1, stages)}
-        finish_sizes = sizes(batch, dim, stages, m, len(out_times), 0, int(s.dt_max < math.inf), threads)
+        finish_sizes = sizes(batch, dim, stages, m, len(out_times), 0, int(s.dt_max < math.inf), threads,
+                             ring.window if ring else 0)
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         going, attempted = int(active.sum()), 0
         keep = []  # the field's values of this attempt (their addresses are in the argument arrays)
-        # a delay system's dense history reads the steps' records (start, length, state, coefficients, end)
-        records = None if s.history is None else [(carry.last_t, carry.last_h, carry.last_y, carry.last_coef, carry.t)]
-        while going:
-            if records is not None:  # the history's window of records must reach back τ_max for every sample
-                while bool(s.history.load(records, t, active)):
-                    s.history.window *= 2
-            if s.restarts:  # samples sitting on a jump of f re-evaluate their first stage
-                restart = s.on_jump(active, landing, t)
-                if bool(restart.any()):
-                    restarts = restarts + restart
-                    new_y, new_k1 = s.restart(y, k1, t, landing, restart)
-                    y.copy_(new_y)
-                    k1.copy_(new_k1)
-            self.begin(*begin_args)
-            inp = s.held_input(landing)
-            end_col = None
-            if s.restarts:  # stages ending a step on a jump of f see the time one ulp before it
-                end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed, landing)
-            keep.clear()
-            for i in range(1, stages):
-                self.stage(*stage_args[i])
-                t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
-                k_i = s.field(t_exact[i], t_col, ys[i], inp)
-                if k_i.dtype != dtype or not k_i.is_contiguous():
-                    k_i = k_i.to(dtype).contiguous()
-                keep.append(k_i)
-                address = k_i.data_ptr()
-                for array, slot in slots[i]:
-                    array[slot] = address
-            attempted += 1
-            finish_sizes[5] = int(attempted >= budget)
-            if records is not None:  # the kernel updates y and t in place
-                before = (t.clone(), h_step.clone(), y.clone())
-            going = self.finish(self.f64, finish_sizes, finish_pointers, self.finish_scalars)
-            if records is not None:
-                records.append((*before, coef.t().clone(), t.clone()))  # a copy (.contiguous() may alias it)
+        # a delay system's dense history reads the rings of accepted steps that the finish kernel fills
+        torch_history = s.history
+        if ring is not None:
+            s.history = ring
+        try:
+            while going:
+                if s.restarts:  # samples sitting on a jump of f re-evaluate their first stage
+                    restart = s.on_jump(active, landing, t)
+                    if bool(restart.any()):
+                        restarts = restarts + restart
+                        new_y, new_k1 = s.restart(y, k1, t, landing, restart)
+                        y.copy_(new_y)
+                        k1.copy_(new_k1)
+                self.begin(*begin_args)
+                inp = s.held_input(landing)
+                end_col = None
+                if s.restarts:  # stages ending a step on a jump of f see the time one ulp before it
+                    end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed, landing)
+                keep.clear()
+                for i in range(1, stages):
+                    self.stage(*stage_args[i])
+                    t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
+                    k_i = s.field(t_exact[i], t_col, ys[i], inp)
+                    if k_i.dtype != dtype or not k_i.is_contiguous():
+                        k_i = k_i.to(dtype).contiguous()
+                    keep.append(k_i)
+                    address = k_i.data_ptr()
+                    for array, slot in slots[i]:
+                        (finish_args if array is None else array)[slot] = address
+                attempted += 1
+                finish_sizes[5] = int(attempted >= budget)
+                going = self.finish(self.f64, finish_sizes, finish_args, self.finish_scalars)
+                if int(grow):  # a ring holds only records still needed: double it before the next push
+                    ring.grow()
+                    finish_sizes[8] = ring.window
+                    finish_args = finish_pointers()  # its k_i slots: rewritten by the next attempt's stages
+        finally:
+            s.history = torch_history
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times)).unsqueeze(0) >= written.unsqueeze(1)

@@ -183,13 +183,68 @@ def test_optional_flags_are_dropped_when_they_fail(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("batch", [1, 16])
 def test_delay_systems(batch):
-    """Mackey–Glass (τ = 17) from per-sample constant histories: the dense history reads the fused loop's step
-    records (copies of the state and coefficients the kernels then overwrite; with one sample and one state
-    the coefficient block's transpose is already "contiguous", so only a real copy keeps it). Same steps as the
-    torch loop, values to round-off."""
+    """Mackey–Glass (τ = 17) from per-sample constant histories: the dense history reads the rings of accepted
+    steps the finish kernel fills (one sample, one state: the smallest layout). Same steps as the torch loop,
+    values to round-off."""
     from odelab.systems import MackeyGlass
 
     y0 = torch.linspace(0.5, 1.2, batch, dtype=F64).unsqueeze(1)
     t = torch.linspace(0, 120, 61, dtype=F64)
     fused, plain = _both(lambda: odelab.solve(MackeyGlass(), y0, t, history=y0, rtol=1e-7, atol=1e-9))
     _same_steps(fused, plain, atol=1e-8)  # round-off grows over the 120 time units of this oscillation
+
+
+def test_delay_history_rings_grow_and_right_limits():
+    """ENSO (τ = 4.8) from a callable history that differs from y0 at t0 (f jumps at t0 + τ: the re-evaluated first
+    stage reads y0 there, a right limit), at a tolerance whose steps need more records within τ than a ring first
+    holds (it doubles): the torch loop's steps, and the same values to round-off."""
+    from odelab.systems import ENSO
+
+    grown, rights = [], []
+    grow, at = fused_step.NativeHistory.grow, fused_step.NativeHistory.at
+    y0 = torch.tensor([[0.3], [0.9], [-0.4]], dtype=F64)
+    history = lambda s: 0.5 * torch.cos(s) + torch.zeros(3, 1, dtype=F64)
+    t = torch.linspace(0, 30, 31, dtype=F64)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_step.NativeHistory, "grow", lambda self: grown.append(self.window) or grow(self))
+        patch.setattr(fused_step.NativeHistory, "at", lambda self, s, right=False: rights.append(right) or at(self, s, right))
+        fused, plain = _both(lambda: odelab.solve(ENSO(), y0, t, history=history, rtol=1e-9, atol=1e-11))
+    assert grown and grown[0] == 16 and any(rights)
+    _same_steps(fused, plain, atol=1e-10)
+
+
+def test_native_history_reads_its_records():
+    """rk_history against the closed form of the records it holds: two steps of a sample whose continuous extension
+    is y + θ C1 + θ² C2 (dopri5's m = 4 coefficients, the others zero); reads before t0 return φ, and a read at a
+    step boundary takes the step ending there (left) or the one starting there (right)."""
+    from odelab.solvers.adaptive import _Integrator, _Options
+    from odelab.solvers.tableau import ADAPTIVE_TABLEAUX
+    from odelab.systems import MackeyGlass
+
+    y0 = torch.tensor([[1.5], [2.5]], dtype=F64)  # φ: differs from every record's state
+    tableau = ADAPTIVE_TABLEAUX["dopri5"]
+    solver = _Integrator(tableau, MackeyGlass(delta=1.0), y0, [1], [0.0, 3.0], None, None, _Options(tableau))
+    ring = fused_step.NativeHistory(solver, fused_step.LIBRARY.library().rk_history)
+    # sample 0: steps [0, 0.5] and [0.5, 1.25]; sample 1: one step [0, 1]
+    records = {0: [(0.0, 0.5, 1.0, 0.2, -0.1), (0.5, 0.75, 1.07, 0.3, 0.05)], 1: [(0.0, 1.0, 2.0, -1.0, 0.5)]}
+    for b, steps in records.items():
+        for n, (start, length, y, c1, c2) in enumerate(steps):
+            ring.start[b, n], ring.length[b, n], ring.end[b, n] = start, length, start + length
+            ring.y[b, n, 0] = y
+            ring.coef[b, n, 0, :2] = torch.tensor([c1, c2], dtype=F64)
+        ring.count[b] = len(steps)
+
+    def expected(b, s, right=False):
+        for start, length, y, c1, c2 in records[b]:
+            end = start + length
+            if (s < end) if right else (s <= end):
+                theta = (s - start) / length
+                return y + theta * c1 + theta**2 * c2
+        raise AssertionError
+
+    for s, right in [(0.25, False), (0.5, False), (0.5, True), (1.0, False), (-0.3, False), (0.0, True)]:
+        got = ring.at(torch.tensor([s, s], dtype=F64), right)
+        for b in (0, 1):
+            before = (s < 0) if right else (s <= 0)  # the constant history φ = y0 (per sample)
+            want = float(y0[b]) if before else expected(b, s, right)
+            assert abs(float(got[b, 0]) - want) <= 1e-15, (s, right, b)
