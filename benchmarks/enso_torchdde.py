@@ -3,7 +3,8 @@ odelab's fixed-step DDE rk4 against torchdde's RK4 in the same run, the τ-GRU p
 trajectories, T0 ~ U(0, 1) as a constant history, [0, 400], dt = 0.1, 4001 output times).
 
 odelab runs eagerly (its fixed-step engine: the stage sums in C++, :mod:`odelab.solvers.fused_fixed`), the same
-loop with the sums as torch ops ("torch path", the same bits), and with ``compile=True``.
+loop with the sums as torch ops ("torch path", the same bits), and with ``compile=True``; and adaptively (dopri5,
+``--rtol``/``--atol``) with the fused CPU loop and with the torch loop.
 
 Accuracy: both against an independent reference, scipy DOP853 (rtol 1e-12) by the method of steps on
 [kδ, (k+1)δ] with the previous interval's dense output as the delayed term; odelab rk4 at dt/16 is
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 import odelab
-from odelab.solvers import fused_fixed
+from odelab.solvers import fused_fixed, fused_step
 from odelab.solvers.fixed_delay import _BLOCK
 
 C, GAMMA, DELTA = 0.93, 0.49, 4.8
@@ -82,6 +83,8 @@ def main() -> None:
     parser.add_argument("--torchdde-repeats", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rtol", type=float, default=1e-6, help="of the adaptive (dopri5) rows")
+    parser.add_argument("--atol", type=float, default=1e-8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "enso.json"))
     args = parser.parse_args()
@@ -101,6 +104,19 @@ def main() -> None:
             return odelab.solve(system, T0, ts, method="rk4", dt=dt, compile=compile).y
 
     run_compiled = lambda: run_odelab(compile=True)
+
+    def run_adaptive():
+        with torch.no_grad():
+            return odelab.solve(system, T0, ts, method="dopri5", rtol=args.rtol, atol=args.atol).y
+
+    def run_adaptive_torch_loop():
+        """dopri5 with the torch loop (the fused adaptive loop switched off)."""
+        usable = fused_step.usable
+        fused_step.usable = lambda *args: False
+        try:
+            return run_adaptive()
+        finally:
+            fused_step.usable = usable
 
     def run_torch_path():
         """The eager loop with the stage sums as torch ops (the fused fixed-step engine switched off)."""
@@ -126,12 +142,18 @@ def main() -> None:
     (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of _BLOCK steps
     odelab_times, odelab_cpu, ours = timed(run_odelab, args.repeats)
     torch_path_times, torch_path_cpu, ours_torch_path = timed(run_torch_path, args.repeats)
+    adaptive_times, adaptive_cpu, ours_adaptive = timed(run_adaptive, args.repeats)
+    adaptive_torch_times, adaptive_torch_cpu, ours_adaptive_torch = timed(run_adaptive_torch_loop, args.repeats)
     compiled_times, compiled_cpu, ours_compiled = timed(run_compiled, args.repeats)
     torchdde_times, torchdde_cpu, theirs = timed(run_torchdde, args.torchdde_repeats)
     later_times, later_cpu, _ = timed(run_odelab, args.repeats)  # odelab before and after torchdde: the same load
     odelab_times, odelab_cpu = odelab_times + later_times, odelab_cpu + later_cpu
     later_times, later_cpu, _ = timed(run_torch_path, args.repeats)
     torch_path_times, torch_path_cpu = torch_path_times + later_times, torch_path_cpu + later_cpu
+    later_times, later_cpu, _ = timed(run_adaptive, args.repeats)
+    adaptive_times, adaptive_cpu = adaptive_times + later_times, adaptive_cpu + later_cpu
+    later_times, later_cpu, _ = timed(run_adaptive_torch_loop, args.repeats)
+    adaptive_torch_times, adaptive_torch_cpu = adaptive_torch_times + later_times, adaptive_torch_cpu + later_cpu
     later_times, later_cpu, _ = timed(run_compiled, args.repeats)
     compiled_times, compiled_cpu = compiled_times + later_times, compiled_cpu + later_cpu
     load_after = os.getloadavg()
@@ -165,6 +187,17 @@ def main() -> None:
                               "seconds": torch_path_times, "median_seconds": statistics.median(torch_path_times),
                               "cpu_seconds": torch_path_cpu, "median_cpu_seconds": statistics.median(torch_path_cpu),
                               "bitwise_equal_to_fused": bool(torch.equal(ours, ours_torch_path))},
+        "odelab dopri5": {"method": f"dopri5 rtol {args.rtol:g} atol {args.atol:g}, the fused CPU loop (dense history "
+                                    "in per-sample rings of records)", "seconds": adaptive_times,
+                          "median_seconds": statistics.median(adaptive_times), "cpu_seconds": adaptive_cpu,
+                          "median_cpu_seconds": statistics.median(adaptive_cpu),
+                          **errors(ours_adaptive[:, :, 0].cpu().numpy())},
+        "odelab dopri5 torch loop": {"method": "the same solve with the torch loop (fused_step off)",
+                                     "seconds": adaptive_torch_times,
+                                     "median_seconds": statistics.median(adaptive_torch_times),
+                                     "cpu_seconds": adaptive_torch_cpu,
+                                     "median_cpu_seconds": statistics.median(adaptive_torch_cpu),
+                                     **errors(ours_adaptive_torch[:, :, 0].cpu().numpy())},
         "odelab compiled": {"method": f"rk4, compile=True (blocks of {_BLOCK} steps per torch.compile'd call)",
                             "first_call_seconds": compile_seconds, "seconds": compiled_times,
                             "median_seconds": compiled_median, "cpu_seconds": compiled_cpu,
@@ -174,6 +207,7 @@ def main() -> None:
                      "median_cpu_seconds": torchdde_cpu_median, **errors(theirs_np)},
         "speedup_odelab_vs_torchdde": torchdde_median / odelab_median,
         "speedup_fused_vs_torch_path": statistics.median(torch_path_times) / odelab_median,
+        "speedup_dopri5_fused_vs_torch_loop": statistics.median(adaptive_torch_times) / statistics.median(adaptive_times),
         "speedup_odelab_vs_torchdde_cpu_time": torchdde_cpu_median / odelab_cpu_median,
         "speedup_odelab_compiled_vs_torchdde": torchdde_median / compiled_median,
         "speedup_odelab_compiled_vs_torchdde_cpu_time": torchdde_cpu_median / compiled_cpu_median,
@@ -189,11 +223,12 @@ def main() -> None:
     }
 
     print()
-    print(f"{'solver':<18} {'median s':>8} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
-    for name in ("odelab", "odelab torch path", "odelab compiled", "torchdde"):
+    print(f"{'solver':<24} {'median s':>8} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
+    for name in ("odelab", "odelab torch path", "odelab compiled", "odelab dopri5", "odelab dopri5 torch loop",
+                 "torchdde"):
         r = result[name]
         error = result["odelab"] if name == "odelab torch path" else r  # the same bits
-        print(f"{name:<18} {r['median_seconds']:>8.3f} {r['median_cpu_seconds']:>13.3f} {error['max_abs_error']:>14.2e} "
+        print(f"{name:<24} {r['median_seconds']:>8.3f} {r['median_cpu_seconds']:>13.3f} {error['max_abs_error']:>14.2e} "
               f"{error['max_abs_error_kept_window']:>14.2e}")
     print(f"speed-up odelab vs torchdde: {result['speedup_odelab_vs_torchdde']:.1f}x wall, "
           f"{result['speedup_odelab_vs_torchdde_cpu_time']:.1f}x cpu time; compiled "

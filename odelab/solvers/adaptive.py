@@ -241,6 +241,20 @@ def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor, fused: bool = Tr
     return multiply_add(y, theta, acc)
 
 
+# devices whose solves that record no gradient take the Triton loop (:mod:`.triton_step`); the tests add "cpu" to
+# run its kernels under Triton's interpreter
+TRITON_DEVICES = ("cuda",)
+
+
+def _triton_step():
+    """:mod:`.triton_step`, imported on first use (it imports Triton); None where Triton is not installed."""
+    try:
+        from . import triton_step
+    except ImportError:
+        return None
+    return triton_step
+
+
 class _Integrator:
     """The per-sample adaptive loop for one tableau, system, input path and option set."""
 
@@ -341,6 +355,7 @@ class _Integrator:
         self.factor_bounds = (constant(1.0, self.dtype), constant(opts.factor_max, self.dtype))
         self.failure_codes = tuple(constant(c, torch.int64) for c in (_UNDERFLOW, _NONFINITE, _MAX_STEPS))
         self.fused = None  # the loop with the arithmetic around f in C++ kernels (fused_step), built on first use
+        self.triton = None  # its CUDA counterpart with Triton kernels (triton_step)
         self.compiled = self.scanned = None  # the compiled attempt, or the compiled chunk of attempts
         if opts.compile:
             if path is not None or self.history is not None:
@@ -487,6 +502,13 @@ class _Integrator:
                 self.fused = fused_step.FusedLoop(self)
             outputs, fields = self.fused.segment(carry, t_stop, out_times)
             return outputs, _Carry(*fields)
+        if self.device.type in TRITON_DEVICES and self.compiled is None:
+            triton_step = _triton_step()
+            if triton_step is not None and triton_step.usable(self, carry.y, carry.k1):
+                if self.triton is None:
+                    self.triton = triton_step.TritonLoop(self)
+                outputs, fields = self.triton.segment(carry, t_stop, out_times)
+                return outputs, _Carry(*fields)
         scanned = self.scanned is not None and not torch.is_grad_enabled()  # scan has no backward here
         with tracing_options(scalar_outputs=scanned) if self.compiled is not None else contextlib.nullcontext():
             return self._segment(carry, t_stop, out_times, scanned)

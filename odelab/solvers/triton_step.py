@@ -1,0 +1,323 @@
+"""The adaptive loop's arithmetic around the vector field as Triton kernels: the CUDA counterpart of
+:mod:`.fused_step` for solves that record no gradient. An attempted step costs the field's evaluations plus
+``stages`` launches -- where the torch loop launches ~100 small kernels -- and the host reads the loop condition
+once per ``chunk`` attempts (finished samples stay in place inside a chunk), so the stream does not wait on the CPU
+in between.
+
+- :func:`_stage` (one launch per stage i ≥ 1, over the B·D elements): the step clipped onto the sample's next
+  landing point, h = min(h, target − t), and Y_i = y + Σ_j a_ij (h k_j), the stage time t + c_i h (state dtype;
+  float64 too where the field reads exact times);
+- :func:`_finish` (one launch per attempt, a program per 16 samples, the state's width in tiles): err =
+  Σ_i b_err_i (h k_i), the RMS ratio, accept, the PI controller, the failure codes, the continuous-extension
+  coefficients C_p = Σ_i P_ip (h k_i), the outputs inside each accepted step (y + θ (C_1 + θ (C_2 + …)) with
+  fused multiply-adds, as the torch loop's addcmul) and the new (y, k1, t, h, …), in place: the equations of
+  :mod:`.adaptive`, as :mod:`.fused_step`'s ``rk_finish`` computes them.
+
+The values agree with the torch loop to round-off and the steps are the same (float64) except where the
+controller amplifies round-off. Tableau numbers and tolerances are read from float64 tensors (a Python float
+argument would be float32). Scope: ODEs with no jump of f (no hold input, no ``jump_times``; linear and callable
+inputs are fine) -- delay systems and restarts keep the torch loop. Triton is imported with this module, which
+:mod:`.adaptive` loads only for CUDA tensors; the kernels' logic runs on CPU tensors under Triton's interpreter
+(``TRITON_INTERPRET=1``), which is how the tests check it without a GPU.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .fused_step import trainable
+from .solution import Status
+
+_SUCCESS, _UNDERFLOW, _NONFINITE, _MAX_STEPS = (int(s) for s in (Status.SUCCESS, Status.STEP_UNDERFLOW,
+                                                                  Status.NONFINITE, Status.MAX_STEPS))
+_MAX_STAGES = 7  # pointer arguments K0 … K6 (dopri5 and tsit5 have 7 stages)
+_ELEMENTS = 1024  # elements per program of the stage kernel
+_ROWS = 16  # samples per program of the finish kernel
+
+
+def usable(solver, y: Tensor, k1: Tensor) -> bool:
+    """Whether the Triton loop can run this solve: CUDA (or CPU tensors under Triton's interpreter), float32 or
+    float64, an ODE without jumps of f, not compiled, and no gradient to record."""
+    if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive or solver.history is not None:
+        return False
+    if solver.restarts or solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
+        return False
+    if torch.is_grad_enabled() and (y.requires_grad or k1.requires_grad or trainable(solver.system)):
+        return False
+    return True
+
+_INF: tl.constexpr = tl.constexpr(math.inf)
+_LOG_FLOOR: tl.constexpr = tl.constexpr(math.log(1e-8))  # the controller's floor on log ratio² (dopri5.f)
+
+
+@triton.jit
+def _clipped_step(T, H, LANDING, POINTS, rows, mask):
+    """Per sample: (t, h, the step clipped onto its landing point, whether it lands there, the time after it)."""
+    t = tl.load(T + rows, mask=mask, other=0.0)
+    h = tl.load(H + rows, mask=mask, other=0.0)
+    target = tl.load(POINTS + tl.load(LANDING + rows, mask=mask, other=0), mask=mask, other=0.0)
+    gap = target - t
+    landed = (h >= gap) | (t + h >= target)
+    h_step = tl.minimum(h, gap, propagate_nan=tl.PropagateNan.ALL)
+    t_land = tl.where(landed, target, t + h_step)
+    return t, h, h_step, landed, t_land
+
+
+@triton.jit
+def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K4, K5, K6, E, D, first,
+           J: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
+    """Y_i = y + Σ_j a_ij (h k_j) (TAB[first] = c_i, TAB[first + 1 + n] = the n-th nonzero a_ij, K<n> its k_j) and
+    the stage time t + c_i h, written by each sample's first element."""
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < E
+    rows = e // D
+    t, h, h_step, landed, t_land = _clipped_step(T, H, LANDING, POINTS, rows, mask)
+    y = tl.load(Y + e, mask=mask, other=0.0)
+    hs = h_step.to(y.dtype)
+    acc = y
+    if J > 0:
+        acc = acc + tl.load(TAB + first + 1).to(y.dtype) * (hs * tl.load(K0 + e, mask=mask, other=0.0))
+    if J > 1:
+        acc = acc + tl.load(TAB + first + 2).to(y.dtype) * (hs * tl.load(K1 + e, mask=mask, other=0.0))
+    if J > 2:
+        acc = acc + tl.load(TAB + first + 3).to(y.dtype) * (hs * tl.load(K2 + e, mask=mask, other=0.0))
+    if J > 3:
+        acc = acc + tl.load(TAB + first + 4).to(y.dtype) * (hs * tl.load(K3 + e, mask=mask, other=0.0))
+    if J > 4:
+        acc = acc + tl.load(TAB + first + 5).to(y.dtype) * (hs * tl.load(K4 + e, mask=mask, other=0.0))
+    if J > 5:
+        acc = acc + tl.load(TAB + first + 6).to(y.dtype) * (hs * tl.load(K5 + e, mask=mask, other=0.0))
+    if J > 6:
+        acc = acc + tl.load(TAB + first + 7).to(y.dtype) * (hs * tl.load(K6 + e, mask=mask, other=0.0))
+    tl.store(OUT + e, acc, mask=mask)
+    c = tl.load(TAB + first)
+    leading = mask & (e % D == 0)
+    tl.store(T_COL + rows, t.to(y.dtype) + c.to(y.dtype) * hs, mask=leading)
+    if EXACT:
+        tl.store(T_EXACT + rows, t + c * h_step, mask=leading)
+
+
+@triton.jit
+def _weighted_term(acc, TAB, index, K, e, mask, hs):
+    """acc + w (h k), w = TAB[index]; acc itself where w = 0 (the CPU kernel skips zero weights)."""
+    w = tl.load(TAB + index)
+    k = tl.load(K + e, mask=mask, other=0.0)
+    return tl.where(w != 0.0, acc + w.to(k.dtype) * (hs * k), acc)
+
+
+@triton.jit
+def _weighted(TAB, at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S: tl.constexpr):
+    """Σ_i w_i (h k_i) over the S stages, w_i = TAB[at + i]."""
+    acc = _weighted_term(tl.zeros_like(hs), TAB, at, K0, e, mask, hs)
+    if S > 1:
+        acc = _weighted_term(acc, TAB, at + 1, K1, e, mask, hs)
+    if S > 2:
+        acc = _weighted_term(acc, TAB, at + 2, K2, e, mask, hs)
+    if S > 3:
+        acc = _weighted_term(acc, TAB, at + 3, K3, e, mask, hs)
+    if S > 4:
+        acc = _weighted_term(acc, TAB, at + 4, K4, e, mask, hs)
+    if S > 5:
+        acc = _weighted_term(acc, TAB, at + 5, K5, e, mask, hs)
+    if S > 6:
+        acc = _weighted_term(acc, TAB, at + 6, K6, e, mask, hs)
+    return acc
+
+
+@triton.jit
+def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, STEPS, CODE, ACTIVE, ACCEPTED,
+            LAST_T, LAST_H, LAST_Y, LAST_COEF, OUT, OUT_TIMES, NEXT, K0, K1, K2, K3, K4, K5, K6,
+            B, D, J_OUT, check_max_steps, berr_at, dense_at,
+            S: tl.constexpr, M: tl.constexpr, HAS_DT_MAX: tl.constexpr, BB: tl.constexpr, BD: tl.constexpr):
+    """The end of an attempt for BB samples, in place (see the module docstring; CTRL = rtol, atol, α, β, safety,
+    factor_min, factor_max, dt_min, dt_max, max_steps, t_stop, t_end)."""
+    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rmask = rows < B
+    t, h, h_step, landed, t_land = _clipped_step(T, H, LANDING, POINTS, rows, rmask)
+    E = B * D
+    # pass 1: the error ratio and the continuous-extension coefficients (stored (M, B·D) for pass 2)
+    r2 = tl.zeros([BB], dtype=tl.float64)
+    for d0 in range(0, D, BD):
+        cols = d0 + tl.arange(0, BD)
+        mask = rmask[:, None] & (cols < D)[None, :]
+        e = rows[:, None] * D + cols[None, :]
+        y = tl.load(Y + e, mask=mask, other=0.0)
+        hs = tl.broadcast_to(h_step.to(y.dtype)[:, None], [BB, BD])
+        for p in tl.static_range(M):
+            tl.store(COEF + p * E + e, _weighted(TAB, dense_at + p * S, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S),
+                     mask=mask)
+        err = _weighted(TAB, berr_at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S)
+        y_new = tl.load(YNEW + e, mask=mask, other=0.0)
+        scale = tl.maximum(tl.abs(y), tl.abs(y_new)) * tl.load(CTRL).to(y.dtype) + tl.load(CTRL + 1).to(y.dtype)
+        x = err / scale
+        r2 += tl.sum(tl.where(mask, x * x, 0.0), axis=1).to(tl.float64)
+    r2 = r2 / D
+    # the controller (per sample, float64 as the CPU kernel's double parts; the ratio in the state's dtype there)
+    act = tl.load(ACTIVE + rows, mask=rmask, other=0) != 0
+    accept = (r2 <= 1.0) & act
+    log_r2 = tl.log(tl.where(r2 != r2, r2, tl.maximum(r2, 1e-20)))
+    prev = tl.load(PREV + rows, mask=rmask, other=0.0).to(tl.float64)
+    alpha, beta, safety = tl.load(CTRL + 2), tl.load(CTRL + 3), tl.load(CTRL + 4)
+    factor_min, factor_max, dt_min = tl.load(CTRL + 5), tl.load(CTRL + 6), tl.load(CTRL + 7)
+    factor = tl.exp(prev - alpha / 2 * log_r2)
+    factor = tl.where(factor != factor, factor_min, factor)
+    factor = tl.minimum(tl.maximum(factor, factor_min), factor_max)
+    factor = tl.minimum(factor, tl.where(accept, factor_max, 1.0))
+    h_next = tl.where(h_step > 0, h_step, h) * factor
+    if HAS_DT_MAX:
+        h_next = tl.minimum(h_next, tl.load(CTRL + 8), propagate_nan=tl.PropagateNan.ALL)
+    t_after = tl.where(accept, t_land, t)
+    stuck = (act != accept) & ((t + h_next) - t <= dt_min)
+    steps = tl.load(STEPS + rows, mask=rmask, other=0) + act.to(tl.int64)
+    code = tl.load(CODE + rows, mask=rmask, other=0)
+    code = tl.where(stuck, tl.where(r2 < _INF, _UNDERFLOW_CODE, _NONFINITE_CODE), code)
+    t_end = tl.load(CTRL + 11)
+    over = (check_max_steps != 0) & act & (steps.to(tl.float64) >= tl.load(CTRL + 9)) & (t_after < t_end)
+    code = tl.where(over, _MAX_STEPS_CODE, code)
+    prev = tl.where(accept, tl.maximum(log_r2, _LOG_FLOOR) * (beta / 2) + tl.log(safety), prev)
+    going = (code == _SUCCESS_CODE) & (t_after < tl.load(CTRL + 10))
+    tl.store(PREV + rows, prev.to(PREV.dtype.element_ty), mask=rmask)
+    tl.store(H + rows, tl.where(act, h_next, h), mask=rmask)
+    tl.store(T + rows, t_after, mask=rmask)
+    tl.store(STEPS + rows, steps, mask=rmask)
+    tl.store(CODE + rows, code, mask=rmask)
+    tl.store(ACTIVE + rows, going.to(tl.int8), mask=rmask)
+    landing = tl.load(LANDING + rows, mask=rmask, other=0)
+    tl.store(LANDING + rows, landing + (accept & landed).to(tl.int64), mask=rmask)
+    accepted = tl.load(ACCEPTED + rows, mask=rmask, other=0)
+    tl.store(ACCEPTED + rows, accepted + accept.to(tl.int64), mask=rmask)
+    # pass 2: the outputs inside each accepted step, then the step becomes the sample's last accepted one
+    nxt = tl.load(NEXT + rows, mask=rmask, other=0)
+    pending = accept & (nxt < J_OUT)
+    pending = pending & (tl.load(OUT_TIMES + nxt, mask=pending, other=_INF) <= t_after)
+    while tl.max(pending.to(tl.int32), axis=0) > 0:
+        theta = (tl.load(OUT_TIMES + nxt, mask=pending, other=0.0) - t) / tl.where(pending, h_step, 1.0)
+        for d0 in range(0, D, BD):
+            cols = d0 + tl.arange(0, BD)
+            mask = pending[:, None] & (cols < D)[None, :]
+            e = rows[:, None] * D + cols[None, :]
+            y = tl.load(Y + e, mask=mask, other=0.0)
+            th = tl.broadcast_to(theta.to(y.dtype)[:, None], [BB, BD])
+            acc = tl.load(COEF + (M - 1) * E + e, mask=mask, other=0.0)
+            for q in tl.static_range(M - 1):
+                acc = tl.fma(th, acc, tl.load(COEF + (M - 2 - q) * E + e, mask=mask, other=0.0))
+            tl.store(OUT + (nxt[:, None] * B + rows[:, None]) * D + cols[None, :], tl.fma(th, acc, y), mask=mask)
+        nxt = nxt + pending.to(nxt.dtype)
+        pending = pending & (nxt < J_OUT)
+        pending = pending & (tl.load(OUT_TIMES + nxt, mask=pending, other=_INF) <= t_after)
+    tl.store(NEXT + rows, nxt, mask=rmask)
+    moved = accept & (t_after > t)
+    tl.store(LAST_T + rows, t, mask=rmask & moved)
+    tl.store(LAST_H + rows, h_step, mask=rmask & moved)
+    for d0 in range(0, D, BD):
+        cols = d0 + tl.arange(0, BD)
+        inside = rmask[:, None] & (cols < D)[None, :]
+        e = rows[:, None] * D + cols[None, :]
+        keep = inside & moved[:, None]
+        tl.store(LAST_Y + e, tl.load(Y + e, mask=keep, other=0.0), mask=keep)
+        for p in tl.static_range(M):
+            tl.store(LAST_COEF + e * M + p, tl.load(COEF + p * E + e, mask=keep, other=0.0), mask=keep)
+        take = inside & accept[:, None]
+        tl.store(Y + e, tl.load(YNEW + e, mask=take, other=0.0), mask=take)
+        tl.store(K1OUT + e, tl.load(KNEW + e, mask=take, other=0.0), mask=take)
+
+
+_SUCCESS_CODE: tl.constexpr = tl.constexpr(_SUCCESS)
+_UNDERFLOW_CODE: tl.constexpr = tl.constexpr(_UNDERFLOW)
+_NONFINITE_CODE: tl.constexpr = tl.constexpr(_NONFINITE)
+_MAX_STEPS_CODE: tl.constexpr = tl.constexpr(_MAX_STEPS)
+
+
+class TritonLoop:
+    """The adaptive loop of :class:`.adaptive._Integrator` with the arithmetic around the field in the kernels above,
+    on state buffers updated in place; the host reads whether any sample is active once per ``solver.chunk``
+    attempts."""
+
+    def __init__(self, solver):
+        tab, opts = solver.tab, solver.opts
+        self.solver = solver
+        numbers, self.stage_at = [], []
+        for i, row in enumerate(solver.rows):
+            self.stage_at.append(len(numbers))
+            numbers += [tab.c[i], *(a for _, a in row)]
+        self.berr_at = len(numbers)
+        numbers += [float(x) for x in tab.b_err]
+        self.dense_at = len(numbers)
+        self.m = len(tab.dense[0])
+        numbers += [float(w) for column in zip(*tab.dense) for w in column]  # P^T, (m, stages)
+        self.tab = torch.tensor(numbers, dtype=torch.float64, device=solver.device)
+        self.control = [opts.rtol, opts.atol, opts.alpha, opts.beta, opts.safety, opts.factor_min, opts.factor_max,
+                        opts.dt_min, solver.dt_max if solver.dt_max < math.inf else 0.0, float(opts.max_steps)]
+
+    def segment(self, carry, t_stop: float, out_times: list[float]) -> tuple:
+        """As :meth:`.fused_step.FusedLoop.segment`."""
+        s = self.solver
+        batch, dim, m, stages, dtype, device = s.batch, s.dim, self.m, s.tab.stages, s.dtype, s.device
+        state = lambda x: x.detach().clone(memory_format=torch.contiguous_format)
+        y, k1, t, h, prev, landing, steps, accepted, code = (state(getattr(carry, name)) for name in (
+            "y", "k1", "t", "h", "prev", "landing", "steps", "accepted", "code"))
+        last_t, last_h, last_y, last_coef = (state(getattr(carry, name)) for name in (
+            "last_t", "last_h", "last_y", "last_coef"))
+        control = torch.tensor(self.control + [t_stop, s.t_end], dtype=torch.float64, device=device)
+        active = ((code == _SUCCESS) & (t < t_stop)).to(torch.int8)
+        times = torch.tensor(out_times, dtype=torch.float64, device=device)
+        out = y.new_empty(len(out_times), batch, dim)  # (J, B, D), as the CPU kernels write it
+        written = self._emit_before(out, times, t, last_t, last_h, last_y, last_coef)
+        ys = [y] + [torch.empty_like(y) for _ in range(1, stages)]
+        t_cols = [None] + [y.new_empty(batch, 1) for _ in range(1, stages)]
+        t_exact = [None] + [torch.empty_like(t) if s.exact_time else None for _ in range(1, stages)]
+        coef = y.new_empty(m, batch * dim)
+        elements, block_d = batch * dim, min(64, triton.next_power_of_2(max(dim, 1)))
+        stage_grid, finish_grid = (triton.cdiv(elements, _ELEMENTS),), (triton.cdiv(batch, _ROWS),)
+        budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
+        attempted = 0
+        ks = [k1] * _MAX_STAGES
+        while bool(active.any()):  # one host read per chunk
+            for _ in range(s.chunk):
+                for i in range(1, stages):
+                    sources = [ks[j] for j, _ in s.rows[i]]
+                    _stage[stage_grid](y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t, t, h, landing,
+                                       s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))),
+                                       elements, dim, self.stage_at[i], J=len(sources),
+                                       EXACT=t_exact[i] is not None, BLOCK=_ELEMENTS)
+                    k_i = s.field(t_exact[i], t_cols[i], ys[i], None)
+                    if k_i.dtype != dtype or not k_i.is_contiguous():
+                        k_i = k_i.to(dtype).contiguous()
+                    ks[i] = k_i
+                ks[0] = k1
+                attempted += 1
+                _finish[finish_grid](y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev, landing,
+                                     s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
+                                     times, written, *ks, batch, dim, len(out_times), int(attempted >= budget),
+                                     self.berr_at, self.dense_at, S=stages, M=m,
+                                     HAS_DT_MAX=s.dt_max < math.inf, BB=_ROWS, BD=block_d)
+        out = out.transpose(0, 1)
+        if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
+            unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)
+            out = torch.where(unreached.unsqueeze(-1), math.nan, out)
+        return out, (y, k1, t, h, prev, landing, steps, accepted, code, carry.restarts, last_t, last_h, last_y,
+                     last_coef)
+
+    def _emit_before(self, out: Tensor, times: Tensor, t: Tensor, last_t: Tensor, last_h: Tensor, last_y: Tensor,
+                     last_coef: Tensor) -> Tensor:
+        """The outputs at or before each sample's t, from its last accepted step (a segment's start; torch ops, once
+        per segment); returns how many outputs each sample has."""
+        batch, dim = last_y.shape
+        owed = times.unsqueeze(0) <= t.unsqueeze(1)  # (B, J)
+        written = owed.sum(1)
+        if bool(owed.any()):
+            theta = ((times.unsqueeze(0) - last_t.unsqueeze(1)) / last_h.unsqueeze(1)).to(last_y.dtype)  # (B, J)
+            coef = last_coef.view(batch, dim, -1)
+            acc = coef[..., -1].unsqueeze(1).expand(-1, times.shape[0], -1)
+            for p in range(coef.shape[-1] - 2, -1, -1):
+                acc = torch.addcmul(coef[..., p].unsqueeze(1), theta.unsqueeze(-1), acc)
+            value = torch.addcmul(last_y.unsqueeze(1), theta.unsqueeze(-1), acc)  # (B, J, D)
+            out.copy_(torch.where(owed.unsqueeze(-1), value, out.transpose(0, 1)).transpose(0, 1))
+        return written

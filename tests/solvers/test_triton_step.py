@@ -1,0 +1,175 @@
+"""The Triton loop of the adaptive solvers (odelab.solvers.triton_step, the CUDA counterpart of the fused CPU loop):
+the same steps as the torch loop (accepted/rejected counts, statuses, failures) and its values to round-off, for
+every tableau, both dtypes, linear inputs (exact stage times), tstops, dt_max, several outputs inside one step and
+chunks of masked attempts. Without CUDA the kernels run on CPU tensors under Triton's interpreter (tiny problems: it
+interprets every launch); the ``slow`` test compiles them for sm_90 without a GPU."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+pytest.importorskip("triton")
+
+import odelab  # noqa: E402
+from odelab.solvers import Status, adaptive, fused_step, triton_step  # noqa: E402
+from odelab.systems import VanDerPol  # noqa: E402
+
+F64 = torch.float64
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _both(run):
+    """(Triton loop, torch loop) results of ``run()`` without gradients; asserts the Triton loop ran."""
+    calls = []
+    segment = triton_step.TritonLoop.segment
+
+    def counted(self, *args):
+        calls.append(1)
+        return segment(self, *args)
+
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_step, "usable", lambda *args: False)  # the CPU loop would take CPU tensors first
+        patch.setattr(adaptive, "TRITON_DEVICES", ("cuda", "cpu"))
+        patch.setattr(triton_step.TritonLoop, "segment", counted)
+        fused = run()
+        assert calls, "the Triton loop did not run"
+        patch.setattr(triton_step, "usable", lambda *args: False)
+        plain = run()
+    return fused, plain
+
+
+def _same_steps(fused, plain, atol):
+    assert torch.equal(fused.status, plain.status)
+    for key in ("steps", "accepted", "rejected", "nfe"):
+        assert torch.equal(fused.stats[key], plain.stats[key]), key
+    assert torch.allclose(fused.stats["t_final"], plain.stats["t_final"], rtol=1e-9, atol=0)
+    assert torch.equal(fused.y.isnan(), plain.y.isnan())
+    finite = ~plain.y.isnan()
+    assert ((fused.y[finite] - plain.y[finite]).abs() / plain.y[finite].abs().clamp_min(1.0)).max() <= atol
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
+def test_same_steps_as_the_torch_loop(method):
+    """Per-sample stiffness (Van der Pol, μ from 0.1 to 6), a sample failing at max_steps, a tstop and dt_max."""
+    mu = torch.tensor([0.1, 3.0, 6.0, 1.0], dtype=F64, device=DEVICE)
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0], [0.0, 1.0]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 4, 9, dtype=F64, device=DEVICE)
+    max_steps = {"dopri5": 40, "tsit5": 40, "bosh3": 200}[method]
+    kw = dict(method=method, rtol=1e-6, atol=1e-8, max_steps=max_steps, throw=False, tstops=[2.1], dt_max=0.7)
+    fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=mu), y0, t, **kw))
+    assert Status.MAX_STEPS in plain.status.tolist() and Status.SUCCESS in plain.status.tolist()
+    _same_steps(fused, plain, atol=1e-9)
+
+
+def test_float32_and_many_outputs_per_step():
+    """float32 (its step counts may differ from the torch loop's by a few: round-off in the error estimates; both
+    within the tolerance of a float64 truth) and 60 outputs over steps of ~0.1–0.5 (several inside one step: the
+    finish kernel's output loop)."""
+    y0 = torch.tensor([[2.0, 0.0], [0.5, -0.5], [1.0, 1.0]], device=DEVICE)
+    t = torch.linspace(0, 3, 60, device=DEVICE)
+    system = VanDerPol(mu=1.0)
+    fused, plain = _both(lambda: odelab.solve(system, y0, t, rtol=1e-5, atol=1e-7))
+    truth = odelab.solve(system, y0.double(), t.double(), rtol=1e-10, atol=1e-12).y
+    assert fused.y.dtype == torch.float32 and bool(fused.success.all())
+    assert (fused.y.double() - truth).abs().max() <= 1e-4
+    assert (plain.y.double() - truth).abs().max() <= 1e-4
+
+
+def test_linear_input_reads_exact_times():
+    """y' = −y + u(t) with u linear between its samples (the field reads float64 stage times), in chunks of 3
+    attempts per host read (a sample that finishes inside a chunk stays in place)."""
+
+    def f(t, y, u):
+        return -y + u
+
+    u = torch.tensor([[0.0, 1.0, -1.0, 0.5]], dtype=F64, device=DEVICE).unsqueeze(-1).repeat(2, 1, 1)
+    u_times = torch.tensor([0.0, 0.7, 1.3, 2.0], dtype=F64, device=DEVICE)
+    y0 = torch.tensor([[1.0], [-2.0]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 2, 11, dtype=F64, device=DEVICE)
+    fused, plain = _both(lambda: odelab.solve(f, y0, t, u=u, u_times=u_times, interpolation="linear", rtol=1e-8,
+                                              atol=1e-10, chunk=3))
+    _same_steps(fused, plain, atol=1e-12)
+
+
+def test_scope():
+    """Gradients, hold inputs (jumps of f) and delay systems keep the torch loop."""
+    from odelab.solvers.adaptive import _Integrator, _Options
+    from odelab.solvers.inputs import Hold
+    from odelab.solvers.tableau import ADAPTIVE_TABLEAUX
+    from odelab.systems import MackeyGlass
+
+    tableau = ADAPTIVE_TABLEAUX["dopri5"]
+    y0 = torch.ones(2, 2, dtype=F64, device=DEVICE)
+    plain = _Integrator(tableau, VanDerPol(), y0, [2], [0.0, 1.0], None, None, _Options(tableau))
+    assert triton_step.usable(plain, y0, y0)
+    needs_grad = y0.clone().requires_grad_()
+    assert not triton_step.usable(plain, needs_grad, y0)
+    with torch.no_grad():
+        assert triton_step.usable(plain, needs_grad, y0)
+    hold = Hold(torch.zeros(2, 3, 2, dtype=F64, device=DEVICE), [0.0, 0.5, 1.0])
+    held = _Integrator(tableau, odelab.systems.FunctionSystem(lambda t, y, u: -y + u, 2, True), y0, [2], [0.0, 1.0],
+                       hold, None, _Options(tableau))
+    assert not triton_step.usable(held, y0, y0)
+    x0 = torch.ones(2, 1, dtype=F64, device=DEVICE)
+    delayed = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
+    assert not triton_step.usable(delayed, x0, x0)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """Both kernels, every stage count and tableau shape, compile to a cubin for sm_90 (Triton's bundled ptxas; no
+    GPU needed), fp32 and fp64: the interpreter does not check what only the compiler rejects."""
+    import subprocess
+    import sys
+
+    code = r"""
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from odelab.solvers import triton_step as ts
+
+INTS = {"E", "D", "first", "B", "J_OUT", "check_max_steps", "berr_at", "dense_at"}
+LONG = {"LANDING", "STEPS", "CODE", "ACCEPTED", "NEXT"}
+DOUBLE = {"T", "H", "POINTS", "TAB", "CTRL", "LAST_T", "LAST_H", "OUT_TIMES", "T_EXACT"}
+count = 0
+for dtype in ("fp32", "fp64"):
+    def kind(name):
+        if name in INTS:
+            return "i32"
+        if name in LONG:
+            return "*i64"
+        return "*i8" if name == "ACTIVE" else ("*fp64" if name in DOUBLE else "*" + dtype)
+    jobs = [(ts._stage, dict(J=j, EXACT=exact, BLOCK=ts._ELEMENTS)) for j in range(7) for exact in (True, False)]
+    jobs += [(ts._finish, dict(S=s, M=m, HAS_DT_MAX=cap, BB=ts._ROWS, BD=bd))
+             for s, m in ((7, 4), (7, 5), (4, 3)) for cap in (True, False) for bd in (2, 64)]
+    for fn, constexprs in jobs:
+        sig = {n: "constexpr" if n in constexprs else kind(n) for n in fn.arg_names}
+        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+        triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        count += 1
+print("compiled", count)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compiled 52" in result.stdout
+
+
+@pytest.mark.gpu
+def test_fitzhugh_nagumo_on_the_gpu():
+    """Full size on a GPU: FitzHugh–Nagumo, 16384 samples, dopri5: the torch loop's steps, values to 1e-9."""
+    from odelab.systems import FitzHughNagumo
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    y0 = torch.rand(16384, 2, dtype=F64, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    t = torch.linspace(0, 100, 201, dtype=F64, device="cuda")
+    fused, plain = _both(lambda: odelab.solve(FitzHughNagumo(), y0, t, rtol=1e-6, atol=1e-8))
+    _same_steps(fused, plain, atol=1e-9)
