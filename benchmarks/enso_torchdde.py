@@ -140,22 +140,28 @@ def main() -> None:
 
     run_odelab()  # warm-up
     (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of _BLOCK steps
-    odelab_times, odelab_cpu, ours = timed(run_odelab, args.repeats)
-    torch_path_times, torch_path_cpu, ours_torch_path = timed(run_torch_path, args.repeats)
-    adaptive_times, adaptive_cpu, ours_adaptive = timed(run_adaptive, args.repeats)
-    adaptive_torch_times, adaptive_torch_cpu, ours_adaptive_torch = timed(run_adaptive_torch_loop, args.repeats)
-    compiled_times, compiled_cpu, ours_compiled = timed(run_compiled, args.repeats)
+    # the odelab variants in rounds (one call of each per round, so that a drifting load hits them alike), before
+    # and after torchdde
+    variants = {"odelab": run_odelab, "torch path": run_torch_path, "dopri5": run_adaptive,
+                "dopri5 torch loop": run_adaptive_torch_loop, "compiled": run_compiled}
+    walls, cpus, results = {name: [] for name in variants}, {name: [] for name in variants}, {}
+
+    def rounds(count: int) -> None:
+        for _ in range(count):
+            for name, run in variants.items():
+                (wall,), (cpu,), results[name] = timed(run, 1)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+
+    rounds(args.repeats)
     torchdde_times, torchdde_cpu, theirs = timed(run_torchdde, args.torchdde_repeats)
-    later_times, later_cpu, _ = timed(run_odelab, args.repeats)  # odelab before and after torchdde: the same load
-    odelab_times, odelab_cpu = odelab_times + later_times, odelab_cpu + later_cpu
-    later_times, later_cpu, _ = timed(run_torch_path, args.repeats)
-    torch_path_times, torch_path_cpu = torch_path_times + later_times, torch_path_cpu + later_cpu
-    later_times, later_cpu, _ = timed(run_adaptive, args.repeats)
-    adaptive_times, adaptive_cpu = adaptive_times + later_times, adaptive_cpu + later_cpu
-    later_times, later_cpu, _ = timed(run_adaptive_torch_loop, args.repeats)
-    adaptive_torch_times, adaptive_torch_cpu = adaptive_torch_times + later_times, adaptive_torch_cpu + later_cpu
-    later_times, later_cpu, _ = timed(run_compiled, args.repeats)
-    compiled_times, compiled_cpu = compiled_times + later_times, compiled_cpu + later_cpu
+    rounds(args.repeats)
+    odelab_times, odelab_cpu, ours = walls["odelab"], cpus["odelab"], results["odelab"]
+    torch_path_times, torch_path_cpu, ours_torch_path = walls["torch path"], cpus["torch path"], results["torch path"]
+    adaptive_times, adaptive_cpu, ours_adaptive = walls["dopri5"], cpus["dopri5"], results["dopri5"]
+    adaptive_torch_times, adaptive_torch_cpu = walls["dopri5 torch loop"], cpus["dopri5 torch loop"]
+    ours_adaptive_torch = results["dopri5 torch loop"]
+    compiled_times, compiled_cpu, ours_compiled = walls["compiled"], cpus["compiled"], results["compiled"]
     load_after = os.getloadavg()
     print(f"odelab rk4: median {statistics.median(odelab_times):.3f} s over {2 * args.repeats} runs", flush=True)
     print(f"torchdde RK4: median {statistics.median(torchdde_times):.2f} s over {args.torchdde_repeats} runs",
@@ -208,6 +214,11 @@ def main() -> None:
         "speedup_odelab_vs_torchdde": torchdde_median / odelab_median,
         "speedup_fused_vs_torch_path": statistics.median(torch_path_times) / odelab_median,
         "speedup_dopri5_fused_vs_torch_loop": statistics.median(adaptive_torch_times) / statistics.median(adaptive_times),
+        # per round (the two calls of a pair seconds apart), the median of the ratios of CPU times
+        "paired_speedup_fused_vs_torch_path": statistics.median(
+            b / a for a, b in zip(odelab_cpu, torch_path_cpu)),
+        "paired_speedup_dopri5_fused_vs_torch_loop": statistics.median(
+            b / a for a, b in zip(adaptive_cpu, adaptive_torch_cpu)),
         "speedup_odelab_vs_torchdde_cpu_time": torchdde_cpu_median / odelab_cpu_median,
         "speedup_odelab_compiled_vs_torchdde": torchdde_median / compiled_median,
         "speedup_odelab_compiled_vs_torchdde_cpu_time": torchdde_cpu_median / compiled_cpu_median,
@@ -230,6 +241,8 @@ def main() -> None:
         error = result["odelab"] if name == "odelab torch path" else r  # the same bits
         print(f"{name:<24} {r['median_seconds']:>8.3f} {r['median_cpu_seconds']:>13.3f} {error['max_abs_error']:>14.2e} "
               f"{error['max_abs_error_kept_window']:>14.2e}")
+    print(f"fused vs torch path, paired per round: rk4 {result['paired_speedup_fused_vs_torch_path']:.2f}x, dopri5 "
+          f"{result['paired_speedup_dopri5_fused_vs_torch_loop']:.2f}x")
     print(f"speed-up odelab vs torchdde: {result['speedup_odelab_vs_torchdde']:.1f}x wall, "
           f"{result['speedup_odelab_vs_torchdde_cpu_time']:.1f}x cpu time; compiled "
           f"{result['speedup_odelab_compiled_vs_torchdde']:.1f}x wall (first call {compile_seconds:.1f} s);  "

@@ -112,10 +112,10 @@ class FusedExplicitRK:
                 stage = self.stage_buffers[len(ks)] if self.stage_buffers else self.buffers()
                 stage_sum(dt, state, stage, ks)
             k = field(t + c * dt, stage)
+            if grad and any(x.requires_grad for x in k):
+                self.torch_path = True
+                return self.scheme.finish_step(field, t, state, dt, ks + [k])
             for x in k:
-                if grad and x.requires_grad:
-                    self.torch_path = True
-                    return self.scheme.finish_step(field, t, state, dt, ks + [k])
                 if x.dtype is not dtype or not x.is_contiguous():
                     k = tuple(x.to(dtype).contiguous() for x in k)
                     break

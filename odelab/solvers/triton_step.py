@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import torch
 import triton
@@ -40,9 +41,18 @@ _ELEMENTS = 1024  # elements per program of the stage kernel
 _ROWS = 16  # samples per program of the finish kernel
 
 
+class KernelFailure(RuntimeError):
+    """A kernel failed to compile or launch: the caller reruns the segment with the torch loop."""
+
+
+_FAILURE: str | None = None  # why the kernels failed in this process (then every later solve takes the torch loop)
+
+
 def usable(solver, y: Tensor, k1: Tensor) -> bool:
     """Whether the Triton loop can run this solve: CUDA (or CPU tensors under Triton's interpreter), float32 or
-    float64, an ODE without jumps of f, not compiled, and no gradient to record."""
+    float64, an ODE without jumps of f, not compiled, no gradient to record, and no kernel failure so far."""
+    if _FAILURE is not None:
+        return False
     if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
     if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive or solver.history is not None:
@@ -159,6 +169,7 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
         x = err / scale
         r2 += tl.sum(tl.where(mask, x * x, 0.0), axis=1).to(tl.float64)
     r2 = r2 / D
+    tl.debug_barrier()  # the coefficients written above are read below by whichever threads hold those elements
     # the controller (per sample, float64 as the CPU kernel's double parts; the ratio in the state's dtype there)
     act = tl.load(ACTIVE + rows, mask=rmask, other=0) != 0
     accept = (r2 <= 1.0) & act
@@ -213,6 +224,7 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
         pending = pending & (nxt < J_OUT)
         pending = pending & (tl.load(OUT_TIMES + nxt, mask=pending, other=_INF) <= t_after)
     tl.store(NEXT + rows, nxt, mask=rmask)
+    tl.debug_barrier()  # every output has read y before y is overwritten below
     moved = accept & (t_after > t)
     tl.store(LAST_T + rows, t, mask=rmask & moved)
     tl.store(LAST_H + rows, h_step, mask=rmask & moved)
@@ -233,6 +245,19 @@ _SUCCESS_CODE: tl.constexpr = tl.constexpr(_SUCCESS)
 _UNDERFLOW_CODE: tl.constexpr = tl.constexpr(_UNDERFLOW)
 _NONFINITE_CODE: tl.constexpr = tl.constexpr(_NONFINITE)
 _MAX_STEPS_CODE: tl.constexpr = tl.constexpr(_MAX_STEPS)
+
+
+def _launch(kernel, grid: tuple, *args, **meta) -> None:
+    """``kernel[grid](*args, **meta)``; a failure (compilation, launch) is remembered, warned about once and raised
+    as :class:`KernelFailure`."""
+    global _FAILURE
+    try:
+        kernel[grid](*args, **meta)
+    except Exception as err:  # noqa: BLE001 -- whatever failed, the torch loop can take the solve
+        _FAILURE = f"{type(err).__name__}: {err}"
+        warnings.warn(f"odelab: the Triton kernels of the adaptive loop failed ({_FAILURE[:300]}); the torch loop "
+                      "takes this and every later solve", RuntimeWarning, stacklevel=3)
+        raise KernelFailure(_FAILURE) from err
 
 
 class TritonLoop:
@@ -257,7 +282,8 @@ class TritonLoop:
                         opts.dt_min, solver.dt_max if solver.dt_max < math.inf else 0.0, float(opts.max_steps)]
 
     def segment(self, carry, t_stop: float, out_times: list[float]) -> tuple:
-        """As :meth:`.fused_step.FusedLoop.segment`."""
+        """As :meth:`.fused_step.FusedLoop.segment` (the carry is not modified: after a :class:`KernelFailure` the torch
+        loop can take the segment from it)."""
         s = self.solver
         batch, dim, m, stages, dtype, device = s.batch, s.dim, self.m, s.tab.stages, s.dtype, s.device
         state = lambda x: x.detach().clone(memory_format=torch.contiguous_format)
@@ -283,21 +309,19 @@ class TritonLoop:
             for _ in range(s.chunk):
                 for i in range(1, stages):
                     sources = [ks[j] for j, _ in s.rows[i]]
-                    _stage[stage_grid](y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t, t, h, landing,
-                                       s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))),
-                                       elements, dim, self.stage_at[i], J=len(sources),
-                                       EXACT=t_exact[i] is not None, BLOCK=_ELEMENTS)
+                    _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t, t,
+                            h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))), elements,
+                            dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None, BLOCK=_ELEMENTS)
                     k_i = s.field(t_exact[i], t_cols[i], ys[i], None)
                     if k_i.dtype != dtype or not k_i.is_contiguous():
                         k_i = k_i.to(dtype).contiguous()
                     ks[i] = k_i
                 ks[0] = k1
                 attempted += 1
-                _finish[finish_grid](y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev, landing,
-                                     s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
-                                     times, written, *ks, batch, dim, len(out_times), int(attempted >= budget),
-                                     self.berr_at, self.dense_at, S=stages, M=m,
-                                     HAS_DT_MAX=s.dt_max < math.inf, BB=_ROWS, BD=block_d)
+                _launch(_finish, finish_grid, y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev,
+                        landing, s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
+                        times, written, *ks, batch, dim, len(out_times), int(attempted >= budget), self.berr_at,
+                        self.dense_at, S=stages, M=m, HAS_DT_MAX=s.dt_max < math.inf, BB=_ROWS, BD=block_d)
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)

@@ -6,6 +6,7 @@ interprets every launch); the ``slow`` test compiles them for sm_90 without a GP
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -117,6 +118,34 @@ def test_scope():
     x0 = torch.ones(2, 1, dtype=F64, device=DEVICE)
     delayed = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
     assert not triton_step.usable(delayed, x0, x0)
+
+
+def test_a_kernel_failure_falls_back_to_the_torch_loop():
+    """A kernel that fails (compilation, launch) is warned about once; the torch loop takes the segment from the
+    unchanged carry and every later solve: the torch loop's values."""
+    y0 = torch.tensor([[2.0, 0.0], [0.5, 0.5]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 1, 3, dtype=F64, device=DEVICE)
+    with torch.no_grad():
+        expected = odelab.solve(VanDerPol(), y0, t).y  # whichever loop: the values to round-off
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_step, "usable", lambda *args: False)
+        patch.setattr(adaptive, "TRITON_DEVICES", ("cuda", "cpu"))
+        patch.setattr(triton_step, "_FAILURE", None)
+
+        class Broken:
+            def __getitem__(self, grid):
+                def launch(*args, **meta):
+                    raise RuntimeError("no such GPU feature")
+                return launch
+
+        patch.setattr(triton_step, "_finish", Broken())
+        with pytest.warns(RuntimeWarning, match="no such GPU feature"):
+            first = odelab.solve(VanDerPol(), y0, t)
+        assert triton_step._FAILURE is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no second warning: the loop is not tried again
+            second = odelab.solve(VanDerPol(), y0, t)
+    assert torch.allclose(first.y, expected, rtol=1e-9, atol=1e-12) and torch.equal(first.y, second.y)
 
 
 @pytest.mark.slow
