@@ -12,7 +12,9 @@
     y_ref from solve_ivp(DOP853, rtol = atol = 1e-12), cached in benchmarks/results/solvers_fhn_reference.npz.
     odelab runs a ladder of tolerances; the reported one is the loosest whose max error is ≤ the smaller
     of the torchdiffeq/torchode errors (so odelab is never compared at a lower accuracy); it is run eager and
-    with compile=True (torch.compile of the step; the one-off compilation time is reported separately).
+    with compile=True (torch.compile of the step; the one-off compilation time is reported separately), and with
+    the torch loop (the default eager path without gradients is the fused loop: C++ kernels on the CPU, Triton
+    kernels on CUDA).
     diffrax (JAX, the field's fastest batched solver: jax.vmap of diffeqsolve over the samples, the whole loop one
     XLA while loop; pip install jax diffrax, skipped with a message otherwise) runs Dopri5 with a PIDController
     (I control, its default) on the same problem and error measure, at rtol 1e-6 / atol 1e-8 (the anchor row)
@@ -39,6 +41,7 @@ with synchronisation; the scipy loop stays on the CPU). Writes benchmarks/result
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -67,6 +70,19 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
         synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times), out
+
+
+@contextlib.contextmanager
+def torch_loop():
+    """odelab's adaptive solves inside take the torch loop (the fused CPU loop and the Triton loop switched off)."""
+    from odelab.solvers import adaptive, fused_step
+
+    usable, devices = fused_step.usable, adaptive.TRITON_DEVICES
+    fused_step.usable, adaptive.TRITON_DEVICES = (lambda *args: False), ()
+    try:
+        yield
+    finally:
+        fused_step.usable, adaptive.TRITON_DEVICES = usable, devices
 
 
 def synchronize() -> None:
@@ -231,6 +247,12 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
             break
     chosen = ladder[-1]
     rows["odelab dopri5"] = chosen
+    # the same solve with the torch loop (the fused loop off: its C++ kernels on the CPU, Triton's on CUDA)
+    with torch.no_grad(), torch_loop():
+        seconds, sol = median_time(lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"]),
+                                   repeats)
+    rows["odelab dopri5 torch loop"] = dict(seconds=seconds, max_error=error(sol.y), rtol=chosen["rtol"],
+                                            atol=chosen["atol"], steps_max=int(sol.stats["steps"].max()))
     if compiled:
         # the same solve with the step compiled by torch.compile (first call = compilation, reported apart)
         run = lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"], compile=True)
@@ -270,7 +292,8 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
                   rows=rows, odelab_ladder=ladder, diffrax_ladder=diffrax_ladder, error_target=target,
                   speedup_vs_fastest_torch_anchor=rows[fastest_anchor]["seconds"] / chosen["seconds"],
                   fastest_torch_anchor=fastest_anchor,
-                  odelab_over_torchdiffeq=chosen["seconds"] / rows["torchdiffeq dopri5"]["seconds"])
+                  odelab_over_torchdiffeq=chosen["seconds"] / rows["torchdiffeq dopri5"]["seconds"],
+                  fused_loop_over_torch_loop=chosen["seconds"] / rows["odelab dopri5 torch loop"]["seconds"])
     if "odelab dopri5 compiled" in rows:
         result["compiled_speedup_vs_fastest_torch_anchor"] = (rows[fastest_anchor]["seconds"]
                                                               / rows["odelab dopri5 compiled"]["seconds"])

@@ -1,5 +1,6 @@
 """Where odelab keeps what it builds or generates: ``$ODELAB_CACHE``, by default ``~/.cache/odelab`` (data sets,
-the CPU kernels' shared library, torch.compile's generated code for ``compile=True``)."""
+the CPU kernels' shared library, torch.compile's generated code for ``compile=True``, the adaptive loop's compiled
+Triton kernels)."""
 from __future__ import annotations
 
 import os
@@ -17,6 +18,12 @@ def keep_compiled_code() -> None:
     something in this process imported torch._dynamo or compiled, which fixes it): ``compile=True``'s first call
     in a later process then loads, not compiles."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+
+
+def keep_triton_code() -> None:
+    """Put Triton's cache of compiled kernels under ``$ODELAB_CACHE/triton`` unless ``TRITON_CACHE_DIR`` is set
+    (Triton reads it when it compiles, so this works after Triton was imported)."""
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
 
 
 def inductor_options() -> dict[str, bool]:

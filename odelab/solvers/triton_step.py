@@ -31,8 +31,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .cache import keep_triton_code
 from .fused_step import trainable
 from .solution import Status
+
+keep_triton_code()  # compiled kernels outlive the process: a later one loads them
 
 _SUCCESS, _UNDERFLOW, _NONFINITE, _MAX_STEPS = (int(s) for s in (Status.SUCCESS, Status.STEP_UNDERFLOW,
                                                                   Status.NONFINITE, Status.MAX_STEPS))
