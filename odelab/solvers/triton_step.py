@@ -15,8 +15,9 @@ in between.
 
 The values agree with the torch loop to round-off and the steps are the same (float64) except where the
 controller amplifies round-off. Tableau numbers and tolerances are read from float64 tensors (a Python float
-argument would be float32). Scope: ODEs with no jump of f (no hold input, no ``jump_times``; linear and callable
-inputs are fine) -- delay systems and restarts keep the torch loop. Triton is imported with this module, which
+argument would be float32). Scope: ODEs, with any input and ``jump_times``: where f jumps, the samples sitting on a
+jump re-evaluate their first stage as in the torch loop's chunks (f evaluated batch-wide every attempt, masked, no
+host read); delay systems keep the torch loop. Triton is imported with this module, which
 :mod:`.adaptive` loads only for CUDA tensors; the kernels' logic runs on CPU tensors under Triton's interpreter
 (``TRITON_INTERPRET=1``), which is how the tests check it without a GPU.
 """
@@ -53,14 +54,14 @@ _FAILURE: str | None = None  # why the kernels failed in this process (then ever
 
 def usable(solver, y: Tensor, k1: Tensor) -> bool:
     """Whether the Triton loop can run this solve: CUDA (or CPU tensors under Triton's interpreter), float32 or
-    float64, an ODE without jumps of f, not compiled, no gradient to record, and no kernel failure so far."""
+    float64, an ODE (no delays), not compiled, no gradient to record, and no kernel failure so far."""
     if _FAILURE is not None:
         return False
     if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
     if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive or solver.history is not None:
         return False
-    if solver.restarts or solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
+    if solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
         return False
     if torch.is_grad_enabled() and (y.requires_grad or k1.requires_grad or trainable(solver.system)):
         return False
@@ -306,16 +307,28 @@ class TritonLoop:
         elements, block_d = batch * dim, min(64, triton.next_power_of_2(max(dim, 1)))
         stage_grid, finish_grid = (triton.cdiv(elements, _ELEMENTS),), (triton.cdiv(batch, _ROWS),)
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
-        attempted = 0
+        attempted, restarts = 0, carry.restarts
         ks = [k1] * _MAX_STAGES
         while bool(active.any()):  # one host read per chunk
             for _ in range(s.chunk):
+                end_col = None
+                if s.restarts:  # no host read: samples on a jump of f re-evaluate k1, f is evaluated batch-wide
+                    restart = s.on_jump(active != 0, landing, t)
+                    restarts = restarts + restart
+                    k1.copy_(s.restart(y, k1, t, landing, restart)[1])
+                    # stages ending a step on a jump of f see the time one ulp before it
+                    target = s.landing.index_select(0, landing)
+                    landed = (h >= target - t) | (t + h >= target)
+                    h_step = torch.minimum(h, target - t)
+                    end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed, landing)
+                inp = s.held_input(landing)
                 for i in range(1, stages):
                     sources = [ks[j] for j, _ in s.rows[i]]
                     _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t, t,
                             h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))), elements,
                             dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None, BLOCK=_ELEMENTS)
-                    k_i = s.field(t_exact[i], t_cols[i], ys[i], None)
+                    t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
+                    k_i = s.field(t_exact[i], t_col, ys[i], inp)
                     if k_i.dtype != dtype or not k_i.is_contiguous():
                         k_i = k_i.to(dtype).contiguous()
                     ks[i] = k_i
@@ -329,7 +342,7 @@ class TritonLoop:
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)
             out = torch.where(unreached.unsqueeze(-1), math.nan, out)
-        return out, (y, k1, t, h, prev, landing, steps, accepted, code, carry.restarts, last_t, last_h, last_y,
+        return out, (y, k1, t, h, prev, landing, steps, accepted, code, restarts, last_t, last_h, last_y,
                      last_coef)
 
     def _emit_before(self, out: Tensor, times: Tensor, t: Tensor, last_t: Tensor, last_h: Tensor, last_y: Tensor,

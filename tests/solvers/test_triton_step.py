@@ -1,7 +1,7 @@
 """The Triton loop of the adaptive solvers (odelab.solvers.triton_step, the CUDA counterpart of the fused CPU loop):
 the same steps as the torch loop (accepted/rejected counts, statuses, failures) and its values to round-off, for
-every tableau, both dtypes, linear inputs (exact stage times), tstops, dt_max, several outputs inside one step and
-chunks of masked attempts. Without CUDA the kernels run on CPU tensors under Triton's interpreter (tiny problems: it
+every tableau, both dtypes, hold inputs and jump times (restarts), linear inputs (exact stage times), tstops,
+dt_max, several outputs inside one step and chunks of masked attempts. Without CUDA the kernels run on CPU tensors under Triton's interpreter (tiny problems: it
 interprets every launch); the ``slow`` test compiles them for sm_90 without a GPU."""
 from __future__ import annotations
 
@@ -80,24 +80,26 @@ def test_float32_and_many_outputs_per_step():
     assert (plain.y.double() - truth).abs().max() <= 1e-4
 
 
-def test_linear_input_reads_exact_times():
-    """y' = −y + u(t) with u linear between its samples (the field reads float64 stage times), in chunks of 3
-    attempts per host read (a sample that finishes inside a chunk stays in place)."""
+@pytest.mark.parametrize("interpolation", ["hold", "linear"])
+def test_inputs_and_jumps(interpolation):
+    """A hold input (f jumps at its samples: the samples sitting on one re-evaluate their first stage, counted in
+    nfe; the stages ending a step there see the time one ulp before it) or a linear one with a jump time, in chunks
+    of 2 attempts."""
 
     def f(t, y, u):
-        return -y + u
+        return -0.5 * y + u * torch.cos(t)
 
-    u = torch.tensor([[0.0, 1.0, -1.0, 0.5]], dtype=F64, device=DEVICE).unsqueeze(-1).repeat(2, 1, 1)
-    u_times = torch.tensor([0.0, 0.7, 1.3, 2.0], dtype=F64, device=DEVICE)
-    y0 = torch.tensor([[1.0], [-2.0]], dtype=F64, device=DEVICE)
-    t = torch.linspace(0, 2, 11, dtype=F64, device=DEVICE)
-    fused, plain = _both(lambda: odelab.solve(f, y0, t, u=u, u_times=u_times, interpolation="linear", rtol=1e-8,
-                                              atol=1e-10, chunk=3))
+    u = torch.tensor([[1.0, -1.0, 2.0, 0.0], [0.5, 0.5, -2.0, 1.0]], dtype=F64, device=DEVICE).unsqueeze(-1)
+    u_times = torch.tensor([0.0, 0.4, 1.1, 1.5], dtype=F64, device=DEVICE)
+    y0 = torch.tensor([[1.0], [-1.0]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 1.5, 7, dtype=F64, device=DEVICE)
+    fused, plain = _both(lambda: odelab.solve(f, y0, t, u=u, u_times=u_times, interpolation=interpolation,
+                                              jump_times=[0.77], rtol=1e-7, atol=1e-9, chunk=2))
     _same_steps(fused, plain, atol=1e-12)
 
 
 def test_scope():
-    """Gradients, hold inputs (jumps of f) and delay systems keep the torch loop."""
+    """Gradients and delay systems keep the torch loop."""
     from odelab.solvers.adaptive import _Integrator, _Options
     from odelab.solvers.inputs import Hold
     from odelab.solvers.tableau import ADAPTIVE_TABLEAUX
@@ -114,7 +116,7 @@ def test_scope():
     hold = Hold(torch.zeros(2, 3, 2, dtype=F64, device=DEVICE), [0.0, 0.5, 1.0])
     held = _Integrator(tableau, odelab.systems.FunctionSystem(lambda t, y, u: -y + u, 2, True), y0, [2], [0.0, 1.0],
                        hold, None, _Options(tableau))
-    assert not triton_step.usable(held, y0, y0)
+    assert held.restarts and triton_step.usable(held, y0, y0)
     x0 = torch.ones(2, 1, dtype=F64, device=DEVICE)
     delayed = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
     assert not triton_step.usable(delayed, x0, x0)
