@@ -67,6 +67,12 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
         return False
     return True
 
+
+# the kernels' constants
+_SUCCESS_CODE: tl.constexpr = tl.constexpr(_SUCCESS)
+_UNDERFLOW_CODE: tl.constexpr = tl.constexpr(_UNDERFLOW)
+_NONFINITE_CODE: tl.constexpr = tl.constexpr(_NONFINITE)
+_MAX_STEPS_CODE: tl.constexpr = tl.constexpr(_MAX_STEPS)
 _INF: tl.constexpr = tl.constexpr(math.inf)
 _LOG_FLOOR: tl.constexpr = tl.constexpr(math.log(1e-8))  # the controller's floor on log ratio² (dopri5.f)
 
@@ -243,12 +249,6 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
         take = inside & accept[:, None]
         tl.store(Y + e, tl.load(YNEW + e, mask=take, other=0.0), mask=take)
         tl.store(K1OUT + e, tl.load(KNEW + e, mask=take, other=0.0), mask=take)
-
-
-_SUCCESS_CODE: tl.constexpr = tl.constexpr(_SUCCESS)
-_UNDERFLOW_CODE: tl.constexpr = tl.constexpr(_UNDERFLOW)
-_NONFINITE_CODE: tl.constexpr = tl.constexpr(_NONFINITE)
-_MAX_STEPS_CODE: tl.constexpr = tl.constexpr(_MAX_STEPS)
 
 
 def _launch(kernel, grid: tuple, *args, **meta) -> None:
