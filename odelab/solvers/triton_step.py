@@ -54,8 +54,9 @@ _FAILURE: str | None = None  # why the kernels failed in this process (then ever
 
 def usable(solver, y: Tensor, k1: Tensor) -> bool:
     """Whether the Triton loop can run this solve: CUDA (or CPU tensors under Triton's interpreter), float32 or
-    float64, an ODE (no delays), not compiled, no gradient to record, and no kernel failure so far."""
-    if _FAILURE is not None:
+    float64, an ODE (no delays), not compiled, no gradient to record, no kernel failure so far, and not switched
+    off (``ODELAB_GPU_KERNELS=0``)."""
+    if _FAILURE is not None or os.environ.get("ODELAB_GPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False

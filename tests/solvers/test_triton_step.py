@@ -99,7 +99,7 @@ def test_inputs_and_jumps(interpolation):
 
 
 def test_scope():
-    """Gradients and delay systems keep the torch loop."""
+    """Gradients, delay systems and ODELAB_GPU_KERNELS=0 keep the torch loop."""
     from odelab.solvers.adaptive import _Integrator, _Options
     from odelab.solvers.inputs import Hold
     from odelab.solvers.tableau import ADAPTIVE_TABLEAUX
@@ -117,6 +117,9 @@ def test_scope():
     held = _Integrator(tableau, odelab.systems.FunctionSystem(lambda t, y, u: -y + u, 2, True), y0, [2], [0.0, 1.0],
                        hold, None, _Options(tableau))
     assert held.restarts and triton_step.usable(held, y0, y0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ODELAB_GPU_KERNELS", "0")
+        assert not triton_step.usable(plain, y0, y0)
     x0 = torch.ones(2, 1, dtype=F64, device=DEVICE)
     delayed = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
     assert not triton_step.usable(delayed, x0, x0)
