@@ -20,6 +20,7 @@ the load average. Prints a table of median times and errors; writes benchmarks/r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -59,6 +60,17 @@ def scipy_reference(T0: np.ndarray, times: np.ndarray) -> np.ndarray:
         out[:, inside] = dense(times[inside])
     out[:, 0] = T0
     return out
+
+
+@contextlib.contextmanager
+def switched_off(module):
+    """Inside, ``module.usable`` says no: odelab takes its torch path instead of the module's kernels."""
+    usable = module.usable
+    module.usable = lambda *args: False
+    try:
+        yield
+    finally:
+        module.usable = usable
 
 
 def timed(run, repeats: int) -> tuple[list[float], list[float], torch.Tensor]:
@@ -111,21 +123,13 @@ def main() -> None:
 
     def run_adaptive_torch_loop():
         """dopri5 with the torch loop (the fused adaptive loop switched off)."""
-        usable = fused_step.usable
-        fused_step.usable = lambda *args: False
-        try:
+        with switched_off(fused_step):
             return run_adaptive()
-        finally:
-            fused_step.usable = usable
 
     def run_torch_path():
         """The eager loop with the stage sums as torch ops (the fused fixed-step engine switched off)."""
-        usable = fused_fixed.usable
-        fused_fixed.usable = lambda *args: False
-        try:
+        with switched_off(fused_fixed):
             return run_odelab()
-        finally:
-            fused_fixed.usable = usable
 
     def run_torchdde():
         def field(t, y, func_args, history):

@@ -92,6 +92,35 @@ def _clipped_step(T, H, LANDING, POINTS, rows, mask):
 
 
 @triton.jit
+def _weighted_term(acc, TAB, index, K, e, mask, hs):
+    """acc + w (h k), w = TAB[index] (a float64 tableau number, in the state's dtype); acc itself where w = 0 (the CPU
+    kernel skips zero weights)."""
+    w = tl.load(TAB + index)
+    k = tl.load(K + e, mask=mask, other=0.0)
+    return tl.where(w != 0.0, acc + w.to(k.dtype) * (hs * k), acc)
+
+
+@triton.jit
+def _accumulate(acc, TAB, at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, N: tl.constexpr):
+    """acc + Σ_n w_n (h k_n) over K0 … K_{N−1}, w_n = TAB[at + n], term by term (zero weights skipped)."""
+    if N > 0:
+        acc = _weighted_term(acc, TAB, at, K0, e, mask, hs)
+    if N > 1:
+        acc = _weighted_term(acc, TAB, at + 1, K1, e, mask, hs)
+    if N > 2:
+        acc = _weighted_term(acc, TAB, at + 2, K2, e, mask, hs)
+    if N > 3:
+        acc = _weighted_term(acc, TAB, at + 3, K3, e, mask, hs)
+    if N > 4:
+        acc = _weighted_term(acc, TAB, at + 4, K4, e, mask, hs)
+    if N > 5:
+        acc = _weighted_term(acc, TAB, at + 5, K5, e, mask, hs)
+    if N > 6:
+        acc = _weighted_term(acc, TAB, at + 6, K6, e, mask, hs)
+    return acc
+
+
+@triton.jit
 def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K4, K5, K6, E, D, first,
            J: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
     """Y_i = y + Σ_j a_ij (h k_j) (TAB[first] = c_i, TAB[first + 1 + n] = the n-th nonzero a_ij, K<n> its k_j) and
@@ -102,54 +131,13 @@ def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K
     t, h, h_step, landed, t_land = _clipped_step(T, H, LANDING, POINTS, rows, mask)
     y = tl.load(Y + e, mask=mask, other=0.0)
     hs = h_step.to(y.dtype)
-    acc = y
-    if J > 0:
-        acc = acc + tl.load(TAB + first + 1).to(y.dtype) * (hs * tl.load(K0 + e, mask=mask, other=0.0))
-    if J > 1:
-        acc = acc + tl.load(TAB + first + 2).to(y.dtype) * (hs * tl.load(K1 + e, mask=mask, other=0.0))
-    if J > 2:
-        acc = acc + tl.load(TAB + first + 3).to(y.dtype) * (hs * tl.load(K2 + e, mask=mask, other=0.0))
-    if J > 3:
-        acc = acc + tl.load(TAB + first + 4).to(y.dtype) * (hs * tl.load(K3 + e, mask=mask, other=0.0))
-    if J > 4:
-        acc = acc + tl.load(TAB + first + 5).to(y.dtype) * (hs * tl.load(K4 + e, mask=mask, other=0.0))
-    if J > 5:
-        acc = acc + tl.load(TAB + first + 6).to(y.dtype) * (hs * tl.load(K5 + e, mask=mask, other=0.0))
-    if J > 6:
-        acc = acc + tl.load(TAB + first + 7).to(y.dtype) * (hs * tl.load(K6 + e, mask=mask, other=0.0))
+    acc = _accumulate(y, TAB, first + 1, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, J)
     tl.store(OUT + e, acc, mask=mask)
     c = tl.load(TAB + first)
     leading = mask & (e % D == 0)
     tl.store(T_COL + rows, t.to(y.dtype) + c.to(y.dtype) * hs, mask=leading)
     if EXACT:
         tl.store(T_EXACT + rows, t + c * h_step, mask=leading)
-
-
-@triton.jit
-def _weighted_term(acc, TAB, index, K, e, mask, hs):
-    """acc + w (h k), w = TAB[index]; acc itself where w = 0 (the CPU kernel skips zero weights)."""
-    w = tl.load(TAB + index)
-    k = tl.load(K + e, mask=mask, other=0.0)
-    return tl.where(w != 0.0, acc + w.to(k.dtype) * (hs * k), acc)
-
-
-@triton.jit
-def _weighted(TAB, at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S: tl.constexpr):
-    """Σ_i w_i (h k_i) over the S stages, w_i = TAB[at + i]."""
-    acc = _weighted_term(tl.zeros_like(hs), TAB, at, K0, e, mask, hs)
-    if S > 1:
-        acc = _weighted_term(acc, TAB, at + 1, K1, e, mask, hs)
-    if S > 2:
-        acc = _weighted_term(acc, TAB, at + 2, K2, e, mask, hs)
-    if S > 3:
-        acc = _weighted_term(acc, TAB, at + 3, K3, e, mask, hs)
-    if S > 4:
-        acc = _weighted_term(acc, TAB, at + 4, K4, e, mask, hs)
-    if S > 5:
-        acc = _weighted_term(acc, TAB, at + 5, K5, e, mask, hs)
-    if S > 6:
-        acc = _weighted_term(acc, TAB, at + 6, K6, e, mask, hs)
-    return acc
 
 
 @triton.jit
@@ -172,9 +160,9 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
         y = tl.load(Y + e, mask=mask, other=0.0)
         hs = tl.broadcast_to(h_step.to(y.dtype)[:, None], [BB, BD])
         for p in tl.static_range(M):
-            tl.store(COEF + p * E + e, _weighted(TAB, dense_at + p * S, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S),
-                     mask=mask)
-        err = _weighted(TAB, berr_at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S)
+            coef = _accumulate(tl.zeros_like(hs), TAB, dense_at + p * S, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S)
+            tl.store(COEF + p * E + e, coef, mask=mask)
+        err = _accumulate(tl.zeros_like(hs), TAB, berr_at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, S)
         y_new = tl.load(YNEW + e, mask=mask, other=0.0)
         scale = tl.maximum(tl.abs(y), tl.abs(y_new)) * tl.load(CTRL).to(y.dtype) + tl.load(CTRL + 1).to(y.dtype)
         x = err / scale
