@@ -19,7 +19,7 @@ interpolated as the step containing them is accepted instead of from step record
 history read from per-sample rings of accepted steps that the kernels fill. The same steps (float64) and values to
 round-off, no compilation per configuration (the kernels are built once per machine, ~1-2 s): FitzHugh–Nagumo,
 1280 samples, 0.82 -> 0.30 s a solve; ENSO (256 samples, dopri5 on [0, 400]) 4.1 -> 1.2 s. On CUDA the same
-loop runs with Triton kernels (:mod:`.triton_step`; ODEs), its condition read once per chunk.
+loop runs with Triton kernels (:mod:`.triton_step`), its condition read once per chunk.
 
 One step of a tableau (c, a, b, b_err = b − b̂) with stage increments hk_i = h f(t + c_i h, Y_i):
 

@@ -414,43 +414,59 @@ def _pointers(tensors) -> ctypes.Array:
     return (ctypes.c_void_p * len(tensors))(*[None if x is None else x.data_ptr() for x in tensors])
 
 
-class NativeHistory:
-    """The dense history of a delay solve in the fused loop: per sample a ring of its last ``window`` accepted steps
-    (start, length, end, state, continuous-extension coefficients), pushed by the finish kernel and read by
-    ``rk_history`` -- the lookups of :class:`.adaptive._History` (same record, same θ, the same Horner sum) without
-    its per-read torch ops. ``at`` has its interface; a ring whose oldest record reads may still need is doubled
-    (``grow``) before the next push would overwrite it."""
+class RingHistory:
+    """The dense history of a delay solve in a fused loop: per sample a ring of its last ``window`` accepted steps
+    (start, length, end, state, continuous-extension coefficients) that the finish kernel pushes onto and a lookup
+    kernel reads -- the lookups of :class:`.adaptive._History` (same record, same θ, the same Horner sum) without
+    its per-read torch ops; subclasses give ``at`` (its interface) on their device. A ring whose oldest record a
+    read may still need is doubled (``grow``) before a push would overwrite it."""
 
-    def __init__(self, solver, kernel):
+    def __init__(self, solver):
         torch_history = solver.history
         self.before, self.eps, self.tau_max, self.t0 = (torch_history.before, torch_history.eps,
                                                         torch_history.tau_max, torch_history.t0)
         self.tangents = False
-        self.kernel, self.f64 = kernel, ctypes.c_int(solver.dtype == torch.float64)
-        self.kernel.restype = ctypes.c_int64
         self.batch, self.dim, self.m, self.dtype = solver.batch, solver.dim, len(solver.tab.dense[0]), solver.dtype
         self.window = 16
-        b, w, d, m = self.batch, self.window, self.dim, self.m
-        self.start, self.length, self.end = (torch.zeros(b, w, dtype=torch.float64) for _ in range(3))
-        self.y, self.coef = torch.zeros(b, w, d, dtype=self.dtype), torch.zeros(b, w, d, m, dtype=self.dtype)
-        self.count = torch.zeros(b, dtype=torch.int64)
-        self.scalars = (ctypes.c_double * 3)(self.t0, self.eps, self.tau_max)
+        b, w, d, m, device = self.batch, self.window, self.dim, self.m, solver.device
+        self.start, self.length, self.end = (torch.zeros(b, w, dtype=torch.float64, device=device) for _ in range(3))
+        self.y = torch.zeros(b, w, d, dtype=self.dtype, device=device)
+        self.coef = torch.zeros(b, w, d, m, dtype=self.dtype, device=device)
+        self.count = torch.zeros(b, dtype=torch.int64, device=device)
 
     def buffers(self) -> list[Tensor]:
         return [self.start, self.length, self.end, self.y, self.coef, self.count]
 
     def grow(self) -> None:
         """Double the rings, each record moving to its slot (index mod 2W) of the longer one."""
-        old, w = self.window, 2 * self.window
-        logical = (self.count.unsqueeze(1) - old).clamp_min(0) + torch.arange(old)  # (B, old) record indices
+        old, w, device = self.window, 2 * self.window, self.count.device
+        logical = (self.count.unsqueeze(1) - old).clamp_min(0) + torch.arange(old, device=device)  # (B, old)
         source, target = logical % old, logical % w
-        rows = torch.arange(self.batch).unsqueeze(1)
+        rows = torch.arange(self.batch, device=device).unsqueeze(1)
         for name in ("start", "length", "end", "y", "coef"):
             x = getattr(self, name)
             grown = x.new_zeros(self.batch, w, *x.shape[2:])
             grown[rows, target] = x[rows, source]
             setattr(self, name, grown)
         self.window = w
+
+    def short(self, t: Tensor, active: Tensor, pushes: int) -> Tensor:
+        """Whether some active sample's next ``pushes`` pushes would overwrite a record that reads at times ≥ t − τ_max
+        may still select (a 0-d bool tensor: no host read)."""
+        last = self.count + (pushes - 1) - self.window  # the newest record those pushes overwrite
+        rows = torch.arange(self.batch, device=t.device)
+        end = self.end[rows, last.clamp_min(0) % self.window]
+        return (active & (last >= 0) & (end >= t - self.tau_max - self.eps)).any()
+
+
+class NativeHistory(RingHistory):
+    """:class:`RingHistory` on the CPU: rings pushed by ``rk_finish``, read by ``rk_history``."""
+
+    def __init__(self, solver, kernel):
+        super().__init__(solver)
+        self.kernel, self.f64 = kernel, ctypes.c_int(solver.dtype == torch.float64)
+        self.kernel.restype = ctypes.c_int64
+        self.scalars = (ctypes.c_double * 3)(self.t0, self.eps, self.tau_max)
 
     def at(self, s: Tensor, right: bool = False) -> Tensor:
         """y(s) per sample (s: (batch,) float64), as :meth:`.adaptive._History.at`."""

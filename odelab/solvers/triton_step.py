@@ -15,9 +15,12 @@ in between.
 
 The values agree with the torch loop to round-off and the steps are the same (float64) except where the
 controller amplifies round-off. Tableau numbers and tolerances are read from float64 tensors (a Python float
-argument would be float32). Scope: ODEs, with any input and ``jump_times``: where f jumps, the samples sitting on a
-jump re-evaluate their first stage as in the torch loop's chunks (f evaluated batch-wide every attempt, masked, no
-host read); delay systems keep the torch loop. Triton is imported with this module, which
+argument would be float32). Any input and ``jump_times``: where f jumps, the samples sitting on a jump
+re-evaluate their first stage as in the torch loop's chunks (f evaluated batch-wide every attempt, masked, no host
+read). Delay systems: the dense history is :class:`TritonHistory`, per-sample rings of accepted steps that
+:func:`_finish` pushes onto and :func:`_history` reads (:mod:`.fused_step`'s rings on the GPU); a ring grows at a
+chunk boundary when the chunk's pushes could overwrite a record still needed (one host read per chunk, with the
+loop condition). A learnable delay's forward-mode sensitivity keeps the torch loop. Triton is imported with this module, which
 :mod:`.adaptive` loads only for CUDA tensors; the kernels' logic runs on CPU tensors under Triton's interpreter
 (``TRITON_INTERPRET=1``), which is how the tests check it without a GPU.
 """
@@ -33,7 +36,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .cache import keep_triton_code
-from .fused_step import trainable
+from .fused_step import RingHistory, trainable
 from .solution import Status
 
 keep_triton_code()  # compiled kernels outlive the process: a later one loads them
@@ -54,13 +57,13 @@ _FAILURE: str | None = None  # why the kernels failed in this process (then ever
 
 def usable(solver, y: Tensor, k1: Tensor) -> bool:
     """Whether the Triton loop can run this solve: CUDA (or CPU tensors under Triton's interpreter), float32 or
-    float64, an ODE (no delays), not compiled, no gradient to record, no kernel failure so far, and not switched
-    off (``ODELAB_GPU_KERNELS=0``)."""
+    float64, not compiled, no gradient to record (nor a delay sensitivity), no kernel failure so far, and not
+    switched off (``ODELAB_GPU_KERNELS=0``)."""
     if _FAILURE is not None or os.environ.get("ODELAB_GPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive or solver.history is not None:
+    if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive:
         return False
     if solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
         return False
@@ -143,10 +146,12 @@ def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K
 @triton.jit
 def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, STEPS, CODE, ACTIVE, ACCEPTED,
             LAST_T, LAST_H, LAST_Y, LAST_COEF, OUT, OUT_TIMES, NEXT, K0, K1, K2, K3, K4, K5, K6,
-            B, D, J_OUT, check_max_steps, berr_at, dense_at,
-            S: tl.constexpr, M: tl.constexpr, HAS_DT_MAX: tl.constexpr, BB: tl.constexpr, BD: tl.constexpr):
+            R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUNT, B, D, J_OUT, check_max_steps, berr_at, dense_at, W,
+            S: tl.constexpr, M: tl.constexpr, HAS_DT_MAX: tl.constexpr, RING: tl.constexpr, BB: tl.constexpr,
+            BD: tl.constexpr):
     """The end of an attempt for BB samples, in place (see the module docstring; CTRL = rtol, atol, α, β, safety,
-    factor_min, factor_max, dt_min, dt_max, max_steps, t_stop, t_end)."""
+    factor_min, factor_max, dt_min, dt_max, max_steps, t_stop, t_end). ``RING``: a delay system's history, each
+    accepted step pushed onto its sample's ring of W records (:class:`.fused_step.RingHistory`)."""
     rows = tl.program_id(0) * BB + tl.arange(0, BB)
     rmask = rows < B
     t, h, h_step, landed, t_land = _clipped_step(T, H, LANDING, POINTS, rows, rmask)
@@ -227,17 +232,72 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
     moved = accept & (t_after > t)
     tl.store(LAST_T + rows, t, mask=rmask & moved)
     tl.store(LAST_H + rows, h_step, mask=rmask & moved)
+    if RING:
+        count = tl.load(R_COUNT + rows, mask=rmask, other=0)
+        slot = rows.to(tl.int64) * W + count % W  # the record this step becomes
+        tl.store(R_START + slot, t, mask=rmask & moved)
+        tl.store(R_LENGTH + slot, h_step, mask=rmask & moved)
+        tl.store(R_END + slot, t_after, mask=rmask & moved)
+        tl.store(R_COUNT + rows, count + moved.to(tl.int64), mask=rmask)
     for d0 in range(0, D, BD):
         cols = d0 + tl.arange(0, BD)
         inside = rmask[:, None] & (cols < D)[None, :]
         e = rows[:, None] * D + cols[None, :]
         keep = inside & moved[:, None]
-        tl.store(LAST_Y + e, tl.load(Y + e, mask=keep, other=0.0), mask=keep)
+        y = tl.load(Y + e, mask=keep, other=0.0)
+        tl.store(LAST_Y + e, y, mask=keep)
+        if RING:
+            record = slot[:, None] * D + cols[None, :]
+            tl.store(R_Y + record, y, mask=keep)
         for p in tl.static_range(M):
-            tl.store(LAST_COEF + e * M + p, tl.load(COEF + p * E + e, mask=keep, other=0.0), mask=keep)
+            coef = tl.load(COEF + p * E + e, mask=keep, other=0.0)
+            tl.store(LAST_COEF + e * M + p, coef, mask=keep)
+            if RING:
+                tl.store(R_COEF + record * M + p, coef, mask=keep)
         take = inside & accept[:, None]
         tl.store(Y + e, tl.load(YNEW + e, mask=take, other=0.0), mask=take)
         tl.store(K1OUT + e, tl.load(KNEW + e, mask=take, other=0.0), mask=take)
+
+
+@triton.jit
+def _history(S_TIMES, OUT, BEFORE, R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUNT, CONSTANTS, B, D, W, steps, right,
+             M: tl.constexpr, BB: tl.constexpr, BD: tl.constexpr):
+    """y(s_b) per sample from its ring (``fused_step``'s ``rk_history``): the record of the first step ending at or
+    after s − eps (``right``: the first ending after max(s, t0) + eps), found by ``steps`` ≥ log2(W) + 1 halvings,
+    y + θ (C_1 + θ (C_2 + …)) with fused multiply-adds; BEFORE[b] = 1 where φ is read instead (s ≤ t0 + eps;
+    ``right``: s < t0 − eps; or no record yet), OUT[b] then left as it was. CONSTANTS = (t0, eps), float64."""
+    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rmask = rows < B
+    s = tl.load(S_TIMES + rows, mask=rmask, other=0.0)
+    t0, eps = tl.load(CONSTANTS), tl.load(CONSTANTS + 1)
+    n = tl.load(R_COUNT + rows, mask=rmask, other=0)
+    phi = tl.where(right != 0, s < t0 - eps, s <= t0 + eps) | (n == 0)
+    key = tl.where(right != 0, tl.maximum(s, t0) + eps, s - eps)
+    lo = tl.maximum(n - W, 0)
+    hi = tl.maximum(n - 1, 0)
+    base = rows.to(tl.int64) * W
+    for _ in range(steps):
+        mid = lo + (hi - lo) // 2
+        end = tl.load(R_END + base + mid % W, mask=rmask, other=0.0)
+        found = tl.where(right != 0, end > key, end >= key)
+        searching = lo < hi
+        hi = tl.where(searching & found, mid, hi)
+        lo = tl.where(searching & (found == 0), mid + 1, lo)
+    slot = base + lo % W
+    read = rmask & (phi == 0)
+    start = tl.load(R_START + slot, mask=read, other=0.0)
+    length = tl.load(R_LENGTH + slot, mask=read, other=1.0)
+    for d0 in range(0, D, BD):
+        cols = d0 + tl.arange(0, BD)
+        mask = read[:, None] & (cols < D)[None, :]
+        record = slot[:, None] * D + cols[None, :]
+        y = tl.load(R_Y + record, mask=mask, other=0.0)
+        theta = tl.broadcast_to(((s - start) / length).to(y.dtype)[:, None], [BB, BD])
+        acc = tl.load(R_COEF + record * M + (M - 1), mask=mask, other=0.0)
+        for q in tl.static_range(M - 1):
+            acc = tl.fma(theta, acc, tl.load(R_COEF + record * M + (M - 2 - q), mask=mask, other=0.0))
+        tl.store(OUT + rows[:, None] * D + cols[None, :], tl.fma(theta, acc, y), mask=mask)
+    tl.store(BEFORE + rows, phi.to(tl.int8), mask=rmask)
 
 
 def _launch(kernel, grid: tuple, *args, **meta) -> None:
@@ -251,6 +311,26 @@ def _launch(kernel, grid: tuple, *args, **meta) -> None:
         warnings.warn(f"odelab: the Triton kernels of the adaptive loop failed ({_FAILURE[:300]}); the torch loop "
                       "takes this and every later solve", RuntimeWarning, stacklevel=3)
         raise KernelFailure(_FAILURE) from err
+
+
+class TritonHistory(RingHistory):
+    """:class:`.fused_step.RingHistory` on CUDA: rings pushed by :func:`_finish`, read by :func:`_history`; φ(s) is
+    evaluated for the whole batch at every read and taken where the kernel says so (no host read)."""
+
+    def __init__(self, solver):
+        super().__init__(solver)
+        self.constants = torch.tensor([self.t0, self.eps], dtype=torch.float64, device=solver.device)
+        self.block_d = min(64, triton.next_power_of_2(max(self.dim, 1)))
+
+    def at(self, s: Tensor, right: bool = False) -> Tensor:
+        """y(s) per sample (s: (batch,) float64), as :meth:`.adaptive._History.at`."""
+        s = s.detach().to(torch.float64).contiguous()
+        out = torch.empty(self.batch, self.dim, dtype=self.dtype, device=s.device)
+        before = torch.empty(self.batch, dtype=torch.int8, device=s.device)
+        _launch(_history, (triton.cdiv(self.batch, _ROWS),), s, out, before, *self.buffers(), self.constants,
+                self.batch, self.dim, self.window, self.window.bit_length() + 1, int(right), M=self.m, BB=_ROWS,
+                BD=self.block_d)
+        return torch.where(before.bool().unsqueeze(1), self.before(s), out)
 
 
 class TritonLoop:
@@ -298,35 +378,56 @@ class TritonLoop:
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         attempted, restarts = 0, carry.restarts
         ks = [k1] * _MAX_STAGES
-        while bool(active.any()):  # one host read per chunk
-            for _ in range(s.chunk):
-                end_col = None
-                if s.restarts:  # no host read: samples on a jump of f re-evaluate k1, f is evaluated batch-wide
-                    restart = s.on_jump(active != 0, landing, t)
-                    restarts = restarts + restart
-                    k1.copy_(s.restart(y, k1, t, landing, restart)[1])
-                    # stages ending a step on a jump of f see the time one ulp before it
-                    target = s.landing.index_select(0, landing)
-                    landed = (h >= target - t) | (t + h >= target)
-                    h_step = torch.minimum(h, target - t)
-                    end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed, landing)
-                inp = s.held_input(landing)
-                for i in range(1, stages):
-                    sources = [ks[j] for j, _ in s.rows[i]]
-                    _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t, t,
-                            h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))), elements,
-                            dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None, BLOCK=_ELEMENTS)
-                    t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
-                    k_i = s.field(t_exact[i], t_col, ys[i], inp)
-                    if k_i.dtype != dtype or not k_i.is_contiguous():
-                        k_i = k_i.to(dtype).contiguous()
-                    ks[i] = k_i
-                ks[0] = k1
-                attempted += 1
-                _launch(_finish, finish_grid, y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev,
-                        landing, s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
-                        times, written, *ks, batch, dim, len(out_times), int(attempted >= budget), self.berr_at,
-                        self.dense_at, S=stages, M=m, HAS_DT_MAX=s.dt_max < math.inf, BB=_ROWS, BD=block_d)
+        # a delay system's dense history reads the rings of accepted steps that the finish kernel fills
+        ring = None if s.history is None else TritonHistory(s)
+        torch_history = s.history
+        if ring is not None:
+            s.history = ring
+        try:
+            while True:  # one host read per chunk: any sample active, and (delays) whether a ring must grow first
+                if ring is None:
+                    going = bool(active.any())
+                else:
+                    going, short = torch.stack([active.any(), ring.short(t, active != 0, s.chunk)]).tolist()
+                    while short:
+                        ring.grow()
+                        short = bool(ring.short(t, active != 0, s.chunk))
+                if not going:
+                    break
+                for _ in range(s.chunk):
+                    end_col = None
+                    if s.restarts:  # no host read: samples on a jump of f re-evaluate k1, f is evaluated batch-wide
+                        restart = s.on_jump(active != 0, landing, t)
+                        restarts = restarts + restart
+                        k1.copy_(s.restart(y, k1, t, landing, restart)[1])
+                        # stages ending a step on a jump of f see the time one ulp before it
+                        target = s.landing.index_select(0, landing)
+                        landed = (h >= target - t) | (t + h >= target)
+                        h_step = torch.minimum(h, target - t)
+                        end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed,
+                                             landing)
+                    inp = s.held_input(landing)
+                    for i in range(1, stages):
+                        sources = [ks[j] for j, _ in s.rows[i]]
+                        _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t,
+                                t, h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))),
+                                elements, dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None,
+                                BLOCK=_ELEMENTS)
+                        t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
+                        k_i = s.field(t_exact[i], t_col, ys[i], inp)
+                        if k_i.dtype != dtype or not k_i.is_contiguous():
+                            k_i = k_i.to(dtype).contiguous()
+                        ks[i] = k_i
+                    ks[0] = k1
+                    attempted += 1
+                    rings = ring.buffers() if ring is not None else [t, t, t, y, y, steps]  # (unused without delays)
+                    _launch(_finish, finish_grid, y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev,
+                            landing, s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
+                            times, written, *ks, *rings, batch, dim, len(out_times), int(attempted >= budget),
+                            self.berr_at, self.dense_at, ring.window if ring is not None else 1, S=stages, M=m,
+                            HAS_DT_MAX=s.dt_max < math.inf, RING=ring is not None, BB=_ROWS, BD=block_d)
+        finally:
+            s.history = torch_history
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)

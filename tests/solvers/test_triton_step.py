@@ -1,7 +1,7 @@
 """The Triton loop of the adaptive solvers (odelab.solvers.triton_step, the CUDA counterpart of the fused CPU loop):
 the same steps as the torch loop (accepted/rejected counts, statuses, failures) and its values to round-off, for
 every tableau, both dtypes, hold inputs and jump times (restarts), linear inputs (exact stage times), tstops,
-dt_max, several outputs inside one step and chunks of masked attempts. Without CUDA the kernels run on CPU tensors under Triton's interpreter (tiny problems: it
+dt_max, several outputs inside one step, chunks of masked attempts and delay systems (ring history). Without CUDA the kernels run on CPU tensors under Triton's interpreter (tiny problems: it
 interprets every launch); the ``slow`` test compiles them for sm_90 without a GPU."""
 from __future__ import annotations
 
@@ -98,8 +98,26 @@ def test_inputs_and_jumps(interpolation):
     _same_steps(fused, plain, atol=1e-12)
 
 
+def test_delay_systems():
+    """ENSO (τ = 4.8) from a callable history that differs from y0 at t0 (f jumps at t0 + τ: the re-evaluated first
+    stage reads y0 there, a right limit), at a tolerance whose steps need more records within τ than a ring first
+    holds (it grows at a chunk boundary, before a push could overwrite a record still needed), in chunks of 4."""
+    from odelab.systems import ENSO
+
+    grown = []
+    grow = triton_step.TritonHistory.grow
+    y0 = torch.tensor([[0.3], [0.9], [-0.4]], dtype=F64, device=DEVICE)
+    history = lambda s: 0.5 * torch.cos(s) + torch.zeros(3, 1, dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 6, 7, dtype=F64, device=DEVICE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_step.TritonHistory, "grow", lambda self: grown.append(self.window) or grow(self))
+        fused, plain = _both(lambda: odelab.solve(ENSO(), y0, t, history=history, rtol=1e-8, atol=1e-10, chunk=4))
+    assert grown and grown[0] == 16
+    _same_steps(fused, plain, atol=1e-10)
+
+
 def test_scope():
-    """Gradients, delay systems and ODELAB_GPU_KERNELS=0 keep the torch loop."""
+    """Gradients, a delay's sensitivity and ODELAB_GPU_KERNELS=0 keep the torch loop."""
     from odelab.solvers.adaptive import _Integrator, _Options
     from odelab.solvers.inputs import Hold
     from odelab.solvers.tableau import ADAPTIVE_TABLEAUX
@@ -122,6 +140,8 @@ def test_scope():
         assert not triton_step.usable(plain, y0, y0)
     x0 = torch.ones(2, 1, dtype=F64, device=DEVICE)
     delayed = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
+    assert triton_step.usable(delayed, x0, x0)
+    delayed.sensitive = True  # as a learnable delay's forward-mode sensitivity (control_delay_sensitivity) sets it
     assert not triton_step.usable(delayed, x0, x0)
 
 
@@ -155,8 +175,8 @@ def test_a_kernel_failure_falls_back_to_the_torch_loop():
 
 @pytest.mark.slow
 def test_kernels_compile_for_sm90():
-    """Both kernels, every stage count and tableau shape, compile to a cubin for sm_90 (Triton's bundled ptxas; no
-    GPU needed), fp32 and fp64: the interpreter does not check what only the compiler rejects."""
+    """The three kernels, every stage count, tableau shape and ring option, compile to a cubin for sm_90 (Triton's
+    bundled ptxas; no GPU needed), fp32 and fp64: the interpreter does not check what only the compiler rejects."""
     import subprocess
     import sys
 
@@ -168,9 +188,10 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from odelab.solvers import triton_step as ts
 
-INTS = {"E", "D", "first", "B", "J_OUT", "check_max_steps", "berr_at", "dense_at"}
-LONG = {"LANDING", "STEPS", "CODE", "ACCEPTED", "NEXT"}
-DOUBLE = {"T", "H", "POINTS", "TAB", "CTRL", "LAST_T", "LAST_H", "OUT_TIMES", "T_EXACT"}
+INTS = {"E", "D", "first", "B", "J_OUT", "check_max_steps", "berr_at", "dense_at", "W", "steps", "right"}
+LONG = {"LANDING", "STEPS", "CODE", "ACCEPTED", "NEXT", "R_COUNT"}
+DOUBLE = {"T", "H", "POINTS", "TAB", "CTRL", "LAST_T", "LAST_H", "OUT_TIMES", "T_EXACT", "S_TIMES", "R_START",
+          "R_LENGTH", "R_END", "CONSTANTS"}
 count = 0
 for dtype in ("fp32", "fp64"):
     def kind(name):
@@ -178,10 +199,11 @@ for dtype in ("fp32", "fp64"):
             return "i32"
         if name in LONG:
             return "*i64"
-        return "*i8" if name == "ACTIVE" else ("*fp64" if name in DOUBLE else "*" + dtype)
+        return "*i8" if name in ("ACTIVE", "BEFORE") else ("*fp64" if name in DOUBLE else "*" + dtype)
     jobs = [(ts._stage, dict(J=j, EXACT=exact, BLOCK=ts._ELEMENTS)) for j in range(7) for exact in (True, False)]
-    jobs += [(ts._finish, dict(S=s, M=m, HAS_DT_MAX=cap, BB=ts._ROWS, BD=bd))
-             for s, m in ((7, 4), (7, 5), (4, 3)) for cap in (True, False) for bd in (2, 64)]
+    jobs += [(ts._finish, dict(S=s, M=m, HAS_DT_MAX=cap, RING=ring, BB=ts._ROWS, BD=bd))
+             for s, m in ((7, 4), (7, 5), (4, 3)) for cap in (True, False) for ring in (True, False) for bd in (2, 64)]
+    jobs += [(ts._history, dict(M=m, BB=ts._ROWS, BD=bd)) for m in (3, 4, 5) for bd in (2, 64)]
     for fn, constexprs in jobs:
         sig = {n: "constexpr" if n in constexprs else kind(n) for n in fn.arg_names}
         src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
@@ -193,7 +215,7 @@ print("compiled", count)
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "compiled 52" in result.stdout
+    assert "compiled 88" in result.stdout
 
 
 @pytest.mark.gpu
