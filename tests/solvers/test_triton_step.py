@@ -80,6 +80,19 @@ def test_float32_and_many_outputs_per_step():
     assert (plain.y.double() - truth).abs().max() <= 1e-4
 
 
+def test_wide_state_in_tiles():
+    """A state of 100 components (the finish kernel walks it in two 64-wide tiles; the stage kernel's blocks cut
+    through samples): a damped chain y' = −y + 0.5 (roll(y, 1) − roll(y, −1))."""
+
+    def f(t, y):
+        return -y + 0.5 * (torch.roll(y, 1, -1) - torch.roll(y, -1, -1))
+
+    y0 = torch.linspace(-1, 1, 1200, dtype=F64, device=DEVICE).reshape(12, 100).sin()  # 1200 > _ELEMENTS
+    t = torch.linspace(0, 1, 5, dtype=F64, device=DEVICE)
+    fused, plain = _both(lambda: odelab.solve(f, y0, t, rtol=1e-7, atol=1e-9))
+    _same_steps(fused, plain, atol=1e-12)
+
+
 @pytest.mark.parametrize("interpolation", ["hold", "linear"])
 def test_inputs_and_jumps(interpolation):
     """A hold input (f jumps at its samples: the samples sitting on one re-evaluate their first stage, counted in
