@@ -442,12 +442,14 @@ class TritonLoop:
         batch, dim = last_y.shape
         owed = times.unsqueeze(0) <= t.unsqueeze(1)  # (B, J)
         written = owed.sum(1)
-        if bool(owed.any()):
-            theta = ((times.unsqueeze(0) - last_t.unsqueeze(1)) / last_h.unsqueeze(1)).to(last_y.dtype)  # (B, J)
+        count = int(written.max()) if batch else 0  # the owed outputs are the first ones: only they are evaluated
+        if count:
+            theta = ((times[:count].unsqueeze(0) - last_t.unsqueeze(1)) / last_h.unsqueeze(1)).to(last_y.dtype)
             coef = last_coef.view(batch, dim, -1)
-            acc = coef[..., -1].unsqueeze(1).expand(-1, times.shape[0], -1)
+            acc = coef[..., -1].unsqueeze(1).expand(-1, count, -1)
             for p in range(coef.shape[-1] - 2, -1, -1):
                 acc = torch.addcmul(coef[..., p].unsqueeze(1), theta.unsqueeze(-1), acc)
-            value = torch.addcmul(last_y.unsqueeze(1), theta.unsqueeze(-1), acc)  # (B, J, D)
-            out.copy_(torch.where(owed.unsqueeze(-1), value, out.transpose(0, 1)).transpose(0, 1))
+            value = torch.addcmul(last_y.unsqueeze(1), theta.unsqueeze(-1), acc)  # (B, count, D)
+            head = out[:count].transpose(0, 1)
+            out[:count] = torch.where(owed[:, :count].unsqueeze(-1), value, head).transpose(0, 1)
         return written

@@ -80,6 +80,15 @@ def test_float32_and_many_outputs_per_step():
     assert (plain.y.double() - truth).abs().max() <= 1e-4
 
 
+def test_segments():
+    """checkpoint_segments without gradients: segment after segment, each starting with the outputs owed from the
+    last step of the one before (samples overshoot a segment's stop)."""
+    y0 = torch.tensor([[2.0, 0.0], [0.5, -0.5]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 3, 31, dtype=F64, device=DEVICE)
+    fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=2.0), y0, t, rtol=1e-6, atol=1e-8, checkpoint_segments=3))
+    _same_steps(fused, plain, atol=1e-12)
+
+
 def test_wide_state_in_tiles():
     """A state of 100 components (the finish kernel walks it in two 64-wide tiles; the stage kernel's blocks cut
     through samples): a damped chain y' = −y + 0.5 (roll(y, 1) − roll(y, −1))."""
