@@ -482,8 +482,9 @@ class NativeHistory(RingHistory):
 class FusedLoop:
     """The adaptive loop of :class:`.adaptive._Integrator` with the arithmetic around the field in :data:`SOURCE`'s
     kernels, on state buffers updated in place (fixed addresses: the kernels' argument arrays are built once per
-    segment); the outputs are written as the steps are accepted (step records are kept only for a delay system's
-    history), and the loop reads the number of active samples from the last kernel's return value."""
+    segment); the outputs are written as the steps are accepted, a delay system's history lives in per-sample rings
+    of accepted steps (:class:`NativeHistory`), and the loop reads the number of active samples from the last
+    kernel's return value."""
 
     def __init__(self, solver):
         tab, opts = solver.tab, solver.opts
