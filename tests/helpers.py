@@ -1,4 +1,5 @@
-"""References shared by the tests, each written from an equation or a textbook method, never from odelab."""
+"""References shared by the tests, each written from an equation or a textbook method, never from odelab; and the
+comparison of a fused solver loop with the torch loop."""
 from __future__ import annotations
 
 import numpy as np
@@ -161,3 +162,15 @@ def polynomial_dde_exact(gains, taus, y0: float, history: float, times, u_times=
         a, b, p = next(piece for piece in pieces if piece[0] <= t <= piece[1] + 1e-12)
         out.append(p(t))
     return np.array(out)
+
+
+def assert_same_steps(fused, plain, atol: float) -> None:
+    """Two adaptive solutions took the same steps (status, steps, accepted, rejected, nfe; final times to round-off)
+    and agree to ``atol`` relative to max(|y|, 1) where the second is finite, NaN where it is not."""
+    assert torch.equal(fused.status, plain.status)
+    for key in ("steps", "accepted", "rejected", "nfe"):
+        assert torch.equal(fused.stats[key], plain.stats[key]), key
+    assert torch.allclose(fused.stats["t_final"], plain.stats["t_final"], rtol=1e-9, atol=0)
+    assert torch.equal(fused.y.isnan(), plain.y.isnan())
+    finite = ~plain.y.isnan()
+    assert ((fused.y[finite] - plain.y[finite]).abs() / plain.y[finite].abs().clamp_min(1.0)).max() <= atol

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import odelab
+from helpers import assert_same_steps
 from odelab.solvers import Status, fused_step, native
 from odelab.systems import VanDerPol
 
@@ -34,16 +35,6 @@ def _both(run):
     return fused, plain
 
 
-def _same_steps(fused, plain, atol):
-    assert torch.equal(fused.status, plain.status)
-    for key in ("steps", "accepted", "rejected", "nfe"):
-        assert torch.equal(fused.stats[key], plain.stats[key]), key
-    assert torch.allclose(fused.stats["t_final"], plain.stats["t_final"], rtol=1e-9, atol=0)  # h: round-off
-    assert torch.equal(fused.y.isnan(), plain.y.isnan())
-    finite = ~plain.y.isnan()
-    assert ((fused.y[finite] - plain.y[finite]).abs() / plain.y[finite].abs().clamp_min(1.0)).max() <= atol
-
-
 @pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
 def test_same_steps_as_the_torch_loop(method):
     """Per-sample stiffness (Van der Pol, μ from 0.1 to 6), samples failing at max_steps, a tstop and dt_max: the
@@ -56,7 +47,7 @@ def test_same_steps_as_the_torch_loop(method):
     kw = dict(method=method, rtol=1e-6, atol=1e-8, max_steps=max_steps, throw=False, tstops=[5.1], dt_max=0.7)
     fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=mu), y0, t, **kw))
     assert Status.MAX_STEPS in plain.status.tolist() and Status.SUCCESS in plain.status.tolist()
-    _same_steps(fused, plain, atol=1e-9)
+    assert_same_steps(fused, plain, atol=1e-9)
 
 
 @pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
@@ -90,7 +81,7 @@ def test_inputs_and_jumps(interpolation):
     field = lambda s, y, v: torch.tanh(y @ a + v) - 0.1 * y * s
     fused, plain = _both(lambda: odelab.solve(field, y0, t, u=u, interpolation=interpolation, rtol=1e-8, atol=1e-10,
                                               jump_times=[1.3]))
-    _same_steps(fused, plain, atol=1e-12)
+    assert_same_steps(fused, plain, atol=1e-12)
 
 
 def test_against_the_closed_form():
@@ -114,7 +105,7 @@ def test_nonfinite_sample_fails_alone():
     fused, plain = _both(lambda: odelab.solve(lambda s, y: y ** 2, y0, t, throw=False))  # y = 1/(1/y0 − t): blows up
     assert fused.status.tolist() == [Status.STEP_UNDERFLOW, Status.SUCCESS, Status.SUCCESS]
     assert fused.y[0, 6:].isnan().all() and not fused.y[0, :6].isnan().any()
-    _same_steps(fused, plain, atol=1e-7)  # relative: y ≈ 4e6 at t = 1, round-off amplified by the blow-up
+    assert_same_steps(fused, plain, atol=1e-7)  # relative: y ≈ 4e6 at t = 1, round-off amplified by the blow-up
     exact = 1.0 / (1.0 / y0[1:] - t)
     assert (fused.y[1:, :, 0] - exact).abs().max() < 1e-5
 
@@ -191,7 +182,7 @@ def test_delay_systems(batch):
     y0 = torch.linspace(0.5, 1.2, batch, dtype=F64).unsqueeze(1)
     t = torch.linspace(0, 120, 61, dtype=F64)
     fused, plain = _both(lambda: odelab.solve(MackeyGlass(), y0, t, history=y0, rtol=1e-7, atol=1e-9))
-    _same_steps(fused, plain, atol=1e-8)  # round-off grows over the 120 time units of this oscillation
+    assert_same_steps(fused, plain, atol=1e-8)  # round-off grows over the 120 time units of this oscillation
 
 
 def test_delay_history_rings_grow_and_right_limits():
@@ -210,7 +201,7 @@ def test_delay_history_rings_grow_and_right_limits():
         patch.setattr(fused_step.NativeHistory, "at", lambda self, s, right=False: rights.append(right) or at(self, s, right))
         fused, plain = _both(lambda: odelab.solve(ENSO(), y0, t, history=history, rtol=1e-9, atol=1e-11))
     assert grown and grown[0] == 16 and any(rights)
-    _same_steps(fused, plain, atol=1e-10)
+    assert_same_steps(fused, plain, atol=1e-10)
 
 
 def test_native_history_reads_its_records():

@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 import odelab  # noqa: E402
+from helpers import assert_same_steps  # noqa: E402
 from odelab.solvers import Status, adaptive, fused_step, triton_step  # noqa: E402
 from odelab.systems import VanDerPol  # noqa: E402
 
@@ -43,16 +44,6 @@ def _both(run):
     return fused, plain
 
 
-def _same_steps(fused, plain, atol):
-    assert torch.equal(fused.status, plain.status)
-    for key in ("steps", "accepted", "rejected", "nfe"):
-        assert torch.equal(fused.stats[key], plain.stats[key]), key
-    assert torch.allclose(fused.stats["t_final"], plain.stats["t_final"], rtol=1e-9, atol=0)
-    assert torch.equal(fused.y.isnan(), plain.y.isnan())
-    finite = ~plain.y.isnan()
-    assert ((fused.y[finite] - plain.y[finite]).abs() / plain.y[finite].abs().clamp_min(1.0)).max() <= atol
-
-
 @pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
 def test_same_steps_as_the_torch_loop(method):
     """Per-sample stiffness (Van der Pol, μ from 0.1 to 6), a sample failing at max_steps, a tstop and dt_max."""
@@ -63,7 +54,7 @@ def test_same_steps_as_the_torch_loop(method):
     kw = dict(method=method, rtol=1e-6, atol=1e-8, max_steps=max_steps, throw=False, tstops=[2.1], dt_max=0.7)
     fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=mu), y0, t, **kw))
     assert Status.MAX_STEPS in plain.status.tolist() and Status.SUCCESS in plain.status.tolist()
-    _same_steps(fused, plain, atol=1e-9)
+    assert_same_steps(fused, plain, atol=1e-9)
 
 
 def test_float32_and_many_outputs_per_step():
@@ -86,7 +77,7 @@ def test_segments():
     y0 = torch.tensor([[2.0, 0.0], [0.5, -0.5]], dtype=F64, device=DEVICE)
     t = torch.linspace(0, 3, 31, dtype=F64, device=DEVICE)
     fused, plain = _both(lambda: odelab.solve(VanDerPol(mu=2.0), y0, t, rtol=1e-6, atol=1e-8, checkpoint_segments=3))
-    _same_steps(fused, plain, atol=1e-12)
+    assert_same_steps(fused, plain, atol=1e-12)
 
 
 def test_wide_state_in_tiles():
@@ -99,7 +90,7 @@ def test_wide_state_in_tiles():
     y0 = torch.linspace(-1, 1, 1200, dtype=F64, device=DEVICE).reshape(12, 100).sin()  # 1200 > _ELEMENTS
     t = torch.linspace(0, 1, 5, dtype=F64, device=DEVICE)
     fused, plain = _both(lambda: odelab.solve(f, y0, t, rtol=1e-7, atol=1e-9))
-    _same_steps(fused, plain, atol=1e-12)
+    assert_same_steps(fused, plain, atol=1e-12)
 
 
 @pytest.mark.parametrize("interpolation", ["hold", "linear"])
@@ -117,7 +108,7 @@ def test_inputs_and_jumps(interpolation):
     t = torch.linspace(0, 1.5, 7, dtype=F64, device=DEVICE)
     fused, plain = _both(lambda: odelab.solve(f, y0, t, u=u, u_times=u_times, interpolation=interpolation,
                                               jump_times=[0.77], rtol=1e-7, atol=1e-9, chunk=2))
-    _same_steps(fused, plain, atol=1e-12)
+    assert_same_steps(fused, plain, atol=1e-12)
 
 
 def test_delay_systems():
@@ -135,7 +126,7 @@ def test_delay_systems():
         patch.setattr(triton_step.TritonHistory, "grow", lambda self: grown.append(self.window) or grow(self))
         fused, plain = _both(lambda: odelab.solve(ENSO(), y0, t, history=history, rtol=1e-8, atol=1e-10, chunk=4))
     assert grown and grown[0] == 16
-    _same_steps(fused, plain, atol=1e-10)
+    assert_same_steps(fused, plain, atol=1e-10)
 
 
 def test_scope():
@@ -250,4 +241,4 @@ def test_fitzhugh_nagumo_on_the_gpu():
     y0 = torch.rand(16384, 2, dtype=F64, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
     t = torch.linspace(0, 100, 201, dtype=F64, device="cuda")
     fused, plain = _both(lambda: odelab.solve(FitzHughNagumo(), y0, t, rtol=1e-6, atol=1e-8))
-    _same_steps(fused, plain, atol=1e-9)
+    assert_same_steps(fused, plain, atol=1e-9)
