@@ -15,6 +15,12 @@ from odelab.systems import VanDerPol
 F64 = torch.float64
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    if not fused_step.LIBRARY.available():
+        pytest.skip(f"the CPU kernels do not build here: {fused_step.LIBRARY.failure()}")
+
+
 def _both(run):
     """(fused, torch loop) results of ``run()`` without gradients; asserts the fused loop ran."""
     calls = []
