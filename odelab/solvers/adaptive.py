@@ -591,12 +591,7 @@ class _Integrator:
             restart = self.on_jump(active, landing, t)
         if isinstance(restart, Tensor):
             y, k1 = self.restart(y, k1, t, landing, restart)
-        # step size per sample, clipped onto the next landing point (hold sample, discontinuity, t_end)
-        target = landing_points.index_select(0, landing)
-        gap = target - t
-        landed = (h >= gap) | (t + h >= target)  # also when t + h rounds onto the target (else a 0-length step next)
-        h_step = torch.minimum(h, gap)
-        t_land = torch.where(landed, target, t + h_step)
+        h_step, landed, t_land = self.clipped_step(t, h, landing, landing_points)
         t_col, h_col = t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1)
         # the stage increments' factor; with delay tangents an explicit zero tangent (fast all-dual products),
         # while the stage times stay plain
@@ -680,6 +675,16 @@ class _Integrator:
         carry, (times, ys, coefs) = scan(one, (y, k1, t, h, prev, landing, steps, code, active, accepted),
                                          torch.empty(length, device=y.device))
         return (*carry, (times[..., 0], times[..., 1], ys, coefs, times[..., 2]))
+
+    @staticmethod
+    def clipped_step(t: Tensor, h: Tensor, landing: Tensor, landing_points: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The step per sample clipped onto its next landing point (hold sample, discontinuity, t_end): its length,
+        whether it lands there (also when t + h rounds onto it: else a 0-length step next) and the time after it."""
+        target = landing_points.index_select(0, landing)
+        gap = target - t
+        landed = (h >= gap) | (t + h >= target)
+        h_step = torch.minimum(h, gap)
+        return h_step, landed, torch.where(landed, target, t + h_step)
 
     def end_time(self, t_col: Tensor, h_col: Tensor, landed: Tensor, landing: Tensor) -> Tensor:
         """t + h as (batch, 1) in the state's dtype, one ulp before it where the step lands on a jump of f: the

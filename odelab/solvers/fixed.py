@@ -69,7 +69,7 @@ def _run_fused(system: System, fused: fused_fixed.FusedExplicitRK, field: Field,
     """The steps of :func:`solve_fixed` by :class:`.fused_fixed.FusedExplicitRK`, each recorded state written into
     its output row (stacked as :func:`.solution.finish` would, unless a step fell back to the torch path)."""
     steps = len(grid) - 1
-    rows = fused_fixed.Outputs(state, 1 + sum(1 for k in range(1, steps + 1) if k in record))
+    rows = fused_fixed.Outputs(state, steps, record)
     outputs = [rows.views[0]]
     for k in range(steps):
         ta, tb = grid[k], grid[k + 1]

@@ -475,7 +475,7 @@ def _steps_static(system: System, scheme: ExplicitRK, state: State, grid: list[f
     outputs, steps = [state], len(grid) - 1
     fused = None if compile else fused_fixed.stepper(scheme, system, state)
     if fused is not None:
-        written = fused_fixed.Outputs(state, 1 + sum(1 for k in range(1, steps + 1) if k in record))
+        written = fused_fixed.Outputs(state, steps, record)
         outputs = [written.views[0]]
     with tracing_options() if block is not None else contextlib.nullcontext():
         for first in range(0, steps, _CHUNK):

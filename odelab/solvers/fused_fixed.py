@@ -131,10 +131,12 @@ def stepper(scheme: Scheme, system: System, state: State, reuse_stages: bool = F
 
 
 class Outputs:
-    """The recorded states of a fixed-step solve, written in place: one (count, *block shape) tensor per block whose
-    rows are the steps' output buffers; :meth:`stacked` gives them batch first, as :func:`.solution.finish` would."""
+    """The recorded states of a fixed-step solve (y0 and the nodes in ``record`` of its ``steps``), written in place:
+    one (count, *block shape) tensor per block whose rows are the steps' output buffers; :meth:`stacked` gives them
+    batch first, as :func:`.solution.finish` would."""
 
-    def __init__(self, state: State, count: int):
+    def __init__(self, state: State, steps: int, record: set[int]):
+        count = 1 + sum(1 for k in range(1, steps + 1) if k in record)  # y0, then the recorded nodes
         self.rows = [torch.empty((count, *x.shape), dtype=x.dtype) for x in state]
         self.views = list(zip(*[rows.unbind(0) for rows in self.rows]))
         for x, row in zip(state, self.views[0]):

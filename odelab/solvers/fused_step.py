@@ -397,12 +397,16 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
     parameters requires one)."""
     if solver.device.type != "cpu" or solver.dtype not in (torch.float32, torch.float64) or solver.sensitive:
         return False
-    if torch.is_grad_enabled():  # f(t0, y0) may not show every dependence: a delay or a parameter read later
-        if y.requires_grad or k1.requires_grad or any(tau is not None for tau in solver.learnable):
-            return False
-        if trainable(solver.system):
-            return False
-    return LIBRARY.available()
+    return not records_gradient(solver, y, k1) and LIBRARY.available()
+
+
+def records_gradient(solver, y: Tensor, k1: Tensor) -> bool:
+    """Whether an adaptive solve records a gradient: grad mode on and the state, f(t0, y0), a learnable delay or the
+    system's parameters require one (f(t0, y0) may not show every dependence: a delay or a parameter read later)."""
+    if not torch.is_grad_enabled():
+        return False
+    return (y.requires_grad or k1.requires_grad or any(tau is not None for tau in solver.learnable)
+            or trainable(solver.system))
 
 
 def trainable(system) -> bool:
@@ -592,7 +596,7 @@ class FusedLoop:
                 attempted += 1
                 finish_sizes[5] = int(attempted >= budget)
                 going = self.finish(self.f64, finish_sizes, finish_args, self.finish_scalars)
-                if int(grow):  # a ring holds only records still needed: double it before the next push
+                if ring is not None and int(grow):  # a ring holds only records still needed: double it first
                     ring.grow()
                     finish_sizes[8] = ring.window
                     finish_args = finish_pointers()  # its k_i slots: rewritten by the next attempt's stages

@@ -36,7 +36,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .cache import keep_triton_code
-from .fused_step import RingHistory, trainable
+from .adaptive import _horner
+from .fused_step import RingHistory, records_gradient
 from .solution import Status
 
 keep_triton_code()  # compiled kernels outlive the process: a later one loads them
@@ -67,9 +68,7 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
         return False
     if solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
         return False
-    if torch.is_grad_enabled() and (y.requires_grad or k1.requires_grad or trainable(solver.system)):
-        return False
-    return True
+    return not records_gradient(solver, y, k1)
 
 
 # the kernels' constants
@@ -401,9 +400,7 @@ class TritonLoop:
                         restarts = restarts + restart
                         k1.copy_(s.restart(y, k1, t, landing, restart)[1])
                         # stages ending a step on a jump of f see the time one ulp before it
-                        target = s.landing.index_select(0, landing)
-                        landed = (h >= target - t) | (t + h >= target)
-                        h_step = torch.minimum(h, target - t)
+                        h_step, landed, _ = s.clipped_step(t, h, landing, s.landing)
                         end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed,
                                              landing)
                     inp = s.held_input(landing)
@@ -445,11 +442,8 @@ class TritonLoop:
         count = int(written.max()) if batch else 0  # the owed outputs are the first ones: only they are evaluated
         if count:
             theta = ((times[:count].unsqueeze(0) - last_t.unsqueeze(1)) / last_h.unsqueeze(1)).to(last_y.dtype)
-            coef = last_coef.view(batch, dim, -1)
-            acc = coef[..., -1].unsqueeze(1).expand(-1, count, -1)
-            for p in range(coef.shape[-1] - 2, -1, -1):
-                acc = torch.addcmul(coef[..., p].unsqueeze(1), theta.unsqueeze(-1), acc)
-            value = torch.addcmul(last_y.unsqueeze(1), theta.unsqueeze(-1), acc)  # (B, count, D)
+            coef = last_coef.view(batch, 1, dim, -1).unbind(-1)
+            value = _horner(last_y.unsqueeze(1), coef, theta.unsqueeze(-1))  # (B, count, D)
             head = out[:count].transpose(0, 1)
             out[:count] = torch.where(owed[:, :count].unsqueeze(-1), value, head).transpose(0, 1)
         return written

@@ -154,6 +154,11 @@ def test_scope():
     x0 = torch.ones(2, 1, dtype=F64, device=DEVICE)
     delayed = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
     assert triton_step.usable(delayed, x0, x0)
+    learnable = _Integrator(tableau, MackeyGlass(), x0, [1], [0.0, 1.0], None, None, _Options(tableau))
+    learnable.learnable = (torch.tensor(17.0, dtype=F64, requires_grad=True),)  # as a delay given as a tensor
+    assert not triton_step.usable(learnable, x0, x0)  # its gradient is recorded (the state and f(t0) show none)
+    with torch.no_grad():
+        assert triton_step.usable(learnable, x0, x0)
     delayed.sensitive = True  # as a learnable delay's forward-mode sensitivity (control_delay_sensitivity) sets it
     assert not triton_step.usable(delayed, x0, x0)
 
