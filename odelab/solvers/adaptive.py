@@ -82,7 +82,7 @@ from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
-from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau
+from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau, horner
 
 _SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
 
@@ -209,7 +209,7 @@ class _History:
                                    torch.zeros_like(length) if s_dot is None else s_dot.unsqueeze(1) / length)
         else:
             theta = ((s.unsqueeze(1) - self.start[step, rows]) / length).to(self.y.dtype)
-        inside = _horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta,
+        inside = horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta,
                          fused=not self.tangents)
         before = where < self.t0 - self.eps if right else where <= self.t0 + self.eps
         return torch.where(before.unsqueeze(1), self.before(s), inside)
@@ -229,17 +229,6 @@ def _tangent(x: Tensor) -> Tensor:
     """The forward-mode tangent of ``x`` (zeros where nothing depends on the delay yet), a fresh tensor."""
     tangent = fwAD.unpack_dual(x).tangent
     return torch.zeros_like(_primal(x)) if tangent is None else tangent.clone()
-
-
-def _horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor, fused: bool = True) -> Tensor:
-    """y + θ (C1 + θ (C2 + … θ Cm)): the continuous extension y + Σ_i b_i(θ) hk_i with C_p = Σ_i P_ip hk_i;
-    θ broadcasts against y. ``fused=False`` for forward-mode tangents (addcmul's goes through a slow
-    Python decomposition)."""
-    multiply_add = torch.addcmul if fused else (lambda c, a, b: c + a * b)
-    acc = coef[-1]
-    for c in reversed(coef[:-1]):
-        acc = multiply_add(c, theta, acc)
-    return multiply_add(y, theta, acc)
 
 
 # devices whose solves that record no gradient take the Triton loop (:mod:`.triton_step`); the tests add "cpu" to
@@ -751,7 +740,7 @@ class _Integrator:
             base = y0.index_select(0, flat)  # (B J, dim)
             parts = coef.index_select(0, flat).view(flat.numel(), self.dim, self.dense.shape[1]).unbind(-1)
             theta = theta.reshape(flat.numel(), 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
-            piece = _horner(base, parts, theta).view(*tau.shape, self.dim)
+            piece = horner(base, parts, theta).view(*tau.shape, self.dim)
             if not bool(reached.all()):
                 piece = torch.where(reached.unsqueeze(-1), piece, math.nan)
             pieces.append(piece)

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from ..systems.base import FunctionSystem, System
-from .adaptive import ADAPTIVE_METHODS, _horner, _Integrator, _Options
+from .adaptive import ADAPTIVE_METHODS, _Integrator, _Options
 from .breakpoints import collect, nodes_near
 from .field import Field, tensor_time
 from .grid import step_grid
@@ -52,7 +52,7 @@ from .inputs import FunctionInput, Hold, InputPath, Linear
 from .problem import prepare
 from .schemes import ExplicitRK, Scheme, resolve_scheme
 from .solution import Solution, SolveError, Status
-from .tableau import ADAPTIVE_TABLEAUX
+from .tableau import ADAPTIVE_TABLEAUX, horner
 
 ADJOINTS = ("backsolve", "checkpoint")
 FANOUT = 8  # pieces per level of the recursive checkpointing
@@ -308,7 +308,7 @@ class _AdaptiveEngine(_Engine):
                 tau = self.out_times.index_select(0, cols)
                 theta = ((tau - t.index_select(0, rows)) / h_step.index_select(0, rows)).to(y.dtype)
                 theta = theta.unsqueeze(1).expand(-1, y.shape[1]).contiguous()
-                value = _horner(y_start.index_select(0, rows), coef.index_select(0, rows).unbind(-1), theta)
+                value = horner(y_start.index_select(0, rows), coef.index_select(0, rows).unbind(-1), theta)
                 emits.append((rows, cols + 1, value))
         return new, emits
 

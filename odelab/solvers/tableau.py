@@ -1,7 +1,22 @@
-"""Butcher tableaux of the explicit Runge--Kutta methods (fixed-step and embedded)."""
+"""Butcher tableaux of the explicit Runge--Kutta methods (fixed-step and embedded), and the Horner evaluation of an
+embedded pair's continuous extension."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def horner(y: Tensor, coef: tuple[Tensor, ...], theta: Tensor, fused: bool = True) -> Tensor:
+    """y + θ (C1 + θ (C2 + … θ Cm)): the continuous extension y + Σ_i b_i(θ) hk_i with C_p = Σ_i P_ip hk_i;
+    θ broadcasts against y. ``fused=False`` for forward-mode tangents (addcmul's goes through a slow
+    Python decomposition)."""
+    multiply_add = torch.addcmul if fused else (lambda c, a, b: c + a * b)
+    acc = coef[-1]
+    for c in reversed(coef[:-1]):
+        acc = multiply_add(c, theta, acc)
+    return multiply_add(y, theta, acc)
 
 
 @dataclass(frozen=True)

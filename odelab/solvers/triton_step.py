@@ -36,9 +36,9 @@ import triton.language as tl
 from torch import Tensor
 
 from .cache import keep_triton_code
-from .adaptive import _horner
 from .fused_step import RingHistory, records_gradient
 from .solution import Status
+from .tableau import horner
 
 keep_triton_code()  # compiled kernels outlive the process: a later one loads them
 
@@ -443,7 +443,7 @@ class TritonLoop:
         if count:
             theta = ((times[:count].unsqueeze(0) - last_t.unsqueeze(1)) / last_h.unsqueeze(1)).to(last_y.dtype)
             coef = last_coef.view(batch, 1, dim, -1).unbind(-1)
-            value = _horner(last_y.unsqueeze(1), coef, theta.unsqueeze(-1))  # (B, count, D)
+            value = horner(last_y.unsqueeze(1), coef, theta.unsqueeze(-1))  # (B, count, D)
             head = out[:count].transpose(0, 1)
             out[:count] = torch.where(owed[:, :count].unsqueeze(-1), value, head).transpose(0, 1)
         return written
