@@ -1,9 +1,13 @@
 """References shared by the tests, each written from an equation or a textbook method, never from odelab; and the
-comparison of a fused solver loop with the torch loop."""
+comparison of a fused solver loop with the torch loop; a counter of host reads."""
 from __future__ import annotations
+
+import contextlib
+import traceback
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def lem_eq3(x: torch.Tensor, symbols: dict, dt: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,3 +178,50 @@ def assert_same_steps(fused, plain, atol: float) -> None:
     assert torch.equal(fused.y.isnan(), plain.y.isnan())
     finite = ~plain.y.isnan()
     assert ((fused.y[finite] - plain.y[finite]).abs() / plain.y[finite].abs().clamp_min(1.0)).max() <= atol
+
+
+class _ScalarReads(TorchDispatchMode):
+    """Records the ops that hand a tensor's value to Python (``item()``, ``bool()``, ``int()``, ``float()``)."""
+
+    def __init__(self, reads: list):
+        super().__init__()
+        self.reads = reads
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default):
+            self.reads.append(_caller(func.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+def _caller(what: str) -> str:
+    frames = [f for f in traceback.extract_stack() if "/odelab/" in f.filename and "/tests/" not in f.filename]
+    return f"{what} at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else what
+
+
+@contextlib.contextmanager
+def host_reads():
+    """Yields a list that collects, while inside, every point where a tensor's value reaches the host or host data
+    becomes a tensor: on CUDA each of them waits for the stream (a scalar read, ``tolist()``, ``numpy()``,
+    ``torch.tensor``/``torch.as_tensor`` of Python data, a copy from the CPU). Works on CPU tensors too, which is
+    how the tests check the CUDA loops without a GPU."""
+    reads = []
+    patched = {}
+
+    def wrap(owner, name):
+        original = getattr(owner, name)
+        patched[(owner, name)] = original
+
+        def counted(*args, **kwargs):
+            reads.append(_caller(name))
+            return original(*args, **kwargs)
+
+        setattr(owner, name, counted)
+
+    for owner, name in ((torch.Tensor, "tolist"), (torch.Tensor, "numpy"), (torch, "tensor"), (torch, "as_tensor")):
+        wrap(owner, name)
+    try:
+        with _ScalarReads(reads):
+            yield reads
+    finally:
+        for (owner, name), original in patched.items():
+            setattr(owner, name, original)

@@ -94,7 +94,8 @@ class _Options:
                  max_steps: int = 10_000, first_step: float | None = None, dt_min: float = 0.0,
                  dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
                  factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None,
-                 compile: bool = False, control_delay_sensitivity: bool | None = None, chunk: int | None = None):
+                 compile: bool = False, control_delay_sensitivity: bool | None = None, chunk: int | None = None,
+                 cuda_graph: bool = False):
         def number(name, value, low, strict=True, allow_inf=False):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
@@ -139,10 +140,14 @@ class _Options:
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
             raise ValueError(f"chunk: expected a positive integer, got {chunk!r}")
         self.chunk = chunk
+        if not isinstance(cuda_graph, bool):
+            raise TypeError(f"cuda_graph: expected True or False, got {type(cuda_graph).__name__}")
+        self.cuda_graph = cuda_graph
 
 
 _OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min",
-                 "factor_max", "pi_beta", "checkpoint_segments", "compile", "control_delay_sensitivity", "chunk")
+                 "factor_max", "pi_beta", "checkpoint_segments", "compile", "control_delay_sensitivity", "chunk",
+                 "cuda_graph")
 
 
 class _Carry:
@@ -333,6 +338,8 @@ class _Integrator:
         # CUDA: a host read of the loop condition stalls the stream, so check it every 8 attempts; the CPU
         # reads it for free, and extra masked attempts after the last sample finishes would only cost
         self.chunk = opts.chunk or (8 if self.device.type == "cuda" else 1)
+        if opts.cuda_graph and self.device.type not in TRITON_DEVICES:
+            raise ValueError(f"cuda_graph: replays the CUDA loop's chunks, but y0 is on {self.device.type}")
         # The step's tensor scalars (t_end, t_stop, the tolerances, the constants below) have 1 element, not 0 dims:
         # dynamo gives a 0-d float64 CPU tensor argument a float symbol for its value, which AOTAutograd's scalar
         # pass cannot place, and restarts the whole analysis without it (compile=True traced the step twice: FHN
@@ -803,8 +810,11 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     the I controller); ``checkpoint_segments`` (K equal time segments, each recomputed in the backward pass;
     same values and gradients); ``compile`` (torch.compile of the step, cached per configuration; systems
     without inputs or delays; same steps and values up to round-off); ``chunk`` (attempted steps per host
-    synchronisation, see the module docstring; same steps and values); ``control_delay_sensitivity`` (learnable
-    delays: also hold ∂y/∂τ to the tolerance; default True for bosh3, False for the 5th-order pairs)."""
+    synchronisation, see the module docstring; same steps and values); ``cuda_graph`` (False; CUDA solves that
+    record no gradient: each chunk of attempts replayed as one CUDA graph captured once per segment, see
+    :class:`.triton_step.ChunkGraph` -- the field's Python code then runs only at the capture);
+    ``control_delay_sensitivity`` (learnable delays: also hold ∂y/∂τ to the tolerance; default True for bosh3,
+    False for the 5th-order pairs)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "

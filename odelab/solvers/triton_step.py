@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from typing import Callable
 
 import torch
 import triton
@@ -301,15 +302,69 @@ def _history(S_TIMES, OUT, BEFORE, R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUN
 
 def _launch(kernel, grid: tuple, *args, **meta) -> None:
     """``kernel[grid](*args, **meta)``; a failure (compilation, launch) is remembered, warned about once and raised
-    as :class:`KernelFailure`."""
+    as :class:`KernelFailure` -- except while a CUDA graph is being captured, where it is the capture's failure
+    (:class:`ChunkGraph` handles it)."""
     global _FAILURE
     try:
         kernel[grid](*args, **meta)
     except Exception as err:  # noqa: BLE001 -- whatever failed, the torch loop can take the solve
+        if _capturing():
+            raise
         _FAILURE = f"{type(err).__name__}: {err}"
         warnings.warn(f"odelab: the Triton kernels of the adaptive loop failed ({_FAILURE[:300]}); the torch loop "
                       "takes this and every later solve", RuntimeWarning, stacklevel=3)
         raise KernelFailure(_FAILURE) from err
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _capture(run: Callable[[], None]):
+    """A CUDA graph of ``run()``'s work on the current stream (recorded, not executed: ``replay()`` runs it)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph
+
+
+_GRAPH_FAILURE: str | None = None  # why a capture failed in this process (then chunks run eagerly)
+
+
+class ChunkGraph:
+    """The attempts of a chunk replayed as one CUDA graph (``cuda_graph=True``): one launch of recorded work per
+    chunk instead of the field's ops and the kernels launched from Python one by one.
+
+    The first chunk of a segment runs eagerly (kernels compiled, memory allocated), the second is captured and
+    every later one replays it. A chunk reads nothing on the host and keeps what the next chunk reads in tensors
+    that stay in place -- what a replay needs; :meth:`reset` drops the graph after such a tensor was reallocated
+    (a delay system's ring grew). The field's Python code runs once, at the capture: a field with Python side
+    effects, or whose ops depend on Python state that changes between evaluations, must not be captured. A failed
+    capture (a field that reads a value on the host, copies from the CPU, ...) warns once and the chunks of this
+    process run eagerly from then on."""
+
+    def __init__(self, run: Callable[[], None]):
+        self.run, self.graph, self.warm = run, None, False
+
+    def __call__(self) -> None:
+        global _GRAPH_FAILURE
+        if not self.warm or _GRAPH_FAILURE is not None:
+            self.warm = True
+            self.run()
+            return
+        if self.graph is None:
+            try:
+                self.graph = _capture(self.run)
+            except Exception as err:  # noqa: BLE001 -- nothing ran; the eager chunk takes over
+                _GRAPH_FAILURE = f"{type(err).__name__}: {err}"
+                warnings.warn(f"odelab: capturing the adaptive loop's chunk in a CUDA graph failed "
+                              f"({_GRAPH_FAILURE[:300]}); chunks run eagerly", RuntimeWarning, stacklevel=3)
+                self.run()
+                return
+        self.graph.replay()
+
+    def reset(self) -> None:
+        self.graph = None
 
 
 class TritonHistory(RingHistory):
@@ -374,14 +429,46 @@ class TritonLoop:
         coef = y.new_empty(m, batch * dim)
         elements, block_d = batch * dim, min(64, triton.next_power_of_2(max(dim, 1)))
         stage_grid, finish_grid = (triton.cdiv(elements, _ELEMENTS),), (triton.cdiv(batch, _ROWS),)
-        budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
-        attempted, restarts = 0, carry.restarts
+        restarts = carry.restarts.clone()
         ks = [k1] * _MAX_STAGES
         # a delay system's dense history reads the rings of accepted steps that the finish kernel fills
         ring = None if s.history is None else TritonHistory(s)
         torch_history = s.history
         if ring is not None:
             s.history = ring
+
+        def attempts() -> None:
+            """``s.chunk`` attempts of every sample, in place; no host read (what a CUDA graph replays)."""
+            for _ in range(s.chunk):
+                end_col = None
+                if s.restarts:  # no host read: samples on a jump of f re-evaluate k1, f is evaluated batch-wide
+                    restart = s.on_jump(active != 0, landing, t)
+                    restarts.add_(restart)
+                    k1.copy_(s.restart(y, k1, t, landing, restart)[1])
+                    # stages ending a step on a jump of f see the time one ulp before it
+                    h_step, landed, _ = s.clipped_step(t, h, landing, s.landing)
+                    end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed, landing)
+                inp = s.held_input(landing)
+                for i in range(1, stages):
+                    sources = [ks[j] for j, _ in s.rows[i]]
+                    _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t,
+                            t, h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))),
+                            elements, dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None,
+                            BLOCK=_ELEMENTS)
+                    t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
+                    k_i = s.field(t_exact[i], t_col, ys[i], inp)
+                    if k_i.dtype != dtype or not k_i.is_contiguous():
+                        k_i = k_i.to(dtype).contiguous()
+                    ks[i] = k_i
+                rings = ring.buffers() if ring is not None else [t, t, t, y, y, steps]  # (unused without delays)
+                # the max_steps test every attempt: no sample can reach it before (max_steps − max steps) attempts
+                _launch(_finish, finish_grid, y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev,
+                        landing, s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
+                        times, written, *ks, *rings, batch, dim, len(out_times), 1, self.berr_at, self.dense_at,
+                        ring.window if ring is not None else 1, S=stages, M=m, HAS_DT_MAX=s.dt_max < math.inf,
+                        RING=ring is not None, BB=_ROWS, BD=block_d)
+
+        chunk = ChunkGraph(attempts) if s.opts.cuda_graph else attempts
         try:
             while True:  # one host read per chunk: any sample active, and (delays) whether a ring must grow first
                 if ring is None:
@@ -391,38 +478,11 @@ class TritonLoop:
                     while short:
                         ring.grow()
                         short = bool(ring.short(t, active != 0, s.chunk))
+                        if isinstance(chunk, ChunkGraph):
+                            chunk.reset()  # the graph read the rings' old buffers
                 if not going:
                     break
-                for _ in range(s.chunk):
-                    end_col = None
-                    if s.restarts:  # no host read: samples on a jump of f re-evaluate k1, f is evaluated batch-wide
-                        restart = s.on_jump(active != 0, landing, t)
-                        restarts = restarts + restart
-                        k1.copy_(s.restart(y, k1, t, landing, restart)[1])
-                        # stages ending a step on a jump of f see the time one ulp before it
-                        h_step, landed, _ = s.clipped_step(t, h, landing, s.landing)
-                        end_col = s.end_time(t.to(dtype).unsqueeze(1), h_step.to(dtype).unsqueeze(1), landed,
-                                             landing)
-                    inp = s.held_input(landing)
-                    for i in range(1, stages):
-                        sources = [ks[j] for j, _ in s.rows[i]]
-                        _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t,
-                                t, h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))),
-                                elements, dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None,
-                                BLOCK=_ELEMENTS)
-                        t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
-                        k_i = s.field(t_exact[i], t_col, ys[i], inp)
-                        if k_i.dtype != dtype or not k_i.is_contiguous():
-                            k_i = k_i.to(dtype).contiguous()
-                        ks[i] = k_i
-                    ks[0] = k1
-                    attempted += 1
-                    rings = ring.buffers() if ring is not None else [t, t, t, y, y, steps]  # (unused without delays)
-                    _launch(_finish, finish_grid, y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev,
-                            landing, s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
-                            times, written, *ks, *rings, batch, dim, len(out_times), int(attempted >= budget),
-                            self.berr_at, self.dense_at, ring.window if ring is not None else 1, S=stages, M=m,
-                            HAS_DT_MAX=s.dt_max < math.inf, RING=ring is not None, BB=_ROWS, BD=block_d)
+                chunk()
         finally:
             s.history = torch_history
         out = out.transpose(0, 1)

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 import odelab  # noqa: E402
-from helpers import assert_same_steps  # noqa: E402
+from helpers import assert_same_steps, host_reads  # noqa: E402
 from odelab.solvers import Status, adaptive, fused_step, triton_step  # noqa: E402
 from odelab.systems import VanDerPol  # noqa: E402
 
@@ -191,6 +191,108 @@ def test_a_kernel_failure_falls_back_to_the_torch_loop():
     assert torch.allclose(first.y, expected, rtol=1e-9, atol=1e-12) and torch.equal(first.y, second.y)
 
 
+class _ReplayedGraph:
+    """Stands in for a CUDA graph on CPU tensors: capturing records the chunk without running it (as CUDA does),
+    each replay runs it and asserts that it reads nothing on the host (a read inside a real capture fails)."""
+
+    captures = 0
+    replays = 0
+
+    def __init__(self, run):
+        type(self).captures += 1
+        self.run = run
+
+    def replay(self):
+        type(self).replays += 1
+        with host_reads() as reads:
+            self.run()
+        assert not reads, f"a chunk read on the host: {reads}"
+
+
+def _graphed(run):
+    """(cuda_graph=True with :class:`_ReplayedGraph`, cuda_graph=False) results of ``run(cuda_graph)``, both on the
+    Triton loop."""
+    _ReplayedGraph.captures = _ReplayedGraph.replays = 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_step, "_capture", _ReplayedGraph)
+        patch.setattr(triton_step, "_GRAPH_FAILURE", None)
+        graphed, _ = _both(lambda: run(True))
+    eager, _ = _both(lambda: run(False))
+    return graphed, eager
+
+
+def test_cuda_graph_chunks():
+    """cuda_graph=True: the first chunk runs eagerly, the second is captured, the rest replay it; every chunk is free
+    of host reads (a CUDA graph could not capture it otherwise) and the solve takes the eager chunks' steps. Van der
+    Pol with a sample stopping at max_steps, a tstop and dt_max."""
+    mu = torch.tensor([0.1, 3.0, 6.0, 1.0], dtype=F64, device=DEVICE)
+    y0 = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0], [0.0, 1.0]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 4, 9, dtype=F64, device=DEVICE)
+    kw = dict(rtol=1e-6, atol=1e-8, max_steps=40, throw=False, tstops=[2.1], dt_max=0.7, chunk=4)
+    graphed, eager = _graphed(lambda graph: odelab.solve(VanDerPol(mu=mu), y0, t, cuda_graph=graph, **kw))
+    assert Status.MAX_STEPS in eager.status.tolist()
+    assert _ReplayedGraph.captures == 1 and _ReplayedGraph.replays >= 5
+    assert_same_steps(graphed, eager, atol=0.0)
+
+
+def test_cuda_graph_chunks_with_inputs_jumps_and_delays():
+    """Chunks free of host reads with a hold input and a jump time (samples on a jump re-evaluate k1 in the graph,
+    the restarts counted in place), and for a delay system whose ring grows: the graph read the old buffers, so it is
+    captured again."""
+    from odelab.systems import ENSO
+
+    def f(t, y, u):
+        return -0.5 * y + u * torch.cos(t)
+
+    u = torch.tensor([[1.0, -1.0, 2.0, 0.0], [0.5, 0.5, -2.0, 1.0]], dtype=F64, device=DEVICE).unsqueeze(-1)
+    u_times = torch.tensor([0.0, 0.4, 1.1, 1.5], dtype=F64, device=DEVICE)
+    y0 = torch.tensor([[1.0], [-1.0]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 1.5, 7, dtype=F64, device=DEVICE)
+    graphed, eager = _graphed(lambda graph: odelab.solve(f, y0, t, u=u, u_times=u_times, jump_times=[0.77],
+                                                         rtol=1e-7, atol=1e-9, chunk=2, cuda_graph=graph))
+    assert _ReplayedGraph.replays >= 3 and int(eager.stats["nfe"].max()) > 6 * int(eager.stats["steps"].max())
+    assert_same_steps(graphed, eager, atol=0.0)
+
+    y0 = torch.tensor([[0.3], [0.9], [-0.4]], dtype=F64, device=DEVICE)
+    history = lambda s: 0.5 * torch.cos(s) + torch.zeros(3, 1, dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 6, 7, dtype=F64, device=DEVICE)
+    graphed, eager = _graphed(lambda graph: odelab.solve(ENSO(), y0, t, history=history, rtol=1e-8, atol=1e-10,
+                                                         chunk=4, cuda_graph=graph))
+    assert _ReplayedGraph.captures >= 2 and _ReplayedGraph.replays >= 3
+    assert_same_steps(graphed, eager, atol=0.0)
+
+
+def test_cuda_graph_capture_failure_runs_chunks_eagerly():
+    """A capture that fails (a field reading a value on the host, say) is warned about once; the chunk and every
+    later one run eagerly, with the same results."""
+    y0 = torch.tensor([[2.0, 0.0], [0.5, 0.5]], dtype=F64, device=DEVICE)
+    t = torch.linspace(0, 2, 3, dtype=F64, device=DEVICE)
+
+    def refuse(run):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_step, "_capture", refuse)
+        patch.setattr(triton_step, "_GRAPH_FAILURE", None)
+        with pytest.warns(RuntimeWarning, match="not permitted when stream is capturing"):
+            first, _ = _both(lambda: odelab.solve(VanDerPol(), y0, t, chunk=2, cuda_graph=True))
+        assert triton_step._GRAPH_FAILURE is not None and triton_step._FAILURE is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            second, _ = _both(lambda: odelab.solve(VanDerPol(), y0, t, chunk=2, cuda_graph=True))
+    eager, _ = _both(lambda: odelab.solve(VanDerPol(), y0, t, chunk=2))
+    assert_same_steps(first, eager, atol=0.0)
+    assert torch.equal(first.y, second.y)
+
+
+def test_cuda_graph_option():
+    y0 = torch.ones(2, 2, dtype=F64)
+    with pytest.raises(ValueError, match="cuda_graph: replays the CUDA loop's chunks, but y0 is on cpu"):
+        odelab.solve(VanDerPol(), y0, [0.0, 1.0], cuda_graph=True)
+    with pytest.raises(TypeError, match="cuda_graph: expected True or False"):
+        odelab.solve(VanDerPol(), y0, [0.0, 1.0], cuda_graph=1)
+
+
 @pytest.mark.slow
 def test_kernels_compile_for_sm90():
     """The three kernels, every stage count, tableau shape and ring option, compile to a cubin for sm_90 (Triton's
@@ -247,3 +349,20 @@ def test_fitzhugh_nagumo_on_the_gpu():
     t = torch.linspace(0, 100, 201, dtype=F64, device="cuda")
     fused, plain = _both(lambda: odelab.solve(FitzHughNagumo(), y0, t, rtol=1e-6, atol=1e-8))
     assert_same_steps(fused, plain, atol=1e-9)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_on_the_gpu():
+    """Full size on a GPU, real CUDA graphs: FitzHugh–Nagumo, 16384 samples, dopri5, chunks of 8 replayed as one
+    graph each: the eager chunks' steps and values, bit for bit."""
+    from odelab.systems import FitzHughNagumo
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    y0 = torch.rand(16384, 2, dtype=F64, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    t = torch.linspace(0, 100, 201, dtype=F64, device="cuda")
+    with torch.no_grad():
+        graphed = odelab.solve(FitzHughNagumo(), y0, t, rtol=1e-6, atol=1e-8, cuda_graph=True)
+        eager = odelab.solve(FitzHughNagumo(), y0, t, rtol=1e-6, atol=1e-8)
+    assert triton_step._GRAPH_FAILURE is None
+    assert_same_steps(graphed, eager, atol=0.0)
