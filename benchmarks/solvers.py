@@ -14,7 +14,7 @@
     of the torchdiffeq/torchode errors (so odelab is never compared at a lower accuracy); it is run eager and
     with compile=True (torch.compile of the step; the one-off compilation time is reported separately), and with
     the torch loop (the default eager path without gradients is the fused loop: C++ kernels on the CPU, Triton
-    kernels on CUDA).
+    kernels on CUDA), and on CUDA with cuda_graph=True (each chunk of 8 attempts replayed as one CUDA graph).
     diffrax (JAX, the field's fastest batched solver: jax.vmap of diffeqsolve over the samples, the whole loop one
     XLA while loop; pip install jax diffrax, skipped with a message otherwise) runs Dopri5 with a PIDController
     (I control, its default) on the same problem and error measure, at rtol 1e-6 / atol 1e-8 (the anchor row)
@@ -253,6 +253,15 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
                                    repeats)
     rows["odelab dopri5 torch loop"] = dict(seconds=seconds, max_error=error(sol.y), rtol=chosen["rtol"],
                                             atol=chosen["atol"], steps_max=int(sol.stats["steps"].max()))
+    if device.type == "cuda":  # the Triton loop with each chunk of attempts replayed as one CUDA graph
+        run = lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"], cuda_graph=True)
+        with torch.no_grad():
+            start = time.perf_counter()
+            run()
+            first = time.perf_counter() - start
+            seconds, sol = median_time(run, repeats)
+        rows["odelab dopri5 cuda graph"] = dict(seconds=seconds, first_call_seconds=first, max_error=error(sol.y),
+                                                rtol=chosen["rtol"], atol=chosen["atol"])
     if compiled:
         # the same solve with the step compiled by torch.compile (first call = compilation, reported apart)
         run = lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"], compile=True)
@@ -315,6 +324,8 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
         if f"odelab compiled chunk {chunk}" in rows:
             result["odelab_compiled_chunk_over_diffrax"] = (rows[f"odelab compiled chunk {chunk}"]["seconds"]
                                                             / matched["seconds"])
+        if "odelab dopri5 cuda graph" in rows:
+            result["odelab_cuda_graph_over_diffrax"] = rows["odelab dopri5 cuda graph"]["seconds"] / matched["seconds"]
     return result
 
 
