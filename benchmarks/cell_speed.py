@@ -4,7 +4,8 @@ torch.nn.GRU of the same hidden size, plus a plain hand-written LEM loop (eq. 3,
 one input matmul, unbind, stack) as the yardstick of the generic path.
 
     python benchmarks/cell_speed.py [--models lem,cornn,...] [--sizes 32x1000x16,128x1000x128]
-                                    [--device cpu,cuda] [--repeats 7] [--threads 1] [--out FILE]
+                                    [--device cpu,cuda] [--engines fused,generic] [--repeats 7] [--threads 1]
+                                    [--out FILE]
 
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
 of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step (CUDA:
@@ -154,7 +155,7 @@ def peak_memory(model: nn.Module, x: torch.Tensor) -> int | None:
 
 
 def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str], repeats: int,
-               forward: bool) -> list[dict]:
+               forward: bool, engines: tuple[str, ...] = ("fused", "generic")) -> list[dict]:
     torch.manual_seed(0)
     x = torch.randn(batch, steps, 1, device=device)
     entries = []  # (label, model, engine)
@@ -163,11 +164,13 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             entries.append((name, ANCHORS[name](1, hidden).to(device), None))
             continue
         model = MODELS[name](1, hidden).to(device)
-        if has_fused(model, x):
+        fused = has_fused(model, x)
+        if fused and "fused" in engines:
             entries.append((name, model, "fused"))
-        else:
+        elif not fused:
             print(f"  ({name}: no fused kernel on {device}; generic only)")
-        entries.append((name, model, "generic"))
+        if "generic" in engines or not fused:
+            entries.append((name, model, "generic"))
     for _, model, engine in entries:  # warm-up (and the one-time kernel build)
         if engine:
             set_engine(model, engine)
@@ -243,6 +246,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU); default: torch's")
     parser.add_argument("--no-forward", action="store_true", help="time forward + backward only")
+    parser.add_argument("--engines", default="fused,generic",
+                        help="comma separated: fused, generic (a cell without a fused kernel always runs generic)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_speed.json"))
     args = parser.parse_args()
     if args.threads:
@@ -257,15 +262,24 @@ def main() -> None:
     if "cuda" in devices and not torch.cuda.is_available():
         parser.error("--device: cuda requested but torch.cuda.is_available() is False")
 
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    if not engines or set(engines) - {"fused", "generic"}:
+        parser.error(f"--engines: expected fused and/or generic, got {args.engines!r}")
+
     load_before = os.getloadavg()
     rows = []
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for device in devices:
         for spec in args.sizes.split(","):
             batch, steps, hidden = map(int, spec.split("x"))
-            size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward)
+            size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward, engines)
             print_table(size_rows, args.repeats, torch.get_num_threads())
             rows.extend(size_rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            write(args, devices, load_before, rows)  # after every size: a run stopped midway keeps what it measured
+    print(f"\nwritten {args.out}")
+
+
+def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> None:
     meta = {"devices": devices, "torch": torch.__version__, "odelab": odelab.__version__,
             "threads": torch.get_num_threads(), "machine": platform.machine(), "processor": platform.processor(),
             "repeats": args.repeats, "dtype": "float32", "input_size": 1,
@@ -273,7 +287,6 @@ def main() -> None:
             "forward_only": "under torch.no_grad()", "cpu_peak_memory": "not measured",
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"\nwritten {args.out}")
 
 
 if __name__ == "__main__":

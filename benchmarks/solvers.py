@@ -538,6 +538,9 @@ def main() -> None:
                         help="CPU: also time compile=True with this chunk (its attempts in one compiled scan; 1: skip)")
     parser.add_argument("--no-diffrax", action="store_true", help="skip diffrax")
     parser.add_argument("--no-large-state", action="store_true", help="skip (c), the reaction-diffusion problem")
+    parser.add_argument("--out", default=None,
+                        help="JSON file (default benchmarks/results/solvers[_quick][_DEVICE].json); written after "
+                             "every FitzHugh-Nagumo batch too, so a run stopped midway keeps what it measured")
     args = parser.parse_args()
     if not args.no_diffrax:  # before jax is imported: XLA on as many CPU threads as torch
         flags = os.environ.get("XLA_FLAGS", "")
@@ -549,12 +552,16 @@ def main() -> None:
     use_diffrax = not args.no_diffrax
 
     batches = args.batches or [args.batch]
+    suffix = ("_quick" if args.quick else "") + ("" if device.type == "cpu" else f"_{device.type}")
+    out = Path(args.out) if args.out else RESULTS / f"solvers{suffix}.json"
     by_batch = {}
     for i, batch in enumerate(batches):
         by_batch[str(batch)] = fitzhugh_nagumo(args.repeats if i == 0 else args.large_repeats, args.quick, device,
                                                batch, anchors=i == 0, compiled=i == 0 and not args.no_compile,
                                                use_diffrax=use_diffrax, chunk=args.chunk)
         print_fhn(by_batch[str(batch)])
+        write(out, args, device, use_diffrax, dict(fitzhugh_nagumo=by_batch[str(batches[0])],
+                                                   fitzhugh_nagumo_by_batch=by_batch, partial=True))
     fhn = by_batch[str(batches[0])]
     vdp = van_der_pol(args.repeats, args.quick, device, use_diffrax, compiled=not args.no_compile, chunk=args.chunk)
     rd = None if args.no_large_state else reaction_diffusion(args.repeats, args.quick, device, use_diffrax,
@@ -593,7 +600,12 @@ def main() -> None:
             f"; odelab/diffrax {rd['odelab_over_diffrax']:.2f}" if "odelab_over_diffrax" in rd else "") + (
             f" ({rd['odelab_compiled_over_diffrax']:.2f} compiled)" if "odelab_compiled_over_diffrax" in rd else ""))
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    write(out, args, device, use_diffrax, dict(fitzhugh_nagumo=fhn, fitzhugh_nagumo_by_batch=by_batch,
+                                               van_der_pol=vdp, reaction_diffusion=rd))
+    print(f"\nwrote {out}")
+
+
+def write(out: Path, args, device: torch.device, use_diffrax: bool, parts: dict) -> None:
     meta = dict(torch=torch.__version__, threads=args.threads, repeats=args.repeats, large_repeats=args.large_repeats,
                 machine=platform.processor() or platform.machine(), python=platform.python_version(), quick=args.quick,
                 device=str(device), gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
@@ -602,12 +614,8 @@ def main() -> None:
         import jax
 
         meta.update(jax=jax.__version__, diffrax=diffrax.__version__, jax_backend=jax.default_backend())
-    suffix = ("_quick" if args.quick else "") + ("" if device.type == "cpu" else f"_{device.type}")
-    out = RESULTS / f"solvers{suffix}.json"
-    out.write_text(json.dumps(dict(meta=meta, fitzhugh_nagumo=fhn, fitzhugh_nagumo_by_batch=by_batch, van_der_pol=vdp,
-                                   reaction_diffusion=rd), indent=2))
-    print(f"\nwrote {out}")
-
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(meta=meta, **parts), indent=2))
 
 if __name__ == "__main__":
     main()
