@@ -4,8 +4,8 @@ torch.nn.GRU of the same hidden size, plus a plain hand-written LEM loop (eq. 3,
 one input matmul, unbind, stack) as the yardstick of the generic path.
 
     python benchmarks/cell_speed.py [--models lem,cornn,...] [--sizes 32x1000x16,128x1000x128]
-                                    [--device cpu,cuda] [--engines fused,generic] [--repeats 7] [--threads 1]
-                                    [--out FILE]
+                                    [--device cpu,cuda] [--engines fused,generic] [--tf32] [--repeats 7]
+                                    [--threads 1] [--out FILE]
 
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
 of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step (CUDA:
@@ -246,6 +246,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU); default: torch's")
     parser.add_argument("--no-forward", action="store_true", help="time forward + backward only")
+    parser.add_argument("--tf32", action="store_true",
+                        help="float32 matmuls in TF32 (torch.backends.cuda.matmul.fp32_precision = 'tf32'): the CUDA "
+                             "kernels' products and torch's GEMMs; cuDNN's LSTM/GRU follow torch.backends.cudnn "
+                             "(TF32 by default)")
     parser.add_argument("--engines", default="fused,generic",
                         help="comma separated: fused, generic (a cell without a fused kernel always runs generic)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_speed.json"))
@@ -262,6 +266,8 @@ def main() -> None:
     if "cuda" in devices and not torch.cuda.is_available():
         parser.error("--device: cuda requested but torch.cuda.is_available() is False")
 
+    if args.tf32:
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     if not engines or set(engines) - {"fused", "generic"}:
         parser.error(f"--engines: expected fused and/or generic, got {args.engines!r}")
@@ -285,6 +291,8 @@ def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> Non
             "repeats": args.repeats, "dtype": "float32", "input_size": 1,
             "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()}, "cpu_count": os.cpu_count(),
             "forward_only": "under torch.no_grad()", "cpu_peak_memory": "not measured",
+            "matmul_fp32_precision": "tf32" if args.tf32 else "ieee (torch's default)",
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 

@@ -7,10 +7,10 @@
 #   bash benchmarks/gpu_session.sh tests            # THERE, one command per step (carry .whl)
 #   bash benchmarks/gpu_session.sh cells            #   ... solvers, enso, fit
 #
-# Steps, in the order of the issues' needs, with their time caps (about 26 minutes in all, within the 30 of a
+# Steps, in the order of the issues' needs, with their time caps (about 27 minutes in all, within the 30 of a
 # session if the calls follow each other while the machine is warm): tests (pytest -m gpu, 5 min), cells
 # (benchmarks/cell_speed.py on CUDA: every preset's fused engine at the issue's three sizes, then LEM's generic
-# engine and the hand-written loop, 7 min), solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against
+# engine and the hand-written loop, LEM/coRNN/τ-GRU with TF32 products, 8 min), solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against
 # diffrax on the GPU, 6 min), enso (ENSO with 131072 trajectories against torchdde, 4 min), fit (odelab fit fhn: the
 # paper preset's 400 epochs timed, the quick preset's test RMSE with either engine, 5 min). Each writes its JSON and
 # log into $OUT (the device tool's folder) or benchmarks/results/gpu/, the benchmarks after every size or batch
@@ -77,8 +77,10 @@ cells() {
     [ "$SMOKE" = 1 ] && sizes=4x20x8 repeats=2
     step cells-fused 300 $PY benchmarks/cell_speed.py --device "$DEVICE" --engines fused --sizes "$sizes" \
         --repeats "$repeats" --out "$RESULTS/cell_speed_$DEVICE.json"
-    step cells-generic 120 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-handwritten \
+    step cells-generic 100 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-handwritten \
         --engines generic --sizes "$sizes" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_generic.json"
+    step cells-tf32 90 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused \
+        --tf32 --sizes "$sizes" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
 }
 
 solvers() {

@@ -7,6 +7,7 @@ full-size sequences. The kernel modules are called directly (the registry keys o
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 
@@ -332,6 +333,96 @@ def test_reversible_kernel_saves_no_per_step_state(monkeypatch):
     assert sorted(tuple(t.shape) for t in saved) == sorted(expected)
 
 
+# -- TF32 products ---------------------------------------------------------------------------------------------
+
+# the TF32 option's tolerance: emulated TF32 (below) against the generic loop in IEEE float32 at (4, 40, 20), worst
+# measured 3.2e-3 (coRNN's learned coefficients' gradient; outputs ≤ 1.1e-3 for every preset)
+TF32_TOL = 1e-2
+
+
+@contextlib.contextmanager
+def matmul_precision(value: str):
+    """torch's float32 matmul switch set to ``value`` ("tf32": as ``torch.set_float32_matmul_precision("high")``)."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = value
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
+@pytest.fixture
+def tf32():
+    with matmul_precision("tf32"):
+        yield
+
+
+class _Dots:
+    """Patches the interpreter's matrix product: records the input precision of every ``tl.dot`` and, with
+    ``emulate``, computes TF32 products as the tensor cores read float32 operands -- their mantissas cut to 10
+    bits (truncated: the conservative reading; rounding to nearest halves the error) -- summed in float32."""
+
+    def __init__(self, monkeypatch, emulate: bool = False):
+        import numpy as np
+        from triton.runtime import interpreter
+
+        self.precisions = []
+        original = interpreter.InterpreterBuilder.create_dot
+
+        def create_dot(builder, a, b, d, input_precision, max_num_imprecise_acc):
+            self.precisions.append(str(input_precision).rsplit(".", 1)[-1])
+            if emulate and "TF32" in str(input_precision) and a.data.dtype == np.float32:
+                cut = lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+                a = interpreter.TensorHandle(cut(a.data), a.dtype.scalar)
+                b = interpreter.TensorHandle(cut(b.data), b.dtype.scalar)
+            return original(builder, a, b, d, input_precision, max_num_imprecise_acc)
+
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
+
+
+# UnICORNN's recurrence is diagonal, LTC's and STC's synapses elementwise: no matrix products in their kernels
+WITH_DOTS = [n for n in PRESETS if not n.startswith("unicornn") and n not in ("ltc", "stc")]
+interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="patches Triton's interpreter")
+
+
+@interpreted
+@pytest.mark.parametrize("name", WITH_DOTS)
+def test_tf32_reaches_every_product(name, monkeypatch):
+    """Every ``tl.dot`` of the forward and the backward, both variants: IEEE by default, TF32 in float32 where torch
+    allows it, IEEE in float64 even then."""
+    build, target = PRESETS[name]
+    for switch, dtype, expected in [("ieee", torch.float32, "IEEE"), ("tf32", torch.float32, "TF32"),
+                                    ("tf32", torch.float64, "IEEE")]:
+        with pytest.MonkeyPatch.context() as patch, matmul_precision(switch):
+            dots = _Dots(patch)
+            for block_h in (None, 16):
+                relative_errors(build(3, 17), kernel(target), 3, 2, 17, dtype, block_h=block_h)
+        assert dots.precisions and set(dots.precisions) == {expected}, (switch, dtype, set(dots.precisions))
+
+
+@interpreted
+@pytest.mark.parametrize("name", WITH_DOTS)
+def test_tf32_tolerance(name, tf32, monkeypatch):
+    """The kernels with emulated TF32 products against the generic loop in IEEE float32 (outputs, final state, every
+    gradient): within TF32_TOL (the documented tolerance of the option) over 40 steps, hidden 20 (the tiled variant
+    gives the same errors to 1 %: measured)."""
+    build, target = PRESETS[name]
+    _Dots(monkeypatch, emulate=True)
+    errors = relative_errors(build(3, 20), kernel(target), 4, 40, 20, torch.float32)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TF32_TOL, (worst, errors[worst])
+
+
+@interpreted
+def test_tf32_emulation_changes_the_products(tf32, monkeypatch):
+    """The emulation is not a no-op: LEM's outputs move by more than IEEE float32 round-off."""
+    build, target = PRESETS["lem"]
+    _Dots(monkeypatch, emulate=True)
+    errors = relative_errors(build(3, 20), kernel(target), 4, 40, 20, torch.float32)
+    assert errors["outputs"] > 1e-4
+
+
 # -- full size, on a GPU -----------------------------------------------------------------------------------
 
 FULL_SIZES = [(32, 1000, 16), (8, 100, 300)]  # the benchmark's small size; hidden 300 = ten 32-wide tiles
@@ -390,6 +481,30 @@ def test_full_size_cuda(name, size):
     assert excess[worst] <= 0, ("float32", worst, fused[worst], plain[worst])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", WITH_DOTS)
+@pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_full_size_cuda_tf32(name, size, tf32):
+    """TF32 products on the GPU: the fp32 kernel's deviation from the fp64 reference ≤ 10 × the IEEE fp32 generic
+    loop's + TF32_TOL (the generic loop's own matmuls kept in IEEE)."""
+    build, target = PRESETS[name]
+    batch, time, hidden = size
+    torch.manual_seed(0)
+    model = build(4, hidden).to(DEVICE)
+    x = torch.randn(batch, time, 4, device=DEVICE, dtype=torch.float64)
+    state = tuple(0.5 * torch.randn(batch, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
+    with torch.no_grad():
+        out, final = generic(model).double()(x, state)
+    weights = [torch.randn_like(out), *(torch.randn_like(f) for f in final)]
+    reference = evaluate(model, None, torch.float64, x, state, weights)
+    fused = deviation(evaluate(model, kernel(target), torch.float32, x, state, weights), reference)
+    with matmul_precision("ieee"):
+        plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
+    excess = {n: fused[n] - (10 * plain[n] + TF32_TOL) for n in fused}
+    worst = max(excess, key=excess.get)
+    assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
+
+
 # -- compilation for a GPU without one -----------------------------------------------------------------------
 
 COMPILE_CHECK = r"""
@@ -428,17 +543,22 @@ for bh in (16, 32):
     dense += [(k, dict(MODE=mode, BJ=liquid.block_j(bh), **tile)) for mode in (0, 1, 2, 3)
               for k in (liquid._forward, liquid._backward)]
     jobs += [(fn, dict(constexprs, num_warps=warps(bh))) for fn, constexprs in dense]
+count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:
-        compile_(fn, constexprs, dtype)
-print("compiled", len(jobs) * len(DTYPES))
+        precisions = ("ieee", "tf32") if dtype == "fp32" else ("ieee",)
+        for precision in precisions if "PRECISION" in fn.arg_names else (None,):
+            compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)
+            count += 1
+print("compiled", count)
 """
 
 
 @pytest.mark.slow
 def test_kernels_compile_for_sm90():
-    """Every kernel variant compiles to a cubin for sm_90 (Triton's bundled ptxas; no GPU needed), fp32 and
-    fp64: the interpreter does not check what only the compiler rejects. Several minutes on two cores."""
+    """Every kernel variant compiles to a cubin for sm_90 (Triton's bundled ptxas; no GPU needed), fp32 (IEEE and
+    TF32 products) and fp64: the interpreter does not check what only the compiler rejects. Several minutes on two
+    cores."""
     import subprocess
     import sys
 

@@ -2,7 +2,7 @@
 first use, so a CPU-only install never needs it).
 
 Every kernel runs the whole sequence in one launch forward and one backward (see ``_common`` for the layout);
-fp32 (IEEE dots, no TF32) and fp64.
+fp32 (IEEE products, or TF32 where torch's float32 matmuls may use it: ``_common.dot_precision``) and fp64.
 """
 from ... import systems
 from ..registry import register

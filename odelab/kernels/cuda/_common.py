@@ -24,7 +24,9 @@ Two variants per dense cell:
   barrier; the CTA's global writes are visible after it). 150–185 registers with 8 warps at BH = 32, no spills
   (64-wide tiles spill: not used).
 
-Dots are fp32 in IEEE precision (no TF32) or fp64. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
+Dots are fp64, or fp32 in IEEE precision -- or in TF32 (10-bit mantissas in, fp32 sums) where torch's own float32
+matmuls may use it (``torch.set_float32_matmul_precision("high")``, ``torch.backends.cuda.matmul.fp32_precision =
+"tf32"``): :func:`dot_precision`, read when a sequence's forward runs and kept for its backward. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
 the computation dtype, so that fp64 runs are fp64 throughout (a Python float argument would be fp32).
 """
 from __future__ import annotations
@@ -45,6 +47,23 @@ def available() -> bool:
     import torch
 
     return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def dot_precision(dtype) -> str:
+    """The kernels' ``tl.dot`` input precision for states of ``dtype``: "tf32" for float32 where torch's float32
+    matmuls may use TF32, "ieee" otherwise (the default; float64 always)."""
+    import torch
+
+    if dtype != torch.float32:
+        return "ieee"
+    matmul = torch.backends.cuda.matmul
+    chosen = getattr(matmul, "fp32_precision", "none")  # torch's newer switch; "none": the legacy one decides
+    if chosen in ("ieee", "tf32"):
+        return chosen
+    try:
+        return "tf32" if matmul.allow_tf32 else "ieee"
+    except RuntimeError:  # torch refuses to read the legacy switch after the newer one was set on another backend
+        return "ieee"
 
 
 def resident(hidden: int, block_h: int | None) -> bool:
@@ -85,9 +104,10 @@ def sigmoid(x):
 
 @triton.jit
 def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
-       TRANS: tl.constexpr, BH: tl.constexpr):
+       TRANS: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """acc (BB, BH) += S[rows, 0:K] @ op(W)[:, n0:n0 + BH], op(W) = Wᵀ (W stored (N, K), row stride w_stride)
-    or, with TRANS, W itself (stored (K, N)). S rows at s_ptr + row * s_stride (unit column stride)."""
+    or, with TRANS, W itself (stored (K, N)). S rows at s_ptr + row * s_stride (unit column stride). PRECISION:
+    the products' (:func:`dot_precision`)."""
     cols = n0 + tl.arange(0, BH)
     cmask = cols < N
     for k0 in range(0, K, BH):
@@ -100,7 +120,7 @@ def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
         else:
             w = tl.load(w_ptr + cols[None, :] * w_stride + ks[:, None], mask=kmask[:, None] & cmask[None, :],
                         other=0.0)
-        acc = tl.dot(s, w, acc, input_precision="ieee")
+        acc = tl.dot(s, w, acc, input_precision=PRECISION)
     return acc
 
 

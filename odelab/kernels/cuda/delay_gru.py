@@ -18,14 +18,16 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
+from ._common import (  # noqa: F401
+    available, block_sizes, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
 
 
 @triton.jit
 def _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
-              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+              PRECISION: tl.constexpr):
     """(target, u, z, a, g) of one (BB, BH) tile; absent branches give 0 (u, z) or 1 (a, g)."""
     cols = c0 + tl.arange(0, BH)
     zero = tl.zeros((BB, BH), dtype=hp.dtype.element_ty)
@@ -37,23 +39,23 @@ def _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, be
     g = one
     if HAS_U:
         pu = tl.load(e + EU * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pu = mv(pu, hp, sS, rows, rmask, WH + WU * H * H, H, c0, H, H, False, BH)
+        pu = mv(pu, hp, sS, rows, rmask, WH + WU * H * H, H, c0, H, H, False, BH, PRECISION)
         if U_DELAYED:
-            pu = mv(pu, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH)
+            pu = mv(pu, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH, PRECISION)
         u = tanh(pu)
         target = beta * u
     if HAS_Z:
         pz = tl.load(e + EZ * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pz = mv(pz, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH)
+        pz = mv(pz, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH, PRECISION)
         z = tanh(pz)
         if HAS_A:
             pa = tl.load(e + EA * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            pa = mv(pa, hp, sS, rows, rmask, WH + WA * H * H, H, c0, H, H, False, BH)
+            pa = mv(pa, hp, sS, rows, rmask, WH + WA * H * H, H, c0, H, H, False, BH, PRECISION)
             a = sigmoid(pa)
         target += alpha * (a * z)
     if HAS_G:
         pg = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pg = mv(pg, hp, sS, rows, rmask, WH + WG * H * H, H, c0, H, H, False, BH)
+        pg = mv(pg, hp, sS, rows, rmask, WH + WG * H * H, H, c0, H, H, False, BH, PRECISION)
         g = sigmoid(pg)
     return target, u, z, a, g
 
@@ -62,7 +64,8 @@ def _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, be
 def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
              HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
-             WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+             WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+             PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
@@ -81,7 +84,7 @@ def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
             m = rmask[:, None] & (cols < H)[None, :]
             target, u, z, a, g = _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
                                            HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA,
-                                           BB, BH)
+                                           BB, BH, PRECISION)
             h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             h = h + dt * (g * target - g * h)
             tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
@@ -93,7 +96,7 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
-              BB: tl.constexpr, BH: tl.constexpr):
+              BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong; LD (B, T+1, H)
     the delayed-read adjoints, zero-initialised; ED = the encoding block of the delayed pre-activation."""
     pid = tl.program_id(0)
@@ -120,7 +123,7 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
             m = rmask[:, None] & (cols < H)[None, :]
             target, u, z, a, g = _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
                                            HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA,
-                                           BB, BH)
+                                           BB, BH, PRECISION)
             h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             lam = tl.load(l_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
             gt = lam * dt * g  # ∂L/∂target
@@ -141,16 +144,16 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
             zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
             lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
             if HAS_U:
-                lam = mv(lam, gp + EU * H, sE, rows, rmask, WH + WU * H * H, H, c0, H, H, True, BH)
+                lam = mv(lam, gp + EU * H, sE, rows, rmask, WH + WU * H * H, H, c0, H, H, True, BH, PRECISION)
             if HAS_G:
-                lam = mv(lam, gp + EG * H, sE, rows, rmask, WH + WG * H * H, H, c0, H, H, True, BH)
+                lam = mv(lam, gp + EG * H, sE, rows, rmask, WH + WG * H * H, H, c0, H, H, True, BH, PRECISION)
             if HAS_A:
-                lam = mv(lam, gp + EA * H, sE, rows, rmask, WH + WA * H * H, H, c0, H, H, True, BH)
+                lam = mv(lam, gp + EA * H, sE, rows, rmask, WH + WA * H * H, H, c0, H, H, True, BH, PRECISION)
             lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :],
                            mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
             lam += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             if HAS_D:
-                gd = mv(zero, gp + ED * H, sE, rows, rmask, W2, H, c0, H, H, True, BH)
+                gd = mv(zero, gp + ED * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
                 lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
                 tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                          mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
@@ -180,7 +183,7 @@ def _weights_resident(WH, W2, H, HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G
 def _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha, beta,
                        HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                        U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
-                       EA: tl.constexpr, H):
+                       EA: tl.constexpr, H, PRECISION: tl.constexpr):
     """:func:`_branches` with the weights and h in registers."""
     zero = h * 0.0
     target = zero
@@ -189,18 +192,18 @@ def _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2
     a = zero + 1.0
     g = zero + 1.0
     if HAS_U:
-        pu = tl.dot(h, wut, tile(e + EU * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        pu = tl.dot(h, wut, tile(e + EU * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
         if U_DELAYED:
-            pu = tl.dot(hd, w2t, pu, input_precision="ieee")
+            pu = tl.dot(hd, w2t, pu, input_precision=PRECISION)
         u = tanh(pu)
         target = beta * u
     if HAS_Z:
-        z = tanh(tl.dot(hd, w2t, tile(e + EZ * H, sE, rows, rmask, cols, cmask), input_precision="ieee"))
+        z = tanh(tl.dot(hd, w2t, tile(e + EZ * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION))
         if HAS_A:
-            a = sigmoid(tl.dot(h, wat, tile(e + EA * H, sE, rows, rmask, cols, cmask), input_precision="ieee"))
+            a = sigmoid(tl.dot(h, wat, tile(e + EA * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION))
         target += alpha * (a * z)
     if HAS_G:
-        g = sigmoid(tl.dot(h, wgt, tile(e + EG * H, sE, rows, rmask, cols, cmask), input_precision="ieee"))
+        g = sigmoid(tl.dot(h, wgt, tile(e + EG * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION))
     return target, u, z, a, g
 
 
@@ -209,7 +212,7 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
                       HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                       U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                       EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
-                      BH: tl.constexpr):
+                      BH: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: weights and h in registers; the delayed state read back from the state buffer (a barrier
     per step makes the other threads' stores visible)."""
     pid = tl.program_id(0)
@@ -230,7 +233,8 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
         e = E + (n - 1) * NE * H
         hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
         target, u, z, a, g = _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha,
-                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H)
+                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H,
+                                                PRECISION)
         h = h + dt * (g * target - g * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         tl.debug_barrier()
@@ -241,7 +245,7 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
                        HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                        U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                        EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr,
-                       HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+                       HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: weights and the adjoint in registers; L (B, H): final-state adjoint in, initial out; LD as in
     :func:`_backward` (global: written at step n for the state n − 1 − m, read m steps later)."""
     pid = tl.program_id(0)
@@ -266,29 +270,30 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
         h = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
         hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
         target, u, z, a, g = _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha,
-                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H)
+                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H,
+                                                PRECISION)
         gt = lam * dt * g
         new = lam * (1.0 - dt * g)
         if HAS_G:
             gg = lam * dt * (target - h) * g * (1.0 - g)
             tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], gg, mask=m)
-            new = tl.dot(gg, wg, new, input_precision="ieee")
+            new = tl.dot(gg, wg, new, input_precision=PRECISION)
         if HAS_U:
             gu = gt * beta * (1.0 - u * u)
             tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gu, mask=m)
-            new = tl.dot(gu, wu, new, input_precision="ieee")
+            new = tl.dot(gu, wu, new, input_precision=PRECISION)
         if HAS_Z:
             gz = gt * alpha * a * (1.0 - z * z)
             tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gz, mask=m)
             if HAS_A:
                 ga = gt * alpha * z * a * (1.0 - a)
                 tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
-                new = tl.dot(ga, wa, new, input_precision="ieee")
+                new = tl.dot(ga, wa, new, input_precision=PRECISION)
         if HAS_D:
             if U_DELAYED:
-                gd = tl.dot(gu, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision="ieee")
+                gd = tl.dot(gu, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision=PRECISION)
             else:
-                gd = tl.dot(gz, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision="ieee")
+                gd = tl.dot(gz, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision=PRECISION)
             new += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
             tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                      mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
@@ -307,6 +312,7 @@ class DelayGRUSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h):
+        ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
         enc, weight_h = enc.contiguous(), weight_h.contiguous()
@@ -318,7 +324,8 @@ class DelayGRUSequence(torch.autograd.Function):
         flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
                           "WA"), layout[:13]))
         forward = _forward_resident if resident(H, block_h) else _forward
-        forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH, num_warps=warps(BH))
+        forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH,
+                                       PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_h, W2c, consts, S)
         ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2 = lag, layout, block_h, W2 is not None
         return S[:, 1:], S[:, T].clone()
@@ -342,10 +349,11 @@ class DelayGRUSequence(torch.autograd.Function):
         if resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD, B, T, H, lag,
-                                                      **flags, BB=BB, BH=BH, num_warps=warps(BH))
+                                                      **flags, BB=BB, BH=BH,
+                                                      PRECISION=ctx.precision, num_warps=warps(BH))
         else:
             _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
-                                             BB=BB, BH=BH, num_warps=warps(BH))
+                                             BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         h_prev = S[:, :-1]
         blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
         d_weight_h = torch.cat([torch.einsum("btk,bth->kh", G[..., e * H:(e + 1) * H], h_prev) for e, _ in blocks])

@@ -15,11 +15,13 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
+from ._common import (  # noqa: F401
+    available, block_sizes, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
 
 
 @triton.jit
-def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+             PRECISION: tl.constexpr):
     """S (B, T+1, H) states; R (B, H) scratch for σ(r) ⊙ h (reset before the matmul)."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
@@ -35,7 +37,7 @@ def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.con
                 cols = c0 + tl.arange(0, BH)
                 m = rmask[:, None] & (cols < H)[None, :]
                 r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH)
+                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
                 h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
                 tl.store(R + rows[:, None] * H + cols[None, :], sigmoid(r) * h, mask=m)
             tl.debug_barrier()
@@ -44,16 +46,16 @@ def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.con
             m = rmask[:, None] & (cols < H)[None, :]
             zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
             f = tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            f = mv(f, hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH)
+            f = mv(f, hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH, PRECISION)
             c = tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             if RESET_AFTER:
                 r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH)
-                mu = mv(zero, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH)
+                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
+                mu = mv(zero, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
                 mu += tl.load(BHU + cols, mask=cols < H, other=0.0)[None, :]
                 c += sigmoid(r) * mu
             else:
-                c = mv(c, R, H, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH)
+                c = mv(c, R, H, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
             h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             sf = sigmoid(f)
             h = h + dt * (sf * tanh(c) - sf * h)
@@ -63,7 +65,7 @@ def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.con
 
 @triton.jit
 def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-              BH: tl.constexpr):
+              BH: tl.constexpr, PRECISION: tl.constexpr):
     """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); L (2, B, H)."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
@@ -87,7 +89,7 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
                 cols = c0 + tl.arange(0, BH)
                 m = rmask[:, None] & (cols < H)[None, :]
                 r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH)
+                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
                 h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
                 tl.store(rs + rows[:, None] * sR + cols[None, :], sigmoid(r) * h, mask=m)
             tl.debug_barrier()
@@ -96,17 +98,17 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
             m = rmask[:, None] & (cols < H)[None, :]
             zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
             f = tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            f = mv(f, hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH)
+            f = mv(f, hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH, PRECISION)
             c = tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH)
+            r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
             sr = sigmoid(r)
             if RESET_AFTER:
-                mu = mv(zero, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH)
+                mu = mv(zero, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
                 mu += tl.load(BHU + cols, mask=cols < H, other=0.0)[None, :]
                 c += sr * mu
             else:
-                c = mv(c, rs, sR, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH)
+                c = mv(c, rs, sR, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
             h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             lam = tl.load(l_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
             sf = sigmoid(f)
@@ -124,9 +126,9 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
                 cols = c0 + tl.arange(0, BH)
                 m = rmask[:, None] & (cols < H)[None, :]
                 zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
-                grho = mv(zero, g + 2 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH)
+                grho = mv(zero, g + 2 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
                 r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH)
+                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
                 sr = sigmoid(r)
                 h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
                 tl.store(g + rows[:, None] * sG + cols[None, :], grho * h * sr * (1.0 - sr), mask=m)
@@ -137,9 +139,9 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
             cols = c0 + tl.arange(0, BH)
             m = rmask[:, None] & (cols < H)[None, :]
             lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            lam = mv(lam, g, sG, rows, rmask, WH, H, c0, 2 * H, H, True, BH)
+            lam = mv(lam, g, sG, rows, rmask, WH, H, c0, 2 * H, H, True, BH, PRECISION)
             if RESET_AFTER:
-                lam = mv(lam, g + 3 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH)
+                lam = mv(lam, g + 3 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
             lam += tl.load(GO + (n - 2) * H + rows[:, None] * sR + cols[None, :],
                            mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
             tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
@@ -147,7 +149,7 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
 
 
 @triton.jit
-def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
@@ -165,9 +167,9 @@ def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.conste
     h = tile(S, sS, rows, rmask, cols, cmask)
     for n in range(1, T + 1):
         e = E + (n - 1) * 3 * H
-        r = tl.dot(h, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        f = tl.dot(h, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        mu = tl.dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, input_precision="ieee")
+        r = tl.dot(h, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        f = tl.dot(h, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        mu = tl.dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, input_precision=PRECISION)
         c = tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sigmoid(r) * mu
         sf = sigmoid(f)
         h = h + dt * (sf * tanh(c) - sf * h)
@@ -175,7 +177,8 @@ def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.conste
 
 
 @triton.jit
-def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                       PRECISION: tl.constexpr):
     """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
     initial-state adjoint out."""
     pid = tl.program_id(0)
@@ -199,9 +202,9 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
         e = E + (n - 1) * 3 * H
         g = G + (n - 1) * 4 * H
         hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        r = tl.dot(hp, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        f = tl.dot(hp, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        mu = tl.dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, input_precision="ieee")
+        r = tl.dot(hp, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        f = tl.dot(hp, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        mu = tl.dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, input_precision=PRECISION)
         sr = sigmoid(r)
         sf = sigmoid(f)
         tc = tanh(tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sr * mu)
@@ -214,9 +217,9 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
         tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
         tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gm, mask=m)
         lam = lam * (1.0 - dt * sf)
-        lam = tl.dot(gr, wr, lam, input_precision="ieee")
-        lam = tl.dot(gf, wf, lam, input_precision="ieee")
-        lam = tl.dot(gm, wu, lam, input_precision="ieee")
+        lam = tl.dot(gr, wr, lam, input_precision=PRECISION)
+        lam = tl.dot(gf, wf, lam, input_precision=PRECISION)
+        lam = tl.dot(gm, wu, lam, input_precision=PRECISION)
         lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
                        other=0.0)
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
@@ -227,6 +230,7 @@ class GRUSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h):
+        ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
         enc, weight_hidden = enc.contiguous(), weight_hidden.contiguous()
@@ -238,10 +242,10 @@ class GRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         if reset_after and resident(H, block_h):
             _forward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, B, T, H, BB=BB, BH=BH,
-                                                     num_warps=warps(BH))
+                                                     PRECISION=ctx.precision, num_warps=warps(BH))
         else:
             _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
-                                            BB=BB, BH=BH, num_warps=warps(BH))
+                                            BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S)
         ctx.reset_after, ctx.block_h = reset_after, block_h
         return S[:, 1:], S[:, T].clone()
@@ -262,10 +266,11 @@ class GRUSequence(torch.autograd.Function):
         if reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0], B, T, H,
-                                                      BB=BB, BH=BH, num_warps=warps(BH))
+                                                      BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         else:
             _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, B, T, H,
-                                             RESET_AFTER=reset_after, BB=BB, BH=BH, num_warps=warps(BH))
+                                             RESET_AFTER=reset_after, BB=BB, BH=BH,
+                                             PRECISION=ctx.precision, num_warps=warps(BH))
         h_prev = S[:, :-1]
         d_rf = torch.einsum("btk,bth->kh", G[..., : 2 * H], h_prev)
         if reset_after:

@@ -15,11 +15,12 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ._common import available, block_sizes, mv, resident, sigmoid, tanh, tile, warps, weights  # noqa: F401
+from ._common import (  # noqa: F401
+    available, block_sizes, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
 
 
 @triton.jit
-def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
@@ -36,9 +37,9 @@ def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.cons
             cols = c0 + tl.arange(0, BH)
             m = rmask[:, None] & (cols < H)[None, :]
             zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH)
+            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
             p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH)
+            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
             q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             s1 = sigmoid(p1)
@@ -49,9 +50,9 @@ def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.cons
             cols = c0 + tl.arange(0, BH)
             m = rmask[:, None] & (cols < H)[None, :]
             zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH)
+            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
             p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH)
+            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
             r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             s2 = sigmoid(p2)
@@ -61,7 +62,8 @@ def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.cons
 
 
 @triton.jit
-def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr):
     """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
@@ -86,9 +88,9 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
             cols = c0 + tl.arange(0, BH)
             m = rmask[:, None] & (cols < H)[None, :]
             zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH)
+            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
             p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH)
+            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
             r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             ly = tl.load(ly_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -104,11 +106,11 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
             cols = c0 + tl.arange(0, BH)
             m = rmask[:, None] & (cols < H)[None, :]
             zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            lz = mv(zero, g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH)
+            lz = mv(zero, g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH, PRECISION)
             lz += tl.load(lz_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH)
+            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
             p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH)
+            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
             q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             s1 = sigmoid(p1)
@@ -121,15 +123,16 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
             cols = c0 + tl.arange(0, BH)
             m = rmask[:, None] & (cols < H)[None, :]
             ly = tl.load(ly_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            ly = mv(ly, g, sE, rows, rmask, W1Z, H, c0, 2 * H, H, True, BH)
-            ly = mv(ly, g + 2 * H, sE, rows, rmask, W2, H, c0, H, H, True, BH)
+            ly = mv(ly, g, sE, rows, rmask, W1Z, H, c0, 2 * H, H, True, BH, PRECISION)
+            ly = mv(ly, g + 2 * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
             ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
             tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
         tl.debug_barrier()
 
 
 @triton.jit
-def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                          PRECISION: tl.constexpr):
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
     barrier, no re-read); each step reads its encoded input and writes z_n, y_n."""
     pid = tl.program_id(0)
@@ -149,12 +152,12 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     y = tile(Y, sS, rows, rmask, cols, cmask)
     for n in range(1, T + 1):
         e = E + (n - 1) * 4 * H
-        p1 = tl.dot(y, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        q = tl.dot(y, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        p2 = tl.dot(y, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p1 = tl.dot(y, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        q = tl.dot(y, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        p2 = tl.dot(y, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
         s1 = sigmoid(p1)
         z = z + dt * (s1 * tanh(q) - s1 * z)
-        r = tl.dot(z, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        r = tl.dot(z, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
         s2 = sigmoid(p2)
         y = y + dt * (s2 * tanh(r) - s2 * y)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
@@ -162,7 +165,8 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
 
 
 @triton.jit
-def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr):
+def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                           PRECISION: tl.constexpr):
     """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
     the adjoints of the final state on entry and those of the initial state on exit."""
     pid = tl.program_id(0)
@@ -188,15 +192,15 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
         yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
-        p2 = tl.dot(yp, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        r = tl.dot(zn, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        p1 = tl.dot(yp, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision="ieee")
-        q = tl.dot(yp, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        p2 = tl.dot(yp, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        r = tl.dot(zn, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        p1 = tl.dot(yp, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        q = tl.dot(yp, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
         s2 = sigmoid(p2)
         tr = tanh(r)
         gp2 = ly * dt * (tr - yp) * s2 * (1.0 - s2)
         gr = ly * dt * s2 * (1.0 - tr * tr)
-        lz = tl.dot(gr, wy, lz, input_precision="ieee")  # z_n feeds r
+        lz = tl.dot(gr, wy, lz, input_precision=PRECISION)  # z_n feeds r
         s1 = sigmoid(p1)
         tq = tanh(q)
         gp1 = lz * dt * (tq - zp) * s1 * (1.0 - s1)
@@ -207,9 +211,9 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
         tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
         lz = lz * (1.0 - dt * s1)
         ly = ly * (1.0 - dt * s2)
-        ly = tl.dot(gp1, w1, ly, input_precision="ieee")
-        ly = tl.dot(gq, wz, ly, input_precision="ieee")
-        ly = tl.dot(gp2, w2, ly, input_precision="ieee")
+        ly = tl.dot(gp1, w1, ly, input_precision=PRECISION)
+        ly = tl.dot(gq, wz, ly, input_precision=PRECISION)
+        ly = tl.dot(gp2, w2, ly, input_precision=PRECISION)
         ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
                       other=0.0)
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
@@ -221,6 +225,7 @@ class LEMSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h):
+        ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
         enc, weight_y, W2, Wy = (t.contiguous() for t in (enc, weight_y, W2, Wy))
@@ -231,7 +236,8 @@ class LEMSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
         forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
-        forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH, num_warps=warps(BH))
+        forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH,
+                                       PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts)
         ctx.block_h = block_h
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
@@ -252,10 +258,11 @@ class LEMSequence(torch.autograd.Function):
         if resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
             _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0],
-                                                          consts, B, T, H, BB=BB, BH=BH, num_warps=warps(BH))
+                                                          consts, B, T, H, BB=BB, BH=BH,
+                                                          PRECISION=ctx.precision, num_warps=warps(BH))
         else:
             _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, B, T, H,
-                                                 BB=BB, BH=BH, num_warps=warps(BH))
+                                                 BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         y_prev = Y[:, :-1]
         d_weight_y = torch.einsum("btk,bth->kh", G[..., : 2 * H], y_prev)
         d_W2 = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], y_prev)

@@ -22,7 +22,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-from ._common import available, block_sizes, warps, mv, sigmoid, tanh  # noqa: F401
+from ._common import available, block_sizes, dot_precision, mv, sigmoid, tanh, warps  # noqa: F401
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
 
@@ -81,7 +81,7 @@ def _elastance(w, shift, SYMMETRIC: tl.constexpr):
 
 @triton.jit
 def _forward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, B, T, H, P, NX,
-             MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr):
+             MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
@@ -104,7 +104,7 @@ def _forward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, B, T, H, P, NX,
                 h = (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
             else:
                 w = tl.load(WIN + (n - 1) * H + rows[:, None] * T * H + cols[None, :], mask=m, other=0.0)
-                w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH)
+                w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH, PRECISION)
                 shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
                 eps, deps, dshift = _elastance(w, shift, MODE == 3)
                 h = h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
@@ -114,7 +114,7 @@ def _forward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, B, T, H, P, NX,
 
 @triton.jit
 def _backward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, GO, GX, GW, L, FU, AE, ACC, B, T, H, P, NX,
-              MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr):
+              MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """GX (B, T, NX) ∂L/∂x per step; GW (B, T, H) ∂L/∂w (LRC); L (2, B, H) adjoints; FU (2, B, H) ∂L/∂f, ∂L/∂u of
     the current step; AE (3, B, H) per-element sums for e_l, g_l, the shift; ACC (programs, 4, P, H) the
     per-program sums for g, k, a, b."""
@@ -159,7 +159,7 @@ def _backward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, GO, GX, GW, L, FU, 
                 part = lam / d
             else:
                 w = tl.load(WIN + (n - 1) * H + rows[:, None] * T * H + cols[None, :], mask=m, other=0.0)
-                w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH)
+                w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH, PRECISION)
                 shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
                 eps, deps, dshift = _elastance(w, shift, MODE == 3)
                 sf = sigmoid(f)
@@ -221,7 +221,7 @@ def _backward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, GO, GX, GW, L, FU, 
             m = rmask[:, None] & (cols < H)[None, :]
             lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
             if MODE >= 2:
-                lam = mv(lam, GW + (n - 1) * H, T * H, rows, rmask, OH, H, c0, H, H, False, BH)
+                lam = mv(lam, GW + (n - 1) * H, T * H, rows, rmask, OH, H, c0, H, H, False, BH, PRECISION)
             lam += tl.load(GO + (n - 2) * H + rows[:, None] * T * H + cols[None, :],
                            mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
             tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
@@ -234,6 +234,7 @@ class LiquidSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, mode, block_h):
+        ctx.precision = dot_precision(x.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, NX = x.shape
         H = h0.shape[1]
         P = H + NX
@@ -247,7 +248,8 @@ class LiquidSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=like.dtype, device=like.device)
         BB, BH = block_sizes(B, H, block_h)
         _forward[(triton.cdiv(B, BB),)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, B, T, H, P,
-                                        NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH, num_warps=warps(BH))
+                                        NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH,
+                                        PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S)
         ctx.mode, ctx.block_h = mode, block_h
         return S[:, 1:], S[:, T].clone()
@@ -271,7 +273,8 @@ class LiquidSequence(torch.autograd.Function):
         AE = S.new_zeros(3, B, H)
         ACC = S.new_zeros(programs, 4, P, H)
         _backward[(programs,)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, grad_hs, GX, GW, L,
-                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH, num_warps=warps(BH))
+                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH,
+                               PRECISION=ctx.precision, num_warps=warps(BH))
         d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
         d_e_leak, d_g_leak, d_shift = AE.sum(1).unbind(0)
         lrc = mode >= LRC_ASYMMETRIC

@@ -19,13 +19,13 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ._common import available, block_sizes, mv, resident, tanh, tile, warps, weights  # noqa: F401
+from ._common import available, block_sizes, dot_precision, mv, resident, tanh, tile, warps, weights  # noqa: F401
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
 
 
 @triton.jit
-def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
@@ -48,8 +48,8 @@ def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: 
             m = rmask[:, None] & (cols < H)[None, :]
             a = tl.load(E + (n - 1) * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             if MODE != 0:
-                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH)
-            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH)
+                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH, PRECISION)
+            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH, PRECISION)
             z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
             th = tanh(a)
@@ -67,7 +67,7 @@ def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: 
 
 @triton.jit
 def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-              BH: tl.constexpr):
+              BH: tl.constexpr, PRECISION: tl.constexpr):
     """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
@@ -98,8 +98,8 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
             m = rmask[:, None] & (cols < H)[None, :]
             a = tl.load(E + (n - 1) * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
             if MODE != 0:
-                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH)
-            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH)
+                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH, PRECISION)
+            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH, PRECISION)
             th = tanh(a)
             lz = tl.load(lz_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
             ly = tl.load(ly_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -138,10 +138,10 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
             m = rmask[:, None] & (cols < H)[None, :]
             if MODE != 0:
                 lz = tl.load(lz_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-                lz = mv(lz, g, sE, rows, rmask, WR, sW, c0, H, H, True, BH)
+                lz = mv(lz, g, sE, rows, rmask, WR, sW, c0, H, H, True, BH, PRECISION)
                 tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz, mask=m)
             ly = tl.load(ly_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            ly = mv(ly, g, sE, rows, rmask, WY, sW, c0, H, H, True, BH)
+            ly = mv(ly, g, sE, rows, rmask, WY, sW, c0, H, H, True, BH, PRECISION)
             ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :],
                           mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
             tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
@@ -149,7 +149,8 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
 
 
 @triton.jit
-def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                      PRECISION: tl.constexpr):
     """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
@@ -171,9 +172,9 @@ def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.conste
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     for n in range(1, T + 1):
-        a = tl.dot(y, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        a = tl.dot(y, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
         if MODE != 0:
-            a = tl.dot(z, wzt, a, input_precision="ieee")
+            a = tl.dot(z, wzt, a, input_precision=PRECISION)
         th = tanh(a)
         if MODE == 0:
             z = z + dt * th
@@ -188,7 +189,7 @@ def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.conste
 
 @triton.jit
 def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-                       BH: tl.constexpr):
+                       BH: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
     initial-state adjoints out; AC (2, B, H) the γ, ε sums out."""
     pid = tl.program_id(0)
@@ -217,9 +218,9 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
         n = T - i
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
         yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        a = tl.dot(yp, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), input_precision="ieee")
+        a = tl.dot(yp, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
         if MODE != 0:
-            a = tl.dot(zp, wzt, a, input_precision="ieee")
+            a = tl.dot(zp, wzt, a, input_precision=PRECISION)
         th = tanh(a)
         lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
         if MODE == 0:
@@ -240,8 +241,8 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
             lz = lz / d
         tl.store(G + (n - 1) * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
         if MODE != 0:
-            lz = tl.dot(ga, wz, lz, input_precision="ieee")
-        ly = tl.dot(ga, wy, ly, input_precision="ieee")
+            lz = tl.dot(ga, wz, lz, input_precision=PRECISION)
+        ly = tl.dot(ga, wy, ly, input_precision=PRECISION)
         ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
                       other=0.0)
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
@@ -256,6 +257,7 @@ class SecondOrderSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h):
+        ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, H = enc.shape
         enc, W_rec = enc.contiguous(), W_rec.contiguous()
         Z = enc.new_empty(B, T + 1, H)
@@ -266,7 +268,8 @@ class SecondOrderSequence(torch.autograd.Function):
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
         forward = _forward_resident if resident(H, block_h) else _forward
-        forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH, num_warps=warps(BH))
+        forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
+                                       PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, W_rec, consts, Z, Y)
         ctx.mode, ctx.block_h = mode, block_h
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
@@ -288,10 +291,11 @@ class SecondOrderSequence(torch.autograd.Function):
         if resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ[0], LY[0], AC, B, T, H,
-                                                      MODE=mode, BB=BB, BH=BH, num_warps=warps(BH))
+                                                      MODE=mode, BB=BB, BH=BH,
+                                                      PRECISION=ctx.precision, num_warps=warps(BH))
         else:
             _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
-                                             BB=BB, BH=BH, num_warps=warps(BH))
+                                             BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         d_Wy = torch.einsum("btk,bth->kh", G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy
