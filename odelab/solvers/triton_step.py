@@ -321,11 +321,24 @@ def _capturing() -> bool:
 
 
 def _capture(run: Callable[[], None]):
-    """A CUDA graph of ``run()``'s work on the current stream (recorded, not executed: ``replay()`` runs it)."""
+    """A CUDA graph of ``run()``'s work (recorded, not executed: ``replay()`` runs it)."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA calls stay legal
         run()
     return graph
+
+
+def _warm_up(run: Callable[[], None]) -> None:
+    """``run()`` before its capture, on a side stream on CUDA (as torch's graph capture asks: libraries set up their
+    per-stream state, e.g. cuBLAS workspaces, outside the capture)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        run()
+        return
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
 
 
 _GRAPH_FAILURE: str | None = None  # why a capture failed in this process (then chunks run eagerly)
@@ -348,9 +361,12 @@ class ChunkGraph:
 
     def __call__(self) -> None:
         global _GRAPH_FAILURE
-        if not self.warm or _GRAPH_FAILURE is not None:
-            self.warm = True
+        if _GRAPH_FAILURE is not None:
             self.run()
+            return
+        if not self.warm:
+            self.warm = True
+            _warm_up(self.run)
             return
         if self.graph is None:
             try:
