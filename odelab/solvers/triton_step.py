@@ -146,7 +146,7 @@ def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K
 @triton.jit
 def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, STEPS, CODE, ACTIVE, ACCEPTED,
             LAST_T, LAST_H, LAST_Y, LAST_COEF, OUT, OUT_TIMES, NEXT, K0, K1, K2, K3, K4, K5, K6,
-            R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUNT, B, D, J_OUT, check_max_steps, berr_at, dense_at, W,
+            R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUNT, B, D, J_OUT, berr_at, dense_at, W,
             S: tl.constexpr, M: tl.constexpr, HAS_DT_MAX: tl.constexpr, RING: tl.constexpr, BB: tl.constexpr,
             BD: tl.constexpr):
     """The end of an attempt for BB samples, in place (see the module docstring; CTRL = rtol, atol, α, β, safety,
@@ -194,7 +194,8 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
     code = tl.load(CODE + rows, mask=rmask, other=0)
     code = tl.where(stuck, tl.where(r2 < _INF, _UNDERFLOW_CODE, _NONFINITE_CODE), code)
     t_end = tl.load(CTRL + 11)
-    over = (check_max_steps != 0) & act & (steps.to(tl.float64) >= tl.load(CTRL + 9)) & (t_after < t_end)
+    # every attempt (the torch loop tests from attempt max_steps − max steps on: no sample reaches it before)
+    over = act & (steps.to(tl.float64) >= tl.load(CTRL + 9)) & (t_after < t_end)
     code = tl.where(over, _MAX_STEPS_CODE, code)
     prev = tl.where(accept, tl.maximum(log_r2, _LOG_FLOOR) * (beta / 2) + tl.log(safety), prev)
     going = (code == _SUCCESS_CODE) & (t_after < tl.load(CTRL + 10))
@@ -477,10 +478,9 @@ class TritonLoop:
                         k_i = k_i.to(dtype).contiguous()
                     ks[i] = k_i
                 rings = ring.buffers() if ring is not None else [t, t, t, y, y, steps]  # (unused without delays)
-                # the max_steps test every attempt: no sample can reach it before (max_steps − max steps) attempts
                 _launch(_finish, finish_grid, y, ys[-1], ks[stages - 1], k1, coef, self.tab, control, t, h, prev,
                         landing, s.landing, steps, code, active, accepted, last_t, last_h, last_y, last_coef, out,
-                        times, written, *ks, *rings, batch, dim, len(out_times), 1, self.berr_at, self.dense_at,
+                        times, written, *ks, *rings, batch, dim, len(out_times), self.berr_at, self.dense_at,
                         ring.window if ring is not None else 1, S=stages, M=m, HAS_DT_MAX=s.dt_max < math.inf,
                         RING=ring is not None, BB=_ROWS, BD=block_d)
 

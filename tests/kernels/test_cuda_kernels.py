@@ -381,6 +381,25 @@ class _Dots:
         monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
 
 
+def test_dot_precision_follows_torch():
+    """TF32 for float32 exactly where torch's float32 matmuls may use it, whichever of its switches said so."""
+    from odelab.kernels.cuda._common import dot_precision
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        for switch, expected in [(lambda: torch.set_float32_matmul_precision("high"), "tf32"),
+                                 (lambda: torch.set_float32_matmul_precision("highest"), "ieee"),
+                                 (lambda: setattr(matmul, "allow_tf32", True), "tf32"),
+                                 (lambda: setattr(matmul, "allow_tf32", False), "ieee"),
+                                 (lambda: setattr(matmul, "fp32_precision", "tf32"), "tf32")]:
+            switch()
+            assert dot_precision(torch.float32) == expected
+            assert dot_precision(torch.float64) == "ieee"
+    finally:
+        matmul.fp32_precision = before
+
+
 # UnICORNN's recurrence is diagonal, LTC's and STC's synapses elementwise: no matrix products in their kernels
 WITH_DOTS = [n for n in PRESETS if not n.startswith("unicornn") and n not in ("ltc", "stc")]
 interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="patches Triton's interpreter")

@@ -308,7 +308,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from odelab.solvers import triton_step as ts
 
-INTS = {"E", "D", "first", "B", "J_OUT", "check_max_steps", "berr_at", "dense_at", "W", "steps", "right"}
+INTS = {"E", "D", "first", "B", "J_OUT", "berr_at", "dense_at", "W", "steps", "right"}
 LONG = {"LANDING", "STEPS", "CODE", "ACCEPTED", "NEXT", "R_COUNT"}
 DOUBLE = {"T", "H", "POINTS", "TAB", "CTRL", "LAST_T", "LAST_H", "OUT_TIMES", "T_EXACT", "S_TIMES", "R_START",
           "R_LENGTH", "R_END", "CONSTANTS"}
