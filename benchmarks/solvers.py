@@ -60,6 +60,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
 
 
+def first_call(fn) -> float:
+    """Seconds of one call of ``fn`` (a new configuration's first: compilation or kernel builds included)."""
+    synchronize()
+    start = time.perf_counter()
+    fn()
+    synchronize()
+    return time.perf_counter() - start
+
+
 def median_time(fn, repeats: int) -> tuple[float, object]:
     out = fn()  # warm-up
     times = []
@@ -256,9 +265,7 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
     if device.type == "cuda":  # the Triton loop with each chunk of attempts replayed as one CUDA graph
         run = lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"], cuda_graph=True)
         with torch.no_grad():
-            start = time.perf_counter()
-            run()
-            first = time.perf_counter() - start
+            first = first_call(run)
             seconds, sol = median_time(run, repeats)
         rows["odelab dopri5 cuda graph"] = dict(seconds=seconds, first_call_seconds=first, max_error=error(sol.y),
                                                 rtol=chosen["rtol"], atol=chosen["atol"])
@@ -266,9 +273,7 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
         # the same solve with the step compiled by torch.compile (first call = compilation, reported apart)
         run = lambda: odelab.solve(system, y0, t, rtol=chosen["rtol"], atol=chosen["atol"], compile=True)
         with torch.no_grad():
-            start = time.perf_counter()
-            run()
-            first = time.perf_counter() - start
+            first = first_call(run)
             seconds, sol = median_time(run, repeats)
             # another configuration (batch // 2 + 1 samples, tolerances × 2): dynamic shapes and rtol/atol as an
             # argument let it reuse the compilation, so its first call is close to its eager time

@@ -467,6 +467,20 @@ def evaluate(model, run, dtype, x, state, weights):
     return {n: v.detach().double() for n, v in zip(names, values) if v is not None}
 
 
+def full_size_case(name: str, size: tuple) -> tuple:
+    """(model, kernel, x, initial state, loss weights) of a full-size comparison, data in float64."""
+    build, target = PRESETS[name]
+    batch, time, hidden = size
+    torch.manual_seed(0)
+    model = build(4, hidden).to(DEVICE)
+    x = torch.randn(batch, time, 4, device=DEVICE, dtype=torch.float64)
+    state = tuple(0.5 * torch.randn(batch, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
+    with torch.no_grad():
+        out, final = generic(model).double()(x, state)
+    weights = [torch.randn_like(out), *(torch.randn_like(f) for f in final)]
+    return model, kernel(target), x, state, weights
+
+
 def deviation(a: dict, b: dict) -> dict:
     return {n: ((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-30)).item() for n in b}
 
@@ -479,16 +493,7 @@ def test_full_size_cuda(name, size):
     accumulate round-off, amplified by the cell's conditioning (UnICORNN at these settings: gradients ~1e5,
     fp32 generic vs fp64 ~1e-2 at T = 1000, measured under the interpreter), so the fp32 kernel must be as
     accurate as the fp32 generic loop: deviation from the fp64 reference ≤ 10 × the generic's + 1e-5."""
-    build, target = PRESETS[name]
-    batch, time, hidden = size
-    torch.manual_seed(0)
-    model = build(4, hidden).to(DEVICE)
-    x = torch.randn(batch, time, 4, device=DEVICE, dtype=torch.float64)
-    state = tuple(0.5 * torch.randn(batch, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
-    with torch.no_grad():
-        out, final = generic(model).double()(x, state)
-    weights = [torch.randn_like(out), *(torch.randn_like(f) for f in final)]
-    run = kernel(target)
+    model, run, x, state, weights = full_size_case(name, size)
     reference = evaluate(model, None, torch.float64, x, state, weights)
     exact = deviation(evaluate(model, run, torch.float64, x, state, weights), reference)
     worst = max(exact, key=exact.get)
@@ -506,17 +511,9 @@ def test_full_size_cuda(name, size):
 def test_full_size_cuda_tf32(name, size, tf32):
     """TF32 products on the GPU: the fp32 kernel's deviation from the fp64 reference ≤ 10 × the IEEE fp32 generic
     loop's + TF32_TOL (the generic loop's own matmuls kept in IEEE)."""
-    build, target = PRESETS[name]
-    batch, time, hidden = size
-    torch.manual_seed(0)
-    model = build(4, hidden).to(DEVICE)
-    x = torch.randn(batch, time, 4, device=DEVICE, dtype=torch.float64)
-    state = tuple(0.5 * torch.randn(batch, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
-    with torch.no_grad():
-        out, final = generic(model).double()(x, state)
-    weights = [torch.randn_like(out), *(torch.randn_like(f) for f in final)]
+    model, run, x, state, weights = full_size_case(name, size)
     reference = evaluate(model, None, torch.float64, x, state, weights)
-    fused = deviation(evaluate(model, kernel(target), torch.float32, x, state, weights), reference)
+    fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
     with matmul_precision("ieee"):
         plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
     excess = {n: fused[n] - (10 * plain[n] + TF32_TOL) for n in fused}

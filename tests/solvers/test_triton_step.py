@@ -93,11 +93,8 @@ def test_wide_state_in_tiles():
     assert_same_steps(fused, plain, atol=1e-12)
 
 
-@pytest.mark.parametrize("interpolation", ["hold", "linear"])
-def test_inputs_and_jumps(interpolation):
-    """A hold input (f jumps at its samples: the samples sitting on one re-evaluate their first stage, counted in
-    nfe; the stages ending a step there see the time one ulp before it) or a linear one with a jump time, in chunks
-    of 2 attempts."""
+def _forced() -> tuple:
+    """y' = −y/2 + u cos t with a 4-sample input, two samples, 7 outputs on [0, 1.5]: (f, y0, t, u, u_times)."""
 
     def f(t, y, u):
         return -0.5 * y + u * torch.cos(t)
@@ -105,7 +102,16 @@ def test_inputs_and_jumps(interpolation):
     u = torch.tensor([[1.0, -1.0, 2.0, 0.0], [0.5, 0.5, -2.0, 1.0]], dtype=F64, device=DEVICE).unsqueeze(-1)
     u_times = torch.tensor([0.0, 0.4, 1.1, 1.5], dtype=F64, device=DEVICE)
     y0 = torch.tensor([[1.0], [-1.0]], dtype=F64, device=DEVICE)
-    t = torch.linspace(0, 1.5, 7, dtype=F64, device=DEVICE)
+    return f, y0, torch.linspace(0, 1.5, 7, dtype=F64, device=DEVICE), u, u_times
+
+
+@pytest.mark.parametrize("interpolation", ["hold", "linear"])
+def test_inputs_and_jumps(interpolation):
+    """A hold input (f jumps at its samples: the samples sitting on one re-evaluate their first stage, counted in
+    nfe; the stages ending a step there see the time one ulp before it) or a linear one with a jump time, in chunks
+    of 2 attempts."""
+
+    f, y0, t, u, u_times = _forced()
     fused, plain = _both(lambda: odelab.solve(f, y0, t, u=u, u_times=u_times, interpolation=interpolation,
                                               jump_times=[0.77], rtol=1e-7, atol=1e-9, chunk=2))
     assert_same_steps(fused, plain, atol=1e-12)
@@ -241,13 +247,7 @@ def test_cuda_graph_chunks_with_inputs_jumps_and_delays():
     captured again."""
     from odelab.systems import ENSO
 
-    def f(t, y, u):
-        return -0.5 * y + u * torch.cos(t)
-
-    u = torch.tensor([[1.0, -1.0, 2.0, 0.0], [0.5, 0.5, -2.0, 1.0]], dtype=F64, device=DEVICE).unsqueeze(-1)
-    u_times = torch.tensor([0.0, 0.4, 1.1, 1.5], dtype=F64, device=DEVICE)
-    y0 = torch.tensor([[1.0], [-1.0]], dtype=F64, device=DEVICE)
-    t = torch.linspace(0, 1.5, 7, dtype=F64, device=DEVICE)
+    f, y0, t, u, u_times = _forced()
     graphed, eager = _graphed(lambda graph: odelab.solve(f, y0, t, u=u, u_times=u_times, jump_times=[0.77],
                                                          rtol=1e-7, atol=1e-9, chunk=2, cuda_graph=graph))
     assert _ReplayedGraph.replays >= 3 and int(eager.stats["nfe"].max()) > 6 * int(eager.stats["steps"].max())
