@@ -104,8 +104,9 @@ def _weighted_term(acc, TAB, index, K, e, mask, hs):
 
 
 @triton.jit
-def _accumulate(acc, TAB, at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, N: tl.constexpr):
-    """acc + Σ_n w_n (h k_n) over K0 … K_{N−1}, w_n = TAB[at + n], term by term (zero weights skipped)."""
+def _accumulate(acc, TAB, at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, N):
+    """acc + Σ_n w_n (h k_n) over K0 … K_{N−1}, w_n = TAB[at + n], term by term (zero weights skipped); N a constexpr
+    (the finish kernel's stages) or a runtime count (the stage kernel's: one compiled variant serves every stage)."""
     if N > 0:
         acc = _weighted_term(acc, TAB, at, K0, e, mask, hs)
     if N > 1:
@@ -123,9 +124,9 @@ def _accumulate(acc, TAB, at, K0, K1, K2, K3, K4, K5, K6, e, mask, hs, N: tl.con
     return acc
 
 
-@triton.jit
-def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K4, K5, K6, E, D, first,
-           J: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["E", "D", "first", "J"])  # one compiled variant for every stage and problem size
+def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K4, K5, K6, E, D, first, J,
+           EXACT: tl.constexpr, BLOCK: tl.constexpr):
     """Y_i = y + Σ_j a_ij (h k_j) (TAB[first] = c_i, TAB[first + 1 + n] = the n-th nonzero a_ij, K<n> its k_j) and
     the stage time t + c_i h, written by each sample's first element."""
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -143,7 +144,7 @@ def _stage(Y, OUT, T_COL, T_EXACT, T, H, LANDING, POINTS, TAB, K0, K1, K2, K3, K
         tl.store(T_EXACT + rows, t + c * h_step, mask=leading)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "D", "J_OUT", "berr_at", "dense_at", "W"])
 def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, STEPS, CODE, ACTIVE, ACCEPTED,
             LAST_T, LAST_H, LAST_Y, LAST_COEF, OUT, OUT_TIMES, NEXT, K0, K1, K2, K3, K4, K5, K6,
             R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUNT, B, D, J_OUT, berr_at, dense_at, W,
@@ -260,7 +261,7 @@ def _finish(Y, YNEW, KNEW, K1OUT, COEF, TAB, CTRL, T, H, PREV, LANDING, POINTS, 
         tl.store(K1OUT + e, tl.load(KNEW + e, mask=take, other=0.0), mask=take)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "D", "W", "steps", "right"])  # left and right reads: one variant
 def _history(S_TIMES, OUT, BEFORE, R_START, R_LENGTH, R_END, R_Y, R_COEF, R_COUNT, CONSTANTS, B, D, W, steps, right,
              M: tl.constexpr, BB: tl.constexpr, BD: tl.constexpr):
     """y(s_b) per sample from its ring (``fused_step``'s ``rk_history``): the record of the first step ending at or
@@ -470,7 +471,7 @@ class TritonLoop:
                     sources = [ks[j] for j, _ in s.rows[i]]
                     _launch(_stage, stage_grid, y, ys[i], t_cols[i], t_exact[i] if t_exact[i] is not None else t,
                             t, h, landing, s.landing, self.tab, *(sources + [y] * (_MAX_STAGES - len(sources))),
-                            elements, dim, self.stage_at[i], J=len(sources), EXACT=t_exact[i] is not None,
+                            elements, dim, self.stage_at[i], len(sources), EXACT=t_exact[i] is not None,
                             BLOCK=_ELEMENTS)
                     t_col = end_col if end_col is not None and s.tab.c[i] == 1.0 else t_cols[i]
                     k_i = s.field(t_exact[i], t_col, ys[i], inp)
