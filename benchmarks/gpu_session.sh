@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# The GPU measurements of the open issues (13: fused cells, 14: solvers, 15's training speed) as steps that fit the
-# device tool's commands (10 minutes each, one machine per session, 30 minutes of device time in all), run from the
+# The GPU measurements of the open issues (13: fused cells, 14: solvers, 15's training speed) as steps sized for the
+# device tool's lease (15 minutes of device time in all, start included; 10 minutes a command), run from the
 # repository root on a machine with its own torch, Triton, JAX and diffrax and no network:
 #
-#   bash benchmarks/gpu_session.sh wheels          # HERE, once: the anchors the GPU image lacks, into .whl/
-#   bash benchmarks/gpu_session.sh tests            # THERE, one command per step (carry .whl)
-#   bash benchmarks/gpu_session.sh cells            #   ... solvers, enso, fit
+#   bash benchmarks/gpu_session.sh wheels                                # HERE, once: the anchors the GPU image
+#                                                                        #   lacks into .whl/, the scipy references
+#   bash benchmarks/gpu_session.sh tests cells fit solvers enso tf32     # THERE, one command (carry .whl and
+#   bash benchmarks/gpu_session.sh generic quickfit                      #   benchmarks/results), then the rest
 #
-# Steps, in the order of the issues' needs, with their time caps (about 27 minutes in all, within the 30 of a
-# session if the calls follow each other while the machine is warm): tests (pytest -m gpu, 5 min), cells
-# (benchmarks/cell_speed.py on CUDA: every preset's fused engine at the issue's three sizes, then LEM's generic
-# engine and the hand-written loop, LEM/coRNN/τ-GRU with TF32 products, 8 min), solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against
-# diffrax on the GPU, 6 min), enso (ENSO with 131072 trajectories against torchdde, 4 min), fit (odelab fit fhn: the
-# paper preset's 400 epochs timed, the quick preset's test RMSE with either engine, 5 min). Each writes its JSON and
-# log into $OUT (the device tool's folder) or benchmarks/results/gpu/, the benchmarks after every size or batch
-# too, so a step cut at its cap keeps what it measured; a step that fails does not stop the next one. SMOKE=1 runs
-# every step on the CPU at toy sizes (a check of the commands, no figures).
+# Steps, in the order of the issues' needs, with their time caps: tests (pytest -m gpu, over 10 processes where
+# pytest-xdist is installed, 130 s; meanwhile one short run of every benchmark size compiles
+# its kernels into Triton's cache), cells (benchmarks/cell_speed.py on CUDA: every preset's fused engine and
+# nn.LSTM/nn.GRU at the issue's three sizes, 160 s), fit (odelab fit fhn --preset paper, its 400 epochs timed, 60 s),
+# solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s), enso (ENSO
+# with 131072 trajectories against torchdde, 50 s), tf32 (LEM/coRNN/τ-GRU with TF32 products, 40 s): about 580 s,
+# one command; then generic (LEM's generic engine and the hand-written loop, 60 s) and quickfit (the quick preset's
+# test RMSE with either engine, 2 × 40 s). Each writes its JSON and log into $OUT (the device tool's folder) or
+# benchmarks/results/gpu/, the benchmarks after every size or batch too, so a step cut at its cap keeps what it
+# measured; a step that fails does not stop the next one. SMOKE=1 runs every step on the CPU at toy sizes (a
+# check of the commands, no figures).
 set -u
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-benchmarks/results/gpu}
@@ -62,25 +65,51 @@ wheels() {
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
         torchdde==0.1.3 torchode==1.0.1 torchtyping==0.1.5 "typeguard<3"
     ls .whl
+    $PY benchmarks/solvers.py --references --batches 1280 16384 131072  # cached in benchmarks/results/
 }
 
 tests() {
     if [ "$SMOKE" = 1 ]; then
         step tests 300 $PY -m pytest -q -p no:cacheprovider tests/solvers/test_host_reads.py
     else
-        step tests 300 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests
+        local parallel=()
+        $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
+        warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
+        step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" tests
+        wait
     fi
 }
 
+warm() {  # one short run of each benchmark size, in parallel: the later timed runs find their kernels compiled
+    local spec
+    for spec in ${SIZES//,/ }; do
+        timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$spec" \
+            --repeats 1 --no-forward --out "/tmp/warm_$spec.json" >/dev/null 2>&1 &
+        timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused --tf32 \
+            --sizes "$spec" --repeats 1 --no-forward --out "/tmp/warm_tf32_$spec.json" >/dev/null 2>&1 &
+    done
+    wait
+    echo "== warm: done after $SECONDS s of the session" | tee -a "$RESULTS/gpu_session.log"
+}
+
+SIZES=32x1000x16,128x1000x128,1024x1000x256
+[ "$SMOKE" = 1 ] && SIZES=4x20x8
+CELLS=lem,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,lrcu-a,lrcu-s,taugru,delaygru,ltc,stc,lstm,gru
+
 cells() {
-    local sizes=32x1000x16,128x1000x128,1024x1000x256 repeats=5
-    [ "$SMOKE" = 1 ] && sizes=4x20x8 repeats=2
-    step cells-fused 300 $PY benchmarks/cell_speed.py --device "$DEVICE" --engines fused --sizes "$sizes" \
-        --repeats "$repeats" --out "$RESULTS/cell_speed_$DEVICE.json"
-    step cells-generic 100 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-handwritten \
-        --engines generic --sizes "$sizes" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_generic.json"
-    step cells-tf32 90 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused \
-        --tf32 --sizes "$sizes" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
+    step cells 160 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$SIZES" \
+        --repeats 3 \
+        --out "$RESULTS/cell_speed_$DEVICE.json"
+}
+
+tf32() {
+    step tf32 40 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused \
+        --tf32 --sizes "$SIZES" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
+}
+
+generic() {
+    step generic 60 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-handwritten \
+        --engines generic --sizes "$SIZES" --repeats 2 --out "$RESULTS/cell_speed_${DEVICE}_generic.json"
 }
 
 solvers() {
@@ -88,37 +117,32 @@ solvers() {
         step solvers 300 $PY benchmarks/solvers.py --quick --repeats 1 --no-compile --no-large-state \
             --out "$RESULTS/solvers_$DEVICE.json"
     else
-        step solvers 360 $PY benchmarks/solvers.py --device cuda --batches 1280 16384 131072 --repeats 5 \
-            --large-repeats 3 --out "$RESULTS/solvers_cuda.json"
+        step solvers 115 $PY benchmarks/solvers.py --device cuda --batches 1280 16384 131072 --repeats 3 \
+            --large-repeats 2 --no-compile --out "$RESULTS/solvers_cuda.json"
     fi
 }
 
 enso() {
     if [ "$SMOKE" = 1 ]; then
         step enso 300 $PY benchmarks/enso_torchdde.py --batch 8 --horizon 20 --repeats 1 --torchdde-repeats 1 \
-            --reference-subset 4 --out "$RESULTS/enso_$DEVICE.json"
+            --reference-subset 4 --no-compile --out "$RESULTS/enso_$DEVICE.json"
     else
-        step enso 240 $PY benchmarks/enso_torchdde.py --device cuda --batch 131072 --reference-subset 256 \
-            --repeats 2 --torchdde-repeats 1 --out "$RESULTS/enso_cuda.json"
+        step enso 50 $PY benchmarks/enso_torchdde.py --device cuda --batch 131072 --reference-subset 256 \
+            --repeats 2 --torchdde-repeats 1 --no-compile --out "$RESULTS/enso_cuda.json"
     fi
 }
 
-fit() {
-    local epochs=() preset=paper
-    [ "$SMOKE" = 1 ] && epochs=(--epochs 2) preset=quick
-    local runs=${TMPDIR:-/tmp}/odelab-gpu-runs
-    step fit-paper 150 $PY -m odelab fit fhn --model lem --preset "$preset" "${epochs[@]}" --device "$DEVICE" \
-        --no-progress --out "$runs/paper"
-    for engine in fused generic; do
-        step "fit-quick-$engine" 75 $PY -m odelab fit fhn --model lem --preset quick "${epochs[@]}" \
-            --device "$DEVICE" --engine "$engine" --no-progress --out "$runs/quick-$engine"
-    done
-    $PY - "$runs" "$RESULTS/fit_$DEVICE.json" <<'EOF'
+RUNS=${TMPDIR:-/tmp}/odelab-gpu-runs
+EPOCHS=()
+[ "$SMOKE" = 1 ] && EPOCHS=(--epochs 2)
+
+summarise() {  # summarise OUT NAME...: the runs' results.json in one file
+    $PY - "$RUNS" "$@" <<'EOF'
 import json, sys
 from pathlib import Path
-runs, out = Path(sys.argv[1]), Path(sys.argv[2])
+runs, out, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 summary = {}
-for name in ("paper", "quick-fused", "quick-generic"):
+for name in names:
     path = runs / name / "results.json"
     summary[name] = json.loads(path.read_text()) if path.exists() else None
 out.write_text(json.dumps(summary, indent=2, default=str))
@@ -126,11 +150,27 @@ print("written", out)
 EOF
 }
 
-[ $# -gt 0 ] || { sed -n '2,19p' "$0"; exit 2; }
+fit() {
+    local preset=paper
+    [ "$SMOKE" = 1 ] && preset=quick
+    step fit 60 $PY -m odelab fit fhn --model lem --preset "$preset" "${EPOCHS[@]}" --device "$DEVICE" \
+        --no-progress --out "$RUNS/paper"
+    summarise "$RESULTS/fit_$DEVICE.json" paper
+}
+
+quickfit() {
+    for engine in fused generic; do
+        step "quickfit-$engine" 40 $PY -m odelab fit fhn --model lem --preset quick "${EPOCHS[@]}" \
+            --device "$DEVICE" --engine "$engine" --no-progress --out "$RUNS/quick-$engine"
+    done
+    summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
+}
+
+[ $# -gt 0 ] || { sed -n '2,22p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|cells|solvers|enso|fit) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, cells, solvers, enso, fit)"; exit 2 ;;
+        tests|cells|fit|solvers|enso|tf32|generic|quickfit) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, cells, fit, solvers, enso, tf32, generic, quickfit)"; exit 2 ;;
     esac
 done

@@ -116,6 +116,17 @@ def reference(system, y0: np.ndarray, t: np.ndarray, path: Path) -> np.ndarray:
     return ys
 
 
+def fhn_problem(batch: int) -> tuple[torch.Tensor, torch.Tensor, list[int], np.ndarray]:
+    """Initial states (c, 0), c ~ U[-1, 1], the output times, the checked subset and its reference (cached)."""
+    generator = torch.Generator().manual_seed(0)
+    c = torch.rand(batch, generator=generator, dtype=F64) * 2 - 1
+    y0 = torch.stack([c, torch.zeros_like(c)], -1)
+    t = torch.linspace(0.0, 400.0, 1001, dtype=F64)
+    subset = list(range(0, batch, 10))[:128]
+    truth = reference(FitzHughNagumo(), y0[subset].numpy(), t.numpy(), RESULTS / f"solvers_fhn_reference_{batch}.npz")
+    return y0, t, subset, truth
+
+
 LADDER = (1e-6, 5e-7, 3e-7, 2e-7, 1e-7, 5e-8, 3e-8, 1e-8)
 
 
@@ -168,13 +179,8 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
                     compiled: bool = True, use_diffrax: bool = True, chunk: int = 16) -> dict:
     system = FitzHughNagumo()
     batch = 128 if quick else batch
-    generator = torch.Generator().manual_seed(0)
-    c = torch.rand(batch, generator=generator, dtype=F64) * 2 - 1
-    y0_cpu = torch.stack([c, torch.zeros_like(c)], -1)
-    t_cpu = torch.linspace(0.0, 400.0, 1001, dtype=F64)
+    y0_cpu, t_cpu, subset, truth = fhn_problem(batch)
     y0, t = y0_cpu.to(device), t_cpu.to(device)
-    subset = list(range(0, batch, 10))[:128]
-    truth = reference(system, y0_cpu[subset].numpy(), t_cpu.numpy(), RESULTS / f"solvers_fhn_reference_{batch}.npz")
     error = lambda ys: float(np.abs(ys[subset].cpu().numpy() - truth).max())
     rtol, atol = 1e-6, 1e-8
     f = lambda s, y: system.derivative(s, (y,))[0]
@@ -543,6 +549,9 @@ def main() -> None:
                         help="CPU: also time compile=True with this chunk (its attempts in one compiled scan; 1: skip)")
     parser.add_argument("--no-diffrax", action="store_true", help="skip diffrax")
     parser.add_argument("--no-large-state", action="store_true", help="skip (c), the reaction-diffusion problem")
+    parser.add_argument("--references", action="store_true",
+                        help="only compute and cache the scipy references of --batches (for a machine where time is "
+                             "short), then exit")
     parser.add_argument("--out", default=None,
                         help="JSON file (default benchmarks/results/solvers[_quick][_DEVICE].json); written after "
                              "every FitzHugh-Nagumo batch too, so a run stopped midway keeps what it measured")
@@ -552,11 +561,17 @@ def main() -> None:
         if args.threads == 1 and "intra_op_parallelism_threads" not in flags:
             os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
         os.environ.setdefault("JAX_PLATFORMS", "cpu" if args.device == "cpu" else "")
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to torch
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     use_diffrax = not args.no_diffrax
 
     batches = args.batches or [args.batch]
+    if args.references:
+        for batch in batches:
+            fhn_problem(128 if args.quick else batch)
+            print(f"reference of batch {batch}: {RESULTS / f'solvers_fhn_reference_{batch}.npz'}")
+        return
     suffix = ("_quick" if args.quick else "") + ("" if device.type == "cpu" else f"_{device.type}")
     out = Path(args.out) if args.out else RESULTS / f"solvers{suffix}.json"
     by_batch = {}
