@@ -400,8 +400,9 @@ def test_dot_precision_follows_torch():
         matmul.fp32_precision = before
 
 
-# UnICORNN's recurrence is diagonal, LTC's and STC's synapses elementwise: no matrix products in their kernels
-WITH_DOTS = [n for n in PRESETS if not n.startswith("unicornn") and n not in ("ltc", "stc")]
+# UnICORNN's recurrence is diagonal, LTC's and STC's synapses elementwise: no matrix products in their kernels.
+# The neural oscillator's products stay IEEE (its gradients at T = 1000 do not survive TF32: see oscillators.py).
+WITH_DOTS = [n for n in PRESETS if not n.startswith("unicornn") and n not in ("ltc", "stc", "oscillator")]
 interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="patches Triton's interpreter")
 
 
@@ -418,6 +419,17 @@ def test_tf32_reaches_every_product(name, monkeypatch):
             for block_h in (None, 16):
                 relative_errors(build(3, 17), kernel(target), 3, 2, 17, dtype, block_h=block_h)
         assert dots.precisions and set(dots.precisions) == {expected}, (switch, dtype, set(dots.precisions))
+
+
+@interpreted
+def test_oscillator_keeps_ieee_products(monkeypatch):
+    """The neural oscillator ignores torch's TF32 switch: every product of both variants stays IEEE."""
+    build, target = PRESETS["oscillator"]
+    with matmul_precision("tf32"):
+        dots = _Dots(monkeypatch)
+        for block_h in (None, 16):
+            relative_errors(build(3, 17), kernel(target), 3, 2, 17, torch.float32, block_h=block_h)
+    assert dots.precisions and set(dots.precisions) == {"IEEE"}, set(dots.precisions)
 
 
 @interpreted
@@ -445,6 +457,11 @@ def test_tf32_emulation_changes_the_products(tf32, monkeypatch):
 # -- full size, on a GPU -----------------------------------------------------------------------------------
 
 FULL_SIZES = [(32, 1000, 16), (8, 100, 300)]  # the benchmark's small size; hidden 300 = ten 32-wide tiles
+# UnICORNN's reversible backward rebuilds each state by inverting its step in float32: that round-off, amplified
+# over 1000 steps (gradients ~1e5 at these settings), costs up to 7 % of a gradient whatever the generic loop's own
+# error (an H200: 0.069 on the initial state's gradient, the generic fp32 loop 0.003; the interpreter: 0.052 on
+# c's, the generic 0.027)
+REVERSIBLE_TOL = 0.1
 
 
 def evaluate(model, run, dtype, x, state, weights):
@@ -492,7 +509,8 @@ def test_full_size_cuda(name, size):
     """fp64: the kernel equals the generic loop to 1e-10 (relative, per tensor). fp32: over 1000 steps both
     accumulate round-off, amplified by the cell's conditioning (UnICORNN at these settings: gradients ~1e5,
     fp32 generic vs fp64 ~1e-2 at T = 1000, measured under the interpreter), so the fp32 kernel must be as
-    accurate as the fp32 generic loop: deviation from the fp64 reference ≤ 10 × the generic's + 1e-5."""
+    accurate as the fp32 generic loop: deviation from the fp64 reference ≤ 10 × the generic's + 1e-5
+    (+ REVERSIBLE_TOL for UnICORNN's reversible backward)."""
     model, run, x, state, weights = full_size_case(name, size)
     reference = evaluate(model, None, torch.float64, x, state, weights)
     exact = deviation(evaluate(model, run, torch.float64, x, state, weights), reference)
@@ -500,7 +518,8 @@ def test_full_size_cuda(name, size):
     assert exact[worst] <= 1e-10, ("float64", worst, exact[worst])
     fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
     plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
-    excess = {n: fused[n] - (10 * plain[n] + 1e-5) for n in fused}
+    slack = REVERSIBLE_TOL if name == "unicornn-reversible" else 1e-5
+    excess = {n: fused[n] - (10 * plain[n] + slack) for n in fused}
     worst = max(excess, key=excess.get)
     assert excess[worst] <= 0, ("float32", worst, fused[worst], plain[worst])
 

@@ -103,6 +103,13 @@ def sigmoid(x):
 
 
 @triton.jit
+def dot(a, b, acc, PRECISION: tl.constexpr):
+    """acc + a @ b in acc's dtype (Triton before 3.7 asks for an fp64 accumulator's dtype by name), products at
+    PRECISION (:func:`dot_precision`)."""
+    return tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc.dtype)
+
+
+@triton.jit
 def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
        TRANS: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """acc (BB, BH) += S[rows, 0:K] @ op(W)[:, n0:n0 + BH], op(W) = Wᵀ (W stored (N, K), row stride w_stride)
@@ -120,7 +127,7 @@ def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
         else:
             w = tl.load(w_ptr + cols[None, :] * w_stride + ks[:, None], mask=kmask[:, None] & cmask[None, :],
                         other=0.0)
-        acc = tl.dot(s, w, acc, input_precision=PRECISION)
+        acc = dot(s, w, acc, PRECISION)
     return acc
 
 

@@ -19,7 +19,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    available, block_sizes, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+    available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
 
 
 @triton.jit
@@ -192,18 +192,18 @@ def _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2
     a = zero + 1.0
     g = zero + 1.0
     if HAS_U:
-        pu = tl.dot(h, wut, tile(e + EU * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        pu = dot(h, wut, tile(e + EU * H, sE, rows, rmask, cols, cmask), PRECISION)
         if U_DELAYED:
-            pu = tl.dot(hd, w2t, pu, input_precision=PRECISION)
+            pu = dot(hd, w2t, pu, PRECISION)
         u = tanh(pu)
         target = beta * u
     if HAS_Z:
-        z = tanh(tl.dot(hd, w2t, tile(e + EZ * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION))
+        z = tanh(dot(hd, w2t, tile(e + EZ * H, sE, rows, rmask, cols, cmask), PRECISION))
         if HAS_A:
-            a = sigmoid(tl.dot(h, wat, tile(e + EA * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION))
+            a = sigmoid(dot(h, wat, tile(e + EA * H, sE, rows, rmask, cols, cmask), PRECISION))
         target += alpha * (a * z)
     if HAS_G:
-        g = sigmoid(tl.dot(h, wgt, tile(e + EG * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION))
+        g = sigmoid(dot(h, wgt, tile(e + EG * H, sE, rows, rmask, cols, cmask), PRECISION))
     return target, u, z, a, g
 
 
@@ -277,23 +277,23 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
         if HAS_G:
             gg = lam * dt * (target - h) * g * (1.0 - g)
             tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], gg, mask=m)
-            new = tl.dot(gg, wg, new, input_precision=PRECISION)
+            new = dot(gg, wg, new, PRECISION)
         if HAS_U:
             gu = gt * beta * (1.0 - u * u)
             tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gu, mask=m)
-            new = tl.dot(gu, wu, new, input_precision=PRECISION)
+            new = dot(gu, wu, new, PRECISION)
         if HAS_Z:
             gz = gt * alpha * a * (1.0 - z * z)
             tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gz, mask=m)
             if HAS_A:
                 ga = gt * alpha * z * a * (1.0 - a)
                 tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
-                new = tl.dot(ga, wa, new, input_precision=PRECISION)
+                new = dot(ga, wa, new, PRECISION)
         if HAS_D:
             if U_DELAYED:
-                gd = tl.dot(gu, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision=PRECISION)
+                gd = dot(gu, w2, tl.zeros((BB, BH), dtype=h.dtype), PRECISION)
             else:
-                gd = tl.dot(gz, w2, tl.zeros((BB, BH), dtype=h.dtype), input_precision=PRECISION)
+                gd = dot(gz, w2, tl.zeros((BB, BH), dtype=h.dtype), PRECISION)
             new += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
             tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                      mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])

@@ -16,7 +16,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    available, block_sizes, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+    available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
 
 
 @triton.jit
@@ -167,9 +167,9 @@ def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.conste
     h = tile(S, sS, rows, rmask, cols, cmask)
     for n in range(1, T + 1):
         e = E + (n - 1) * 3 * H
-        r = tl.dot(h, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        f = tl.dot(h, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        mu = tl.dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, input_precision=PRECISION)
+        r = dot(h, wrt, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
+        f = dot(h, wft, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        mu = dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, PRECISION)
         c = tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sigmoid(r) * mu
         sf = sigmoid(f)
         h = h + dt * (sf * tanh(c) - sf * h)
@@ -202,9 +202,9 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
         e = E + (n - 1) * 3 * H
         g = G + (n - 1) * 4 * H
         hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        r = tl.dot(hp, wrt, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        f = tl.dot(hp, wft, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        mu = tl.dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, input_precision=PRECISION)
+        r = dot(hp, wrt, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
+        f = dot(hp, wft, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        mu = dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, PRECISION)
         sr = sigmoid(r)
         sf = sigmoid(f)
         tc = tanh(tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sr * mu)
@@ -217,9 +217,9 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
         tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
         tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gm, mask=m)
         lam = lam * (1.0 - dt * sf)
-        lam = tl.dot(gr, wr, lam, input_precision=PRECISION)
-        lam = tl.dot(gf, wf, lam, input_precision=PRECISION)
-        lam = tl.dot(gm, wu, lam, input_precision=PRECISION)
+        lam = dot(gr, wr, lam, PRECISION)
+        lam = dot(gf, wf, lam, PRECISION)
+        lam = dot(gm, wu, lam, PRECISION)
         lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
                        other=0.0)
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)

@@ -16,7 +16,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    available, block_sizes, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+    available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
 
 
 @triton.jit
@@ -152,12 +152,12 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     y = tile(Y, sS, rows, rmask, cols, cmask)
     for n in range(1, T + 1):
         e = E + (n - 1) * 4 * H
-        p1 = tl.dot(y, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        q = tl.dot(y, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        p2 = tl.dot(y, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        p1 = dot(y, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
+        q = dot(y, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        p2 = dot(y, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
         s1 = sigmoid(p1)
         z = z + dt * (s1 * tanh(q) - s1 * z)
-        r = tl.dot(z, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        r = dot(z, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), PRECISION)
         s2 = sigmoid(p2)
         y = y + dt * (s2 * tanh(r) - s2 * y)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
@@ -192,15 +192,15 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
         yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
-        p2 = tl.dot(yp, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        r = tl.dot(zn, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        p1 = tl.dot(yp, w1t, tile(e, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
-        q = tl.dot(yp, wzt, tile(e + H, sE, rows, rmask, cols, cmask), input_precision=PRECISION)
+        p2 = dot(yp, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
+        r = dot(zn, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), PRECISION)
+        p1 = dot(yp, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
+        q = dot(yp, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
         s2 = sigmoid(p2)
         tr = tanh(r)
         gp2 = ly * dt * (tr - yp) * s2 * (1.0 - s2)
         gr = ly * dt * s2 * (1.0 - tr * tr)
-        lz = tl.dot(gr, wy, lz, input_precision=PRECISION)  # z_n feeds r
+        lz = dot(gr, wy, lz, PRECISION)  # z_n feeds r
         s1 = sigmoid(p1)
         tq = tanh(q)
         gp1 = lz * dt * (tq - zp) * s1 * (1.0 - s1)
@@ -211,9 +211,9 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
         tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
         lz = lz * (1.0 - dt * s1)
         ly = ly * (1.0 - dt * s2)
-        ly = tl.dot(gp1, w1, ly, input_precision=PRECISION)
-        ly = tl.dot(gq, wz, ly, input_precision=PRECISION)
-        ly = tl.dot(gp2, w2, ly, input_precision=PRECISION)
+        ly = dot(gp1, w1, ly, PRECISION)
+        ly = dot(gq, wz, ly, PRECISION)
+        ly = dot(gp2, w2, ly, PRECISION)
         ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
                       other=0.0)
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
