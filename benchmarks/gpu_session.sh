@@ -13,12 +13,16 @@
 # its kernels into Triton's cache), cells (benchmarks/cell_speed.py on CUDA: every preset's fused engine and
 # nn.LSTM/nn.GRU at the issue's three sizes, 160 s), fit (odelab fit fhn --preset paper, its 400 epochs timed, 60 s),
 # solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s), enso (ENSO
-# with 131072 trajectories against torchdde, 50 s), tf32 (LEM/coRNN/τ-GRU with TF32 products, 40 s): about 580 s,
-# one command; then generic (LEM's generic engine and the hand-written loop, 60 s) and quickfit (the quick preset's
-# test RMSE with either engine, 2 × 40 s). Each writes its JSON and log into $OUT (the device tool's folder) or
+# with 131072 trajectories, torchdde on 4096 of them, 90 s), tf32 (LEM/coRNN/τ-GRU with TF32 products, 40 s);
+# then generic (LEM's generic engine and the hand-written loop, 60 s), quickfit (the quick preset's test RMSE with
+# either engine, 2 × 40 s) and profile (ncu on the fused LEM and LTC kernels at hidden 128, 150 s). A 15-minute
+# lease holds about two commands of these (the first 2026-11-25 lease: tests cells fit solvers enso tf32 in 500 s,
+# cells cut after its first size, enso cut at 50 s), so choose the steps still missing; SIZES=B×T×H,... narrows
+# the cell steps to some sizes. Each writes its JSON and log into $OUT (the device tool's folder) or
 # benchmarks/results/gpu/, the benchmarks after every size or batch too, so a step cut at its cap keeps what it
-# measured; a step that fails does not stop the next one. SMOKE=1 runs every step on the CPU at toy sizes (a
-# check of the commands, no figures).
+# measured; a step that fails does not stop the next one. SMOKE=1 runs every step on the CPU at toy sizes (a check
+# of the commands, no figures). `python benchmarks/gpu_tables.py FOLDER --readme README.md` writes the README's GPU
+# section from a folder of results.
 set -u
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-benchmarks/results/gpu}
@@ -92,7 +96,7 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
     echo "== warm: done after $SECONDS s of the session" | tee -a "$RESULTS/gpu_session.log"
 }
 
-SIZES=32x1000x16,128x1000x128,1024x1000x256
+SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
 CELLS=lem,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,lrcu-a,lrcu-s,taugru,delaygru,ltc,stc,lstm,gru
 
@@ -127,9 +131,20 @@ enso() {
         step enso 300 $PY benchmarks/enso_torchdde.py --batch 8 --horizon 20 --repeats 1 --torchdde-repeats 1 \
             --reference-subset 4 --no-compile --out "$RESULTS/enso_$DEVICE.json"
     else
-        step enso 50 $PY benchmarks/enso_torchdde.py --device cuda --batch 131072 --reference-subset 256 \
-            --repeats 2 --torchdde-repeats 1 --no-compile --out "$RESULTS/enso_cuda.json"
+        step enso 90 $PY benchmarks/enso_torchdde.py --device cuda --batch 131072 --torchdde-batch 4096 \
+            --reference-subset 256 --repeats 2 --torchdde-repeats 1 --no-compile --out "$RESULTS/enso_cuda.json"
     fi
+}
+
+profile() {  # Nsight Compute on the fused LEM and LTC kernels at hidden 128 (T = 50): where their steps stall
+    if [ "$SMOKE" = 1 ] || ! command -v ncu >/dev/null; then
+        echo "== profile: skipped (SMOKE, or no ncu on this machine)"
+        return
+    fi
+    step profile 150 ncu --clock-control none --launch-count 6 -k "regex:_lem_|_forward|_backward" \
+        --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+        --section MemoryWorkloadAnalysis $PY benchmarks/cell_speed.py --device cuda --models lem,ltc --engines fused \
+        --sizes 128x50x128 --repeats 1 --no-forward --out /tmp/profile.json
 }
 
 RUNS=${TMPDIR:-/tmp}/odelab-gpu-runs
@@ -166,11 +181,11 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,22p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,26p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|cells|fit|solvers|enso|tf32|generic|quickfit) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, cells, fit, solvers, enso, tf32, generic, quickfit)"; exit 2 ;;
+        tests|cells|fit|solvers|enso|tf32|generic|quickfit|profile) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, cells, fit, solvers, enso, tf32, generic, quickfit, profile)"; exit 2 ;;
     esac
 done
