@@ -11,7 +11,7 @@
 # Steps, in the order of the issues' needs, with their time caps: tests (pytest -m gpu, over 10 processes where
 # pytest-xdist is installed, 130 s; meanwhile one short run of every benchmark size compiles
 # its kernels into Triton's cache), cells (benchmarks/cell_speed.py on CUDA: every preset's fused engine and
-# nn.LSTM/nn.GRU at the issue's three sizes, 160 s), fit (odelab fit fhn --preset paper, its 400 epochs timed, 60 s),
+# nn.LSTM/nn.GRU/FlashRNN's LSTM at the issue's three sizes, 160 s), fit (odelab fit fhn --preset paper, its 400 epochs timed, 60 s),
 # solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s), enso (ENSO
 # with 131072 trajectories, torchdde on 4096 of them, 90 s), tf32 (LEM/coRNN/τ-GRU with TF32 products, 40 s);
 # then generic (LEM's generic engine and the hand-written loop, 60 s), quickfit (the quick preset's test RMSE with
@@ -67,7 +67,7 @@ wheels() {
     mkdir -p .whl
     $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
-        torchdde==0.1.3 torchode==1.0.1 torchtyping==0.1.5 "typeguard<3"
+        torchdde==0.1.3 torchode==1.0.1 torchtyping==0.1.5 "typeguard<3" flashrnn==1.0.8
     ls .whl
     $PY benchmarks/solvers.py --references --batches 1280 16384 131072  # cached in benchmarks/results/
 }
@@ -99,6 +99,7 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
 CELLS=lem,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,lrcu-a,lrcu-s,taugru,delaygru,ltc,stc,lstm,gru
+CELLS=$CELLS,flashrnn  # FlashRNN's LSTM (carried as a wheel), the issue's second anchor
 
 cells() {
     step cells 160 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$SIZES" \

@@ -50,7 +50,7 @@ def cells_table(folder: Path) -> tuple[str, dict]:
                 cell += f"; TF32 {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (
                     f" ({t['fwd_bwd_median_s'] / lstm_t['fwd_bwd_median_s']:.2f}×)" if lstm_t else "")
             cells.append(cell)
-        label = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)"}.get(model, model)
+        label = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)"}.get(model, model)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines), meta
 
