@@ -3,26 +3,30 @@
 # device tool's lease (15 minutes of device time in all, start included; 10 minutes a command), run from the
 # repository root on a machine with its own torch, Triton, JAX and diffrax and no network:
 #
-#   bash benchmarks/gpu_session.sh wheels                                # HERE, once: the anchors the GPU image
-#                                                                        #   lacks into .whl/, the scipy references
-#   bash benchmarks/gpu_session.sh tests cells fit solvers enso tf32     # THERE, one command (carry .whl and
-#   bash benchmarks/gpu_session.sh generic quickfit                      #   benchmarks/results), then the rest
+#   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
+#                                                     #   the solvers' scipy references into benchmarks/results/
+#   bash benchmarks/gpu_session.sh tests cells enso profile     # THERE (carry .whl and benchmarks/results): what
+#                                                     #   the 2026-11-25 lease left unmeasured, about 9 minutes
 #
-# Steps, in the order of the issues' needs, with their time caps: tests (pytest -m gpu, over 10 processes where
-# pytest-xdist is installed, 130 s; meanwhile one short run of every benchmark size compiles
-# its kernels into Triton's cache), cells (benchmarks/cell_speed.py on CUDA: every preset's fused engine and
-# nn.LSTM/nn.GRU/FlashRNN's LSTM at the issue's three sizes, 160 s), fit (odelab fit fhn --preset paper, its 400 epochs timed, 60 s),
-# solvers (benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s), enso (ENSO
-# with 131072 trajectories, torchdde on 4096 of them, 90 s), tf32 (LEM/coRNN/τ-GRU with TF32 products, 40 s);
-# then generic (LEM's generic engine and the hand-written loop, 60 s), quickfit (the quick preset's test RMSE with
-# either engine, 2 × 40 s) and profile (ncu on the fused LEM and LTC kernels at hidden 128, 150 s). A 15-minute
-# lease holds about two commands of these (the first 2026-11-25 lease: tests cells fit solvers enso tf32 in 500 s,
-# cells cut after its first size, enso cut at 50 s), so choose the steps still missing; SIZES=B×T×H,... narrows
-# the cell steps to some sizes. Each writes its JSON and log into $OUT (the device tool's folder) or
-# benchmarks/results/gpu/, the benchmarks after every size or batch too, so a step cut at its cap keeps what it
-# measured; a step that fails does not stop the next one. SMOKE=1 runs every step on the CPU at toy sizes (a check
-# of the commands, no figures). `python benchmarks/gpu_tables.py FOLDER --readme README.md` writes the README's GPU
-# section from a folder of results.
+# Steps and their time caps:
+#   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
+#              compiles the benchmark's kernels into Triton's cache
+#   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells, against
+#              nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes (SIZES=B×T×H,... narrows), 160 s
+#   slowcells  the liquid cells (LRCU-A/S, LTC, STC: 0.03-9 s a step from hidden 128 on), one repeat, 120 s
+#   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
+#   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
+#   enso       ENSO with 131072 trajectories (torchdde on 4096 of them), 90 s
+#   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
+#   generic    LEM's generic engine and the hand-written loop, 60 s
+#   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 40 s
+#   profile    Nsight Compute on the fused LEM and LTC kernels at hidden 128, 150 s
+# A lease holds about two commands (2026-11-25: tests cells fit solvers enso tf32 took 500 s; cells stopped after
+# its first size, enso at its then 50 s cap). Each step writes its JSON and log into $OUT (the device tool's
+# folder) or benchmarks/results/gpu/, the benchmarks after every size or batch too, so a step cut at its cap keeps
+# what it measured; a step that fails does not stop the next one. SMOKE=1 runs every step on the CPU at toy sizes
+# (a check of the commands, no figures). `python benchmarks/gpu_tables.py FOLDER --readme README.md` writes the
+# README's GPU section from a folder of results.
 set -u
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-benchmarks/results/gpu}
@@ -98,13 +102,22 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
-CELLS=lem,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,lrcu-a,lrcu-s,taugru,delaygru,ltc,stc,lstm,gru
+CELLS=lem,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,taugru,delaygru,lstm,gru
 CELLS=$CELLS,flashrnn  # FlashRNN's LSTM (carried as a wheel), the issue's second anchor
+# the liquid cells' kernels take 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own step, one
+# repeat, up to hidden 128
+SLOW_CELLS=lrcu-a,lrcu-s,ltc,stc,lstm
+SLOW_SIZES=32x1000x16,128x1000x128
+[ "$SMOKE" = 1 ] && SLOW_SIZES=4x20x8
 
 cells() {
     step cells 160 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$SIZES" \
-        --repeats 3 \
-        --out "$RESULTS/cell_speed_$DEVICE.json"
+        --repeats 3 --out "$RESULTS/cell_speed_$DEVICE.json"
+}
+
+slowcells() {
+    step slowcells 120 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$SLOW_CELLS" --engines fused \
+        --sizes "$SLOW_SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
 }
 
 tf32() {
@@ -182,11 +195,11 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,25p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,29p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|cells|fit|solvers|enso|tf32|generic|quickfit|profile) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, cells, fit, solvers, enso, tf32, generic, quickfit, profile)"; exit 2 ;;
+        tests|cells|slowcells|fit|solvers|enso|tf32|generic|quickfit|profile) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, cells, slowcells, fit, solvers, enso, tf32, generic, quickfit, profile)"; exit 2 ;;
     esac
 done

@@ -2,7 +2,8 @@
 
     python benchmarks/gpu_tables.py benchmarks/results/h200_2026-11-25 [--readme README.md]
 
-Reads cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and TF32 products),
+Reads cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32
+products; the first file naming a (model, size) gives its row),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 fit_cuda.json (the FHN training run) and gpu_session.log (the gpu tests' summary). With --readme, replaces the
 text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
@@ -26,7 +27,8 @@ def cell_rows(folder: Path, pattern: str) -> list[dict]:
 
 
 def cells_table(folder: Path) -> tuple[str, dict]:
-    ieee = cell_rows(folder, "cell_speed_cuda.json") + cell_rows(folder, "cell_speed_cuda_sizes_*.json")
+    ieee = [row for path in sorted(folder.glob("cell_speed_cuda*.json")) if not any(
+        tag in path.name for tag in ("tf32", "generic")) for row in json.loads(path.read_text())["rows"]]
     tf32 = cell_rows(folder, "cell_speed_cuda_tf32.json")
     meta = json.loads((folder / "cell_speed_cuda.json").read_text())["meta"]
     find = lambda rows, model, size: next((r for r in rows if r["model"] == model
