@@ -20,44 +20,133 @@ from ._common import (  # noqa: F401
 
 
 @triton.jit
+def _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Columns c0 : c0 + BH of z_n from (z_{n−1}, y_{n−1})."""
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    e = E + (n - 1) * 4 * H
+    yp = Y + (n - 1) * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+    p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
+    p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
+    q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    s1 = sigmoid(p1)
+    z = z + dt * (s1 * tanh(q) - s1 * z)
+    tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+
+
+@triton.jit
+def _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
+            PRECISION: tl.constexpr):
+    """Columns c0 : c0 + BH of y_n from (y_{n−1}, z_n)."""
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    e = E + (n - 1) * 4 * H
+    yp = Y + (n - 1) * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+    p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
+    p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    r = mv(zero, Z + n * H, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
+    r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    s2 = sigmoid(p2)
+    y = y + dt * (s2 * tanh(r) - s2 * y)
+    tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+
+
+@triton.jit
+def _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    """The y-step of step n on columns c0 : c0 + BH: g_p2, g_r and λy's direct part, λy read from LY[n % 2] and
+    written to LY[(n − 1) % 2] (LY: (2, B, H))."""
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    cur = n % 2
+    e = E + (n - 1) * 4 * H
+    g = G + (n - 1) * 4 * H
+    yp = Y + (n - 1) * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+    p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
+    p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    r = mv(zero, Z + n * H, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
+    r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    s2 = sigmoid(p2)
+    tr = tanh(r)
+    gp2 = ly * dt * (tr - y) * s2 * (1.0 - s2)
+    gr = ly * dt * s2 * (1.0 - tr * tr)
+    tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
+    tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
+    tl.store(LY + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], ly * (1.0 - dt * s2), mask=m)
+
+
+@triton.jit
+def _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    """The z-step of step n on columns c0 : c0 + BH: λz_n in full (+ g_r Wy of every column), g_p1, g_q, and
+    λz_{n−1} into LZ[(n − 1) % 2]."""
+    sE = T * 4 * H
+    sS = (T + 1) * H
+    cur = n % 2
+    e = E + (n - 1) * 4 * H
+    g = G + (n - 1) * 4 * H
+    yp = Y + (n - 1) * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
+    lz = mv(zero, g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH, PRECISION)
+    lz += tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
+    p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
+    q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    s1 = sigmoid(p1)
+    tq = tanh(q)
+    tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - z) * s1 * (1.0 - s1), mask=m)
+    tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * dt * s1 * (1.0 - tq * tq), mask=m)
+    tl.store(LZ + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lz * (1.0 - dt * s1), mask=m)
+
+
+@triton.jit
+def _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                      PRECISION: tl.constexpr):
+    """λy_{n−1} on columns c0 : c0 + BH = its direct part + [g_p1, g_q] W1z + g_p2 W2 + ∂L/∂y_{n−1}."""
+    sE = T * 4 * H
+    sO = T * H
+    nxt = LY + (1 - n % 2) * B * H
+    g = G + (n - 1) * 4 * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    ly = tl.load(nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    ly = mv(ly, g, sE, rows, rmask, W1Z, H, c0, 2 * H, H, True, BH, PRECISION)
+    ly = mv(ly, g + 2 * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
+    ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                  other=0.0)
+    tl.store(nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
+
+
+@triton.jit
 def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
-    sE = T * 4 * H
-    sS = (T + 1) * H
     for n in range(1, T + 1):
-        e = E + (n - 1) * 4 * H
-        yp = Y + (n - 1) * H
-        zp = Z + (n - 1) * H
-        zn = Z + n * H
-        yn = Y + n * H
         for c0 in range(0, H, BH):  # z_n from (z_{n−1}, y_{n−1})
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
-            p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
-            q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            s1 = sigmoid(p1)
-            z = z + dt * (s1 * tanh(q) - s1 * z)
-            tl.store(zn + rows[:, None] * sS + cols[None, :], z, mask=m)
+            _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # y_n from (y_{n−1}, z_n)
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
-            p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
-            r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            s2 = sigmoid(p2)
-            y = y + dt * (s2 * tanh(r) - s2 * y)
-            tl.store(yn + rows[:, None] * sS + cols[None, :], y, mask=m)
+            _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
@@ -69,64 +158,16 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
-    sE = T * 4 * H
-    sS = (T + 1) * H
-    sO = T * H
     for i in range(0, T):
         n = T - i
-        cur = n % 2
-        lz_cur = LZ + cur * B * H
-        ly_cur = LY + cur * B * H
-        lz_nxt = LZ + (1 - cur) * B * H
-        ly_nxt = LY + (1 - cur) * B * H
-        e = E + (n - 1) * 4 * H
-        g = G + (n - 1) * 4 * H
-        yp = Y + (n - 1) * H
-        zp = Z + (n - 1) * H
-        zn = Z + n * H
         for c0 in range(0, H, BH):  # the y-step: g_p2, g_r; λy partial
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
-            p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = mv(zero, zn, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
-            r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            ly = tl.load(ly_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            s2 = sigmoid(p2)
-            tr = tanh(r)
-            gp2 = ly * dt * (tr - y) * s2 * (1.0 - s2)
-            gr = ly * dt * s2 * (1.0 - tr * tr)
-            tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
-            tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
-            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly * (1.0 - dt * s2), mask=m)
+            _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # the z-step: λz_n total, g_p1, g_q, λz_{n−1}
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-            lz = mv(zero, g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH, PRECISION)
-            lz += tl.load(lz_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
-            p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
-            q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            s1 = sigmoid(p1)
-            tq = tanh(q)
-            tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - z) * s1 * (1.0 - s1), mask=m)
-            tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * dt * s1 * (1.0 - tq * tq), mask=m)
-            tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz * (1.0 - dt * s1), mask=m)
+            _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
-        for c0 in range(0, H, BH):  # λy_{n−1} = partial + [g_p1, g_q] W1z + g_p2 W2 + dL/dy_{n−1}
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            ly = tl.load(ly_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            ly = mv(ly, g, sE, rows, rmask, W1Z, H, c0, 2 * H, H, True, BH, PRECISION)
-            ly = mv(ly, g + 2 * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
-            ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
-            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
+        for c0 in range(0, H, BH):  # λy_{n−1}
+            _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
