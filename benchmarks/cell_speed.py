@@ -33,6 +33,7 @@ fused engine runs the reversible kernel (no per-step state stored), its generic 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -97,6 +98,7 @@ class FlashRNNLSTM(nn.Module):
 # name -> constructor (input_size, hidden_size); the cells with an engine run twice (fused, generic)
 MODELS = {
     "lem": cells.LEM,
+    "lem-stepwise": cells.LEM,  # the same cell under the stepwise CUDA schedule (odelab/kernels/cuda/stepwise.py)
     "cornn": cells.CoRNN,
     "cornn-implicit": lambda m, d: cells.CoRNN(m, d, damping="implicit"),
     "unicornn": cells.UnICORNN,
@@ -112,6 +114,22 @@ MODELS = {
 }
 ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
 OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped
+
+
+@contextlib.contextmanager
+def scheduled(name: str):
+    """Inside, the CUDA kernels run the schedule that ``name`` asks for ("…-stepwise": the stepwise one)."""
+    from odelab.kernels.cuda.stepwise import SCHEDULE_ENV
+
+    before = os.environ.get(SCHEDULE_ENV)
+    os.environ[SCHEDULE_ENV] = "stepwise" if name.endswith("-stepwise") else "persistent"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[SCHEDULE_ENV]
+        else:
+            os.environ[SCHEDULE_ENV] = before
 
 
 def recurrent_layers(model: nn.Module) -> list[nn.Module]:
@@ -179,6 +197,11 @@ def peak_memory(model: nn.Module, x: torch.Tensor) -> int | None:
     return torch.cuda.max_memory_allocated() - base
 
 
+def peak_memory_in(name: str, model: nn.Module, x: torch.Tensor) -> int | None:
+    with scheduled(name):
+        return peak_memory(model, x)
+
+
 def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str], repeats: int,
                forward: bool, engines: tuple[str, ...] = ("fused", "generic")) -> list[dict]:
     torch.manual_seed(0)
@@ -208,8 +231,10 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
         if engine:
             set_engine(model, engine)
         try:
-            training_step(model, x)
-            forward_only(model, x)
+            with scheduled(name):
+                training_step(model, x)
+                forward_only(model, x)
+                training_step(model, x)  # a stepwise schedule records its CUDA graphs at the second call
         except Exception as err:  # an optional anchor that cannot run this size
             if name not in OPTIONAL:
                 raise
@@ -217,14 +242,15 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             entries.remove(entry)
     samples = {i: {"fwd_bwd": [], "fwd": [], "fwd_bwd_cpu": []} for i in range(len(entries))}
     for _ in range(repeats):
-        for i, (_, model, engine) in enumerate(entries):
+        for i, (name, model, engine) in enumerate(entries):
             if engine:
                 set_engine(model, engine)
-            wall, cpu = timed(training_step, model, x)
-            samples[i]["fwd_bwd"].append(wall)
-            samples[i]["fwd_bwd_cpu"].append(cpu)
-            if forward:
-                samples[i]["fwd"].append(timed(forward_only, model, x)[0])
+            with scheduled(name):
+                wall, cpu = timed(training_step, model, x)
+                samples[i]["fwd_bwd"].append(wall)
+                samples[i]["fwd_bwd_cpu"].append(cpu)
+                if forward:
+                    samples[i]["fwd"].append(timed(forward_only, model, x)[0])
     rows = []
     for i, (name, model, engine) in enumerate(entries):
         if engine:
@@ -237,7 +263,7 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "fwd_bwd_samples_s": samples[i]["fwd_bwd"], "fwd_samples_s": samples[i]["fwd"],
             "fwd_bwd_thread_cpu_median_s": statistics.median(samples[i]["fwd_bwd_cpu"]),
             "fwd_bwd_thread_cpu_samples_s": samples[i]["fwd_bwd_cpu"],
-            "peak_memory_bytes": peak_memory(model, x),
+            "peak_memory_bytes": peak_memory_in(name, model, x),
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)
     for row in rows:

@@ -11,8 +11,9 @@
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
 #              compiles the benchmark's kernels into Triton's cache
-#   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells, against
-#              nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes (SIZES=B×T×H,... narrows), 160 s
+#   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (LEM under
+#              both CUDA schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
+#              (SIZES=B×T×H,... narrows), 160 s
 #   slowcells  the liquid cells (LRCU-A/S, LTC, STC: 0.03-9 s a step from hidden 128 on), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
@@ -102,7 +103,7 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
-CELLS=lem,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,taugru,delaygru,lstm,gru
+CELLS=lem,lem-stepwise,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,taugru,delaygru,lstm,gru
 CELLS=$CELLS,flashrnn  # FlashRNN's LSTM (carried as a wheel), the issue's second anchor
 # the liquid cells' kernels take 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own step, one
 # repeat, up to hidden 128
@@ -195,7 +196,7 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;

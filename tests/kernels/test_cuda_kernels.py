@@ -340,6 +340,118 @@ def test_reversible_kernel_saves_no_per_step_state(monkeypatch):
 TF32_TOL = 1e-2
 
 
+# -- the stepwise schedule (LEM): one launch per phase of a step, recorded as CUDA graphs ----------------------
+
+STEPWISE_SIZES = [(1, 1, 1), (3, 3, 17), (17, 4, 33)]  # 2 batch blocks × 3 column tiles at the last
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("size", STEPWISE_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_lem_stepwise_equals_generic(size, dtype):
+    """Outputs, final state and every gradient of the stepwise schedule against the generic loop: 1e-10 in
+    float64, 1e-5 in float32 (16-wide tiles, so hidden 17 and 33 span two and three column programs)."""
+    from odelab.kernels.cuda import lem
+
+    build, _ = PRESETS["lem"]
+    batch, time, hidden = size
+    run = lambda *args, **kw: lem.run(*args, schedule="stepwise", **kw)
+    errors = relative_errors(build(3, hidden), run, batch, time, hidden, dtype, block_h=16)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= (1e-10 if dtype == torch.float64 else 1e-5), (worst, errors[worst])
+
+
+def test_stepwise_graphs_replay_with_each_calls_tensors(monkeypatch):
+    """Through the graph cache (its CUDA capture stood in by re-running the recorded launches, which read the
+    same address table): call 1 runs eagerly, call 2 records the forward and the backward and replays them,
+    call 3 only replays -- and every call's values and input gradient are its own inputs' (the table rewritten
+    each time: stale addresses would read the earlier calls' inputs, kept alive, or freed buffers)."""
+    from odelab.kernels.cuda import lem, stepwise
+
+    graphs = stepwise.StepGraphs(capture=lambda launch: launch)
+    monkeypatch.setattr(stepwise, "graphs_for", lambda device: graphs)
+    build, _ = PRESETS["lem"]
+    model = generic(build(3, 33)).to(device=DEVICE, dtype=torch.float64)
+    kept = []
+    for call, captures in enumerate((0, 2, 2)):
+        torch.manual_seed(10 + call)
+        x = torch.randn(17, 3, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
+        state = tuple(torch.randn(17, 33, device=DEVICE, dtype=torch.float64) for _ in range(2))
+        kept.append((x, state))
+        out, final = lem.run(model.system, x, state, model.dt, block_h=16, schedule="stepwise")
+        ref, ref_final = model(x, state)
+        weight = torch.randn_like(ref)
+        grad, = torch.autograd.grad((out * weight).sum(), x)
+        ref_grad, = torch.autograd.grad((ref * weight).sum(), x)
+        assert torch.allclose(out, ref, rtol=0, atol=1e-12) and torch.allclose(final[1], ref_final[1], atol=1e-12)
+        assert torch.allclose(grad, ref_grad, rtol=0, atol=1e-12), call
+        assert graphs.captures == captures and len(graphs.entries) == 2
+
+
+@pytest.mark.gpu
+def test_lem_stepwise_on_the_gpu():
+    """Real CUDA graphs: three calls of LEM at (40, 200, 96) under the stepwise schedule (eager, recorded,
+    replayed), each equal to the generic loop in float64 to 1e-10 (outputs, final state, input gradient)."""
+    from odelab.kernels.cuda import lem, stepwise
+
+    build, _ = PRESETS["lem"]
+    model = generic(build(3, 96)).to(device=DEVICE, dtype=torch.float64)
+    before = stepwise.GRAPHS.captures
+    for call in range(3):
+        torch.manual_seed(20 + call)
+        x = torch.randn(40, 200, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
+        state = tuple(torch.randn(40, 96, device=DEVICE, dtype=torch.float64) for _ in range(2))
+        out, final = lem.run(model.system, x, state, model.dt, schedule="stepwise")
+        ref, ref_final = model(x, state)
+        weight = torch.randn_like(ref)
+        grad, = torch.autograd.grad((out * weight).sum(), x)
+        ref_grad, = torch.autograd.grad((ref * weight).sum(), x)
+        for a, b in ((out, ref), (final[0], ref_final[0]), (final[1], ref_final[1]), (grad, ref_grad)):
+            assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-10, call
+    assert stepwise.GRAPHS.captures - before == 2
+
+
+def test_stepwise_failed_capture_runs_eagerly(monkeypatch):
+    """A capture that raises: one warning, and the launches run eagerly with the right values."""
+    from odelab.kernels.cuda import lem, stepwise
+
+    def broken(launch):
+        raise RuntimeError("capture refused")
+
+    graphs = stepwise.StepGraphs(capture=broken)
+    monkeypatch.setattr(stepwise, "graphs_for", lambda device: graphs)
+    build, _ = PRESETS["lem"]
+    run = lambda *args, **kw: lem.run(*args, schedule="stepwise", **kw)
+    model = build(3, 17)
+    relative_errors(model, run, 3, 2, 17, torch.float64, block_h=16)
+    with pytest.warns(RuntimeWarning, match="capture refused"):
+        errors = relative_errors(model, run, 3, 2, 17, torch.float64, seed=1, block_h=16)
+    assert max(errors.values()) <= 1e-10 and graphs.captures == 0
+
+
+def test_stepwise_choice(monkeypatch):
+    """$ODELAB_CUDA_SCHEDULE picks the schedule (an unknown value is an error); the register-resident sizes keep
+    their one-launch kernel whatever is asked."""
+    from odelab.kernels.cuda import lem, stepwise
+
+    monkeypatch.setenv(stepwise.SCHEDULE_ENV, "Stepwise")
+    assert stepwise.chosen_schedule() == "stepwise"
+    assert stepwise.chosen_schedule("persistent") == "persistent"
+    monkeypatch.setenv(stepwise.SCHEDULE_ENV, "fast")
+    with pytest.raises(ValueError, match="ODELAB_CUDA_SCHEDULE: expected one of persistent, stepwise, got 'fast'"):
+        stepwise.chosen_schedule()
+    monkeypatch.setenv(stepwise.SCHEDULE_ENV, "stepwise")
+    calls = []
+    monkeypatch.setattr(lem, "launch_steps", lambda *args: calls.append(args))
+    build, _ = PRESETS["lem"]
+    system = build(3, 5).system.to(DEVICE)
+    x = torch.randn(2, 2, 3, device=DEVICE)
+    state = (torch.zeros(2, 5, device=DEVICE), torch.zeros(2, 5, device=DEVICE))
+    lem.run(system, x, state, 0.5)  # hidden 5: the register-resident kernel
+    assert calls == []
+    lem.run(system, x, state, 0.5, block_h=16)  # tiles asked for: the stepwise launches (a no-op stand-in here)
+    assert len(calls) == 1 and calls[0][0][0] == "lem"
+
+
 @contextlib.contextmanager
 def matmul_precision(value: str):
     """torch's float32 matmul switch set to ``value`` ("tf32": as ``torch.set_float32_matmul_precision("high")``)."""
@@ -554,8 +666,9 @@ from odelab.kernels.cuda._common import warps
 def compile_(fn, constexprs, dtype):
     constexprs = dict(constexprs)
     num_warps = constexprs.pop("num_warps", 4)
-    ints = {"B", "T", "H", "P", "NX", "M"}
-    sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*" + dtype) for n in fn.arg_names}
+    ints = {"B", "T", "H", "P", "NX", "M", "n"}
+    sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*i64" if n == "TABLE" else "*" + dtype)
+           for n in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
@@ -568,6 +681,8 @@ for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(lem._lem_forward, tile), (lem._lem_backward, tile), (lem._lem_forward_resident, tile),
              (lem._lem_backward_resident, tile), (gru._forward_resident, tile), (gru._backward_resident, tile)]
+    dense += [(lem._lem_step, dict(PHASE=phase, **tile)) for phase in (0, 1)]
+    dense += [(lem._lem_step_backward, dict(PHASE=phase, **tile)) for phase in (0, 1, 2)]
     dense += [(k, dict(tau, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]
     dense += [(k, dict(tau, ED=1, HAS_D=True, **tile)) for k in (delay_gru._backward, delay_gru._backward_resident)]
     dense += [(k, dict(dgru, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]

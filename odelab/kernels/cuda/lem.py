@@ -17,6 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
     available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+from .stepwise import chosen_schedule, launch_steps
 
 
 @triton.jit
@@ -172,6 +173,69 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
 
 
 @triton.jit
+def _address(TABLE, i, REF):
+    """Entry i of the address table as a pointer to REF's element type."""
+    return tl.load(TABLE + i).to(tl.pointer_type(REF.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=["n"])
+def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """The stepwise schedule (stepwise.py): phase PHASE of step n (0: z_n, 1: y_n) on one (batch block, column
+    tile) program; TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, C]."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rmask = rows < B
+    c0 = tl.program_id(1) * BH
+    E = _address(TABLE, 0, REF)
+    Z = _address(TABLE, 4, REF)
+    Y = _address(TABLE, 5, REF)
+    dt = tl.load(_address(TABLE, 6, REF))
+    if PHASE == 0:
+        _z_tile(E, _address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    else:
+        _y_tile(E, _address(TABLE, 2, REF), _address(TABLE, 3, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH,
+                PRECISION)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                       PRECISION: tl.constexpr):
+    """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
+    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C]."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rmask = rows < B
+    c0 = tl.program_id(1) * BH
+    E = _address(TABLE, 0, REF)
+    Z = _address(TABLE, 4, REF)
+    Y = _address(TABLE, 5, REF)
+    G = _address(TABLE, 7, REF)
+    dt = tl.load(_address(TABLE, 10, REF))
+    if PHASE == 0:
+        _backward_y_tile(E, _address(TABLE, 2, REF), _address(TABLE, 3, REF), Z, Y, G, _address(TABLE, 9, REF), dt,
+                         n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+    elif PHASE == 1:
+        _backward_z_tile(E, _address(TABLE, 1, REF), _address(TABLE, 3, REF), Z, Y, G, _address(TABLE, 8, REF), dt,
+                         n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+    else:
+        _backward_ly_tile(_address(TABLE, 1, REF), _address(TABLE, 2, REF), G, _address(TABLE, 6, REF),
+                          _address(TABLE, 9, REF), n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+
+
+def _step_launches(kernel, phases: int, steps, ref: torch.Tensor, B: int, T: int, H: int, BB: int, BH: int,
+                   precision: str):
+    """``launch(table)``: every phase of every step in ``steps``, one launch each over (batch blocks, tiles)."""
+    grid = (triton.cdiv(B, BB), triton.cdiv(H, BH))
+
+    def launch(table: torch.Tensor) -> None:
+        for n in steps:
+            for phase in range(phases):
+                kernel[grid](table, ref, n, B, T, H, PHASE=phase, BB=BB, BH=BH, PRECISION=precision,
+                             num_warps=warps(BH))
+
+    return launch
+
+
+@triton.jit
 def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                           PRECISION: tl.constexpr):
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
@@ -265,7 +329,7 @@ class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h) -> (ys, z_T, y_T)``."""
 
     @staticmethod
-    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h):
+    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h, stepwise=False):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
@@ -276,11 +340,16 @@ class LEMSequence(torch.autograd.Function):
         Y[:, 0] = y0
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
-        forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH,
-                                       PRECISION=ctx.precision, num_warps=warps(BH))
+        if stepwise:
+            launch_steps(("lem", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
+                         [enc, weight_y, W2, Wy, Z, Y, consts],
+                         _step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision))
+        else:
+            forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
+            forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH,
+                                           PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts)
-        ctx.block_h = block_h
+        ctx.block_h, ctx.stepwise = block_h, stepwise
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
@@ -296,7 +365,12 @@ class LEMSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
+        if ctx.stepwise:
+            launch_steps(("lem backward", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
+                         [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts],
+                         _step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
+                                        ctx.precision))
+        elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
             _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0],
                                                           consts, B, T, H, BB=BB, BH=BH,
@@ -308,16 +382,19 @@ class LEMSequence(torch.autograd.Function):
         d_weight_y = torch.einsum("btk,bth->kh", G[..., : 2 * H], y_prev)
         d_W2 = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], y_prev)
         d_Wy = torch.einsum("btk,bth->kh", G[..., 3 * H:], Z[:, 1:])
-        return G, d_weight_y, d_W2, d_Wy, LZ[0].clone(), LY[0].clone(), None, None
+        return G, d_weight_y, d_W2, d_Wy, LZ[0].clone(), LY[0].clone(), None, None, None
 
 
-def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
-    """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0)."""
+def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
+    """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
+    ("persistent" or "stepwise", default ``$ODELAB_CUDA_SCHEDULE`` or "persistent"): the stepwise one
+    (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
+    stepwise = chosen_schedule(schedule) == "stepwise" and not resident(state[0].shape[1], block_h)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
         ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                                     float(dt) / unfolds, block_h)
+                                     float(dt) / unfolds, block_h, stepwise)
         return ys[:, unfolds - 1::unfolds], (z, y)
     ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                                 float(dt), block_h)
+                                 float(dt), block_h, stepwise)
     return ys, (z, y)

@@ -1,0 +1,105 @@
+"""The per-step schedule of the CUDA cells: one launch per phase of every step over a 2-D grid of (16-row batch
+block, hidden column tile) programs, recorded once per configuration as a CUDA graph and replayed.
+
+The persistent kernels give a batch block's whole sequence to one program, so a batch of 128 keeps 8 of an
+H200's 132 multiprocessors busy, and from hidden 128 on every step streams its weight tiles through that one
+program (measured 2026-11-25: LEM at (128, 1000, 128) 32× cuDNN's LSTM). Here a phase of a step is a launch
+whose programs each own one column tile, and a launch boundary is the barrier between phases, so the work of a
+step spreads over ⌈B/16⌉ × ⌈H/BH⌉ programs. Per-step launches from Python would cost more than they save, so on
+CUDA the launches of a sequence are recorded once as a CUDA graph (per shape, dtype, device, product precision
+and tiles) and replayed. The kernels read the addresses of their tensors from a small int64 table on the device,
+written before every replay: the graph holds no address of a call's own tensors, so nothing is copied in or
+out and saved tensors are never overwritten by a later call.
+
+``ODELAB_CUDA_SCHEDULE=stepwise`` selects it for the kernels that have it (LEM) where their tiled variant would
+run (hidden > 32); "persistent" (the default) keeps the one-launch kernels.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from typing import Callable
+
+import torch
+
+SCHEDULE_ENV = "ODELAB_CUDA_SCHEDULE"
+SCHEDULES = ("persistent", "stepwise")
+
+
+def chosen_schedule(override: str | None = None) -> str:
+    """``override``, else ``$ODELAB_CUDA_SCHEDULE``, else "persistent"."""
+    choice = override or os.environ.get(SCHEDULE_ENV, "").strip().lower() or "persistent"
+    if choice not in SCHEDULES:
+        raise ValueError(f"{SCHEDULE_ENV}: expected one of {', '.join(SCHEDULES)}, got {choice!r}")
+    return choice
+
+
+def address_table(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' addresses as an int64 tensor on the host (each must be contiguous: kernels index it densely)."""
+    for t in tensors:
+        if not t.is_contiguous():
+            raise ValueError("stepwise schedule: every tensor in the address table must be contiguous")
+    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+
+
+def _cuda_capture(launch: Callable[[], None]) -> Callable[[], None]:
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    return graph.replay
+
+
+class StepGraphs:
+    """Recorded launch sequences, one per key (the least recently used dropped beyond ``size``).
+
+    ``run(key, tensors, launch)``: the first call of a key launches eagerly (Triton compiles its kernels then,
+    never inside a capture); the second records ``launch`` with ``capture`` and replays it; later calls replay.
+    ``launch(table)`` must read every tensor through ``table``, the device copy of :func:`address_table`, which
+    each call overwrites before its replay (stream-ordered after the replays that read it before). A capture
+    that fails warns once and that key launches eagerly from then on."""
+
+    def __init__(self, capture: Callable[[Callable[[], None]], Callable[[], None]] = _cuda_capture, size: int = 8):
+        self.capture, self.size = capture, size
+        self.entries: OrderedDict = OrderedDict()  # key -> [device table, replay or None]
+        self.captures = 0
+
+    def run(self, key, tensors: list[torch.Tensor], launch: Callable[[torch.Tensor], None]) -> None:
+        addresses = address_table(tensors)
+        entry = self.entries.get(key)
+        if entry is None:
+            table = addresses.to(tensors[0].device)
+            launch(table)
+            self.entries[key] = [table, None]
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+            return
+        self.entries.move_to_end(key)
+        table = entry[0]
+        table.copy_(addresses)
+        if entry[1] is None:
+            try:
+                entry[1] = self.capture(lambda: launch(table))
+                self.captures += 1
+            except Exception as err:  # noqa: BLE001 -- any capture failure: run this key eagerly
+                warnings.warn(f"odelab: recording the stepwise launches as a CUDA graph failed ({type(err).__name__}:"
+                              f" {err}); they run eagerly", RuntimeWarning, stacklevel=3)
+                entry[1] = lambda: launch(table)
+        entry[1]()
+
+
+GRAPHS = StepGraphs()
+
+
+def graphs_for(device: torch.device) -> StepGraphs | None:
+    """The graph cache for launches on ``device``: CUDA's; None elsewhere (Triton's interpreter: eager)."""
+    return GRAPHS if device.type == "cuda" else None
+
+
+def launch_steps(key, tensors: list[torch.Tensor], launch: Callable[[torch.Tensor], None]) -> None:
+    """Run ``launch(table)`` with the tensors' address table: through the graph cache on CUDA, eagerly otherwise."""
+    graphs = graphs_for(tensors[0].device)
+    if graphs is None:
+        launch(address_table(tensors).to(tensors[0].device))
+    else:
+        graphs.run(key, tensors, launch)
