@@ -122,11 +122,11 @@ TABLES = {
                           "the paper's forecast horizon is not stated; ours by default: one step ahead; its "
                           "magnitudes appear 20 steps ahead (horizon=20). " + _HORIZON_NOTE),
     "adding": Table("MSE", "", f"{TAU_GRU}, Fig. 6 and Rusch et al. 2022, Fig. 2 (curves only, no numbers)", {"": {}},
-                    ("taugru", "lem", "cornn", "lstm"), "taugru",
+                    ("taugru", "lem", "cornn", "lstm", "gru"), "taugru",
                     "N = 2000; the papers train d 128 for 30 000 steps (the LEM code) or 200 epochs (τ-GRU, τ = 900); "
                     "ours: small = d 32, lr 2.6e-3, batch 50, 2000 steps (20 epochs of 5000 sequences), clip 1.0, "
                     "every model; predicting the mean gives MSE ≈ 1/6. At 2000 steps LEM leaves that plateau on every "
-                    "seed (epochs 16, 17 and 19 of 20), τ-GRU (τ = 900), coRNN and LSTM on none, so the paper's claim "
+                    "seed (epochs 16, 17 and 19 of 20), τ-GRU (τ = 900), coRNN, LSTM and GRU on none, so the paper's claim "
                     "that τ-GRU learns the task fastest is not tested by this budget: it needs the paper's (a GPU)"),
     "spiral": Table("MSE", "", "Farsang et al. 2024, Fig. 9 (3 seeds; their LRC: the LRC field as a neural ODE's "
                     "vector field, our lrc-ode-a)",
