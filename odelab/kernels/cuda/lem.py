@@ -21,44 +21,56 @@ from .stepwise import chosen_schedule, launch_steps
 
 
 @triton.jit
-def _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """Columns c0 : c0 + BH of z_n from (z_{n−1}, y_{n−1})."""
+def _gate_pair(E, k, WA, SA, WB, SB, PREV, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """On columns c0 : c0 + BH of step n: (SA WAᵀ + e_k, SB WBᵀ + e_{k+1}, PREV[n − 1], mask), with SA, SB rows
+    of the state buffers and e_k the k-th H-wide block of the encoded input [a1, az, a2, ay]."""
     sE = T * 4 * H
     sS = (T + 1) * H
-    e = E + (n - 1) * 4 * H
-    yp = Y + (n - 1) * H
+    e = E + (n - 1) * 4 * H + k * H
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
-    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-    p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
-    p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
-    q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    zero = tl.zeros((BB, BH), dtype=PREV.dtype.element_ty)
+    a = mv(zero, SA, sS, rows, rmask, WA, H, c0, H, H, False, BH, PRECISION)
+    a += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    b = mv(zero, SB, sS, rows, rmask, WB, H, c0, H, H, False, BH, PRECISION)
+    b += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    prev = tl.load(PREV + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    return a, b, prev, m
+
+
+@triton.jit
+def _z_gates(E, W1Z, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """(p1, q, z_{n−1}, mask) of step n on columns c0 : c0 + BH."""
+    yp = Y + (n - 1) * H
+    return _gate_pair(E, 0, W1Z, yp, W1Z + H * H, yp, Z, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+
+
+@triton.jit
+def _y_gates(E, W2, WY, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """(p2, r, y_{n−1}, mask) of step n on columns c0 : c0 + BH (z_n written)."""
+    return _gate_pair(E, 2, W2, Y + (n - 1) * H, WY, Z + n * H, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+
+
+@triton.jit
+def _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Columns c0 : c0 + BH of z_n from (z_{n−1}, y_{n−1})."""
+    p1, q, z, m = _z_gates(E, W1Z, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    cols = c0 + tl.arange(0, BH)
     s1 = sigmoid(p1)
     z = z + dt * (s1 * tanh(q) - s1 * z)
-    tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+    tl.store(Z + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], z, mask=m)
 
 
 @triton.jit
 def _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
             PRECISION: tl.constexpr):
     """Columns c0 : c0 + BH of y_n from (y_{n−1}, z_n)."""
-    sE = T * 4 * H
-    sS = (T + 1) * H
-    e = E + (n - 1) * 4 * H
-    yp = Y + (n - 1) * H
+    p2, r, y, m = _y_gates(E, W2, WY, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
-    m = rmask[:, None] & (cols < H)[None, :]
-    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-    p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
-    p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    r = mv(zero, Z + n * H, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
-    r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     s2 = sigmoid(p2)
     y = y + dt * (s2 * tanh(r) - s2 * y)
-    tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+    tl.store(Y + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], y, mask=m)
 
 
 @triton.jit
@@ -67,19 +79,10 @@ def _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB
     """The y-step of step n on columns c0 : c0 + BH: g_p2, g_r and λy's direct part, λy read from LY[n % 2] and
     written to LY[(n − 1) % 2] (LY: (2, B, H))."""
     sE = T * 4 * H
-    sS = (T + 1) * H
     cur = n % 2
-    e = E + (n - 1) * 4 * H
     g = G + (n - 1) * 4 * H
-    yp = Y + (n - 1) * H
     cols = c0 + tl.arange(0, BH)
-    m = rmask[:, None] & (cols < H)[None, :]
-    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-    p2 = mv(zero, yp, sS, rows, rmask, W2, H, c0, H, H, False, BH, PRECISION)
-    p2 += tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    r = mv(zero, Z + n * H, sS, rows, rmask, WY, H, c0, H, H, False, BH, PRECISION)
-    r += tl.load(e + 3 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    p2, r, y, m = _y_gates(E, W2, WY, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     s2 = sigmoid(p2)
     tr = tanh(r)
@@ -96,21 +99,13 @@ def _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, B
     """The z-step of step n on columns c0 : c0 + BH: λz_n in full (+ g_r Wy of every column), g_p1, g_q, and
     λz_{n−1} into LZ[(n − 1) % 2]."""
     sE = T * 4 * H
-    sS = (T + 1) * H
     cur = n % 2
-    e = E + (n - 1) * 4 * H
     g = G + (n - 1) * 4 * H
-    yp = Y + (n - 1) * H
     cols = c0 + tl.arange(0, BH)
-    m = rmask[:, None] & (cols < H)[None, :]
-    zero = tl.zeros((BB, BH), dtype=Z.dtype.element_ty)
-    lz = mv(zero, g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH, PRECISION)
+    p1, q, z, m = _z_gates(E, W1Z, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    lz = mv(tl.zeros((BB, BH), dtype=Z.dtype.element_ty), g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH,
+            PRECISION)
     lz += tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-    p1 = mv(zero, yp, sS, rows, rmask, W1Z, H, c0, H, H, False, BH, PRECISION)
-    p1 += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    q = mv(zero, yp, sS, rows, rmask, W1Z + H * H, H, c0, H, H, False, BH, PRECISION)
-    q += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     s1 = sigmoid(p1)
     tq = tanh(q)
     tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - z) * s1 * (1.0 - s1), mask=m)
@@ -178,17 +173,21 @@ def _address(TABLE, i, REF):
     return tl.load(TABLE + i).to(tl.pointer_type(REF.dtype.element_ty))
 
 
+@triton.jit
+def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
+    """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), and E, Z, Y from
+    the address table (entries 0, 4, 5 in both step kernels)."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    return (rows, rows < B, tl.program_id(1) * BH, _address(TABLE, 0, REF), _address(TABLE, 4, REF),
+            _address(TABLE, 5, REF))
+
+
 @triton.jit(do_not_specialize=["n"])
 def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
               PRECISION: tl.constexpr):
     """The stepwise schedule (stepwise.py): phase PHASE of step n (0: z_n, 1: y_n) on one (batch block, column
     tile) program; TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, C]."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    rmask = rows < B
-    c0 = tl.program_id(1) * BH
-    E = _address(TABLE, 0, REF)
-    Z = _address(TABLE, 4, REF)
-    Y = _address(TABLE, 5, REF)
+    rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     dt = tl.load(_address(TABLE, 6, REF))
     if PHASE == 0:
         _z_tile(E, _address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
@@ -202,12 +201,7 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
                        PRECISION: tl.constexpr):
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
     TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C]."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    rmask = rows < B
-    c0 = tl.program_id(1) * BH
-    E = _address(TABLE, 0, REF)
-    Z = _address(TABLE, 4, REF)
-    Y = _address(TABLE, 5, REF)
+    rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     G = _address(TABLE, 7, REF)
     dt = tl.load(_address(TABLE, 10, REF))
     if PHASE == 0:
