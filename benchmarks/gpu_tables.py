@@ -108,7 +108,7 @@ folder's JSON (one {cell_meta.get('cuda_device', 'GPU')}, torch {cell_meta['torc
 15 minutes, so some cells are not measured).
 
 `pytest -m gpu` (Triton 3.6 on the machine): {tests_summary(folder)} — every failure a float64 kernel that Triton 3.6
-would not compile (fixed since: all 236 variants compile for sm_90 under 3.6 and 3.9, not rerun on a GPU), plus the
+would not compile (fixed since: all 266 variants compile for sm_90 under 3.6 and 3.9, not rerun on a GPU), plus the
 neural oscillator under TF32 and UnICORNN's reversible backward in float32 (see `tests/kernels/test_cuda_kernels.py`).
 
 `odelab fit fhn --model lem --preset paper --device cuda`: {fit_summary(folder)}.
