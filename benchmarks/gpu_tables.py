@@ -19,17 +19,14 @@ START, END = "<!-- gpu-figures:start -->", "<!-- gpu-figures:end -->"
 SIZES = [(32, 1000, 16), (128, 1000, 128), (1024, 1000, 256)]
 
 
-def cell_rows(folder: Path, pattern: str) -> list[dict]:
-    rows = []
-    for path in sorted(folder.glob(pattern)):
-        rows += json.loads(path.read_text())["rows"]
-    return rows
+def cell_rows(paths) -> list[dict]:
+    return [row for path in sorted(paths) for row in json.loads(path.read_text())["rows"]]
 
 
 def cells_table(folder: Path) -> tuple[str, dict]:
-    ieee = [row for path in sorted(folder.glob("cell_speed_cuda*.json")) if not any(
-        tag in path.name for tag in ("tf32", "generic")) for row in json.loads(path.read_text())["rows"]]
-    tf32 = cell_rows(folder, "cell_speed_cuda_tf32.json")
+    ieee = cell_rows(p for p in folder.glob("cell_speed_cuda*.json")
+                     if "tf32" not in p.name and "generic" not in p.name)
+    tf32 = cell_rows(folder.glob("cell_speed_cuda_tf32.json"))
     meta = json.loads((folder / "cell_speed_cuda.json").read_text())["meta"]
     find = lambda rows, model, size: next((r for r in rows if r["model"] == model
                                            and (r["batch"], r["time"], r["hidden"]) == size), None)
@@ -52,7 +49,8 @@ def cells_table(folder: Path) -> tuple[str, dict]:
                 cell += f"; TF32 {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (
                     f" ({t['fwd_bwd_median_s'] / lstm_t['fwd_bwd_median_s']:.2f}×)" if lstm_t else "")
             cells.append(cell)
-        label = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)"}.get(model, model)
+        label = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)",
+                 "flashrnn": "FlashRNN LSTM (Triton)"}.get(model, model)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines), meta
 
