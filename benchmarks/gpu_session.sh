@@ -21,7 +21,8 @@
 #   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 40 s
-#   profile    Nsight Compute on the fused LEM and LTC kernels at hidden 128, 150 s
+#   profile    Nsight Compute on the fused LEM kernels at hidden 128, 100 s
+#   coldstart  the solvers' first call from empty Triton and odelab caches (batch 1280) against diffrax's jit, 70 s
 # A lease holds about two commands (2026-11-25: tests cells fit solvers enso tf32 took 500 s; cells stopped after
 # its first size, enso at its then 50 s cap). Each step writes its JSON and log into $OUT (the device tool's
 # folder) or benchmarks/results/gpu/, the benchmarks after every size or batch too, so a step cut at its cap keeps
@@ -103,8 +104,8 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
-CELLS=lem,lem-stepwise,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,taugru,delaygru,lstm,gru
-CELLS=$CELLS,flashrnn  # FlashRNN's LSTM (carried as a wheel), the issue's second anchor
+# CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
+CELLS=${CELLS:-lem,lem-stepwise,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,taugru,delaygru,lstm,gru,flashrnn}
 # the liquid cells' kernels take 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own step, one
 # repeat, up to hidden 128
 SLOW_CELLS=lrcu-a,lrcu-s,ltc,stc,lstm
@@ -151,15 +152,25 @@ enso() {
     fi
 }
 
-profile() {  # Nsight Compute on the fused LEM and LTC kernels at hidden 128 (T = 50): where their steps stall
+profile() {  # Nsight Compute on the fused LEM kernels at hidden 128 (T = 50): where their steps stall
     if [ "$SMOKE" = 1 ] || ! command -v ncu >/dev/null; then
         echo "== profile: skipped (SMOKE, or no ncu on this machine)"
         return
     fi
-    step profile 150 ncu --clock-control none --launch-count 6 -k "regex:_lem_|_forward|_backward" \
+    step profile 100 ncu --clock-control none --launch-count 2 -k "regex:_lem_forward|_lem_backward" \
         --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
-        --section MemoryWorkloadAnalysis $PY benchmarks/cell_speed.py --device cuda --models lem,ltc --engines fused \
-        --sizes 128x50x128 --repeats 1 --no-forward --out /tmp/profile.json
+        --section MemoryWorkloadAnalysis --section SourceCounters $PY benchmarks/cell_speed.py --device cuda \
+        --models lem --engines fused --sizes 128x50x128 --repeats 1 --no-forward --out /tmp/profile.json
+}
+
+coldstart() {  # issue 14's first call on the GPU from empty caches (Triton's and odelab's), against diffrax's jit
+    local triton_cache odelab_cache
+    triton_cache=$(mktemp -d) odelab_cache=$(mktemp -d)
+    local batch=1280 device=cuda
+    [ "$SMOKE" = 1 ] && batch=64 device=cpu
+    step coldstart 70 env TRITON_CACHE_DIR="$triton_cache" ODELAB_CACHE="$odelab_cache" $PY benchmarks/solvers.py \
+        --device "$device" --batches "$batch" --repeats 1 --no-compile --no-large-state \
+        --out "$RESULTS/solvers_${device}_cold.json"
 }
 
 RUNS=${TMPDIR:-/tmp}/odelab-gpu-runs
@@ -200,7 +211,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|cells|slowcells|fit|solvers|enso|tf32|generic|quickfit|profile) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, cells, slowcells, fit, solvers, enso, tf32, generic, quickfit, profile)"; exit 2 ;;
+        tests|cells|slowcells|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, cells, slowcells, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done
