@@ -99,6 +99,7 @@ class FlashRNNLSTM(nn.Module):
 MODELS = {
     "lem": cells.LEM,
     "lem-stepwise": cells.LEM,  # the same cell under the stepwise CUDA schedule (odelab/kernels/cuda/stepwise.py)
+    "lem-persistent": cells.LEM,  # ... and under the one-launch (persistent) kernels
     "cornn": cells.CoRNN,
     "cornn-implicit": lambda m, d: cells.CoRNN(m, d, damping="implicit"),
     "unicornn": cells.UnICORNN,
@@ -118,11 +119,12 @@ OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped
 
 @contextlib.contextmanager
 def scheduled(name: str):
-    """Inside, the CUDA kernels run the schedule that ``name`` asks for ("…-stepwise": the stepwise one)."""
+    """Inside, the CUDA kernels run the schedule that ``name`` asks for ("…-stepwise", "…-persistent"; otherwise
+    the default, "auto")."""
     from odelab.kernels.cuda.stepwise import SCHEDULE_ENV
 
     before = os.environ.get(SCHEDULE_ENV)
-    os.environ[SCHEDULE_ENV] = "stepwise" if name.endswith("-stepwise") else "persistent"
+    os.environ[SCHEDULE_ENV] = next((s for s in ("stepwise", "persistent") if name.endswith("-" + s)), "auto")
     try:
         yield
     finally:
@@ -130,6 +132,15 @@ def scheduled(name: str):
             del os.environ[SCHEDULE_ENV]
         else:
             os.environ[SCHEDULE_ENV] = before
+
+
+def schedule_of(name: str, device: str) -> str:
+    """The CUDA schedule a fused row ran under ("persistent" or "stepwise"; for the kernels that have the stepwise
+    one, where their tiled variant runs)."""
+    from odelab.kernels.cuda.stepwise import chosen_schedule
+
+    with scheduled(name):
+        return chosen_schedule(device=torch.device(device))
 
 
 def recurrent_layers(model: nn.Module) -> list[nn.Module]:
@@ -264,6 +275,7 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "fwd_bwd_thread_cpu_median_s": statistics.median(samples[i]["fwd_bwd_cpu"]),
             "fwd_bwd_thread_cpu_samples_s": samples[i]["fwd_bwd_cpu"],
             "peak_memory_bytes": peak_memory_in(name, model, x),
+            "schedule": schedule_of(name, device) if engine == "fused" else None,
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)
     for row in rows:

@@ -20,7 +20,8 @@
 #   enso       ENSO with 131072 trajectories (torchdde on 4096 of them), 90 s
 #   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
-#   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 40 s
+#   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
+#              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
 #   profile    Nsight Compute on the fused LEM kernels at hidden 128, 100 s
 #   coldstart  the solvers' first call from empty Triton and odelab caches (batch 1280) against diffrax's jit, 70 s
 # A lease holds about two commands (2026-11-25: tests cells fit solvers enso tf32 took 500 s; cells stopped after
@@ -176,6 +177,7 @@ coldstart() {  # issue 14's first call on the GPU from empty caches (Triton's an
 RUNS=${TMPDIR:-/tmp}/odelab-gpu-runs
 EPOCHS=()
 [ "$SMOKE" = 1 ] && EPOCHS=(--epochs 2)
+[ -n "${FIT_EPOCHS:-}" ] && EPOCHS=(--epochs "$FIT_EPOCHS")  # e.g. the quick preset's generic run within a lease
 
 summarise() {  # summarise OUT NAME...: the runs' results.json in one file
     $PY - "$RUNS" "$@" <<'EOF'
@@ -201,7 +203,7 @@ fit() {
 
 quickfit() {
     for engine in fused generic; do
-        step "quickfit-$engine" 40 $PY -m odelab fit fhn --model lem --preset quick "${EPOCHS[@]}" \
+        step "quickfit-$engine" 90 $PY -m odelab fit fhn --model lem --preset quick "${EPOCHS[@]}" \
             --device "$DEVICE" --engine "$engine" --no-progress --out "$RUNS/quick-$engine"
     done
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic

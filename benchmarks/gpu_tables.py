@@ -1,11 +1,13 @@
 """The GPU figures of one `gpu_session.sh` run as markdown, from its JSON (no number typed by hand).
 
-    python benchmarks/gpu_tables.py benchmarks/results/h200_2026-11-25 [--readme README.md]
+    python benchmarks/gpu_tables.py benchmarks/results/h200_2026-11-26 benchmarks/results/h200_2026-11-25 \\
+        [--readme README.md]
 
-Reads cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32
-products; the first file naming a (model, size) gives its row),
+Folders newest first: the newest that measured a figure gives it (older ones are marked). Reads
+cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32 products),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
-fit_cuda.json (the FHN training run) and gpu_session.log (the gpu tests' summary). With --readme, replaces the
+solvers_cuda_cold.json (first calls from empty caches), fit_cuda.json and fit_quick_cuda.json (FHN training runs)
+and the newest gpu_session.log (the gpu tests' summary). With --readme, replaces the
 text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
 """
 from __future__ import annotations
@@ -19,49 +21,75 @@ START, END = "<!-- gpu-figures:start -->", "<!-- gpu-figures:end -->"
 SIZES = [(32, 1000, 16), (128, 1000, 128), (1024, 1000, 256)]
 
 
-def cell_rows(paths) -> list[dict]:
-    return [row for path in sorted(paths) for row in json.loads(path.read_text())["rows"]]
+def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
+    """Every fused/anchor row of the folders' cell_speed_cuda*.json (newest folder first), each tagged with its
+    folder; LEM's rows named by the CUDA schedule they ran ("lem" rows without one predate the stepwise default:
+    persistent)."""
+    rows = []
+    for index, folder in enumerate(folders):
+        for path in sorted(folder.glob("cell_speed_cuda*.json")):
+            if ("tf32" in path.name) != tf32 or "generic" in path.name:
+                continue
+            for row in json.loads(path.read_text())["rows"]:
+                row = dict(row, folder=index)
+                if row["model"] == "lem":
+                    row["model"] = "lem-" + (row.get("schedule") or "persistent")
+                rows.append(row)
+    return rows
 
 
-def cells_table(folder: Path) -> tuple[str, dict]:
-    ieee = cell_rows(p for p in folder.glob("cell_speed_cuda*.json")
-                     if "tf32" not in p.name and "generic" not in p.name)
-    tf32 = cell_rows(folder.glob("cell_speed_cuda_tf32.json"))
-    meta = json.loads((folder / "cell_speed_cuda.json").read_text())["meta"]
+LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)",
+          "lem-persistent": "lem, one launch (persistent)", "lem-stepwise": "lem, stepwise (the default on CUDA)"}
+
+
+def mark(folder: int) -> str:
+    return "" if folder == 0 else " " + "¹²³⁴"[folder - 1]
+
+
+def cells_table(folders: list[Path]) -> str:
+    ieee, tf32 = cell_rows(folders, False), cell_rows(folders, True)
     find = lambda rows, model, size: next((r for r in rows if r["model"] == model
                                            and (r["batch"], r["time"], r["hidden"]) == size), None)
     models = list(dict.fromkeys(r["model"] for r in ieee))
+    models.sort(key=lambda m: (m in ("lstm", "gru", "flashrnn"), not m.startswith("lem")))
     head = "| preset | " + " | ".join(f"({b}, {t}, {h})" for b, t, h in SIZES) + " |"
     lines = [head, "| --- |" + " --- |" * len(SIZES)]
     for model in models:
         cells = []
         for size in SIZES:
-            r, lstm, t = find(ieee, model, size), find(ieee, "lstm", size), find(tf32, model, size)
+            r, t = find(ieee, model, size), find(tf32, model, size)
             if r is None:
                 cell = "not measured"
-            else:
-                ratio = r["fwd_bwd_median_s"] / lstm["fwd_bwd_median_s"] if lstm else None
+            else:  # ratios against the nn.LSTM of the same run
+                ratio = r.get("fwd_bwd_over_lstm")
                 cell = f"{1e3 * r['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio and model != "lstm" else "")
                 if r["peak_memory_bytes"] is not None:
                     cell += f", {r['peak_memory_bytes'] / 2**20:.0f} MiB"
+                cell += mark(r["folder"])
             if t is not None and model != "lstm":
-                lstm_t = find(tf32, "lstm", size)
-                cell += f"; TF32 {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (
-                    f" ({t['fwd_bwd_median_s'] / lstm_t['fwd_bwd_median_s']:.2f}×)" if lstm_t else "")
+                ratio = t.get("fwd_bwd_over_lstm")
+                cell += f"; TF32 {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio else "")
+                cell += mark(t["folder"])
             cells.append(cell)
-        label = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)",
-                 "flashrnn": "FlashRNN LSTM (Triton)"}.get(model, model)
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), meta
+        lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 SOLVER_ROWS = ["odelab dopri5", "odelab dopri5 cuda graph", "odelab dopri5 torch loop", "diffrax dopri5 matched",
                "diffrax dopri5 (vmap)", "torchdiffeq dopri5", "torchode dopri5"]
 
 
-def solvers_table(folder: Path) -> tuple[str, dict]:
-    data = json.loads((folder / "solvers_cuda.json").read_text())
-    batches = data["fitzhugh_nagumo_by_batch"]
+def first(folders: list[Path], name: str) -> tuple[int, Path] | None:
+    """(index, path) of the newest folder holding ``name``."""
+    return next(((i, f / name) for i, f in enumerate(folders) if (f / name).exists()), None)
+
+
+def solvers_table(folders: list[Path]) -> str:
+    found = first(folders, "solvers_cuda.json")
+    if found is None:
+        return "not measured"
+    index, path = found
+    batches = json.loads(path.read_text())["fitzhugh_nagumo_by_batch"]
     lines = ["| solver | " + " | ".join(f"batch {b}" for b in batches) + " |", "| --- |" + " --- |" * len(batches)]
     for name in SOLVER_ROWS:
         cells = []
@@ -78,59 +106,92 @@ def solvers_table(folder: Path) -> tuple[str, dict]:
                 cell += f", first {row['first_call_seconds']:.2f} s"
             if name.startswith("diffrax dopri5 (vmap)"):
                 cell += f", first (jit) {row['first_call_seconds']:.2f} s"
-            cells.append(cell)
+            cells.append(cell + mark(index))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), data["meta"]
+    return "\n".join(lines)
 
 
-def tests_summary(folder: Path) -> str:
-    log = (folder / "gpu_session.log").read_text()
+def cold_start(folders: list[Path]) -> str:
+    found = first(folders, "solvers_cuda_cold.json")
+    if found is None:
+        return "not measured"
+    index, path = found
+    result = next(iter(json.loads(path.read_text())["fitzhugh_nagumo_by_batch"].values()))
+    odelab, diffrax = result["odelab_ladder"][0], result["rows"]["diffrax dopri5 (vmap)"]
+    return (f"odelab's fused loop {odelab['first_call_seconds']:.2f} s (its steady state {odelab['seconds']:.2f} s), "
+            f"diffrax {diffrax['first_call_seconds']:.2f} s, jit included (odelab "
+            f"{odelab['first_call_seconds'] / diffrax['first_call_seconds']:.2f}× diffrax)" + mark(index))
+
+
+def tests_summary(folders: list[Path]) -> str:
+    log = (folders[0] / "gpu_session.log").read_text()
     match = re.search(r"=+ ((?:\d+ \w+, )*\d+ \w+)(?:, \d+ warnings?)? in [\d.]+s", log)
-    return match.group(1) if match else "not recorded"
+    failed = re.findall(r"^FAILED (\S+)", log, re.M)
+    return (match.group(1) if match else "not recorded") + "".join(f"; failed: `{f.split('::')[-1]}`" for f in failed)
 
 
-def fit_summary(folder: Path) -> str:
-    run = json.loads((folder / "fit_cuda.json").read_text())["paper"]
+def fit_summary(folders: list[Path]) -> str:
+    found = first(folders, "fit_cuda.json")
+    run = json.loads(found[1].read_text())["paper"] if found else None
     if run is None:
         return "not measured"
     return (f"{run['config']['epochs']} epochs in {run['train_seconds']:.1f} s of training ({run['wall_seconds']:.1f} s "
-            f"wall, data included), test RMSE {run['test_rmse']:.2e}")
+            f"wall, data included), test RMSE {run['test_rmse']:.2e}" + mark(found[0]))
 
 
-def render(folder: Path) -> str:
-    cells, cell_meta = cells_table(folder)
-    solvers, solver_meta = solvers_table(folder)
+def quick_fit(folders: list[Path]) -> str:
+    found = first(folders, "fit_quick_cuda.json")
+    if found is None:
+        return "not measured"
+    runs = json.loads(found[1].read_text())
+    parts = [f"{name.split('-')[-1]} engine " + (f"{run['config']['epochs']} epochs, test RMSE {run['test_rmse']:.6e}"
+                                                   if run else "not measured (cut at its time cap)")
+             for name, run in runs.items()]
+    done = [run for run in runs.values() if run]
+    if len(done) == 2 and done[0]["config"]["epochs"] == done[1]["config"]["epochs"]:
+        parts.append(f"difference {abs(done[0]['test_rmse'] - done[1]['test_rmse']):.1e}")
+    return ", ".join(parts) + mark(found[0])
+
+
+def render(folders: list[Path]) -> str:
+    meta = json.loads((folders[0] / "cell_speed_cuda.json").read_text())["meta"]
+    legend = "; ".join(f"{mark(i).strip()} from `{f.as_posix()}`" for i, f in enumerate(folders) if i)
+    args = " ".join(f.as_posix() for f in folders)
     return f"""{START}
-GPU figures, generated by `python benchmarks/gpu_tables.py {folder.as_posix()} --readme README.md` from that
-folder's JSON (one {cell_meta.get('cuda_device', 'GPU')}, torch {cell_meta['torch']}, Triton 3.6; fp32; one lease of
-15 minutes, so some cells are not measured).
+GPU figures, generated by `python benchmarks/gpu_tables.py {args} --readme README.md` from those folders' JSON
+(newest first; a figure from an older folder is marked{": " + legend if legend else ""}). One
+{meta.get('cuda_device', 'GPU')} per lease, torch {meta['torch']}, Triton 3.6, fp32; a lease holds 15 minutes of
+device time, so some cells are not measured.
 
-`pytest -m gpu` (Triton 3.6 on the machine): {tests_summary(folder)} — every failure a float64 kernel that Triton 3.6
-would not compile (fixed since: all 266 variants compile for sm_90 under 3.6 and 3.9, not rerun on a GPU), plus the
-neural oscillator under TF32 and UnICORNN's reversible backward in float32 (see `tests/kernels/test_cuda_kernels.py`).
+`pytest -m gpu` at the newest lease: {tests_summary(folders)}.
 
-`odelab fit fhn --model lem --preset paper --device cuda`: {fit_summary(folder)}.
+`odelab fit fhn --model lem --preset paper --device cuda`: {fit_summary(folders)}. The quick preset (issue 13's
+"same RMSE with either engine"): {quick_fit(folders)}.
 
-Training step (forward + backward of a mean loss), fused engine, median of {cell_meta['repeats']}; in brackets the
-ratio to cuDNN's nn.LSTM of the same size (which runs with cuDNN's default `allow_tf32=True`); peak memory of one
-step; "TF32" with torch's float32 matmul switch on:
+Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
+ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step;
+"TF32" with torch's float32 matmul switch on. Up to hidden 32 both LEM schedules run the same register-resident
+kernel:
 
-{cells}
+{cells_table(folders)}
 
 FitzHugh–Nagumo, float64 dopri5, [0, 400], 1001 outputs, max error against DOP853 (1e-12) over 128 trajectories,
 odelab and diffrax each at the loosest tolerance that reaches the torch anchors' error; in brackets the ratio to
 diffrax at matched error; first calls in a process whose Triton cache was already warm (the gpu tests had run):
 
-{solvers}
+{solvers_table(folders)}
+
+First call of a new configuration from empty Triton and odelab caches (batch 1280, the tolerance ladder's first
+rung): {cold_start(folders)}.
 {END}"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folders", type=Path, nargs="+", help="result folders, newest first")
     parser.add_argument("--readme", type=Path, default=None)
     args = parser.parse_args()
-    text = render(args.folder)
+    text = render(args.folders)
     if args.readme is None:
         print(text)
         return

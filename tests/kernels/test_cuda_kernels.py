@@ -429,15 +429,20 @@ def test_stepwise_failed_capture_runs_eagerly(monkeypatch):
 
 
 def test_stepwise_choice(monkeypatch):
-    """$ODELAB_CUDA_SCHEDULE picks the schedule (an unknown value is an error); the register-resident sizes keep
-    their one-launch kernel whatever is asked."""
+    """$ODELAB_CUDA_SCHEDULE picks the schedule (an unknown value is an error; "auto", the default, is stepwise on
+    CUDA only); the register-resident sizes keep their one-launch kernel whatever is asked."""
     from odelab.kernels.cuda import lem, stepwise
 
+    monkeypatch.delenv(stepwise.SCHEDULE_ENV, raising=False)
+    assert stepwise.chosen_schedule(device=torch.device("cuda", 0)) == "stepwise"
+    assert stepwise.chosen_schedule(device=torch.device("cpu")) == "persistent"
+    assert stepwise.chosen_schedule() == "persistent"
     monkeypatch.setenv(stepwise.SCHEDULE_ENV, "Stepwise")
     assert stepwise.chosen_schedule() == "stepwise"
-    assert stepwise.chosen_schedule("persistent") == "persistent"
+    assert stepwise.chosen_schedule("persistent", torch.device("cuda")) == "persistent"
     monkeypatch.setenv(stepwise.SCHEDULE_ENV, "fast")
-    with pytest.raises(ValueError, match="ODELAB_CUDA_SCHEDULE: expected one of persistent, stepwise, got 'fast'"):
+    with pytest.raises(ValueError,
+                       match="ODELAB_CUDA_SCHEDULE: expected one of auto, persistent, stepwise, got 'fast'"):
         stepwise.chosen_schedule()
     monkeypatch.setenv(stepwise.SCHEDULE_ENV, "stepwise")
     calls = []
@@ -596,12 +601,29 @@ def evaluate(model, run, dtype, x, state, weights):
     return {n: v.detach().double() for n, v in zip(names, values) if v is not None}
 
 
+def restoring_oscillator(system) -> None:
+    """The neural oscillator with a restoring W (−I + a weak symmetric coupling) and a weak input V. With its
+    default random W, ÿ = tanh(W y + V u + b) runs away (|W y| ≈ 4600 by step 300 of the full-size case): tanh
+    saturates, and 1 − tanh² there is rounding noise of whichever tanh computed it (an ulp of tanh ≈ 1 is O(1)
+    relative in 1 − tanh²), so the kernel's and torch's gradients part by 1e-2 in float64 (an H200 and the
+    interpreter alike) while both are equally right. With a coupling of 0.05 the units stay bounded but chaotic
+    (a few ulps of input move the fp64 gradients by 2e-8, fp32's by O(1)); with 0.01, by 3e-12 and 6e-4."""
+    hidden = system.hidden_size
+    with torch.no_grad():
+        R = torch.randn(hidden, hidden, dtype=system.weight.dtype, device=system.weight.device)
+        W = -torch.eye(hidden, dtype=R.dtype, device=R.device) + 0.01 * (R + R.T) / hidden ** 0.5
+        system.weight[:, system.input_size:] = W
+        system.weight[:, : system.input_size] *= 0.1
+
+
 def full_size_case(name: str, size: tuple) -> tuple:
     """(model, kernel, x, initial state, loss weights) of a full-size comparison, data in float64."""
     build, target = PRESETS[name]
     batch, time, hidden = size
     torch.manual_seed(0)
     model = build(4, hidden).to(DEVICE)
+    if name == "oscillator":
+        restoring_oscillator(model.system)
     x = torch.randn(batch, time, 4, device=DEVICE, dtype=torch.float64)
     state = tuple(0.5 * torch.randn(batch, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
     with torch.no_grad():
@@ -614,11 +636,19 @@ def deviation(a: dict, b: dict) -> dict:
     return {n: ((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-30)).item() for n in b}
 
 
+def roundoff_sensitivity(model, x, state, weights, reference: dict) -> dict:
+    """How far the generic float64 loop's own results move when its input moves by a few ulps (x·(1 + 2⁻⁵⁰)): below
+    this, two correct float64 implementations that round differently cannot be told apart."""
+    return deviation(evaluate(model, None, torch.float64, x * (1 + 2.0 ** -50), state, weights), reference)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(PRESETS))
 @pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
 def test_full_size_cuda(name, size):
-    """fp64: the kernel equals the generic loop to 1e-10 (relative, per tensor). fp32: over 1000 steps both
+    """fp64: the kernel equals the generic loop to 1e-10 (relative, per tensor) + 10 × the generic loop's own
+    round-off sensitivity (:func:`roundoff_sensitivity`: ~2e-15 for coRNN, 3e-12 for the undamped oscillator over
+    1000 steps). fp32: over 1000 steps both
     accumulate round-off, amplified by the cell's conditioning (UnICORNN at these settings: gradients ~1e5,
     fp32 generic vs fp64 ~1e-2 at T = 1000, measured under the interpreter), so the fp32 kernel must be as
     accurate as the fp32 generic loop: deviation from the fp64 reference ≤ 10 × the generic's + 1e-5
@@ -626,8 +656,10 @@ def test_full_size_cuda(name, size):
     model, run, x, state, weights = full_size_case(name, size)
     reference = evaluate(model, None, torch.float64, x, state, weights)
     exact = deviation(evaluate(model, run, torch.float64, x, state, weights), reference)
-    worst = max(exact, key=exact.get)
-    assert exact[worst] <= 1e-10, ("float64", worst, exact[worst])
+    sensitivity = roundoff_sensitivity(model, x, state, weights, reference)
+    excess = {n: exact[n] - (1e-10 + 10 * sensitivity[n]) for n in exact}
+    worst = max(excess, key=excess.get)
+    assert excess[worst] <= 0, ("float64", worst, exact[worst], sensitivity[worst])
     fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
     plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
     slack = REVERSIBLE_TOL if name == "unicornn-reversible" else 1e-5

@@ -381,9 +381,10 @@ class LEMSequence(torch.autograd.Function):
 
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
-    ("persistent" or "stepwise", default ``$ODELAB_CUDA_SCHEDULE`` or "persistent"): the stepwise one
-    (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
-    stepwise = chosen_schedule(schedule) == "stepwise" and not resident(state[0].shape[1], block_h)
+    ("auto", "persistent" or "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the
+    stepwise one (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
+    stepwise = (chosen_schedule(schedule, x.device) == "stepwise"
+                and not resident(state[0].shape[1], block_h))
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
         ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
