@@ -145,3 +145,26 @@ def weights(W, stride, H, BH: tl.constexpr):
     w = tl.load(W + i[:, None] * stride + i[None, :], mask=m, other=0.0)
     wt = tl.load(W + i[None, :] * stride + i[:, None], mask=m, other=0.0)
     return w, wt
+
+
+# -- the stepwise schedule (stepwise.py): step kernels read their tensors through a device table of addresses --
+
+@triton.jit
+def address(TABLE, i, REF):
+    """Entry i of the address table as a pointer to REF's element type."""
+    return tl.load(TABLE + i).to(tl.pointer_type(REF.dtype.element_ty))
+
+
+def step_launches(kernel, phases: int, steps, ref, B: int, T: int, H: int, BB: int, BH: int, precision: str,
+                  **meta):
+    """``launch(table)``: every phase of every step in ``steps``, one launch each over (batch blocks, column tiles)
+    of ``kernel(TABLE, REF, n, B, T, H, PHASE=…, BB=…, BH=…, PRECISION=…, **meta)``."""
+    grid = (triton.cdiv(B, BB), triton.cdiv(H, BH))
+
+    def launch(table) -> None:
+        for n in steps:
+            for phase in range(phases):
+                kernel[grid](table, ref, n, B, T, H, PHASE=phase, BB=BB, BH=BH, PRECISION=precision,
+                             num_warps=warps(BH), **meta)
+
+    return launch

@@ -16,7 +16,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile, warps,
+    weights)
 from .stepwise import chosen_schedule, launch_steps
 
 
@@ -168,18 +169,12 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
 
 
 @triton.jit
-def _address(TABLE, i, REF):
-    """Entry i of the address table as a pointer to REF's element type."""
-    return tl.load(TABLE + i).to(tl.pointer_type(REF.dtype.element_ty))
-
-
-@triton.jit
 def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
     """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), and E, Z, Y from
     the address table (entries 0, 4, 5 in both step kernels)."""
     rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    return (rows, rows < B, tl.program_id(1) * BH, _address(TABLE, 0, REF), _address(TABLE, 4, REF),
-            _address(TABLE, 5, REF))
+    return (rows, rows < B, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 4, REF),
+            address(TABLE, 5, REF))
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -188,11 +183,11 @@ def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH:
     """The stepwise schedule (stepwise.py): phase PHASE of step n (0: z_n, 1: y_n) on one (batch block, column
     tile) program; TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, C]."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
-    dt = tl.load(_address(TABLE, 6, REF))
+    dt = tl.load(address(TABLE, 6, REF))
     if PHASE == 0:
-        _z_tile(E, _address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+        _z_tile(E, address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     else:
-        _y_tile(E, _address(TABLE, 2, REF), _address(TABLE, 3, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH,
+        _y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH,
                 PRECISION)
 
 
@@ -202,31 +197,17 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
     TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C]."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
-    G = _address(TABLE, 7, REF)
-    dt = tl.load(_address(TABLE, 10, REF))
+    G = address(TABLE, 7, REF)
+    dt = tl.load(address(TABLE, 10, REF))
     if PHASE == 0:
-        _backward_y_tile(E, _address(TABLE, 2, REF), _address(TABLE, 3, REF), Z, Y, G, _address(TABLE, 9, REF), dt,
+        _backward_y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 9, REF), dt,
                          n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     elif PHASE == 1:
-        _backward_z_tile(E, _address(TABLE, 1, REF), _address(TABLE, 3, REF), Z, Y, G, _address(TABLE, 8, REF), dt,
+        _backward_z_tile(E, address(TABLE, 1, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 8, REF), dt,
                          n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     else:
-        _backward_ly_tile(_address(TABLE, 1, REF), _address(TABLE, 2, REF), G, _address(TABLE, 6, REF),
-                          _address(TABLE, 9, REF), n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
-
-
-def _step_launches(kernel, phases: int, steps, ref: torch.Tensor, B: int, T: int, H: int, BB: int, BH: int,
-                   precision: str):
-    """``launch(table)``: every phase of every step in ``steps``, one launch each over (batch blocks, tiles)."""
-    grid = (triton.cdiv(B, BB), triton.cdiv(H, BH))
-
-    def launch(table: torch.Tensor) -> None:
-        for n in steps:
-            for phase in range(phases):
-                kernel[grid](table, ref, n, B, T, H, PHASE=phase, BB=BB, BH=BH, PRECISION=precision,
-                             num_warps=warps(BH))
-
-    return launch
+        _backward_ly_tile(address(TABLE, 1, REF), address(TABLE, 2, REF), G, address(TABLE, 6, REF),
+                          address(TABLE, 9, REF), n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
 
 
 @triton.jit
@@ -337,7 +318,7 @@ class LEMSequence(torch.autograd.Function):
         if stepwise:
             launch_steps(("lem", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
                          [enc, weight_y, W2, Wy, Z, Y, consts],
-                         _step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision))
+                         step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision))
         else:
             forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
             forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH,
@@ -362,7 +343,7 @@ class LEMSequence(torch.autograd.Function):
         if ctx.stepwise:
             launch_steps(("lem backward", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
                          [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts],
-                         _step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
+                         step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
                                         ctx.precision))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
