@@ -23,8 +23,8 @@ SIZES = [(32, 1000, 16), (128, 1000, 128), (1024, 1000, 256)]
 
 def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
     """Every fused/anchor row of the folders' cell_speed_cuda*.json (newest folder first), each tagged with its
-    folder; LEM's rows named by the CUDA schedule they ran ("lem" rows without one predate the stepwise default:
-    persistent)."""
+    folder; the rows of the cells with a stepwise schedule named by the CUDA schedule they ran (rows without one
+    predate the stepwise default: persistent)."""
     rows = []
     for index, folder in enumerate(folders):
         for path in sorted(folder.glob("cell_speed_cuda*.json")):
@@ -32,14 +32,21 @@ def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
                 continue
             for row in json.loads(path.read_text())["rows"]:
                 row = dict(row, folder=index)
-                if row["model"] == "lem":
-                    row["model"] = "lem-" + (row.get("schedule") or "persistent")
+                if row["model"] in STEPWISE:
+                    row["model"] += "-" + (row.get("schedule") or "persistent")
                 rows.append(row)
     return rows
 
 
-LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)",
-          "lem-persistent": "lem, one launch (persistent)", "lem-stepwise": "lem, stepwise (the default on CUDA)"}
+STEPWISE = {"lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru"}  # cells with both schedules
+LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)"}
+
+
+def label(model: str) -> str:
+    for schedule, text in (("-persistent", "one launch (persistent)"), ("-stepwise", "stepwise (the CUDA default)")):
+        if model.endswith(schedule) and model[: -len(schedule)] in STEPWISE:
+            return f"{model[: -len(schedule)]}, {text}"
+    return LABELS.get(model, model)
 
 
 def mark(folder: int) -> str:
@@ -71,7 +78,7 @@ def cells_table(folders: list[Path]) -> str:
                 cell += f"; TF32 {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio else "")
                 cell += mark(t["folder"])
             cells.append(cell)
-        lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label(model)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -170,8 +177,9 @@ device time, so some cells are not measured.
 
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
 ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step;
-"TF32" with torch's float32 matmul switch on. Up to hidden 32 both LEM schedules run the same register-resident
-kernel:
+"TF32" with torch's float32 matmul switch on. Up to hidden 32 both schedules run the same register-resident
+kernel; from hidden 33 the stepwise one is the default on CUDA for LEM, coRNN, the oscillator, GRU-ODE, τ-GRU and
+Delay GRU, measured for LEM only so far:
 
 {cells_table(folders)}
 

@@ -345,31 +345,37 @@ TF32_TOL = 1e-2
 STEPWISE_SIZES = [(1, 1, 1), (3, 3, 17), (17, 4, 33)]  # 2 batch blocks × 3 column tiles at the last
 
 
+# the presets whose kernels have the stepwise schedule here (GRU-ODE and the delay GRUs, with their edge cases:
+# tests/kernels/test_stepwise_*.py)
+WITH_STEPWISE = ["lem", "cornn-learned-coefficients", "cornn-implicit-learned-coefficients", "oscillator"]  # coRNN with
+# learned γ, ε: every path of the fixed-coefficient kernels and the γ, ε sums besides
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("size", STEPWISE_SIZES, ids=lambda s: "x".join(map(str, s)))
-def test_lem_stepwise_equals_generic(size, dtype):
+@pytest.mark.parametrize("name", WITH_STEPWISE)
+def test_stepwise_equals_generic(name, size, dtype):
     """Outputs, final state and every gradient of the stepwise schedule against the generic loop: 1e-10 in
     float64, 1e-5 in float32 (16-wide tiles, so hidden 17 and 33 span two and three column programs)."""
-    from odelab.kernels.cuda import lem
-
-    build, _ = PRESETS["lem"]
+    build, target = PRESETS[name]
     batch, time, hidden = size
-    run = lambda *args, **kw: lem.run(*args, schedule="stepwise", **kw)
+    run = lambda *args, **kw: kernel(target)(*args, schedule="stepwise", **kw)
     errors = relative_errors(build(3, hidden), run, batch, time, hidden, dtype, block_h=16)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= (1e-10 if dtype == torch.float64 else 1e-5), (worst, errors[worst])
 
 
-def test_stepwise_graphs_replay_with_each_calls_tensors(monkeypatch):
+@pytest.mark.parametrize("name", ["lem", "cornn-learned-coefficients"])
+def test_stepwise_graphs_replay_with_each_calls_tensors(name, monkeypatch):
     """Through the graph cache (its CUDA capture stood in by re-running the recorded launches, which read the
     same address table): call 1 runs eagerly, call 2 records the forward and the backward and replays them,
     call 3 only replays -- and every call's values and input gradient are its own inputs' (the table rewritten
     each time: stale addresses would read the earlier calls' inputs, kept alive, or freed buffers)."""
-    from odelab.kernels.cuda import lem, stepwise
+    from odelab.kernels.cuda import stepwise
 
     graphs = stepwise.StepGraphs(capture=lambda launch: launch)
     monkeypatch.setattr(stepwise, "graphs_for", lambda device: graphs)
-    build, _ = PRESETS["lem"]
+    build, target = PRESETS[name]
     model = generic(build(3, 33)).to(device=DEVICE, dtype=torch.float64)
     kept = []
     for call, captures in enumerate((0, 2, 2)):
@@ -377,7 +383,7 @@ def test_stepwise_graphs_replay_with_each_calls_tensors(monkeypatch):
         x = torch.randn(17, 3, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
         state = tuple(torch.randn(17, 33, device=DEVICE, dtype=torch.float64) for _ in range(2))
         kept.append((x, state))
-        out, final = lem.run(model.system, x, state, model.dt, block_h=16, schedule="stepwise")
+        out, final = kernel(target)(model.system, x, state, model.dt, block_h=16, schedule="stepwise")
         ref, ref_final = model(x, state)
         weight = torch.randn_like(ref)
         grad, = torch.autograd.grad((out * weight).sum(), x)
@@ -388,19 +394,20 @@ def test_stepwise_graphs_replay_with_each_calls_tensors(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_lem_stepwise_on_the_gpu():
-    """Real CUDA graphs: three calls of LEM at (40, 200, 96) under the stepwise schedule (eager, recorded,
-    replayed), each equal to the generic loop in float64 to 1e-10 (outputs, final state, input gradient)."""
-    from odelab.kernels.cuda import lem, stepwise
+@pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "taugru"])
+def test_stepwise_on_the_gpu(name):
+    """Real CUDA graphs: three calls at (40, 200, 96) under the stepwise schedule (eager, recorded, replayed), each
+    equal to the generic loop in float64 to 1e-10 (outputs, final state, input gradient)."""
+    from odelab.kernels.cuda import stepwise
 
-    build, _ = PRESETS["lem"]
+    build, target = PRESETS[name]
     model = generic(build(3, 96)).to(device=DEVICE, dtype=torch.float64)
     before = stepwise.GRAPHS.captures
     for call in range(3):
         torch.manual_seed(20 + call)
         x = torch.randn(40, 200, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
         state = tuple(torch.randn(40, 96, device=DEVICE, dtype=torch.float64) for _ in range(2))
-        out, final = lem.run(model.system, x, state, model.dt, schedule="stepwise")
+        out, final = kernel(target)(model.system, x, state, model.dt, schedule="stepwise")
         ref, ref_final = model(x, state)
         weight = torch.randn_like(ref)
         grad, = torch.autograd.grad((out * weight).sum(), x)
@@ -715,6 +722,16 @@ for bh in (16, 32):
              (lem._lem_backward_resident, tile), (gru._forward_resident, tile), (gru._backward_resident, tile)]
     dense += [(lem._lem_step, dict(PHASE=phase, **tile)) for phase in (0, 1)]
     dense += [(lem._lem_step_backward, dict(PHASE=phase, **tile)) for phase in (0, 1, 2)]
+    dense += [(oscillators._step, dict(PHASE=0, MODE=mode, **tile)) for mode in (0, 1, 2)]
+    dense += [(oscillators._step_backward, dict(PHASE=phase, MODE=mode, **tile)) for mode in (0, 1, 2)
+              for phase in (0, 1)]
+    dense += [(gru._step, dict(PHASE=phase, RESET_AFTER=ra, **tile)) for ra in (True, False)
+              for phase in range(1 if ra else 2)]
+    dense += [(gru._step_backward, dict(PHASE=phase, RESET_AFTER=ra, **tile)) for ra in (True, False)
+              for phase in range(2 if ra else 4)]
+    dense += [(delay_gru._step, dict(constexprs, PHASE=0, **tile)) for constexprs in (tau, dgru)]
+    dense += [(delay_gru._step_backward, dict(constexprs, ED=ed, HAS_D=True, PHASE=phase, **tile))
+              for constexprs, ed in ((tau, 1), (dgru, 0)) for phase in (0, 1)]
     dense += [(k, dict(tau, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]
     dense += [(k, dict(tau, ED=1, HAS_D=True, **tile)) for k in (delay_gru._backward, delay_gru._backward_resident)]
     dense += [(k, dict(dgru, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]

@@ -1,6 +1,7 @@
 """τ-GRU (001 eq. 14, with the §5 ablation switches) and Delay GRU (001 eq. 12) with Euler and the papers'
-ring buffer (zero history), one Triton launch forward and one backward over the sequence. Step n reads the
-delayed state h_{n−1−m}, m = ⌊τ/h⌋ (``lags``; zero before the first state, the current state when m = 0):
+ring buffer (zero history), one Triton launch forward and one backward over the sequence (or, for the tiled
+sizes, the stepwise schedule of ``stepwise.py``). Step n reads the delayed state h_{n−1−m}, m = ⌊τ/h⌋ (``lags``;
+zero before the first state, the current state when m = 0):
 
     τ-GRU:      h_n = h + Δt (g ⊙ (β tanh(W1 h + e_u) + α σ̂(W4 h + e_a) ⊙ tanh(W2 h_{n−1−m} + e_z)) − g ⊙ h)
     Delay GRU:  h_n = h + Δt (g ⊙ tanh(W1 h + W2 h_{n−1−m} + e_c) − g ⊙ h)
@@ -19,18 +20,28 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile, warps,
+    weights)
+from .stepwise import chosen_schedule, launch_steps
 
 
 @triton.jit
-def _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
+def _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
               PRECISION: tl.constexpr):
-    """(target, u, z, a, g) of one (BB, BH) tile; absent branches give 0 (u, z) or 1 (a, g)."""
+    """(target, u, z, a, g, h, mask) of step n on columns c0 : c0 + BH, from h = h_{n−1} and the delayed
+    h_{n−1−m} (zero before the first state); absent branches give 0 (u, z) or 1 (a, g)."""
+    sE = T * NE * H
+    sS = (T + 1) * H
+    e = E + (n - 1) * NE * H
+    hp = S + (n - 1) * H
+    hd = S + (n - 1 - M) * H
+    dmask = rmask & (rows * 0 + n - 1 - M >= 0)  # zero history
     cols = c0 + tl.arange(0, BH)
-    zero = tl.zeros((BB, BH), dtype=hp.dtype.element_ty)
+    m = rmask[:, None] & (cols < H)[None, :]
+    zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
     one = zero + 1.0
     target = zero
     u = zero
@@ -57,7 +68,83 @@ def _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, be
         pg = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
         pg = mv(pg, hp, sS, rows, rmask, WH + WG * H * H, H, c0, H, H, False, BH, PRECISION)
         g = sigmoid(pg)
-    return target, u, z, a, g
+    h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    return target, u, z, a, g, h, m
+
+
+@triton.jit
+def _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
+                  HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                  U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+                  WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """Columns c0 : c0 + BH of h_n = h + Δt (g ⊙ target − g ⊙ h) (eq. 14 / eq. 12)."""
+    target, _, _, _, g, h, m = _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z,
+                                         HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+    cols = c0 + tl.arange(0, BH)
+    h = h + dt * (g * target - g * h)
+    tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=m)
+
+
+@triton.jit
+def _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
+                         HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                         U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
+                         EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
+                         BH: tl.constexpr, PRECISION: tl.constexpr):
+    """The pre-activation gradients of step n on columns c0 : c0 + BH from λ_n = L[n % 2], and λ_{n−1}'s direct
+    part λ_n (1 − Δt g) into L[(n − 1) % 2] (L: (2, B, H))."""
+    sE = T * NE * H
+    cur = n % 2
+    gp = G + (n - 1) * NE * H
+    cols = c0 + tl.arange(0, BH)
+    target, u, z, a, g, h, m = _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z,
+                                         HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+    lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    gt = lam * dt * g  # ∂L/∂target
+    if HAS_G:
+        tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g), mask=m)
+    if HAS_U:
+        tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
+    if HAS_Z:
+        tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
+        if HAS_A:
+            tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
+    tl.store(L + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * g), mask=m)
+
+
+@triton.jit
+def _backward_adjoint_tile(WH, W2, GO, G, L, LD, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
+                           HAS_U: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr, EU: tl.constexpr,
+                           EG: tl.constexpr, EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr,
+                           ED: tl.constexpr, HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                           PRECISION: tl.constexpr):
+    """λ_{n−1} on columns c0 : c0 + BH = its direct part (L[(n − 1) % 2]) + Σ_b g_b W_b + ∂L/∂h_{n−1} + the
+    delayed adjoint LD[n − 1]; the delayed read's g_delayed W2 goes to LD[n − 1 − m] (to λ_{n−1} when m = 0)."""
+    sE = T * NE * H
+    sS = (T + 1) * H
+    sO = T * H
+    nxt = L + (1 - n % 2) * B * H
+    gp = G + (n - 1) * NE * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    lam = tl.load(nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    if HAS_U:
+        lam = mv(lam, gp + EU * H, sE, rows, rmask, WH + WU * H * H, H, c0, H, H, True, BH, PRECISION)
+    if HAS_G:
+        lam = mv(lam, gp + EG * H, sE, rows, rmask, WH + WG * H * H, H, c0, H, H, True, BH, PRECISION)
+    if HAS_A:
+        lam = mv(lam, gp + EA * H, sE, rows, rmask, WH + WA * H * H, H, c0, H, H, True, BH, PRECISION)
+    lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                   other=0.0)
+    lam += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    if HAS_D:
+        zero = tl.zeros((BB, BH), dtype=L.dtype.element_ty)
+        gd = mv(zero, gp + ED * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
+        lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
+        tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
+                 mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
+    tl.store(nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
 @triton.jit
@@ -72,22 +159,10 @@ def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
-    sE = T * NE * H
-    sS = (T + 1) * H
     for n in range(1, T + 1):
-        e = E + (n - 1) * NE * H
-        hp = S + (n - 1) * H
-        hd = S + (n - 1 - M) * H
-        dmask = rmask & (rows * 0 + n - 1 - M >= 0)  # zero history
         for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            target, u, z, a, g = _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
-                                           HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA,
-                                           BB, BH, PRECISION)
-            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            h = h + dt * (g * target - g * h)
-            tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+            _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
+                          U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
@@ -97,68 +172,68 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
               BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong; LD (B, T+1, H)
-    the delayed-read adjoints, zero-initialised; ED = the encoding block of the delayed pre-activation."""
+    """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong: step n reads
+    L[n % 2] and writes L[(n − 1) % 2]; LD (B, T+1, H) the delayed-read adjoints, zero-initialised; ED = the
+    encoding block of the delayed pre-activation."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
-    sE = T * NE * H
-    sS = (T + 1) * H
-    sO = T * H
     for i in range(0, T):
         n = T - i
-        cur = n % 2
-        l_cur = L + cur * B * H
-        l_nxt = L + (1 - cur) * B * H
-        e = E + (n - 1) * NE * H
-        gp = G + (n - 1) * NE * H
-        hp = S + (n - 1) * H
-        hd = S + (n - 1 - M) * H
-        dmask = rmask & (rows * 0 + n - 1 - M >= 0)
-        for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            target, u, z, a, g = _branches(e, sE, hp, hd, dmask, sS, rows, rmask, c0, m, WH, W2, H, alpha, beta,
-                                           HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA,
-                                           BB, BH, PRECISION)
-            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            lam = tl.load(l_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            gt = lam * dt * g  # ∂L/∂target
-            if HAS_G:
-                tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g),
-                         mask=m)
-            if HAS_U:
-                tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
-            if HAS_Z:
-                tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
-                if HAS_A:
-                    tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
-            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * g), mask=m)
+        for c0 in range(0, H, BH):  # the gradients of step n's pre-activations; λ_{n−1}'s direct part
+            _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
+                                 HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # λ_{n−1} += Σ g_b W_b + dL/dh_{n−1} + delayed adjoints
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
-            lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            if HAS_U:
-                lam = mv(lam, gp + EU * H, sE, rows, rmask, WH + WU * H * H, H, c0, H, H, True, BH, PRECISION)
-            if HAS_G:
-                lam = mv(lam, gp + EG * H, sE, rows, rmask, WH + WG * H * H, H, c0, H, H, True, BH, PRECISION)
-            if HAS_A:
-                lam = mv(lam, gp + EA * H, sE, rows, rmask, WH + WA * H * H, H, c0, H, H, True, BH, PRECISION)
-            lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :],
-                           mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
-            lam += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            if HAS_D:
-                gd = mv(zero, gp + ED * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
-                lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
-                tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
-                         mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
-            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
+            _backward_adjoint_tile(WH, W2, GO, G, L, LD, n, c0, rows, rmask, B, T, H, M, NE, HAS_U, HAS_G, HAS_A, EU,
+                                   EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
         tl.debug_barrier()
+
+
+@triton.jit
+def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
+    """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), E, WH, W2, S and
+    (Δt, α, β) from the address table (entries 0–4 = [E, WH, W2, C, S] in both step kernels)."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    C = address(TABLE, 3, REF)
+    return (rows, rows < B, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 1, REF),
+            address(TABLE, 2, REF), address(TABLE, 4, REF), tl.load(C), tl.load(C + 1), tl.load(C + 2))
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.constexpr,
+          HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+          U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+          WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+          PRECISION: tl.constexpr):
+    """The stepwise schedule (stepwise.py): step n (one phase, PHASE = 0) on one (batch block, column tile)
+    program; TABLE = the addresses of [E, WH, W2, C, S]."""
+    tl.static_assert(PHASE == 0)
+    rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
+    _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
+                  U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.constexpr,
+                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
+                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Phase PHASE of the backward of step n (0: the pre-activation gradients, 1: λ_{n−1}) on one program;
+    TABLE = the addresses of [E, WH, W2, C, S, GO, G, L, LD]."""
+    rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
+    G = address(TABLE, 6, REF)
+    L = address(TABLE, 7, REF)
+    if PHASE == 0:
+        _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U, HAS_Z,
+                             HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+    else:
+        _backward_adjoint_tile(WH, W2, address(TABLE, 5, REF), G, L, address(TABLE, 8, REF), n, c0, rows, rmask, B,
+                               T, H, M, NE, HAS_U, HAS_G, HAS_A, EU, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
 
 
 @triton.jit
@@ -305,13 +380,17 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
+_FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA", "ED")
+
+
 class DelayGRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h) -> (hs, h_T)``; ``layout`` =
+    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, stepwise) -> (hs, h_T)``; ``layout`` =
     (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
-    (encoding block, weight_h block) pairs of the maps of h."""
+    (encoding block, weight_h block) pairs of the maps of h; ``stepwise``: the stepwise schedule (stepwise.py)
+    in place of the tiled kernels."""
 
     @staticmethod
-    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h):
+    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, stepwise=False):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -321,13 +400,18 @@ class DelayGRUSequence(torch.autograd.Function):
         S[:, 0] = h0
         consts = torch.tensor([dt, alpha, beta], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
-                          "WA"), layout[:13]))
-        forward = _forward_resident if resident(H, block_h) else _forward
-        forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH,
-                                       PRECISION=ctx.precision, num_warps=warps(BH))
+        flags = dict(zip(_FLAGS[:13], layout[:13]))
+        if stepwise:
+            launch_steps(("delay_gru", B, T, H, lag, enc.dtype, enc.device, ctx.precision, BB, BH, layout[:13]),
+                         [enc, weight_h, W2c, consts, S],
+                         step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, M=lag,
+                                       **flags))
+        else:
+            forward = _forward_resident if resident(H, block_h) else _forward
+            forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH,
+                                           PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_h, W2c, consts, S)
-        ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2 = lag, layout, block_h, W2 is not None
+        ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2, ctx.stepwise = lag, layout, block_h, W2 is not None, stepwise
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
@@ -343,10 +427,15 @@ class DelayGRUSequence(torch.autograd.Function):
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         LD = enc.new_zeros(B, T + 1, H)
         BB, BH = block_sizes(B, H, ctx.block_h)
-        flags = dict(zip(("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG",
-                          "WA", "ED"), layout[:14]))
+        flags = dict(zip(_FLAGS, layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
-        if resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
+        if ctx.stepwise:
+            launch_steps(("delay_gru backward", B, T, H, lag, enc.dtype, enc.device, ctx.precision, BB, BH,
+                          layout[:14]),
+                         [enc, weight_h, W2, consts, S, grad_hs, G, L, LD],
+                         step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
+                                       M=lag, **flags))
+        elif resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD, B, T, H, lag,
                                                       **flags, BB=BB, BH=BH,
@@ -363,15 +452,23 @@ class DelayGRUSequence(torch.autograd.Function):
             d_W2 = torch.zeros_like(W2)
             if T > lag:
                 d_W2 = torch.einsum("btk,bth->kh", G[:, lag:, ed * H:(ed + 1) * H], S[:, : T - lag])
-        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None
+        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None, None
 
 
 def _lag(lags) -> int:
     return int(lags[0]) if lags else 0  # no delay (τ = 0): the delayed state is the current one
 
 
-def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
-    """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none)."""
+def _stepwise(schedule, x, state, block_h) -> bool:
+    """The stepwise schedule where it is chosen (stepwise.py) and the tiled kernels would run."""
+    return chosen_schedule(schedule, x.device) == "stepwise" and not resident(state[0].shape[1], block_h)
+
+
+def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
+    """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none). ``schedule`` ("auto", "persistent" or
+    "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise one (stepwise.py)
+    replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
+    stepwise = _stepwise(schedule, x, state, block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     enc_index = {b: i for i, b in enumerate(system.branches)}
@@ -382,15 +479,16 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
               h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
               tuple((enc_index[b], h_index[b]) for b in system.h_branches))
     hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
-                                    system.alpha, system.beta, _lag(lags), layout, block_h)
+                                    system.alpha, system.beta, _lag(lags), layout, block_h, stepwise)
     return hs[:, unfolds - 1::unfolds], (hT,)
 
 
-def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
-    """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none)."""
+def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
+    """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` as in :func:`run_taugru`."""
+    stepwise = _stepwise(schedule, x, state, block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
     hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
-                                    1.0, 1.0, _lag(lags), layout, block_h)
+                                    1.0, 1.0, _lag(lags), layout, block_h, stepwise)
     return hs[:, unfolds - 1::unfolds], (hT,)

@@ -4,9 +4,10 @@
     c = a_u + σ(r) ⊙ (W_u h + b_hu)     (reset_after, torch's convention; the default)
     c = a_u + W_u (σ(r) ⊙ h)            (reset before the matmul, eq. 53)
 
-one Triton launch forward and one backward. The backward recomputes the gates from the stored states and
-writes per step the pre-activation gradients [g_r, g_f, g_c, g_m] (g_m: of W_u h + b_hu, or of σ(r) ⊙ h's
-matmul input); the weight gradients are GEMMs over all steps in torch.
+one Triton launch forward and one backward (or, with the stepwise schedule of stepwise.py, one launch per phase
+of a step). The backward recomputes the gates from the stored states and writes per step the pre-activation
+gradients [g_r, g_f, g_c, g_m] (g_m: of W_u h + b_hu, or of σ(r) ⊙ h's matmul input); the weight gradients are
+GEMMs over all steps in torch.
 """
 from __future__ import annotations
 
@@ -16,136 +17,221 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    available, block_sizes, dot, dot_precision, mv, resident, sigmoid, tanh, tile, warps, weights)
+    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile, warps,
+    weights)
+from .stepwise import chosen_schedule, launch_steps
+
+
+@triton.jit
+def _reset(E, WH, S, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """r = W_r h_{n−1} + a_r of step n on columns c0 : c0 + BH."""
+    cols = c0 + tl.arange(0, BH)
+    r = tile(E + (n - 1) * 3 * H, T * 3 * H, rows, rmask, cols, cols < H)
+    return mv(r, S + (n - 1) * H, (T + 1) * H, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
+
+
+@triton.jit
+def _gates(E, WH, BHU, S, RS, sR, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+           BH: tl.constexpr, PRECISION: tl.constexpr):
+    """(f, c, σ(r), μ = W_u h_{n−1} + b_hu, h_{n−1}) of step n on columns c0 : c0 + BH; reset before, c reads
+    ρ = σ(r) ⊙ h_{n−1} from RS (row stride sR), and σ(r), μ are not computed (zeros)."""
+    sE = T * 3 * H
+    sS = (T + 1) * H
+    e = E + (n - 1) * 3 * H
+    hp = S + (n - 1) * H
+    cols = c0 + tl.arange(0, BH)
+    cmask = cols < H
+    f = mv(tile(e + H, sE, rows, rmask, cols, cmask), hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH,
+           PRECISION)
+    c = tile(e + 2 * H, sE, rows, rmask, cols, cmask)
+    sr = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
+    mu = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
+    if RESET_AFTER:
+        sr = sigmoid(_reset(E, WH, S, n, c0, rows, rmask, T, H, BH, PRECISION))
+        mu = mv(mu, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
+        mu += tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
+        c += sr * mu
+    else:
+        c = mv(c, RS, sR, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
+    return f, c, sr, mu, tile(hp, sS, rows, rmask, cols, cmask)
+
+
+@triton.jit
+def _reset_tile(E, WH, S, RS, sR, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Reset before: ρ = σ(r) ⊙ h_{n−1} of step n (W_u's input) on columns c0 : c0 + BH, into RS (row stride sR)."""
+    cols = c0 + tl.arange(0, BH)
+    cmask = cols < H
+    rho = sigmoid(_reset(E, WH, S, n, c0, rows, rmask, T, H, BH, PRECISION)) * tile(
+        S + (n - 1) * H, (T + 1) * H, rows, rmask, cols, cmask)
+    tl.store(RS + rows[:, None] * sR + cols[None, :], rho, mask=rmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+                BH: tl.constexpr, PRECISION: tl.constexpr):
+    """h_n = h_{n−1} + Δt (σ(f) ⊙ tanh(c) − σ(f) ⊙ h_{n−1}) on columns c0 : c0 + BH (reset before: ρ in R (B, H))."""
+    f, c, _, _, h = _gates(E, WH, BHU, S, R, H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+    cols = c0 + tl.arange(0, BH)
+    sf = sigmoid(f)
+    h = h + dt * (sf * tanh(c) - sf * h)
+    tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=rmask[:, None] & (cols < H)[None, :])
+
+
+@triton.jit
+def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr,
+                         BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Step n on columns c0 : c0 + BH: g_f, g_c (and g_r, g_m, reset after) from λ_n in L[n % 2], and λ_{n−1}'s
+    direct part λ_n ⊙ (1 − Δt σ(f)) into L[(n − 1) % 2] (L: (2, B, H); RS: ρ per step, reset before)."""
+    sG = T * 4 * H
+    cur = n % 2
+    g = G + (n - 1) * 4 * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    f, c, sr, mu, h = _gates(E, WH, BHU, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH,
+                             PRECISION)
+    lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    sf = sigmoid(f)
+    tc = tanh(c)
+    gc = lam * dt * sf * (1.0 - tc * tc)
+    tl.store(g + H + rows[:, None] * sG + cols[None, :], lam * dt * (tc - h) * sf * (1.0 - sf), mask=m)
+    tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
+    if RESET_AFTER:
+        tl.store(g + rows[:, None] * sG + cols[None, :], gc * mu * sr * (1.0 - sr), mask=m)
+        tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gc * sr, mask=m)
+    tl.store(L + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * sf), mask=m)
+
+
+@triton.jit
+def _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                         PRECISION: tl.constexpr):
+    """Reset before, step n on columns c0 : c0 + BH: g_ρ = g_c W_u (a full row of g_c), g_r = g_ρ ⊙ h_{n−1} ⊙ σ'(r),
+    and λ_{n−1} += g_ρ ⊙ σ(r) in L[(n − 1) % 2]."""
+    sG = T * 4 * H
+    nxt = L + (1 - n % 2) * B * H
+    g = G + (n - 1) * 4 * H
+    cols = c0 + tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    grho = mv(tl.zeros((BB, BH), dtype=S.dtype.element_ty), g + 2 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H,
+              True, BH, PRECISION)
+    sr = sigmoid(_reset(E, WH, S, n, c0, rows, rmask, T, H, BH, PRECISION))
+    h = tile(S + (n - 1) * H, (T + 1) * H, rows, rmask, cols, cmask)
+    tl.store(g + rows[:, None] * sG + cols[None, :], grho * h * sr * (1.0 - sr), mask=m)
+    lam = tl.load(nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    tl.store(nxt + rows[:, None] * H + cols[None, :], lam + grho * sr, mask=m)
+
+
+@triton.jit
+def _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr, BH: tl.constexpr,
+                          PRECISION: tl.constexpr):
+    """λ_{n−1} on columns c0 : c0 + BH = its part so far (L[(n − 1) % 2]) + [g_r, g_f] [W_r; W_f] (+ g_m W_u,
+    reset after) + ∂L/∂h_{n−1}."""
+    sG = T * 4 * H
+    nxt = L + (1 - n % 2) * B * H
+    g = G + (n - 1) * 4 * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    lam = tl.load(nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    lam = mv(lam, g, sG, rows, rmask, WH, H, c0, 2 * H, H, True, BH, PRECISION)
+    if RESET_AFTER:
+        lam = mv(lam, g + 3 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
+    lam += tl.load(GO + (n - 2) * H + rows[:, None] * (T * H) + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                   other=0.0)
+    tl.store(nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
 @triton.jit
 def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
              PRECISION: tl.constexpr):
-    """S (B, T+1, H) states; R (B, H) scratch for σ(r) ⊙ h (reset before the matmul)."""
+    """S (B, T+1, H) states; R (B, H) scratch for ρ = σ(r) ⊙ h (reset before the matmul)."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
-    sE = T * 3 * H
-    sS = (T + 1) * H
     for n in range(1, T + 1):
-        e = E + (n - 1) * 3 * H
-        hp = S + (n - 1) * H
         if not RESET_AFTER:
-            for c0 in range(0, H, BH):
-                cols = c0 + tl.arange(0, BH)
-                m = rmask[:, None] & (cols < H)[None, :]
-                r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
-                h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-                tl.store(R + rows[:, None] * H + cols[None, :], sigmoid(r) * h, mask=m)
+            for c0 in range(0, H, BH):  # ρ from h_{n−1}
+                _reset_tile(E, WH, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
-        for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
-            f = tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            f = mv(f, hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH, PRECISION)
-            c = tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            if RESET_AFTER:
-                r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
-                mu = mv(zero, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
-                mu += tl.load(BHU + cols, mask=cols < H, other=0.0)[None, :]
-                c += sigmoid(r) * mu
-            else:
-                c = mv(c, R, H, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
-            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            sf = sigmoid(f)
-            h = h + dt * (sf * tanh(c) - sf * h)
-            tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        for c0 in range(0, H, BH):  # h_n from h_{n−1} (and ρ)
+            _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
 def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
               BH: tl.constexpr, PRECISION: tl.constexpr):
-    """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); L (2, B, H)."""
+    """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); the adjoint λ
+    ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
     dt = tl.load(C)
-    sE = T * 3 * H
-    sG = T * 4 * H
-    sS = (T + 1) * H
-    sR = T * H
     for i in range(0, T):
         n = T - i
-        cur = n % 2
-        l_cur = L + cur * B * H
-        l_nxt = L + (1 - cur) * B * H
-        e = E + (n - 1) * 3 * H
-        g = G + (n - 1) * 4 * H
-        rs = RS + (n - 1) * H
-        hp = S + (n - 1) * H
         if not RESET_AFTER:
-            for c0 in range(0, H, BH):
-                cols = c0 + tl.arange(0, BH)
-                m = rmask[:, None] & (cols < H)[None, :]
-                r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
-                h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-                tl.store(rs + rows[:, None] * sR + cols[None, :], sigmoid(r) * h, mask=m)
+            for c0 in range(0, H, BH):  # ρ of step n
+                _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
-        for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
-            f = tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            f = mv(f, hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH, PRECISION)
-            c = tl.load(e + 2 * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
-            sr = sigmoid(r)
-            if RESET_AFTER:
-                mu = mv(zero, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
-                mu += tl.load(BHU + cols, mask=cols < H, other=0.0)[None, :]
-                c += sr * mu
-            else:
-                c = mv(c, rs, sR, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
-            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            lam = tl.load(l_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            sf = sigmoid(f)
-            tc = tanh(c)
-            gc = lam * dt * sf * (1.0 - tc * tc)
-            tl.store(g + H + rows[:, None] * sG + cols[None, :], lam * dt * (tc - h) * sf * (1.0 - sf), mask=m)
-            tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
-            if RESET_AFTER:
-                tl.store(g + rows[:, None] * sG + cols[None, :], gc * mu * sr * (1.0 - sr), mask=m)
-                tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gc * sr, mask=m)
-            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * sf), mask=m)
+        for c0 in range(0, H, BH):  # g_f, g_c (g_r, g_m); λ_{n−1}'s direct part
+            _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+                                 PRECISION)
         tl.debug_barrier()
-        if not RESET_AFTER:  # g_ρ = g_c W_u (full row of g_c needed), g_r = g_ρ ⊙ h ⊙ σ'(r)
-            for c0 in range(0, H, BH):
-                cols = c0 + tl.arange(0, BH)
-                m = rmask[:, None] & (cols < H)[None, :]
-                zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
-                grho = mv(zero, g + 2 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
-                r = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-                r = mv(r, hp, sS, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
-                sr = sigmoid(r)
-                h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-                tl.store(g + rows[:, None] * sG + cols[None, :], grho * h * sr * (1.0 - sr), mask=m)
-                lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-                tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam + grho * sr, mask=m)
+        if not RESET_AFTER:
+            for c0 in range(0, H, BH):  # g_r (a full row of g_c needed)
+                _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
             tl.debug_barrier()
-        for c0 in range(0, H, BH):  # λ_{n−1} += [g_r, g_f] [W_r; W_f] (+ g_m W_u) + dL/dh_{n−1}
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            lam = mv(lam, g, sG, rows, rmask, WH, H, c0, 2 * H, H, True, BH, PRECISION)
-            if RESET_AFTER:
-                lam = mv(lam, g + 3 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
-            lam += tl.load(GO + (n - 2) * H + rows[:, None] * sR + cols[None, :],
-                           mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
-            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
+        for c0 in range(0, H, BH):  # λ_{n−1} (full rows of g needed)
+            _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
         tl.debug_barrier()
+
+
+@triton.jit
+def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
+    """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), and E, WH, BHU, Δt,
+    S from the address table (entries 0–4 in both step kernels)."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    return (rows, rows < B, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 1, REF),
+            address(TABLE, 2, REF), tl.load(address(TABLE, 3, REF)), address(TABLE, 4, REF))
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+          BH: tl.constexpr, PRECISION: tl.constexpr):
+    """The stepwise schedule (stepwise.py): phase PHASE of step n on one (batch block, column tile) program (reset
+    before: 0 ρ, 1 h_n; reset after: 0 h_n); TABLE = the addresses of [E, WH, BHU, C, S, R]."""
+    rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
+    R = address(TABLE, 5, REF)
+    if RESET_AFTER:
+        _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+    elif PHASE == 0:
+        _reset_tile(E, WH, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
+    else:
+        _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+                   BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Phase PHASE of the backward of step n on one program (reset before: 0 ρ, 1 the gates, 2 g_r, 3 λ_{n−1};
+    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L]."""
+    rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
+    GO, G, RS, L = address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF), address(TABLE, 8, REF)
+    if RESET_AFTER:
+        if PHASE == 0:
+            _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+                                 PRECISION)
+        else:
+            _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
+    elif PHASE == 0:
+        _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
+    elif PHASE == 1:
+        _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+                             PRECISION)
+    elif PHASE == 2:
+        _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+    else:
+        _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
 
 
 @triton.jit
@@ -226,10 +312,10 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
 
 
 class GRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h) -> (hs, h_T)``."""
+    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, stepwise) -> (hs, h_T)``."""
 
     @staticmethod
-    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h):
+    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, stepwise=False):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -240,14 +326,19 @@ class GRUSequence(torch.autograd.Function):
         R = enc.new_empty(B, H)
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if reset_after and resident(H, block_h):
+        if stepwise:
+            launch_steps(("gru", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH, reset_after),
+                         [enc, weight_hidden, b_hu, consts, S, R],
+                         step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
+                                       ctx.precision, RESET_AFTER=reset_after))
+        elif reset_after and resident(H, block_h):
             _forward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, B, T, H, BB=BB, BH=BH,
                                                      PRECISION=ctx.precision, num_warps=warps(BH))
         else:
             _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
                                             BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S)
-        ctx.reset_after, ctx.block_h = reset_after, block_h
+        ctx.reset_after, ctx.block_h, ctx.stepwise = reset_after, block_h, stepwise
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
@@ -263,7 +354,12 @@ class GRUSequence(torch.autograd.Function):
         L = enc.new_empty(2, B, H)
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
+        if ctx.stepwise:
+            launch_steps(("gru backward", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH, reset_after),
+                         [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L],
+                         step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T, H, BB,
+                                       BH, ctx.precision, RESET_AFTER=reset_after))
+        elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0], B, T, H,
                                                       BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
@@ -279,16 +375,21 @@ class GRUSequence(torch.autograd.Function):
         else:
             d_u = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], RS)
             d_b_hu = None
-        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None
+        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None, None
 
 
-def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
-    """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,)."""
+def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
+    """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
+    of dt/L per sample (the input held). ``schedule`` ("auto", "persistent" or "stepwise"; default
+    ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise one (stepwise.py) replaces the tiled
+    kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its one-tile persistent kernel)."""
+    stepwise = chosen_schedule(schedule, x.device) == "stepwise" and not resident(state[0].shape[1], block_h)
     h = float(dt) / unfolds
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None
-    hs, hT = GRUSequence.apply(system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after, block_h)
+    hs, hT = GRUSequence.apply(system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after, block_h,
+                               stepwise)
     if unfolds != 1:
         hs = hs[:, unfolds - 1::unfolds]
     return hs, (hT,)

@@ -1,6 +1,7 @@
 """Second-order cells, state (z, y) with y' = z: coRNN ("imex": damping explicit, "imex-implicit": damping
 implicit; 002 eq. 2.3) and the neural oscillator ("symplectic-euler"; thesis eq. 4.1), one Triton launch
-forward and one backward over the sequence.
+forward and one backward over the sequence -- or, under the stepwise schedule (stepwise.py: on CUDA from hidden 33),
+one launch per step forward and two per step backward over (batch blocks, column tiles), the same tile helpers.
 
     a_n = 𝒲 z_{n−1} + W y_{n−1} + (V u_n + b)          (the oscillator: 𝒲 = 0, γ = ε = 0)
     z_n = z_{n−1} + Δt (tanh(a_n) − γ y_{n−1} − ε z_{n−1})          coRNN, explicit damping
@@ -19,9 +20,118 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ._common import available, block_sizes, dot, dot_precision, mv, resident, tanh, tile, warps, weights  # noqa: F401
+from ._common import (  # noqa: F401
+    address, available, block_sizes, dot, dot_precision, mv, resident, step_launches, tanh, tile, warps, weights)
+from .stepwise import chosen_schedule, launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
+
+
+@triton.jit
+def _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    """(a_n, columns, mask) on columns c0 : c0 + BH: a_n = 𝒲 z_{n−1} + W y_{n−1} + e_n (𝒲 = 0 for the oscillator)."""
+    sS = (T + 1) * H
+    sW = H
+    WY = WR
+    if MODE != 0:
+        sW = 2 * H
+        WY = WR + H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    a = tl.load(E + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], mask=m, other=0.0)
+    if MODE != 0:
+        a = mv(a, Z + (n - 1) * H, sS, rows, rmask, WR, sW, c0, H, H, False, BH, PRECISION)
+    a = mv(a, Y + (n - 1) * H, sS, rows, rmask, WY, sW, c0, H, H, False, BH, PRECISION)
+    return a, cols, m
+
+
+@triton.jit
+def _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """Columns c0 : c0 + BH of (z_n, y_n) from (z_{n−1}, y_{n−1}) (the module docstring's step)."""
+    sS = (T + 1) * H
+    a, cols, m = _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+    z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    th = tanh(a)
+    if MODE == 0:
+        z = z + dt * th
+    elif MODE == 1:
+        z = z + dt * ((th - gamma * y) - eps * z)
+    else:
+        z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
+    y = y + dt * z
+    tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+    tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+
+
+@triton.jit
+def _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H,
+                        MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Step n's backward on columns c0 : c0 + BH, first part: g_a = ∂L/∂a_n into G, the γ, ε sums into AC, and
+    λz_{n−1}, λy_{n−1} without the products through a_n into LZ/LY[(n − 1) % 2] (λ_n read from LZ/LY[n % 2])."""
+    sS = (T + 1) * H
+    cur = n % 2
+    a, cols, m = _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+    th = tanh(a)
+    lz = tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
+    if MODE == 0:
+        ga = lz * dt * (1.0 - th * th)
+        lz_part = lz
+        ly_part = ly
+    else:
+        z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+        y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+        acc_g = tl.load(AC + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+        acc_e = tl.load(AC + B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+        if MODE == 1:
+            ga = lz * dt * (1.0 - th * th)
+            lz_part = lz * (1.0 - dt * eps)
+            ly_part = ly - lz * dt * gamma
+            acc_g += -lz * dt * y
+            acc_e += -lz * dt * z
+        else:
+            d = 1.0 + dt * eps
+            zn = tl.load(Z + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            ga = lz * dt / d * (1.0 - th * th)
+            lz_part = lz / d
+            ly_part = ly - lz * dt * gamma / d
+            acc_g += -lz * dt * y / d
+            acc_e += -lz * zn * dt / d
+        tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
+        tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
+    tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
+    tl.store(LZ + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lz_part, mask=m)
+    tl.store(LY + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], ly_part, mask=m)
+
+
+@triton.jit
+def _backward_adjoint_tile(WR, G, GO, LZ, LY, n, c0, rows, rmask, B, T, H, MODE: tl.constexpr, BH: tl.constexpr,
+                           PRECISION: tl.constexpr):
+    """Step n's backward on columns c0 : c0 + BH, second part (every column of g_a written):
+    λ_{n−1} += g_a [𝒲 | W], + ∂L/∂y_{n−1}, in LZ/LY[(n − 1) % 2]."""
+    sE = T * H
+    sW = H
+    WY = WR
+    if MODE != 0:
+        sW = 2 * H
+        WY = WR + H
+    nxt = (1 - n % 2) * B * H
+    g = G + (n - 1) * H
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    if MODE != 0:
+        lz = tl.load(LZ + nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+        lz = mv(lz, g, sE, rows, rmask, WR, sW, c0, H, H, True, BH, PRECISION)
+        tl.store(LZ + nxt + rows[:, None] * H + cols[None, :], lz, mask=m)
+    ly = tl.load(LY + nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    ly = mv(ly, g, sE, rows, rmask, WY, sW, c0, H, H, True, BH, PRECISION)
+    ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
+                  other=0.0)
+    tl.store(LY + nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
 
 
 @triton.jit
@@ -32,36 +142,9 @@ def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: 
     dt = tl.load(C)
     gamma = tl.load(C + 1)
     eps = tl.load(C + 2)
-    sE = T * H
-    sS = (T + 1) * H
-    sW = H
-    if MODE != 0:
-        sW = 2 * H
-    WY = WR
-    if MODE != 0:
-        WY = WR + H
     for n in range(1, T + 1):
-        zp = Z + (n - 1) * H
-        yp = Y + (n - 1) * H
         for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            a = tl.load(E + (n - 1) * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            if MODE != 0:
-                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH, PRECISION)
-            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH, PRECISION)
-            z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            th = tanh(a)
-            if MODE == 0:
-                z = z + dt * th
-            elif MODE == 1:
-                z = z + dt * ((th - gamma * y) - eps * z)
-            else:
-                z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
-            y = y + dt * z
-            tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
-            tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+            _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
         tl.debug_barrier()
 
 
@@ -75,77 +158,49 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
     dt = tl.load(C)
     gamma = tl.load(C + 1)
     eps = tl.load(C + 2)
-    sE = T * H
-    sS = (T + 1) * H
-    sW = H
-    if MODE != 0:
-        sW = 2 * H
-    WY = WR
-    if MODE != 0:
-        WY = WR + H
     for i in range(0, T):
         n = T - i
-        cur = n % 2
-        lz_cur = LZ + cur * B * H
-        ly_cur = LY + cur * B * H
-        lz_nxt = LZ + (1 - cur) * B * H
-        ly_nxt = LY + (1 - cur) * B * H
-        zp = Z + (n - 1) * H
-        yp = Y + (n - 1) * H
-        g = G + (n - 1) * H
         for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            a = tl.load(E + (n - 1) * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            if MODE != 0:
-                a = mv(a, zp, sS, rows, rmask, WR, sW, c0, H, H, False, BH, PRECISION)
-            a = mv(a, yp, sS, rows, rmask, WY, sW, c0, H, H, False, BH, PRECISION)
-            th = tanh(a)
-            lz = tl.load(lz_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            ly = tl.load(ly_cur + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
-            if MODE == 0:
-                ga = lz * dt * (1.0 - th * th)
-                lz_part = lz
-                ly_part = ly
-            else:
-                z = tl.load(zp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-                y = tl.load(yp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-                acc_g = tl.load(AC + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-                acc_e = tl.load(AC + B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-                if MODE == 1:
-                    ga = lz * dt * (1.0 - th * th)
-                    lz_part = lz * (1.0 - dt * eps)
-                    ly_part = ly - lz * dt * gamma
-                    acc_g += -lz * dt * y
-                    acc_e += -lz * dt * z
-                else:
-                    d = 1.0 + dt * eps
-                    zn = tl.load(Z + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-                    ga = lz * dt / d * (1.0 - th * th)
-                    lz_part = lz / d
-                    ly_part = ly - lz * dt * gamma / d
-                    acc_g += -lz * dt * y / d
-                    acc_e += -lz * zn * dt / d
-                tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
-                tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
-            tl.store(g + rows[:, None] * sE + cols[None, :], ga, mask=m)
-            tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz_part, mask=m)
-            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly_part, mask=m)
+            _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H, MODE, BH,
+                                PRECISION)
         tl.debug_barrier()
-        for c0 in range(0, H, BH):  # λ_{n−1} += g_a [𝒲 | W], + dL/dy_{n−1}
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            if MODE != 0:
-                lz = tl.load(lz_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-                lz = mv(lz, g, sE, rows, rmask, WR, sW, c0, H, H, True, BH, PRECISION)
-                tl.store(lz_nxt + rows[:, None] * H + cols[None, :], lz, mask=m)
-            ly = tl.load(ly_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            ly = mv(ly, g, sE, rows, rmask, WY, sW, c0, H, H, True, BH, PRECISION)
-            ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :],
-                          mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
-            tl.store(ly_nxt + rows[:, None] * H + cols[None, :], ly, mask=m)
+        for c0 in range(0, H, BH):
+            _backward_adjoint_tile(WR, G, GO, LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
         tl.debug_barrier()
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+          PRECISION: tl.constexpr):
+    """The stepwise schedule (stepwise.py): step n on one (batch block, column tile) program (one phase);
+    TABLE = the addresses of [E, W_rec, C, Z, Y]."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    C = address(TABLE, 2, REF)
+    _forward_tile(address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 3, REF), address(TABLE, 4, REF),
+                  tl.load(C), tl.load(C + 1), tl.load(C + 2), n, tl.program_id(1) * BH, rows, rows < B, T, H, MODE,
+                  BH, PRECISION)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr,
+                   BH: tl.constexpr, PRECISION: tl.constexpr):
+    """Phase PHASE of step n's backward (0: g_a and λ's direct parts, 1: the products through a_n) on one
+    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC]."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rmask = rows < B
+    c0 = tl.program_id(1) * BH
+    WR = address(TABLE, 1, REF)
+    G = address(TABLE, 6, REF)
+    LZ = address(TABLE, 7, REF)
+    LY = address(TABLE, 8, REF)
+    if PHASE == 0:
+        C = address(TABLE, 2, REF)
+        _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ, LY,
+                            address(TABLE, 9, REF), tl.load(C), tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask,
+                            B, T, H, MODE, BH, PRECISION)
+    else:
+        _backward_adjoint_tile(WR, G, address(TABLE, 5, REF), LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH,
+                               PRECISION)
 
 
 @triton.jit
@@ -252,11 +307,11 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
 
 
 class SecondOrderSequence(torch.autograd.Function):
-    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
-    (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε)."""
+    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h, stepwise) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
+    (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); stepwise: the stepwise schedule."""
 
     @staticmethod
-    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h):
+    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h, stepwise=False):
         # fixed at the forward (the backward recomputes with it); the neural oscillator keeps IEEE products: it has
         # no damping, and with TF32's 10-bit mantissas its gradients over 1000 steps lost every digit (an H200: 3.4
         # relative on the initial state's; the interpreter's emulation: 1.0) -- measured on a random W whose states
@@ -272,11 +327,16 @@ class SecondOrderSequence(torch.autograd.Function):
         consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
-        forward = _forward_resident if resident(H, block_h) else _forward
-        forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
-                                       PRECISION=ctx.precision, num_warps=warps(BH))
+        if stepwise:
+            launch_steps(("second-order", mode, B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
+                         [enc, W_rec, consts, Z, Y],
+                         step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode))
+        else:
+            forward = _forward_resident if resident(H, block_h) else _forward
+            forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
+                                           PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, W_rec, consts, Z, Y)
-        ctx.mode, ctx.block_h = mode, block_h
+        ctx.mode, ctx.block_h, ctx.stepwise = mode, block_h, stepwise
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
@@ -293,7 +353,12 @@ class SecondOrderSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
+        if ctx.stepwise:
+            launch_steps(("second-order backward", mode, B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
+                         [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC],
+                         step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
+                                       MODE=mode))
+        elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ[0], LY[0], AC, B, T, H,
                                                       MODE=mode, BB=BB, BH=BH,
@@ -307,33 +372,40 @@ class SecondOrderSequence(torch.autograd.Function):
         else:
             d_W = torch.cat((torch.einsum("btk,bth->kh", G, Z[:, :-1]), d_Wy), dim=1)
         d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
-        return G, d_W, d_coefficients, LZ[0].clone(), LY[0].clone(), None, None, None
+        return G, d_W, d_coefficients, LZ[0].clone(), LY[0].clone(), None, None, None, None
 
 
-def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h):
+def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
+    """``schedule`` ("auto", "persistent" or "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on
+    CUDA): the stepwise one (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or
+    ``block_h`` given)."""
     h = float(dt) / unfolds
+    stepwise = chosen_schedule(schedule, x.device) == "stepwise" and not resident(state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
-    ys, z, y = SecondOrderSequence.apply(system.encode(x), W_rec, coefficients, state[0], state[1], h, mode, block_h)
+    ys, z, y = SecondOrderSequence.apply(system.encode(x), W_rec, coefficients, state[0], state[1], h, mode, block_h,
+                                         stepwise)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)
 
 
-def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """coRNN, "imex" (explicit damping, the official cell)."""
     coefficients = torch.stack(system.gamma_epsilon())
-    return _run(system, x, state, dt, unfolds, EXPLICIT, system.weight[:, system.input_size:], coefficients, block_h)
+    return _run(system, x, state, dt, unfolds, EXPLICIT, system.weight[:, system.input_size:], coefficients, block_h,
+                schedule)
 
 
-def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """coRNN, "imex-implicit" (implicit damping, the paper's option)."""
     coefficients = torch.stack(system.gamma_epsilon())
-    return _run(system, x, state, dt, unfolds, IMPLICIT, system.weight[:, system.input_size:], coefficients, block_h)
+    return _run(system, x, state, dt, unfolds, IMPLICIT, system.weight[:, system.input_size:], coefficients, block_h,
+                schedule)
 
 
-def run_oscillator(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+def run_oscillator(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """Neural oscillator, "symplectic-euler"."""
     coefficients = x.new_zeros(2)
     return _run(system, x, state, dt, unfolds, OSCILLATOR, system.weight[:, system.input_size:], coefficients,
-                block_h)
+                block_h, schedule)
