@@ -47,6 +47,18 @@ def _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH
 
 
 @triton.jit
+def _update(z, y, th, dt, gamma, eps, MODE: tl.constexpr):
+    """(z_n, y_n) from (z_{n−1}, y_{n−1}) and th = tanh(a_n): the module docstring's step for MODE."""
+    if MODE == 0:
+        z = z + dt * th
+    elif MODE == 1:
+        z = z + dt * ((th - gamma * y) - eps * z)
+    else:
+        z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
+    return z, y + dt * z
+
+
+@triton.jit
 def _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr):
     """Columns c0 : c0 + BH of (z_n, y_n) from (z_{n−1}, y_{n−1}) (the module docstring's step)."""
@@ -54,14 +66,7 @@ def _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: t
     a, cols, m = _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
     z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-    th = tanh(a)
-    if MODE == 0:
-        z = z + dt * th
-    elif MODE == 1:
-        z = z + dt * ((th - gamma * y) - eps * z)
-    else:
-        z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
-    y = y + dt * z
+    z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
     tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
     tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
 
@@ -135,13 +140,15 @@ def _backward_adjoint_tile(WR, G, GO, LZ, LY, n, c0, rows, rmask, B, T, H, MODE:
 
 
 @triton.jit
+def _program(C, B, BB: tl.constexpr):
+    """This program's batch rows (64-bit offsets: B·T·H may pass 2³¹), their mask, and (Δt, γ, ε) from C."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    return rows, rows < B, tl.load(C), tl.load(C + 1), tl.load(C + 2)
+
+
+@triton.jit
 def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    dt = tl.load(C)
-    gamma = tl.load(C + 1)
-    eps = tl.load(C + 2)
+    rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for n in range(1, T + 1):
         for c0 in range(0, H, BH):
             _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
@@ -152,12 +159,7 @@ def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: 
 def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
               BH: tl.constexpr, PRECISION: tl.constexpr):
     """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    dt = tl.load(C)
-    gamma = tl.load(C + 1)
-    eps = tl.load(C + 2)
+    rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for i in range(0, T):
         n = T - i
         for c0 in range(0, H, BH):
@@ -230,14 +232,7 @@ def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.conste
         a = dot(y, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), PRECISION)
         if MODE != 0:
             a = dot(z, wzt, a, PRECISION)
-        th = tanh(a)
-        if MODE == 0:
-            z = z + dt * th
-        elif MODE == 1:
-            z = z + dt * ((th - gamma * y) - eps * z)
-        else:
-            z = (z + dt * (th - gamma * y)) / (1.0 + dt * eps)
-        y = y + dt * z
+        z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
 
