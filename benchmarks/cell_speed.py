@@ -98,8 +98,6 @@ class FlashRNNLSTM(nn.Module):
 # name -> constructor (input_size, hidden_size); the cells with an engine run twice (fused, generic)
 MODELS = {
     "lem": cells.LEM,
-    "lem-stepwise": cells.LEM,  # the same cell under the stepwise CUDA schedule (odelab/kernels/cuda/stepwise.py)
-    "lem-persistent": cells.LEM,  # ... and under the one-launch (persistent) kernels
     "cornn": cells.CoRNN,
     "cornn-implicit": lambda m, d: cells.CoRNN(m, d, damping="implicit"),
     "unicornn": cells.UnICORNN,
@@ -113,6 +111,11 @@ MODELS = {
     "ltc": cells.LTC,
     "stc": cells.STC,
 }
+DEFAULT_MODELS = list(MODELS)
+# the cells whose CUDA kernels have both schedules (odelab/kernels/cuda/stepwise.py): "NAME-stepwise" and
+# "NAME-persistent" run the same cell under the one asked for ("NAME": the default, "auto")
+SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru")
+MODELS.update({f"{name}-{schedule}": MODELS[name] for name in SCHEDULED for schedule in ("stepwise", "persistent")})
 ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
 OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped
 
@@ -314,7 +317,7 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join([*MODELS, *ANCHORS]),
+    parser.add_argument("--models", default=",".join([*DEFAULT_MODELS, *ANCHORS]),
                         help=f"comma separated, from {', '.join([*MODELS, *ANCHORS])}")
     parser.add_argument("--sizes", default="32x1000x16,128x1000x128,1024x1000x256",
                         help="batch x time x hidden, comma separated")

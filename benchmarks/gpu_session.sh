@@ -5,8 +5,9 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells enso profile     # THERE (carry .whl and benchmarks/results): what
-#                                                     #   the 2026-11-25 lease left unmeasured, about 9 minutes
+#   SIZES=128x1000x128,1024x1000x256 bash benchmarks/gpu_session.sh tests cells tf32   # THERE (carry .whl and
+#                                                     #   benchmarks/results): what the 2026-11-26 lease left
+#                                                     #   unmeasured (every cell's stepwise schedule), about 6 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -106,7 +107,10 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
-CELLS=${CELLS:-lem,lem-stepwise,cornn,cornn-implicit,unicornn,unicornn-reversible,oscillator,gru-ode,taugru,delaygru,lstm,gru,flashrnn}
+# (NAME: the CUDA default, stepwise from hidden 33; NAME-persistent: the one-launch kernels, for the ratio)
+CELLS=${CELLS:-lem,lem-persistent,cornn,cornn-persistent,oscillator,oscillator-persistent,gru-ode,gru-ode-persistent}
+CELLS=$CELLS,taugru,taugru-persistent,delaygru,delaygru-persistent,cornn-implicit,unicornn,unicornn-reversible
+CELLS=$CELLS,lstm,gru,flashrnn
 # the liquid cells' kernels take 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own step, one
 # repeat, up to hidden 128
 SLOW_CELLS=lrcu-a,lrcu-s,ltc,stc,lstm
