@@ -160,6 +160,7 @@ def main() -> None:
     compile_seconds = None
     if not args.no_compile:
         (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of _BLOCK steps
+        print(f"compile=True, first call (compilation included): {compile_seconds:.1f} s", flush=True)
     # the odelab variants in rounds (one call of each per round, so that a drifting load hits them alike), before
     # and after torchdde
     variants = {"odelab": run_odelab, "torch path": run_torch_path, "dopri5": run_adaptive,

@@ -5,9 +5,10 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   SIZES=128x1000x128,1024x1000x256 bash benchmarks/gpu_session.sh tests cells tf32   # THERE (carry .whl and
-#                                                     #   benchmarks/results): what the 2026-11-26 lease left
-#                                                     #   unmeasured (every cell's stepwise schedule), about 6 minutes
+#   SIZES=128x1000x128,1024x1000x256 bash benchmarks/gpu_session.sh tests cells tf32 enso   # THERE (carry .whl
+#                                                     #   and benchmarks/results): what the 2026-11-26 lease left
+#                                                     #   unmeasured (every cell's stepwise schedule, ENSO with
+#                                                     #   compile=True), about 9 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -18,7 +19,8 @@
 #   slowcells  the liquid cells (LRCU-A/S, LTC, STC: 0.03-9 s a step from hidden 128 on), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
-#   enso       ENSO with 131072 trajectories (torchdde on 4096 of them), 90 s
+#   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
+#              the torch path on CUDA: 1.2-1.6 s on the 2026-11-26 lease), torchdde on 1024 of them, 150 s
 #   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
@@ -152,8 +154,8 @@ enso() {
         step enso 300 $PY benchmarks/enso_torchdde.py --batch 8 --horizon 20 --repeats 1 --torchdde-repeats 1 \
             --reference-subset 4 --no-compile --out "$RESULTS/enso_$DEVICE.json"
     else
-        step enso 90 $PY benchmarks/enso_torchdde.py --device cuda --batch 131072 --torchdde-batch 4096 \
-            --reference-subset 256 --repeats 2 --torchdde-repeats 1 --no-compile --out "$RESULTS/enso_cuda.json"
+        step enso 150 $PY benchmarks/enso_torchdde.py --device cuda --batch 131072 --torchdde-batch 1024 \
+            --reference-subset 256 --repeats 2 --torchdde-repeats 1 --out "$RESULTS/enso_cuda.json"
     fi
 }
 
