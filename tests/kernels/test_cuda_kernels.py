@@ -471,7 +471,7 @@ def test_stepwise_choice(monkeypatch):
     lem.run(system, x, state, 0.5)  # hidden 5: the register-resident kernel
     assert calls == []
     lem.run(system, x, state, 0.5, block_h=16)  # tiles asked for: the stepwise launches (a no-op stand-in here)
-    assert len(calls) == 1 and calls[0][0][0] == "lem"
+    assert len(calls) == 1 and calls[0][1].key[0] is lem._lem_step
 
 
 @contextlib.contextmanager

@@ -32,11 +32,12 @@ LAG_CASES = {
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The keys of the stepwise launch sequences run (so a test sees that the stepwise schedule ran)."""
-    keys = []
+    """The kernels of the stepwise launch sequences run (so a test sees that the stepwise schedule ran)."""
+    kernels = []
     launch_steps = delay_gru.launch_steps
-    monkeypatch.setattr(delay_gru, "launch_steps", lambda key, *args: keys.append(key) or launch_steps(key, *args))
-    return keys
+    monkeypatch.setattr(delay_gru, "launch_steps",
+                        lambda tensors, launch: kernels.append(launch.key[0]) or launch_steps(tensors, launch))
+    return kernels
 
 
 def stepwise_run(name: str):
@@ -50,7 +51,7 @@ def check(model, name, size, dtype, launches):
     errors = relative_errors(model, stepwise_run(name), batch, time, hidden, dtype, block_h=16)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
-    assert [key[0] for key in launches] == ["delay_gru", "delay_gru backward"]
+    assert launches == [delay_gru._step, delay_gru._step_backward]
 
 
 @DTYPES

@@ -155,10 +155,19 @@ def address(TABLE, i, REF):
     return tl.load(TABLE + i).to(tl.pointer_type(REF.dtype.element_ty))
 
 
+def use_stepwise(schedule: str | None, device, hidden: int, block_h: int | None) -> bool:
+    """Whether a kernel with both schedules runs the stepwise one: chosen (``stepwise.chosen_schedule``) and where
+    the tiled persistent variant would run (not :func:`resident`)."""
+    from .stepwise import chosen_schedule
+
+    return chosen_schedule(schedule, device) == "stepwise" and not resident(hidden, block_h)
+
+
 def step_launches(kernel, phases: int, steps, ref, B: int, T: int, H: int, BB: int, BH: int, precision: str,
                   **meta):
     """``launch(table)``: every phase of every step in ``steps``, one launch each over (batch blocks, column tiles)
-    of ``kernel(TABLE, REF, n, B, T, H, PHASE=…, BB=…, BH=…, PRECISION=…, **meta)``."""
+    of ``kernel(TABLE, REF, n, B, T, H, PHASE=…, BB=…, BH=…, PRECISION=…, **meta)``. ``launch.key``: everything
+    the launches depend on but the table (the key of their recorded CUDA graph)."""
     grid = (triton.cdiv(B, BB), triton.cdiv(H, BH))
 
     def launch(table) -> None:
@@ -167,4 +176,5 @@ def step_launches(kernel, phases: int, steps, ref, B: int, T: int, H: int, BB: i
                 kernel[grid](table, ref, n, B, T, H, PHASE=phase, BB=BB, BH=BH, PRECISION=precision,
                              num_warps=warps(BH), **meta)
 
+    launch.key = (kernel, phases, steps, B, T, H, BB, BH, precision, ref.dtype, ref.device, tuple(sorted(meta.items())))
     return launch

@@ -20,9 +20,9 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile, warps,
-    weights)
-from .stepwise import chosen_schedule, launch_steps
+    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
+    use_stepwise, warps, weights)
+from .stepwise import launch_steps
 
 
 @triton.jit
@@ -402,8 +402,7 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]))
         if stepwise:
-            launch_steps(("delay_gru", B, T, H, lag, enc.dtype, enc.device, ctx.precision, BB, BH, layout[:13]),
-                         [enc, weight_h, W2c, consts, S],
+            launch_steps([enc, weight_h, W2c, consts, S],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, M=lag,
                                        **flags))
         else:
@@ -430,9 +429,7 @@ class DelayGRUSequence(torch.autograd.Function):
         flags = dict(zip(_FLAGS, layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
         if ctx.stepwise:
-            launch_steps(("delay_gru backward", B, T, H, lag, enc.dtype, enc.device, ctx.precision, BB, BH,
-                          layout[:14]),
-                         [enc, weight_h, W2, consts, S, grad_hs, G, L, LD],
+            launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
                                        M=lag, **flags))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
@@ -459,16 +456,11 @@ def _lag(lags) -> int:
     return int(lags[0]) if lags else 0  # no delay (τ = 0): the delayed state is the current one
 
 
-def _stepwise(schedule, x, state, block_h) -> bool:
-    """The stepwise schedule where it is chosen (stepwise.py) and the tiled kernels would run."""
-    return chosen_schedule(schedule, x.device) == "stepwise" and not resident(state[0].shape[1], block_h)
-
-
 def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none). ``schedule`` ("auto", "persistent" or
     "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise one (stepwise.py)
     replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
-    stepwise = _stepwise(schedule, x, state, block_h)
+    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     enc_index = {b: i for i, b in enumerate(system.branches)}
@@ -485,7 +477,7 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedu
 
 def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` as in :func:`run_taugru`."""
-    stepwise = _stepwise(schedule, x, state, block_h)
+    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))

@@ -17,9 +17,9 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile, warps,
-    weights)
-from .stepwise import chosen_schedule, launch_steps
+    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
+    use_stepwise, warps, weights)
+from .stepwise import launch_steps
 
 
 @triton.jit
@@ -327,8 +327,7 @@ class GRUSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
         if stepwise:
-            launch_steps(("gru", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH, reset_after),
-                         [enc, weight_hidden, b_hu, consts, S, R],
+            launch_steps([enc, weight_hidden, b_hu, consts, S, R],
                          step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
                                        ctx.precision, RESET_AFTER=reset_after))
         elif reset_after and resident(H, block_h):
@@ -355,8 +354,7 @@ class GRUSequence(torch.autograd.Function):
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
         if ctx.stepwise:
-            launch_steps(("gru backward", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH, reset_after),
-                         [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L],
+            launch_steps([enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L],
                          step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T, H, BB,
                                        BH, ctx.precision, RESET_AFTER=reset_after))
         elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
@@ -383,7 +381,7 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     of dt/L per sample (the input held). ``schedule`` ("auto", "persistent" or "stepwise"; default
     ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise one (stepwise.py) replaces the tiled
     kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its one-tile persistent kernel)."""
-    stepwise = chosen_schedule(schedule, x.device) == "stepwise" and not resident(state[0].shape[1], block_h)
+    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
     h = float(dt) / unfolds
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)

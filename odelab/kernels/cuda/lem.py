@@ -16,9 +16,9 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile, warps,
-    weights)
-from .stepwise import chosen_schedule, launch_steps
+    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
+    use_stepwise, warps, weights)
+from .stepwise import launch_steps
 
 
 @triton.jit
@@ -316,8 +316,7 @@ class LEMSequence(torch.autograd.Function):
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
         if stepwise:
-            launch_steps(("lem", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
-                         [enc, weight_y, W2, Wy, Z, Y, consts],
+            launch_steps([enc, weight_y, W2, Wy, Z, Y, consts],
                          step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision))
         else:
             forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
@@ -341,8 +340,7 @@ class LEMSequence(torch.autograd.Function):
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
         if ctx.stepwise:
-            launch_steps(("lem backward", B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
-                         [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts],
+            launch_steps([enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts],
                          step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
                                         ctx.precision))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
@@ -364,8 +362,7 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
     ("auto", "persistent" or "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the
     stepwise one (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
-    stepwise = (chosen_schedule(schedule, x.device) == "stepwise"
-                and not resident(state[0].shape[1], block_h))
+    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
         ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],

@@ -21,8 +21,9 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, step_launches, tanh, tile, warps, weights)
-from .stepwise import chosen_schedule, launch_steps
+    address, available, block_sizes, dot, dot_precision, mv, resident, step_launches, tanh, tile, use_stepwise,
+    warps, weights)
+from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
 
@@ -323,8 +324,7 @@ class SecondOrderSequence(torch.autograd.Function):
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
         if stepwise:
-            launch_steps(("second-order", mode, B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
-                         [enc, W_rec, consts, Z, Y],
+            launch_steps([enc, W_rec, consts, Z, Y],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode))
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
@@ -349,8 +349,7 @@ class SecondOrderSequence(torch.autograd.Function):
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
         if ctx.stepwise:
-            launch_steps(("second-order backward", mode, B, T, H, enc.dtype, enc.device, ctx.precision, BB, BH),
-                         [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC],
+            launch_steps([enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
                                        MODE=mode))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
@@ -375,7 +374,7 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
     CUDA): the stepwise one (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or
     ``block_h`` given)."""
     h = float(dt) / unfolds
-    stepwise = chosen_schedule(schedule, x.device) == "stepwise" and not resident(state[0].shape[1], block_h)
+    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = SecondOrderSequence.apply(system.encode(x), W_rec, coefficients, state[0], state[1], h, mode, block_h,

@@ -104,10 +104,11 @@ def graphs_for(device: torch.device) -> StepGraphs | None:
     return GRAPHS if device.type == "cuda" else None
 
 
-def launch_steps(key, tensors: list[torch.Tensor], launch: Callable[[torch.Tensor], None]) -> None:
-    """Run ``launch(table)`` with the tensors' address table: through the graph cache on CUDA, eagerly otherwise."""
+def launch_steps(tensors: list[torch.Tensor], launch: Callable[[torch.Tensor], None]) -> None:
+    """Run ``launch(table)`` (``_common.step_launches``) with the tensors' address table: through the graph cache on
+    CUDA (keyed by ``launch.key``), eagerly otherwise."""
     graphs = graphs_for(tensors[0].device)
     if graphs is None:
         launch(address_table(tensors).to(tensors[0].device))
     else:
-        graphs.run(key, tensors, launch)
+        graphs.run(launch.key, tensors, launch)
