@@ -114,7 +114,8 @@ MODELS = {
 DEFAULT_MODELS = list(MODELS)
 # the cells whose CUDA kernels have both schedules (odelab/kernels/cuda/stepwise.py): "NAME-stepwise" and
 # "NAME-persistent" run the same cell under the one asked for ("NAME": the default, "auto")
-SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru")
+SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru", "ltc", "stc", "lrcu-a",
+             "lrcu-s")
 MODELS.update({f"{name}-{schedule}": MODELS[name] for name in SCHEDULED for schedule in ("stepwise", "persistent")})
 ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
 OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped

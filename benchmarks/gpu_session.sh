@@ -5,10 +5,11 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   SIZES=128x1000x128,1024x1000x256 bash benchmarks/gpu_session.sh tests cells tf32 enso   # THERE (carry .whl
-#                                                     #   and benchmarks/results): what the 2026-11-26 lease left
-#                                                     #   unmeasured (every cell's stepwise schedule, ENSO with
-#                                                     #   compile=True), about 9 minutes
+#   SIZES=128x1000x128,1024x1000x256 bash benchmarks/gpu_session.sh tests cells slowcells enso   # THERE (carry
+#                                                     #   .whl and benchmarks/results): what the 2026-11-26 lease
+#                                                     #   left unmeasured (every cell's stepwise schedule, the
+#                                                     #   liquid cells' new one included, ENSO with compile=True),
+#                                                     #   about 9 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -16,7 +17,8 @@
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (LEM under
 #              both CUDA schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
-#   slowcells  the liquid cells (LRCU-A/S, LTC, STC: 0.03-9 s a step from hidden 128 on), one repeat, 120 s
+#   slowcells  the liquid cells (LRCU-A/S, LTC, STC; their one-launch kernels took 1.6-9.3 s a step at hidden 128 on
+#              the 2026-11-25 lease, the stepwise default is not measured yet), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
@@ -113,9 +115,9 @@ SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 CELLS=${CELLS:-lem,lem-persistent,cornn,cornn-persistent,oscillator,oscillator-persistent,gru-ode,gru-ode-persistent}
 CELLS=$CELLS,taugru,taugru-persistent,delaygru,delaygru-persistent,cornn-implicit,unicornn,unicornn-reversible
 CELLS=$CELLS,lstm,gru,flashrnn
-# the liquid cells' kernels take 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own step, one
-# repeat, up to hidden 128
-SLOW_CELLS=lrcu-a,lrcu-s,ltc,stc,lstm
+# the liquid cells' one-launch kernels took 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own
+# step, one repeat, up to hidden 128 (NAME: the stepwise default from hidden 33)
+SLOW_CELLS=${SLOW_CELLS:-ltc,lrcu-a,lrcu-s,stc,lstm}
 SLOW_SIZES=32x1000x16,128x1000x128
 [ "$SMOKE" = 1 ] && SLOW_SIZES=4x20x8
 

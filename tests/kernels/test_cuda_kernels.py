@@ -357,8 +357,9 @@ STEPWISE_SIZES = [(1, 1, 1), (3, 3, 17), (17, 4, 33)]  # 2 batch blocks × 3 col
 
 # the presets whose kernels have the stepwise schedule here (GRU-ODE and the delay GRUs, with their edge cases:
 # tests/kernels/test_stepwise_*.py)
-WITH_STEPWISE = ["lem", "cornn-learned-coefficients", "cornn-implicit-learned-coefficients", "oscillator"]  # coRNN with
-# learned γ, ε: every path of the fixed-coefficient kernels and the γ, ε sums besides
+WITH_STEPWISE = ["lem", "cornn-learned-coefficients", "cornn-implicit-learned-coefficients", "oscillator",  # coRNN with
+                 "ltc", "stc", "lrcu-a", "lrcu-s"]  # learned γ, ε: every path of the fixed-coefficient kernels and
+# the γ, ε sums besides; LTC and STC with 2 sub-steps per sample
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
@@ -375,7 +376,7 @@ def test_stepwise_equals_generic(name, size, dtype):
     assert errors[worst] <= (1e-10 if dtype == torch.float64 else 1e-5), (worst, errors[worst])
 
 
-@pytest.mark.parametrize("name", ["lem", "cornn-learned-coefficients"])
+@pytest.mark.parametrize("name", ["lem", "cornn-learned-coefficients", "ltc"])
 def test_stepwise_graphs_replay_with_each_calls_tensors(name, monkeypatch):
     """Through the graph cache (its CUDA capture stood in by re-running the recorded launches, which read the
     same address table): call 1 runs eagerly, call 2 records the forward and the backward and replays them,
@@ -391,20 +392,21 @@ def test_stepwise_graphs_replay_with_each_calls_tensors(name, monkeypatch):
     for call, captures in enumerate((0, 2, 2)):
         torch.manual_seed(10 + call)
         x = torch.randn(17, 3, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
-        state = tuple(torch.randn(17, 33, device=DEVICE, dtype=torch.float64) for _ in range(2))
+        state = tuple(torch.randn(17, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
         kept.append((x, state))
-        out, final = kernel(target)(model.system, x, state, model.dt, block_h=16, schedule="stepwise")
+        out, final = kernel(target)(model.system, x, state, model.dt, model.unfolds, block_h=16,
+                                    schedule="stepwise")
         ref, ref_final = model(x, state)
         weight = torch.randn_like(ref)
         grad, = torch.autograd.grad((out * weight).sum(), x)
         ref_grad, = torch.autograd.grad((ref * weight).sum(), x)
-        assert torch.allclose(out, ref, rtol=0, atol=1e-12) and torch.allclose(final[1], ref_final[1], atol=1e-12)
+        assert torch.allclose(out, ref, rtol=0, atol=1e-12) and torch.allclose(final[-1], ref_final[-1], atol=1e-12)
         assert torch.allclose(grad, ref_grad, rtol=0, atol=1e-12), call
         assert graphs.captures == captures and len(graphs.entries) == 2
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "taugru"])
+@pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "taugru", "ltc", "lrcu-s"])
 def test_stepwise_on_the_gpu(name):
     """Real CUDA graphs: three calls at (40, 200, 96) under the stepwise schedule (eager, recorded, replayed), each
     equal to the generic loop in float64 to 1e-10 (outputs, final state, input gradient)."""
@@ -416,13 +418,14 @@ def test_stepwise_on_the_gpu(name):
     for call in range(3):
         torch.manual_seed(20 + call)
         x = torch.randn(40, 200, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
-        state = tuple(torch.randn(40, 96, device=DEVICE, dtype=torch.float64) for _ in range(2))
-        out, final = kernel(target)(model.system, x, state, model.dt, schedule="stepwise")
+        state = tuple(torch.randn(40, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
+        out, final = kernel(target)(model.system, x, state, model.dt, model.unfolds, lags_of(model),
+                                    schedule="stepwise")
         ref, ref_final = model(x, state)
         weight = torch.randn_like(ref)
         grad, = torch.autograd.grad((out * weight).sum(), x)
         ref_grad, = torch.autograd.grad((ref * weight).sum(), x)
-        for a, b in ((out, ref), (final[0], ref_final[0]), (final[1], ref_final[1]), (grad, ref_grad)):
+        for a, b in ((out, ref), *zip(final, ref_final), (grad, ref_grad)):
             assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-10, call
     assert stepwise.GRAPHS.captures - before == 2
 
@@ -749,8 +752,10 @@ for bh in (16, 32):
     dense += [(k, dict(MODE=mode, **tile)) for mode in (0, 1, 2) for k in
               (oscillators._forward, oscillators._backward, oscillators._forward_resident, oscillators._backward_resident)]
     dense += [(k, dict(RESET_AFTER=ra, **tile)) for ra in (True, False) for k in (gru._forward, gru._backward)]
-    dense += [(k, dict(MODE=mode, BJ=liquid.block_j(bh), **tile)) for mode in (0, 1, 2, 3)
-              for k in (liquid._forward, liquid._backward)]
+    liquid_modes = [dict(MODE=mode, BJ=liquid.block_j(bh), L=6 if mode < 2 else 1, **tile) for mode in (0, 1, 2, 3)]
+    dense += [(k, c) for c in liquid_modes for k in (liquid._forward, liquid._backward)]
+    dense += [(liquid._step, dict(c, PHASE=0)) for c in liquid_modes]
+    dense += [(liquid._step_backward, dict(c, PHASE=phase)) for c in liquid_modes for phase in (0, 1)]
     jobs += [(fn, dict(constexprs, num_warps=warps(bh))) for fn, constexprs in dense]
 count = 0
 for fn, constexprs in jobs:

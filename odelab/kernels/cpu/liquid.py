@@ -51,25 +51,13 @@ class LiquidFunction(torch.autograd.Function):
         return dA, gh, dG, dAa, dBb, dK, del_, dOh, dksh if kind == 3 else None, None, None
 
 
-def _input_conductances(system, x: Tensor) -> tuple[Tensor, Tensor]:
-    """f_in, u_in (N, m): the input synapses and the leak, for the flattened sequence x (N, n)."""
-    m, n = system.hidden_size, system.input_size
-    g_leak = F.softplus(system.raw_g_leak)
-    if n == 0:
-        return g_leak.expand(x.shape[0], m), g_leak.expand(x.shape[0], m)
-    opening = torch.sigmoid(system.a[m:] * x.unsqueeze(-1) + system.b[m:])  # (N, n, m)
-    f = torch.einsum("bjm,jm->bm", opening, F.softplus(system.raw_g[m:])) + g_leak
-    u = torch.einsum("bjm,jm->bm", opening, system.k[m:]) + g_leak
-    return f, u
-
-
 def _run(system, x: Tensor, state, dt: float, unfolds: int, kind: int):
     (h0,) = state
     m, n = system.hidden_size, system.input_size
     if unfolds > 1:
         x = x.repeat_interleave(unfolds, dim=1)
     enc = system.encode(x.reshape(-1, x.shape[-1]))  # LTC/STC: x itself; LRC: [x, O_x^T x + p]
-    f_in, u_in = _input_conductances(system, enc[:, :n])
+    f_in, u_in = system.input_conductances(enc[:, :n])
     parts = [f_in, u_in] + ([enc[:, n:]] if kind >= 2 else [])
     A = torch.cat(parts, dim=1)
     Oh = system.o_hidden if kind >= 2 else h0.new_zeros(1)

@@ -1,16 +1,23 @@
-"""Liquid cells (004): LTC and STC with the fused semi-implicit step ("imex-implicit", ``unfolds`` sub-steps
-of δ = Δ/L, the input held), LRC (LRCU-A / LRCU-S) with explicit Euler, one Triton launch forward and one
-backward over all sub-steps. With y = [h, x] and per synapse o_ji = σ(a_ji y_j + b_ji):
+"""Liquid cells (004): LTC and STC with the fused semi-implicit step ("imex-implicit", ``unfolds`` = L sub-steps
+of δ = Δ/L, the input held), LRC (LRCU-A / LRCU-S) with explicit Euler. With y = [h, x] and per synapse
+o_ji = σ(a_ji y_j + b_ji):
 
     f_i = Σ_j g_ji o_ji + g_l,   u_i = Σ_j k_ji o_ji + g_l                                    (1)
     LTC:  h ← (h + δ u e_l) / (1 + δ f)          STC:  h ← (h + δ tanh(u) e_l) / (1 + δ σ(f))
     LRC:  h ← h + δ ε(w) (tanh(u) e_l − σ(f) h),  w = O_hᵀ h + (O_xᵀ x + p),  ε = σ(w) or σ(w+k) − σ(w−k)
 
-The synapses are not a matrix product (σ acts on every (batch, j, i)): a step computes (BB, BJ, BH) blocks of
-openings and reduces over j. The backward recomputes them from the stored states; their parameter gradients
-(g, k, a, b: one (P, H) matrix each) are accumulated per program in the kernel and summed over the programs
-in torch; g_l, e_l, the elastance shift per element; the O_h gradient is one GEMM over the stored ∂L/∂w.
-Parameters enter through their constrained values (softplus in torch, differentiated by autograd).
+The input synapses and the leak (``system.input_conductances``: f_in, u_in) and LRC's O_xᵀ x + p do not depend
+on h: torch computes them for the whole sequence, once per sample (autograd differentiates them), and the kernels
+add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
+(batch, j, i)): a tile computes (BB, BJ, BH) blocks of openings and reduces over j. What is stored for the
+backward: the states of every sub-step. The backward recomputes the openings from them; it writes ∂L/∂f_in,
+∂L/∂u_in per sample (summed over its sub-steps) and ∂L/∂w per sub-step (LRC: the O_h gradient is one GEMM over
+them), and accumulates the hidden synapses' parameter gradients (g, k, a, b: one (m, m) matrix each) per batch
+block in the kernel (summed over the blocks in torch); e_l and the elastance shift per element.
+
+Two schedules of the same tiles: one launch forward and one backward over all sub-steps (a program per 16-row
+batch block walks the column tiles), or the stepwise one of :mod:`.stepwise` (a launch per phase of a sub-step
+over batch blocks × column tiles: 1 forward, 2 backward), the default on CUDA from hidden 33.
 """
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-from ._common import available, block_sizes, dot_precision, mv, sigmoid, tanh, warps  # noqa: F401
+from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
+    address, available, block_sizes, dot_precision, mv, sigmoid, step_launches, tanh, use_stepwise, warps)
+from .stepwise import launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
 
@@ -36,32 +45,20 @@ def block_j(block_h: int) -> int:
 
 
 @triton.jit
-def _presynaptic(hp, sS, X, sX, xoff, rows, rmask, js, H, P, NX):
-    """y[:, js] = [h, x][:, js] of a (BB, BJ) block (h for j < H, the input for H ≤ j < P)."""
-    yv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & (js < H)[None, :], other=0.0)
-    xj = js - H
-    yv += tl.load(X + xoff + rows[:, None] * sX + xj[None, :],
-                  mask=rmask[:, None] & ((js >= H) & (js < P))[None, :], other=0.0)
-    return yv
-
-
-@triton.jit
-def _conductances(hp, sS, X, sX, xoff, rows, rmask, cols, GS, AS, BS, KS, GL, H, P, NX,
-                  BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr):
+def _conductances(f, u, hp, sS, rows, rmask, cols, GS, AS, BS, KS, H, BJ: tl.constexpr):
+    """(f, u) + the hidden synapses' Σ_{j<H} (g_ji, k_ji) σ(a_ji h_j + b_ji) of a (BB, BH) tile (h at hp)."""
     cmask = cols < H
-    gl = tl.load(GL + cols, mask=cmask, other=0.0)
-    f = tl.zeros((BB, BH), dtype=gl.dtype) + gl[None, :]
-    u = tl.zeros((BB, BH), dtype=gl.dtype) + gl[None, :]
-    for j0 in range(0, P, BJ):
+    for j0 in range(0, H, BJ):
         js = j0 + tl.arange(0, BJ)
-        yv = _presynaptic(hp, sS, X, sX, xoff, rows, rmask, js, H, P, NX)
-        pm = (js < P)[:, None] & cmask[None, :]
+        jmask = js < H
+        hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & jmask[None, :], other=0.0)
+        pm = jmask[:, None] & cmask[None, :]
         off = js[:, None] * H + cols[None, :]
         a = tl.load(AS + off, mask=pm, other=0.0)
         b = tl.load(BS + off, mask=pm, other=0.0)
         g = tl.load(GS + off, mask=pm, other=0.0)
         k = tl.load(KS + off, mask=pm, other=0.0)
-        o = sigmoid(a[None, :, :] * yv[:, :, None] + b[None, :, :])
+        o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
         f += tl.sum(o * g[None, :, :], axis=1)
         u += tl.sum(o * k[None, :, :], axis=1)
     return f, u
@@ -80,241 +77,327 @@ def _elastance(w, shift, SYMMETRIC: tl.constexpr):
 
 
 @triton.jit
-def _forward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, B, T, H, P, NX,
-             MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    dt = tl.load(C)
+def _gates(FIN, UIN, WIN, GS, AS, BS, KS, OH, S, n, rows, rmask, c0, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
+           BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
+    """Sub-step n's (f, u, w; w only for LRC) on the (rows, c0 + [0, BH)) tile from h_{n−1}, its per-sample
+    offsets, columns, mask, and the address of h_{n−1}; T sub-steps, T // L samples (the input of sample
+    (n − 1) // L is held over its L sub-steps)."""
+    cols = c0 + tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
     sS = (T + 1) * H
-    sX = T * NX
-    for n in range(1, T + 1):
-        hp = S + (n - 1) * H
-        xoff = (n - 1) * NX
-        for c0 in range(0, H, BH):
-            cols = c0 + tl.arange(0, BH)
+    hp = S + (n - 1) * H
+    io = rows[:, None] * (T // L) * H + ((n - 1) // L) * H + cols[None, :]
+    f = tl.load(FIN + io, mask=m, other=0.0)
+    u = tl.load(UIN + io, mask=m, other=0.0)
+    f, u = _conductances(f, u, hp, sS, rows, rmask, cols, GS, AS, BS, KS, H, BJ)
+    w = f * 0.0
+    if MODE >= 2:
+        w = tl.load(WIN + io, mask=m, other=0.0)
+        w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH, PRECISION)
+    return f, u, w, io, cols, m, hp
+
+
+@triton.jit
+def _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rmask, c0, T, H, MODE: tl.constexpr,
+                  BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
+    """h_n on one (rows, columns) tile."""
+    f, u, w, io, cols, m, hp = _gates(FIN, UIN, WIN, GS, AS, BS, KS, OH, S, n, rows, rmask, c0, T, H, MODE, BJ, BH,
+                                      L, PRECISION)
+    sS = (T + 1) * H
+    el = tl.load(EL + cols, mask=cols < H, other=0.0)[None, :]
+    h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    if MODE == 0:
+        h = (h + dt * (u * el)) / (1.0 + dt * f)
+    elif MODE == 1:
+        h = (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
+    else:
+        shift = tl.load(KSH + cols, mask=cols < H, other=0.0)[None, :]
+        eps, deps, dshift = _elastance(w, shift, MODE == 3)
+        h = h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
+    tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+
+
+@triton.jit
+def _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, GW, LAM, FU, AE, dt, n, rows, rmask,
+                        c0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """Backward of sub-step n, first phase, on a tile of neurons i: from λ_n, ∂L/∂f and ∂L/∂u (kept in FU for the
+    second phase and added to the sample's GF, GU), ∂L/∂w (GW, LRC), the direct part of λ_{n−1}, and the
+    per-element sums for e_l and the shift (AE)."""
+    f, u, w, io, cols, m, hp = _gates(FIN, UIN, WIN, GS, AS, BS, KS, OH, S, n, rows, rmask, c0, T, H, MODE, BJ, BH,
+                                      L, PRECISION)
+    sS = (T + 1) * H
+    ij = rows[:, None] * H + cols[None, :]
+    cur = n % 2
+    el = tl.load(EL + cols, mask=cols < H, other=0.0)[None, :]
+    h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    hn = tl.load(S + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    lam = tl.load(LAM + cur * B * H + ij, mask=m, other=0.0)
+    a_el = tl.load(AE + ij, mask=m, other=0.0)
+    if MODE == 0:
+        d = 1.0 + dt * f
+        lf = -lam * hn * dt / d
+        lu = lam / d * dt * el
+        a_el += lam / d * dt * u
+        part = lam / d
+    elif MODE == 1:
+        sf = sigmoid(f)
+        tu = tanh(u)
+        d = 1.0 + dt * sf
+        lf = -lam * hn * dt / d * sf * (1.0 - sf)
+        lu = lam / d * dt * el * (1.0 - tu * tu)
+        a_el += lam / d * dt * tu
+        part = lam / d
+    else:
+        shift = tl.load(KSH + cols, mask=cols < H, other=0.0)[None, :]
+        eps, deps, dshift = _elastance(w, shift, MODE == 3)
+        sf = sigmoid(f)
+        tu = tanh(u)
+        lk = lam * dt
+        leps = lk * (tu * el - sf * h)
+        lu = lk * eps * el * (1.0 - tu * tu)
+        lf = -lk * eps * h * sf * (1.0 - sf)
+        a_el += lk * eps * tu
+        part = lam * (1.0 - dt * eps * sf)
+        tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], leps * deps, mask=m)
+        a_sh = tl.load(AE + B * H + ij, mask=m, other=0.0)
+        tl.store(AE + B * H + ij, a_sh + leps * dshift, mask=m)
+    tl.store(AE + ij, a_el, mask=m)
+    tl.store(FU + ij, lf, mask=m)
+    tl.store(FU + B * H + ij, lu, mask=m)
+    tl.store(GF + io, tl.load(GF + io, mask=m, other=0.0) + lf, mask=m)
+    tl.store(GU + io, tl.load(GU + io, mask=m, other=0.0) + lu, mask=m)
+    tl.store(LAM + (1 - cur) * B * H + ij, part, mask=m)
+
+
+@triton.jit
+def _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows, rmask, c0, B, T, H,
+                           MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr,
+                           L: tl.constexpr, PRECISION: tl.constexpr):
+    """Backward of sub-step n, second phase, on a tile of presynaptic neurons j: λ_{n−1,j} += Σ_i ∂L/∂o_ji a_ji
+    o_ji (1 − o_ji) (+ (∂L/∂w O_hᵀ)_j for LRC, + the output gradient where h_{n−1} is an output), and this
+    batch block's sums for g, k, a, b (ACC, row block program_id(0), rows j of the tile: no other program writes
+    them)."""
+    sS = (T + 1) * H
+    hp = S + (n - 1) * H
+    lnxt = LAM + (1 - n % 2) * B * H
+    acc = ACC + tl.program_id(0) * 4 * H * H
+    for j0 in range(c0, c0 + BH, BJ):
+        js = j0 + tl.arange(0, BJ)
+        jmask = js < H
+        hm = rmask[:, None] & jmask[None, :]
+        hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=hm, other=0.0)
+        ly = tl.zeros((BB, BJ), dtype=hv.dtype)
+        for i0 in range(0, H, BH):
+            cols = i0 + tl.arange(0, BH)
             cmask = cols < H
             m = rmask[:, None] & cmask[None, :]
-            f, u = _conductances(hp, sS, X, sX, xoff, rows, rmask, cols, GS, AS, BS, KS, GL, H, P, NX, BB, BJ, BH)
-            el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
-            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            if MODE == 0:
-                h = (h + dt * (u * el)) / (1.0 + dt * f)
-            elif MODE == 1:
-                h = (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
-            else:
-                w = tl.load(WIN + (n - 1) * H + rows[:, None] * T * H + cols[None, :], mask=m, other=0.0)
-                w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH, PRECISION)
-                shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
-                eps, deps, dshift = _elastance(w, shift, MODE == 3)
-                h = h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
-            tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+            ij = rows[:, None] * H + cols[None, :]
+            lf = tl.load(FU + ij, mask=m, other=0.0)
+            lu = tl.load(FU + B * H + ij, mask=m, other=0.0)
+            pm = jmask[:, None] & cmask[None, :]
+            off = js[:, None] * H + cols[None, :]
+            a = tl.load(AS + off, mask=pm, other=0.0)
+            b = tl.load(BS + off, mask=pm, other=0.0)
+            g = tl.load(GS + off, mask=pm, other=0.0)
+            k = tl.load(KS + off, mask=pm, other=0.0)
+            o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
+            ds = (lf[:, None, :] * g[None, :, :] + lu[:, None, :] * k[None, :, :]) * o * (1.0 - o)
+            ly += tl.sum(ds * a[None, :, :], axis=2)
+            tl.store(acc + off, tl.load(acc + off, mask=pm, other=0.0) + tl.sum(lf[:, None, :] * o, axis=0),
+                     mask=pm)
+            tl.store(acc + H * H + off,
+                     tl.load(acc + H * H + off, mask=pm, other=0.0) + tl.sum(lu[:, None, :] * o, axis=0), mask=pm)
+            tl.store(acc + 2 * H * H + off,
+                     tl.load(acc + 2 * H * H + off, mask=pm, other=0.0) + tl.sum(ds * hv[:, :, None], axis=0),
+                     mask=pm)
+            tl.store(acc + 3 * H * H + off,
+                     tl.load(acc + 3 * H * H + off, mask=pm, other=0.0) + tl.sum(ds, axis=0), mask=pm)
+        lh = tl.load(lnxt + rows[:, None] * H + js[None, :], mask=hm, other=0.0)
+        tl.store(lnxt + rows[:, None] * H + js[None, :], lh + ly, mask=hm)
+    tl.debug_barrier()  # the tile's λ rows were written by other threads of this program
+    cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
+    lam = tl.load(lnxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    if MODE >= 2:
+        lam = mv(lam, GW + (n - 1) * H, T * H, rows, rmask, OH, H, c0, H, H, False, BH, PRECISION)
+    out = (n - 1) // L - 1  # h_{n−1} is output `out` where n − 1 is a positive multiple of L
+    is_out = (cols * 0 + (n - 1) % L == 0) & (cols * 0 + out >= 0)
+    lam += tl.load(GO + out * H + rows[:, None] * (T // L) * H + cols[None, :], mask=m & is_out[None, :], other=0.0)
+    tl.store(lnxt + rows[:, None] * H + cols[None, :], lam, mask=m)
+
+
+@triton.jit
+def _forward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
+             BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
+    """All T sub-steps of a 16-row batch block in one program."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
+    rmask = rows < B
+    dt = tl.load(C)
+    for n in range(1, T + 1):
+        for c0 in range(0, H, BH):
+            _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rmask, c0, T, H, MODE, BJ, BH,
+                          L, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(X, WIN, GS, AS, BS, KS, GL, EL, OH, KSH, C, S, GO, GX, GW, L, FU, AE, ACC, B, T, H, P, NX,
-              MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """GX (B, T, NX) ∂L/∂x per step; GW (B, T, H) ∂L/∂w (LRC); L (2, B, H) adjoints; FU (2, B, H) ∂L/∂f, ∂L/∂u of
-    the current step; AE (3, B, H) per-element sums for e_l, g_l, the shift; ACC (programs, 4, P, H) the
-    per-program sums for g, k, a, b."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
+def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
+              MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """GF, GU (B, T // L, H): ∂L/∂f_in, ∂L/∂u_in per sample; GW (B, T, H) ∂L/∂w per sub-step (LRC); LAM (2, B, H)
+    the adjoints; FU (2, B, H) ∂L/∂f, ∂L/∂u of the current sub-step; AE (2, B, H) per-element sums for e_l and
+    the shift; ACC (batch blocks, 4, H, H) the per-block sums for g, k, a, b."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
     rmask = rows < B
     dt = tl.load(C)
-    sS = (T + 1) * H
-    sX = T * NX
-    acc = ACC + pid * 4 * P * H
     for i in range(0, T):
         n = T - i
-        cur = n % 2
-        l_cur = L + cur * B * H
-        l_nxt = L + (1 - cur) * B * H
-        hp = S + (n - 1) * H
-        xoff = (n - 1) * NX
-        for c0 in range(0, H, BH):  # ∂L/∂f, ∂L/∂u, the direct part of λ_{n−1}, per-element parameter sums
-            cols = c0 + tl.arange(0, BH)
-            cmask = cols < H
-            m = rmask[:, None] & cmask[None, :]
-            ij = rows[:, None] * H + cols[None, :]
-            f, u = _conductances(hp, sS, X, sX, xoff, rows, rmask, cols, GS, AS, BS, KS, GL, H, P, NX, BB, BJ, BH)
-            el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
-            h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            hn = tl.load(S + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            lam = tl.load(l_cur + ij, mask=m, other=0.0)
-            a_el = tl.load(AE + ij, mask=m, other=0.0)
-            if MODE == 0:
-                d = 1.0 + dt * f
-                lf = -lam * hn * dt / d
-                lu = lam / d * dt * el
-                a_el += lam / d * dt * u
-                part = lam / d
-            elif MODE == 1:
-                sf = sigmoid(f)
-                tu = tanh(u)
-                d = 1.0 + dt * sf
-                lf = -lam * hn * dt / d * sf * (1.0 - sf)
-                lu = lam / d * dt * el * (1.0 - tu * tu)
-                a_el += lam / d * dt * tu
-                part = lam / d
-            else:
-                w = tl.load(WIN + (n - 1) * H + rows[:, None] * T * H + cols[None, :], mask=m, other=0.0)
-                w = mv(w, hp, sS, rows, rmask, OH, H, c0, H, H, True, BH, PRECISION)
-                shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
-                eps, deps, dshift = _elastance(w, shift, MODE == 3)
-                sf = sigmoid(f)
-                tu = tanh(u)
-                lk = lam * dt
-                leps = lk * (tu * el - sf * h)
-                lu = lk * eps * el * (1.0 - tu * tu)
-                lf = -lk * eps * h * sf * (1.0 - sf)
-                a_el += lk * eps * tu
-                part = lam * (1.0 - dt * eps * sf)
-                tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], leps * deps, mask=m)
-                a_sh = tl.load(AE + 2 * B * H + ij, mask=m, other=0.0)
-                tl.store(AE + 2 * B * H + ij, a_sh + leps * dshift, mask=m)
-            tl.store(AE + ij, a_el, mask=m)
-            a_gl = tl.load(AE + B * H + ij, mask=m, other=0.0)
-            tl.store(AE + B * H + ij, a_gl + lf + lu, mask=m)
-            tl.store(FU + ij, lf, mask=m)
-            tl.store(FU + B * H + ij, lu, mask=m)
-            tl.store(l_nxt + ij, part, mask=m)
+        for c0 in range(0, H, BH):
+            _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, GW, LAM, FU, AE, dt, n, rows,
+                                rmask, c0, B, T, H, MODE, BJ, BH, L, PRECISION)
         tl.debug_barrier()
-        for j0 in range(0, P, BJ):  # the synapses: ∂L/∂y_j and the (P, H) parameter sums
-            js = j0 + tl.arange(0, BJ)
-            jmask = js < P
-            yv = _presynaptic(hp, sS, X, sX, xoff, rows, rmask, js, H, P, NX)
-            ly = tl.zeros((BB, BJ), dtype=yv.dtype)
-            for c0 in range(0, H, BH):
-                cols = c0 + tl.arange(0, BH)
-                cmask = cols < H
-                m = rmask[:, None] & cmask[None, :]
-                ij = rows[:, None] * H + cols[None, :]
-                lf = tl.load(FU + ij, mask=m, other=0.0)
-                lu = tl.load(FU + B * H + ij, mask=m, other=0.0)
-                pm = jmask[:, None] & cmask[None, :]
-                off = js[:, None] * H + cols[None, :]
-                a = tl.load(AS + off, mask=pm, other=0.0)
-                b = tl.load(BS + off, mask=pm, other=0.0)
-                g = tl.load(GS + off, mask=pm, other=0.0)
-                k = tl.load(KS + off, mask=pm, other=0.0)
-                o = sigmoid(a[None, :, :] * yv[:, :, None] + b[None, :, :])
-                ds = (lf[:, None, :] * g[None, :, :] + lu[:, None, :] * k[None, :, :]) * o * (1.0 - o)
-                ly += tl.sum(ds * a[None, :, :], axis=2)
-                tl.store(acc + off, tl.load(acc + off, mask=pm, other=0.0) + tl.sum(lf[:, None, :] * o, axis=0),
-                         mask=pm)
-                tl.store(acc + P * H + off,
-                         tl.load(acc + P * H + off, mask=pm, other=0.0) + tl.sum(lu[:, None, :] * o, axis=0), mask=pm)
-                tl.store(acc + 2 * P * H + off,
-                         tl.load(acc + 2 * P * H + off, mask=pm, other=0.0) + tl.sum(ds * yv[:, :, None], axis=0),
-                         mask=pm)
-                tl.store(acc + 3 * P * H + off,
-                         tl.load(acc + 3 * P * H + off, mask=pm, other=0.0) + tl.sum(ds, axis=0), mask=pm)
-            hm = rmask[:, None] & (js < H)[None, :]
-            lh = tl.load(l_nxt + rows[:, None] * H + js[None, :], mask=hm, other=0.0)
-            tl.store(l_nxt + rows[:, None] * H + js[None, :], lh + ly, mask=hm)
-            tl.store(GX + xoff + rows[:, None] * sX + (js - H)[None, :], ly,
-                     mask=rmask[:, None] & ((js >= H) & jmask)[None, :])
+        for c0 in range(0, H, BH):
+            _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows, rmask, c0, B, T, H, MODE,
+                                   BB, BJ, BH, L, PRECISION)
         tl.debug_barrier()
-        for c0 in range(0, H, BH):  # + ∂L/∂w O_hᵀ (LRC) + dL/dh_{n−1}
-            cols = c0 + tl.arange(0, BH)
-            m = rmask[:, None] & (cols < H)[None, :]
-            lam = tl.load(l_nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-            if MODE >= 2:
-                lam = mv(lam, GW + (n - 1) * H, T * H, rows, rmask, OH, H, c0, H, H, False, BH, PRECISION)
-            lam += tl.load(GO + (n - 2) * H + rows[:, None] * T * H + cols[None, :],
-                           mask=m & (cols * 0 + n >= 2)[None, :], other=0.0)
-            tl.store(l_nxt + rows[:, None] * H + cols[None, :], lam, mask=m)
-        tl.debug_barrier()
+
+
+# the stepwise schedule: TABLE = the addresses of [FIN, UIN, WIN, G, A, B, K, EL, OH, KSH, C, S] (forward),
+# + [GO, GF, GU, GW, LAM, FU, AE, ACC] (backward)
+
+@triton.jit
+def _tensors(TABLE, REF):
+    return (address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 2, REF), address(TABLE, 3, REF),
+            address(TABLE, 4, REF), address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF),
+            address(TABLE, 8, REF), address(TABLE, 9, REF), tl.load(address(TABLE, 10, REF)), address(TABLE, 11, REF))
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+          MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr):
+    """Sub-step n on one (batch block, column tile) program."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, dt, S = _tensors(TABLE, REF)
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rows < B, tl.program_id(1) * BH, T, H,
+                  MODE, BJ, BH, L, PRECISION)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                   PRECISION: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr):
+    """Phase PHASE of the backward of sub-step n (0: the gates of a tile of neurons, 1: the synapses of a tile of
+    presynaptic neurons) on one program."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, dt, S = _tensors(TABLE, REF)
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    GW, LAM, FU = address(TABLE, 15, REF), address(TABLE, 16, REF), address(TABLE, 17, REF)
+    if PHASE == 0:
+        _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, address(TABLE, 13, REF),
+                            address(TABLE, 14, REF), GW, LAM, FU, address(TABLE, 18, REF), dt, n, rows, rows < B,
+                            tl.program_id(1) * BH, B, T, H, MODE, BJ, BH, L, PRECISION)
+    else:
+        _backward_synapse_tile(GS, AS, BS, KS, OH, S, address(TABLE, 12, REF), GW, LAM, FU, address(TABLE, 19, REF),
+                               n, rows, rows < B, tl.program_id(1) * BH, B, T, H, MODE, BB, BJ, BH, L, PRECISION)
 
 
 class LiquidSequence(torch.autograd.Function):
-    """``apply(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, mode, block_h) -> (hs, h_T)``;
-    x (B, T, NX) the presynaptic inputs, w_in (B, T, H) the input part of w (LRC; None otherwise)."""
+    """``apply(f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h, stepwise)
+    -> (hs, h_T)``: f_in, u_in (B, T, H) the input synapses and the leak per sample, w_in (B, T, H) the input part
+    of w (LRC; None otherwise), g, a, b, k the hidden synapses (H, H); ``unfolds`` sub-steps of ``dt`` per sample,
+    hs the states at the samples' ends."""
 
     @staticmethod
-    def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, mode, block_h):
-        ctx.precision = dot_precision(x.dtype)  # fixed at the forward: the backward recomputes with it
-        B, T, NX = x.shape
-        H = h0.shape[1]
-        P = H + NX
+    def forward(ctx, f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h,
+                stepwise=False):
+        ctx.precision = dot_precision(f_in.dtype)  # fixed at the forward: the backward recomputes with it
+        B, T, H = f_in.shape
+        TS = T * unfolds
         like = h0
-        x, g, a, b, k, g_leak, e_leak = (t.contiguous() for t in (x, g, a, b, k, g_leak, e_leak))
+        f_in, u_in, g, a, b, k, e_leak = (t.contiguous() for t in (f_in, u_in, g, a, b, k, e_leak))
         w_in = like.new_zeros(1) if w_in is None else w_in.contiguous()
         o_hidden = like.new_zeros(1) if o_hidden is None else o_hidden.contiguous()
         shift = like.new_zeros(H) if shift is None else shift.contiguous()
-        S = like.new_empty(B, T + 1, H)
+        S = like.new_empty(B, TS + 1, H)
         S[:, 0] = h0
         consts = torch.tensor([dt], dtype=like.dtype, device=like.device)
         BB, BH = block_sizes(B, H, block_h)
-        _forward[(triton.cdiv(B, BB),)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, B, T, H, P,
-                                        NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH,
-                                        PRECISION=ctx.precision, num_warps=warps(BH))
-        ctx.save_for_backward(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S)
-        ctx.mode, ctx.block_h = mode, block_h
-        return S[:, 1:], S[:, T].clone()
+        meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
+        tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
+        if stepwise:
+            launch_steps(tensors, step_launches(_step, 1, range(1, TS + 1), consts, B, TS, H, BB, BH, ctx.precision,
+                                                **meta))
+        else:
+            _forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                            num_warps=warps(BH), **meta)
+        ctx.save_for_backward(*tensors)
+        ctx.unfolds, ctx.mode, ctx.block_h, ctx.stepwise = unfolds, mode, block_h, stepwise
+        return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
-        x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S = ctx.saved_tensors
-        B, T, NX = x.shape
-        H = S.shape[2]
-        P = H + NX
-        mode = ctx.mode
+        tensors = ctx.saved_tensors
+        f_in, S = tensors[0], tensors[-1]
+        B, T, H = f_in.shape
+        unfolds, mode = ctx.unfolds, ctx.mode
+        TS = T * unfolds
         BB, BH = block_sizes(B, H, ctx.block_h)
-        programs = triton.cdiv(B, BB)
+        blocks = triton.cdiv(B, BB)
         grad_hs = grad_hs.contiguous()
-        GX = torch.zeros_like(x)
-        GW = S.new_zeros(B, T, H) if mode >= LRC_ASYMMETRIC else S.new_zeros(1)
-        L = S.new_empty(2, B, H)
-        L[T % 2] = grad_h + grad_hs[:, T - 1]
-        FU = S.new_empty(2, B, H)
-        AE = S.new_zeros(3, B, H)
-        ACC = S.new_zeros(programs, 4, P, H)
-        _backward[(programs,)](x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, consts, S, grad_hs, GX, GW, L,
-                               FU, AE, ACC, B, T, H, P, NX, MODE=mode, BB=BB, BJ=block_j(BH), BH=BH,
-                               PRECISION=ctx.precision, num_warps=warps(BH))
-        d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
-        d_e_leak, d_g_leak, d_shift = AE.sum(1).unbind(0)
+        GF, GU = torch.zeros_like(f_in), torch.zeros_like(f_in)
         lrc = mode >= LRC_ASYMMETRIC
-        d_w_in = GW if lrc else None
+        GW = S.new_zeros(B, TS, H) if lrc else S.new_zeros(1)
+        LAM = S.new_empty(2, B, H)
+        LAM[TS % 2] = grad_h + grad_hs[:, T - 1]
+        FU = S.new_empty(2, B, H)
+        AE = S.new_zeros(2, B, H)
+        ACC = S.new_zeros(blocks, 4, H, H)
+        meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
+        grads = [grad_hs, GF, GU, GW, LAM, FU, AE, ACC]
+        if ctx.stepwise:
+            launch_steps([*tensors, *grads], step_launches(_step_backward, 2, range(TS, 0, -1), tensors[10], B, TS,
+                                                           H, BB, BH, ctx.precision, **meta))
+        else:
+            _backward[(blocks,)](*tensors, *grads, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                 num_warps=warps(BH), **meta)
+        d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
+        d_e_leak, d_shift = AE.sum(1).unbind(0)
+        d_w_in = GW.view(B, T, unfolds, H).sum(2) if lrc else None
         d_o_hidden = torch.einsum("bti,btj->ji", GW, S[:, :-1]) if lrc else None
         d_shift = d_shift if mode == LRC_SYMMETRIC else None
-        return (GX, d_w_in, d_g, d_a, d_b, d_k, d_g_leak, d_e_leak, d_o_hidden, d_shift, L[0].clone(),
-                None, None, None)
+        return (GF, GU, d_w_in, d_g, d_a, d_b, d_k, d_e_leak, d_o_hidden, d_shift, LAM[0].clone(),
+                None, None, None, None, None)
 
 
-def _run(system, x, state, dt, unfolds, mode, block_h):
-    if unfolds != 1:  # L sub-steps of δ = Δ/L with the input held
-        x = x.repeat_interleave(unfolds, dim=1)
-    inp = system.encode(x)
-    m = system.input_size
-    xs = inp[..., :m]
+def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
+    m, H = system.input_size, system.hidden_size
+    inp = system.encode(x)  # LTC/STC: x; LRC: [x, O_xᵀ x + p]
+    f_in, u_in = system.input_conductances(inp[..., :m])
     w_in = o_hidden = shift = None
     if mode >= LRC_ASYMMETRIC:
         w_in, o_hidden = inp[..., m:], system.o_hidden
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
-    hs, hT = LiquidSequence.apply(xs, w_in, F.softplus(system.raw_g), system.a, system.b, system.k,
-                                  F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift, state[0],
-                                  float(dt) / unfolds, mode, block_h)
-    if unfolds != 1:
-        hs = hs[:, unfolds - 1::unfolds]
+    g = F.softplus(system.raw_g[:H])
+    stepwise = use_stepwise(schedule, x.device, H, block_h)
+    hs, hT = LiquidSequence.apply(f_in, u_in, w_in, g, system.a[:H], system.b[:H], system.k[:H], system.e_leak,
+                                  o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, stepwise)
     return hs, (hT,)
 
 
-def run_ltc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
-    """LTC, "imex-implicit" (the ncps fused solver), ``unfolds`` sub-steps per sample."""
-    return _run(system, x, state, dt, unfolds, LTC, block_h)
+def run_ltc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
+    """LTC, "imex-implicit" (the ncps fused solver), ``unfolds`` sub-steps per sample. ``schedule``: as in
+    :func:`.lem.run`."""
+    return _run(system, x, state, dt, unfolds, LTC, block_h, schedule)
 
 
-def run_stc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+def run_stc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """STC, "imex-implicit", ``unfolds`` sub-steps per sample."""
-    return _run(system, x, state, dt, unfolds, STC, block_h)
+    return _run(system, x, state, dt, unfolds, STC, block_h, schedule)
 
 
-def run_lrc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None):
+def run_lrc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """LRC (LRCU-A / LRCU-S), "euler"."""
     mode = LRC_SYMMETRIC if system.raw_k_shift is not None else LRC_ASYMMETRIC
-    return _run(system, x, state, dt, unfolds, mode, block_h)
+    return _run(system, x, state, dt, unfolds, mode, block_h, schedule)

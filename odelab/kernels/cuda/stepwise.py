@@ -17,7 +17,8 @@ default) runs it for the kernels that have it on CUDA wherever their tiled varia
 ``block_h`` given); ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels, ``=stepwise`` asks for it
 off CUDA too (Triton's interpreter, where its launches run eagerly). The kernels that have it: LEM (2 launches a
 step forward, 3 backward), coRNN and the neural oscillator (1 and 2), GRU-ODE (1 and 2; with the reset gate before
-the candidate 2 and 4), τ-GRU and Delay GRU (1 and 2); only LEM's gain is measured on a GPU so far.
+the candidate 2 and 4), τ-GRU and Delay GRU (1 and 2), the liquid cells LTC, STC and LRCU-A/S (1 and 2 a sub-step);
+only LEM's gain is measured on a GPU so far.
 """
 from __future__ import annotations
 
