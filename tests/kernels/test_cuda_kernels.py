@@ -754,9 +754,11 @@ for bh in (16, 32):
     dense += [(k, dict(RESET_AFTER=ra, **tile)) for ra in (True, False) for k in (gru._forward, gru._backward)]
     liquid_modes = [dict(MODE=mode, BJ=liquid.block_j(bh), L=6 if mode < 2 else 1, **tile) for mode in (0, 1, 2, 3)]
     dense += [(k, c) for c in liquid_modes for k in (liquid._forward, liquid._backward)]
+    dense += [(k, dict(c, num_warps=liquid.RESIDENT_WARPS)) for c in liquid_modes
+              for k in (liquid._forward_resident, liquid._backward_resident) if bh == liquid.RESIDENT_H]
     dense += [(liquid._step, dict(c, PHASE=0)) for c in liquid_modes]
     dense += [(liquid._step_backward, dict(c, PHASE=phase)) for c in liquid_modes for phase in (0, 1)]
-    jobs += [(fn, dict(constexprs, num_warps=warps(bh))) for fn, constexprs in dense]
+    jobs += [(fn, dict(dict(num_warps=warps(bh)), **constexprs)) for fn, constexprs in dense]
 count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:

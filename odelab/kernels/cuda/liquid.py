@@ -30,10 +30,17 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
-    address, available, block_sizes, dot_precision, mv, sigmoid, step_launches, tanh, use_stepwise, warps)
+    address, available, block_sizes, dot, dot_precision, mv, sigmoid, step_launches, tanh, use_stepwise, warps)
 from .stepwise import launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
+RESIDENT_H = 16  # hidden sizes up to this run the register-resident kernels (one (16, 16, 16) block of openings)
+RESIDENT_WARPS = 8  # their warps: with 4, the backward's (16, 16, 16) blocks spill 500 bytes in float64 (sm_90)
+
+
+def resident(hidden: int, block_h: int | None) -> bool:
+    """The register-resident kernels: hidden ≤ :data:`RESIDENT_H` and no tile width asked for."""
+    return block_h is None and hidden <= RESIDENT_H
 
 
 def block_j(block_h: int) -> int:
@@ -264,6 +271,151 @@ def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, 
         tl.debug_barrier()
 
 
+@triton.jit
+def _synapses(GS, AS, BS, KS, H, BH: tl.constexpr):
+    """The hidden synapses' g, a, b, k as zero-padded (BH, BH) register tiles [j, i]."""
+    js = tl.arange(0, BH)
+    pm = (js < H)[:, None] & (js < H)[None, :]
+    off = js[:, None] * H + js[None, :]
+    return (tl.load(GS + off, mask=pm, other=0.0), tl.load(AS + off, mask=pm, other=0.0),
+            tl.load(BS + off, mask=pm, other=0.0), tl.load(KS + off, mask=pm, other=0.0))
+
+
+@triton.jit
+def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H, MODE: tl.constexpr,
+                      BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
+    """hidden ≤ BH: the synapses, O_h and the state in registers for all T sub-steps; a sample's input
+    conductances loaded once for its L sub-steps."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    sS = (T + 1) * H
+    sI = (T // L) * H
+    g, a, b, k = _synapses(GS, AS, BS, KS, H, BH)
+    el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
+    shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
+    if MODE >= 2:
+        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)
+    h = tl.load(S + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    for sample in range(0, T // L):
+        io = rows[:, None] * sI + sample * H + cols[None, :]
+        fin = tl.load(FIN + io, mask=m, other=0.0)
+        uin = tl.load(UIN + io, mask=m, other=0.0)
+        if MODE >= 2:
+            win = tl.load(WIN + io, mask=m, other=0.0)
+        for q in range(0, L):
+            o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
+            f = fin + tl.sum(o * g[None, :, :], axis=1)
+            u = uin + tl.sum(o * k[None, :, :], axis=1)
+            if MODE == 0:
+                h = (h + dt * (u * el)) / (1.0 + dt * f)
+            elif MODE == 1:
+                h = (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
+            else:
+                eps, deps, dshift = _elastance(dot(h, oh, win, PRECISION), shift, MODE == 3)
+                h = h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
+            tl.store(S + (sample * L + q + 1) * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+
+
+@triton.jit
+def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
+                       MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
+                       PRECISION: tl.constexpr):
+    """hidden ≤ BH: as :func:`_backward` with the synapses, O_h, the adjoint and every parameter sum in registers;
+    LAM (B, H): the final-state adjoint in, the initial-state adjoint out (FU unused)."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rmask = rows < B
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    m = rmask[:, None] & cmask[None, :]
+    dt = tl.load(C)
+    sS = (T + 1) * H
+    sI = (T // L) * H
+    g, a, b, k = _synapses(GS, AS, BS, KS, H, BH)
+    el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
+    shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
+    if MODE >= 2:
+        wm = cmask[:, None] & cmask[None, :]
+        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=wm, other=0.0)
+        oht = tl.load(OH + cols[None, :] * H + cols[:, None], mask=wm, other=0.0)
+    lam = tl.load(LAM + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
+    d_g = tl.zeros((BH, BH), dtype=lam.dtype)
+    d_k = tl.zeros((BH, BH), dtype=lam.dtype)
+    d_a = tl.zeros((BH, BH), dtype=lam.dtype)
+    d_b = tl.zeros((BH, BH), dtype=lam.dtype)
+    a_el = tl.zeros((BB, BH), dtype=lam.dtype)
+    a_sh = tl.zeros((BB, BH), dtype=lam.dtype)
+    for back in range(0, T // L):
+        sample = T // L - 1 - back
+        io = rows[:, None] * sI + sample * H + cols[None, :]
+        fin = tl.load(FIN + io, mask=m, other=0.0)
+        uin = tl.load(UIN + io, mask=m, other=0.0)
+        if MODE >= 2:
+            win = tl.load(WIN + io, mask=m, other=0.0)
+        gf = tl.zeros((BB, BH), dtype=lam.dtype)
+        gu = tl.zeros((BB, BH), dtype=lam.dtype)
+        for q in range(0, L):
+            n = sample * L + L - q
+            h = tl.load(S + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            hn = tl.load(S + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+            o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
+            f = fin + tl.sum(o * g[None, :, :], axis=1)
+            u = uin + tl.sum(o * k[None, :, :], axis=1)
+            if MODE == 0:
+                d = 1.0 + dt * f
+                lf = -lam * hn * dt / d
+                lu = lam / d * dt * el
+                a_el += lam / d * dt * u
+                part = lam / d
+            elif MODE == 1:
+                sf = sigmoid(f)
+                tu = tanh(u)
+                d = 1.0 + dt * sf
+                lf = -lam * hn * dt / d * sf * (1.0 - sf)
+                lu = lam / d * dt * el * (1.0 - tu * tu)
+                a_el += lam / d * dt * tu
+                part = lam / d
+            else:
+                eps, deps, dshift = _elastance(dot(h, oh, win, PRECISION), shift, MODE == 3)
+                sf = sigmoid(f)
+                tu = tanh(u)
+                lk = lam * dt
+                leps = lk * (tu * el - sf * h)
+                lu = lk * eps * el * (1.0 - tu * tu)
+                lf = -lk * eps * h * sf * (1.0 - sf)
+                a_el += lk * eps * tu
+                a_sh += leps * dshift
+                gw = leps * deps
+                tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], gw, mask=m)
+                part = dot(gw, oht, lam * (1.0 - dt * eps * sf), PRECISION)
+            gf += lf
+            gu += lu
+            ds = (lf[:, None, :] * g[None, :, :] + lu[:, None, :] * k[None, :, :]) * o * (1.0 - o)
+            d_g += tl.sum(lf[:, None, :] * o, axis=0)
+            d_k += tl.sum(lu[:, None, :] * o, axis=0)
+            d_a += tl.sum(ds * h[:, :, None], axis=0)
+            d_b += tl.sum(ds, axis=0)
+            lam = part + tl.sum(ds * a[None, :, :], axis=2)
+            out = (n - 1) // L - 1  # h_{n−1} is output `out` where n − 1 is a positive multiple of L
+            is_out = (cols * 0 + (n - 1) % L == 0) & (cols * 0 + out >= 0)
+            lam += tl.load(GO + out * H + rows[:, None] * sI + cols[None, :], mask=m & is_out[None, :], other=0.0)
+        tl.store(GF + io, gf, mask=m)
+        tl.store(GU + io, gu, mask=m)
+    tl.store(LAM + rows[:, None] * H + cols[None, :], lam, mask=m)
+    tl.store(AE + rows[:, None] * H + cols[None, :], a_el, mask=m)
+    tl.store(AE + B * H + rows[:, None] * H + cols[None, :], a_sh, mask=m)
+    pm = cmask[:, None] & cmask[None, :]
+    off = cols[:, None] * H + cols[None, :]
+    acc = ACC + tl.program_id(0) * 4 * H * H
+    tl.store(acc + off, d_g, mask=pm)
+    tl.store(acc + H * H + off, d_k, mask=pm)
+    tl.store(acc + 2 * H * H + off, d_a, mask=pm)
+    tl.store(acc + 3 * H * H + off, d_b, mask=pm)
+
+
 # the stepwise schedule: TABLE = the addresses of [FIN, UIN, WIN, G, A, B, K, EL, OH, KSH, C, S] (forward),
 # + [GO, GF, GU, GW, LAM, FU, AE, ACC] (backward)
 
@@ -328,8 +480,10 @@ class LiquidSequence(torch.autograd.Function):
             launch_steps(tensors, step_launches(_step, 1, range(1, TS + 1), consts, B, TS, H, BB, BH, ctx.precision,
                                                 **meta))
         else:
-            _forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                            num_warps=warps(BH), **meta)
+            on_chip = resident(H, block_h)
+            forward = _forward_resident if on_chip else _forward
+            forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                           num_warps=RESIDENT_WARPS if on_chip else warps(BH), **meta)
         ctx.save_for_backward(*tensors)
         ctx.unfolds, ctx.mode, ctx.block_h, ctx.stepwise = unfolds, mode, block_h, stepwise
         return S[:, unfolds::unfolds], S[:, TS].clone()
@@ -358,6 +512,11 @@ class LiquidSequence(torch.autograd.Function):
         if ctx.stepwise:
             launch_steps([*tensors, *grads], step_launches(_step_backward, 2, range(TS, 0, -1), tensors[10], B, TS,
                                                            H, BB, BH, ctx.precision, **meta))
+        elif resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
+            LAM[0] = LAM[TS % 2]
+            grads[4] = LAM[0]
+            _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                          num_warps=RESIDENT_WARPS, **meta)
         else:
             _backward[(blocks,)](*tensors, *grads, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
                                  num_warps=warps(BH), **meta)
