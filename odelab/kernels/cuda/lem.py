@@ -211,10 +211,32 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
 
 
 @triton.jit
+def _inputs(E, n, rows, rmask, cols, cmask, T, H):
+    """Step n's encoded input [a1, az, a2, ay] as four (BB, BH) tiles (zero outside 1 ≤ n ≤ T)."""
+    e = E + (n - 1) * 4 * H
+    ok = rmask[:, None] & cmask[None, :] & (cols * 0 + n >= 1)[None, :] & (cols * 0 + n <= T)[None, :]
+    at = rows[:, None] * (T * 4 * H) + cols[None, :]
+    return (tl.load(e + at, mask=ok, other=0.0), tl.load(e + H + at, mask=ok, other=0.0),
+            tl.load(e + 2 * H + at, mask=ok, other=0.0), tl.load(e + 3 * H + at, mask=ok, other=0.0))
+
+
+@triton.jit
+def _stored(Y, Z, GO, n, rows, rmask, cols, cmask, T, H):
+    """What the backward of step n reads besides the weights and the input: (y_{n−1}, z_{n−1}, z_n, ∂L/∂y_{n−1}
+    from the outputs), zero outside 1 ≤ n ≤ T (the output gradient outside 2 ≤ n ≤ T)."""
+    ok = rmask[:, None] & cmask[None, :] & (cols * 0 + n >= 1)[None, :] & (cols * 0 + n <= T)[None, :]
+    at = rows[:, None] * ((T + 1) * H) + cols[None, :]
+    return (tl.load(Y + (n - 1) * H + at, mask=ok, other=0.0), tl.load(Z + (n - 1) * H + at, mask=ok, other=0.0),
+            tl.load(Z + n * H + at, mask=ok, other=0.0),
+            tl.load(GO + (n - 2) * H + rows[:, None] * (T * H) + cols[None, :], mask=ok & (cols * 0 + n >= 2)[None, :],
+                    other=0.0))
+
+
+@triton.jit
 def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                           PRECISION: tl.constexpr):
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
-    barrier, no re-read); each step reads its encoded input and writes z_n, y_n."""
+    barrier, no re-read); each step writes z_n, y_n, its encoded input loaded one step ahead."""
     pid = tl.program_id(0)
     rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
     rmask = rows < B
@@ -222,7 +244,6 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     cmask = cols < H
     m = rmask[:, None] & cmask[None, :]
     dt = tl.load(C)
-    sE = T * 4 * H
     sS = (T + 1) * H
     _, w1t = weights(W1Z, H, H, BH)
     _, wzt = weights(W1Z + H * H, H, H, BH)
@@ -230,18 +251,21 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     _, wyt = weights(WY, H, H, BH)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
+    e1, ez, e2, ey = _inputs(E, 1, rows, rmask, cols, cmask, T, H)
     for n in range(1, T + 1):
-        e = E + (n - 1) * 4 * H
-        p1 = dot(y, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
-        q = dot(y, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
-        p2 = dot(y, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
+        # step n + 1's encoded input, loaded while step n computes: no memory round trip on the recurrence's path
+        f1, fz, f2, fy = _inputs(E, n + 1, rows, rmask, cols, cmask, T, H)
+        p1 = dot(y, w1t, e1, PRECISION)
+        q = dot(y, wzt, ez, PRECISION)
+        p2 = dot(y, w2t, e2, PRECISION)
         s1 = sigmoid(p1)
         z = z + dt * (s1 * tanh(q) - s1 * z)
-        r = dot(z, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), PRECISION)
+        r = dot(z, wyt, ey, PRECISION)
         s2 = sigmoid(p2)
         y = y + dt * (s2 * tanh(r) - s2 * y)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+        e1, ez, e2, ey = f1, fz, f2, fy
 
 
 @triton.jit
@@ -257,25 +281,24 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
     m = rmask[:, None] & cmask[None, :]
     dt = tl.load(C)
     sE = T * 4 * H
-    sS = (T + 1) * H
-    sO = T * H
     w1, w1t = weights(W1Z, H, H, BH)
     wz, wzt = weights(W1Z + H * H, H, H, BH)
     w2, w2t = weights(W2, H, H, BH)
     wy, wyt = weights(WY, H, H, BH)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
+    e1, ez, e2, ey = _inputs(E, T, rows, rmask, cols, cmask, T, H)
+    yp, zp, zn, go = _stored(Y, Z, GO, T, rows, rmask, cols, cmask, T, H)
     for i in range(0, T):
         n = T - i
-        e = E + (n - 1) * 4 * H
         g = G + (n - 1) * 4 * H
-        yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
-        p2 = dot(yp, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
-        r = dot(zn, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), PRECISION)
-        p1 = dot(yp, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
-        q = dot(yp, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        # step n − 1's stored states, encoded input and output gradient, loaded while step n computes
+        f1, fz, f2, fy = _inputs(E, n - 1, rows, rmask, cols, cmask, T, H)
+        yq, zq, _, gq_out = _stored(Y, Z, GO, n - 1, rows, rmask, cols, cmask, T, H)
+        p2 = dot(yp, w2t, e2, PRECISION)
+        r = dot(zn, wyt, ey, PRECISION)
+        p1 = dot(yp, w1t, e1, PRECISION)
+        q = dot(yp, wzt, ez, PRECISION)
         s2 = sigmoid(p2)
         tr = tanh(r)
         gp2 = ly * dt * (tr - yp) * s2 * (1.0 - s2)
@@ -294,8 +317,9 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
         ly = dot(gp1, w1, ly, PRECISION)
         ly = dot(gq, wz, ly, PRECISION)
         ly = dot(gp2, w2, ly, PRECISION)
-        ly += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
-                      other=0.0)
+        ly += go
+        e1, ez, e2, ey = f1, fz, f2, fy
+        yp, zn, zp, go = yq, zp, zq, gq_out
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
 
