@@ -255,11 +255,47 @@ def _weights_resident(WH, W2, H, HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G
 
 
 @triton.jit
-def _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha, beta,
+def _inputs_resident(E, n, rows, rmask, cols, cmask, T, H, NE: tl.constexpr, HAS_U: tl.constexpr,
+                     HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr, EU: tl.constexpr,
+                     EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
+    """Step n's encoded input blocks (eu, ez, ea, eg) as (BB, BH) tiles: zero where the cell has no such block or
+    outside 1 ≤ n ≤ T (the resident kernels load them a step ahead of their use)."""
+    e = E + (n - 1) * NE * H
+    sE = T * NE * H
+    ok = rmask & (rows * 0 + n >= 1) & (rows * 0 + n <= T)
+    zero = tl.zeros((BB, BH), dtype=E.dtype.element_ty)
+    eu = zero
+    ez = zero
+    ea = zero
+    eg = zero
+    if HAS_U:
+        eu = tile(e + EU * H, sE, rows, ok, cols, cmask)
+    if HAS_Z:
+        ez = tile(e + EZ * H, sE, rows, ok, cols, cmask)
+        if HAS_A:
+            ea = tile(e + EA * H, sE, rows, ok, cols, cmask)
+    if HAS_G:
+        eg = tile(e + EG * H, sE, rows, ok, cols, cmask)
+    return eu, ez, ea, eg
+
+
+@triton.jit
+def _stored_resident(S, GO, n, M, rows, rmask, cols, cmask, T, H):
+    """What the resident backward of step n reads from the forward: (h_{n−1}, h_{n−1−m}, ∂L/∂h_{n−1} from the
+    outputs), zero outside 1 ≤ n ≤ T (and before h_0, and the output gradient before n = 2)."""
+    sS = (T + 1) * H
+    ok = rmask & (rows * 0 + n >= 1) & (rows * 0 + n <= T)
+    return (tile(S + (n - 1) * H, sS, rows, ok, cols, cmask),
+            tile(S + (n - 1 - M) * H, sS, rows, ok & (rows * 0 + n - 1 - M >= 0), cols, cmask),
+            tile(GO + (n - 2) * H, T * H, rows, ok & (rows * 0 + n >= 2), cols, cmask))
+
+
+@triton.jit
+def _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta,
                        HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
-                       U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
-                       EA: tl.constexpr, H, PRECISION: tl.constexpr):
-    """:func:`_branches` with the weights and h in registers."""
+                       U_DELAYED: tl.constexpr, PRECISION: tl.constexpr):
+    """:func:`_branches` with the weights, h and the step's encoded input (:func:`_inputs_resident`) in
+    registers."""
     zero = h * 0.0
     target = zero
     u = zero
@@ -267,18 +303,18 @@ def _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2
     a = zero + 1.0
     g = zero + 1.0
     if HAS_U:
-        pu = dot(h, wut, tile(e + EU * H, sE, rows, rmask, cols, cmask), PRECISION)
+        pu = dot(h, wut, eu, PRECISION)
         if U_DELAYED:
             pu = dot(hd, w2t, pu, PRECISION)
         u = tanh(pu)
         target = beta * u
     if HAS_Z:
-        z = tanh(dot(hd, w2t, tile(e + EZ * H, sE, rows, rmask, cols, cmask), PRECISION))
+        z = tanh(dot(hd, w2t, ez, PRECISION))
         if HAS_A:
-            a = sigmoid(dot(h, wat, tile(e + EA * H, sE, rows, rmask, cols, cmask), PRECISION))
+            a = sigmoid(dot(h, wat, ea, PRECISION))
         target += alpha * (a * z)
     if HAS_G:
-        g = sigmoid(dot(h, wgt, tile(e + EG * H, sE, rows, rmask, cols, cmask), PRECISION))
+        g = sigmoid(dot(h, wgt, eg, PRECISION))
     return target, u, z, a, g
 
 
@@ -299,20 +335,23 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
-    sE = T * NE * H
     sS = (T + 1) * H
     wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, H, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
                                                            WU, WG, WA, BH)
     h = tile(S, sS, rows, rmask, cols, cmask)
+    eu, ez, ea, eg = _inputs_resident(E, 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
+                                      EG, EA, BB, BH)
     for n in range(1, T + 1):
-        e = E + (n - 1) * NE * H
+        # step n + 1's encoded input, loaded while step n computes
+        fu, fz, fa, fg = _inputs_resident(E, n + 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
+                                          EU, EZ, EG, EA, BB, BH)
         hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
-        target, u, z, a, g = _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha,
-                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H,
-                                                PRECISION)
+        target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta, HAS_U,
+                                                HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         h = h + dt * (g * target - g * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         tl.debug_barrier()
+        eu, ez, ea, eg = fu, fz, fa, fg
 
 
 @triton.jit
@@ -334,19 +373,21 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
     beta = tl.load(C + 2)
     sE = T * NE * H
     sS = (T + 1) * H
-    sO = T * H
     wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, H, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
                                                            WU, WG, WA, BH)
     lam = tile(L, H, rows, rmask, cols, cmask)
+    eu, ez, ea, eg = _inputs_resident(E, T, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
+                                      EG, EA, BB, BH)
+    h, hd, go = _stored_resident(S, GO, T, M, rows, rmask, cols, cmask, T, H)
     for i in range(0, T):
         n = T - i
-        e = E + (n - 1) * NE * H
         gp = G + (n - 1) * NE * H
-        h = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
-        target, u, z, a, g = _branches_resident(e, sE, h, hd, rows, rmask, cols, cmask, wut, wgt, wat, w2t, alpha,
-                                                beta, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, H,
-                                                PRECISION)
+        # step n − 1's encoded input, stored states and output gradient, loaded while step n computes
+        fu, fz, fa, fg = _inputs_resident(E, n - 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
+                                          EU, EZ, EG, EA, BB, BH)
+        h_next, hd_next, go_next = _stored_resident(S, GO, n - 1, M, rows, rmask, cols, cmask, T, H)
+        target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta, HAS_U,
+                                                HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         gt = lam * dt * g
         new = lam * (1.0 - dt * g)
         if HAS_G:
@@ -372,11 +413,12 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
             new += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
             tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                      mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
-        new += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
-                       other=0.0)
+        new += go
         tl.debug_barrier()  # LD[n − 1] was written m steps ago, possibly by another thread
         new += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
         lam = new
+        eu, ez, ea, eg = fu, fz, fa, fg
+        h, hd, go = h_next, hd_next, go_next
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
