@@ -138,6 +138,14 @@ def tile(ptr, stride, rows, rmask, cols, cmask):
 
 
 @triton.jit
+def tile_at(ptr, n, step, stride, rows, rmask, cols, cmask, lo, hi):
+    """:func:`tile` of ptr + n·step, zero unless lo ≤ n ≤ hi: a step's block that a register-resident kernel loads
+    one step ahead of its use, off the recurrence's path (n may run past the ends there)."""
+    ok = rmask & (rows * 0 + n >= lo) & (rows * 0 + n <= hi)
+    return tile(ptr + n * step, stride, rows, ok, cols, cmask)
+
+
+@triton.jit
 def weights(W, stride, H, BH: tl.constexpr):
     """An H × H matrix (row stride ``stride``) as a zero-padded (BH, BH) register tile, and its transpose."""
     i = tl.arange(0, BH)

@@ -18,7 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
     address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
-    use_stepwise, warps, weights)
+    tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -251,15 +251,22 @@ def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.conste
     _, wut = weights(WH + 2 * H * H, H, H, BH)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     h = tile(S, sS, rows, rmask, cols, cmask)
+    # step n's encoded input [r, f, c] at E + (n − 1) 3H, loaded one step ahead of its use
+    er, ef, ec = (tile_at(E - 3 * H, 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                  tile_at(E - 2 * H, 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                  tile_at(E - H, 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
     for n in range(1, T + 1):
-        e = E + (n - 1) * 3 * H
-        r = dot(h, wrt, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
-        f = dot(h, wft, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        fr, ff, fc = (tile_at(E - 3 * H, n + 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                      tile_at(E - 2 * H, n + 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                      tile_at(E - H, n + 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
+        r = dot(h, wrt, er, PRECISION)
+        f = dot(h, wft, ef, PRECISION)
         mu = dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, PRECISION)
-        c = tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sigmoid(r) * mu
+        c = ec + sigmoid(r) * mu
         sf = sigmoid(f)
         h = h + dt * (sf * tanh(c) - sf * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        er, ef, ec = fr, ff, fc
 
 
 @triton.jit
@@ -283,17 +290,26 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
     wu, wut = weights(WH + 2 * H * H, H, H, BH)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     lam = tile(L, H, rows, rmask, cols, cmask)
+    # step n reads h_{n−1}, its encoded input and ∂L/∂h_{n−1} from the outputs: loaded one step ahead
+    hp = tile_at(S - H, T, H, sS, rows, rmask, cols, cmask, 1, T)
+    er, ef, ec = (tile_at(E - 3 * H, T, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                  tile_at(E - 2 * H, T, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                  tile_at(E - H, T, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
+    go = tile_at(GO - 2 * H, T, H, sO, rows, rmask, cols, cmask, 2, T)
     for i in range(0, T):
         n = T - i
-        e = E + (n - 1) * 3 * H
         g = G + (n - 1) * 4 * H
-        hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        r = dot(hp, wrt, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
-        f = dot(hp, wft, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        hq = tile_at(S - H, n - 1, H, sS, rows, rmask, cols, cmask, 1, T)
+        fr, ff, fc = (tile_at(E - 3 * H, n - 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                      tile_at(E - 2 * H, n - 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
+                      tile_at(E - H, n - 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
+        gq = tile_at(GO - 2 * H, n - 1, H, sO, rows, rmask, cols, cmask, 2, T)
+        r = dot(hp, wrt, er, PRECISION)
+        f = dot(hp, wft, ef, PRECISION)
         mu = dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, PRECISION)
         sr = sigmoid(r)
         sf = sigmoid(f)
-        tc = tanh(tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sr * mu)
+        tc = tanh(ec + sr * mu)
         gc = lam * dt * sf * (1.0 - tc * tc)
         gf = lam * dt * (tc - hp) * sf * (1.0 - sf)
         gr = gc * mu * sr * (1.0 - sr)
@@ -306,8 +322,8 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
         lam = dot(gr, wr, lam, PRECISION)
         lam = dot(gf, wf, lam, PRECISION)
         lam = dot(gm, wu, lam, PRECISION)
-        lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
-                       other=0.0)
+        lam += go
+        hp, er, ef, ec, go = hq, fr, ff, fc, gq
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 

@@ -21,8 +21,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, step_launches, tanh, tile, use_stepwise,
-    warps, weights)
+    address, available, block_sizes, dot, dot_precision, mv, resident, step_launches, tanh, tile, tile_at,
+    use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -229,13 +229,16 @@ def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.conste
         _, wyt = weights(WR + H, 2 * H, H, BH)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
+    x = tile_at(E - H, 1, H, sE, rows, rmask, cols, cmask, 1, T)  # step n's input at E + (n − 1) H
     for n in range(1, T + 1):
-        a = dot(y, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), PRECISION)
+        x_next = tile_at(E - H, n + 1, H, sE, rows, rmask, cols, cmask, 1, T)  # loaded while step n computes
+        a = dot(y, wyt, x, PRECISION)
         if MODE != 0:
             a = dot(z, wzt, a, PRECISION)
         z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+        x = x_next
 
 
 @triton.jit
@@ -265,11 +268,19 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
     ly = tile(LY, H, rows, rmask, cols, cmask)
     acc_g = tl.zeros((BB, BH), dtype=lz.dtype)
     acc_e = tl.zeros((BB, BH), dtype=lz.dtype)
+    # step n reads z_{n−1}, y_{n−1}, its input, z_n and ∂L/∂y_{n−1} from the outputs: loaded one step ahead
+    zp = tile_at(Z - H, T, H, sS, rows, rmask, cols, cmask, 1, T)
+    yp = tile_at(Y - H, T, H, sS, rows, rmask, cols, cmask, 1, T)
+    x = tile_at(E - H, T, H, sE, rows, rmask, cols, cmask, 1, T)
+    zn = tile_at(Z, T, H, sS, rows, rmask, cols, cmask, 1, T)
+    go = tile_at(GO - 2 * H, T, H, sE, rows, rmask, cols, cmask, 2, T)
     for i in range(0, T):
         n = T - i
-        zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        a = dot(yp, wyt, tile(E + (n - 1) * H, sE, rows, rmask, cols, cmask), PRECISION)
+        zq = tile_at(Z - H, n - 1, H, sS, rows, rmask, cols, cmask, 1, T)
+        yq = tile_at(Y - H, n - 1, H, sS, rows, rmask, cols, cmask, 1, T)
+        xq = tile_at(E - H, n - 1, H, sE, rows, rmask, cols, cmask, 1, T)
+        gq = tile_at(GO - 2 * H, n - 1, H, sE, rows, rmask, cols, cmask, 2, T)
+        a = dot(yp, wyt, x, PRECISION)
         if MODE != 0:
             a = dot(zp, wzt, a, PRECISION)
         th = tanh(a)
@@ -284,7 +295,6 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
             lz = lz * (1.0 - dt * eps)
         else:
             d = 1.0 + dt * eps
-            zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
             ga = lz * dt / d * (1.0 - th * th)
             acc_g += -lz * dt * yp / d
             acc_e += -lz * zn * dt / d
@@ -294,8 +304,8 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
         if MODE != 0:
             lz = dot(ga, wz, lz, PRECISION)
         ly = dot(ga, wy, ly, PRECISION)
-        ly += tl.load(GO + (n - 2) * H + rows[:, None] * sE + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
-                      other=0.0)
+        ly += go
+        zp, yp, x, zn, go = zq, yq, xq, zp, gq
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
     tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
