@@ -21,7 +21,7 @@ from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
     address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
-    use_stepwise, warps, weights)
+    tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -260,22 +260,21 @@ def _inputs_resident(E, n, rows, rmask, cols, cmask, T, H, NE: tl.constexpr, HAS
                      EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr):
     """Step n's encoded input blocks (eu, ez, ea, eg) as (BB, BH) tiles: zero where the cell has no such block or
     outside 1 ≤ n ≤ T (the resident kernels load them a step ahead of their use)."""
-    e = E + (n - 1) * NE * H
+    e = E - NE * H  # step n's blocks at e + n NE H
     sE = T * NE * H
-    ok = rmask & (rows * 0 + n >= 1) & (rows * 0 + n <= T)
     zero = tl.zeros((BB, BH), dtype=E.dtype.element_ty)
     eu = zero
     ez = zero
     ea = zero
     eg = zero
     if HAS_U:
-        eu = tile(e + EU * H, sE, rows, ok, cols, cmask)
+        eu = tile_at(e + EU * H, n, NE * H, sE, rows, rmask, cols, cmask, 1, T)
     if HAS_Z:
-        ez = tile(e + EZ * H, sE, rows, ok, cols, cmask)
+        ez = tile_at(e + EZ * H, n, NE * H, sE, rows, rmask, cols, cmask, 1, T)
         if HAS_A:
-            ea = tile(e + EA * H, sE, rows, ok, cols, cmask)
+            ea = tile_at(e + EA * H, n, NE * H, sE, rows, rmask, cols, cmask, 1, T)
     if HAS_G:
-        eg = tile(e + EG * H, sE, rows, ok, cols, cmask)
+        eg = tile_at(e + EG * H, n, NE * H, sE, rows, rmask, cols, cmask, 1, T)
     return eu, ez, ea, eg
 
 
@@ -284,10 +283,9 @@ def _stored_resident(S, GO, n, M, rows, rmask, cols, cmask, T, H):
     """What the resident backward of step n reads from the forward: (h_{n−1}, h_{n−1−m}, ∂L/∂h_{n−1} from the
     outputs), zero outside 1 ≤ n ≤ T (and before h_0, and the output gradient before n = 2)."""
     sS = (T + 1) * H
-    ok = rmask & (rows * 0 + n >= 1) & (rows * 0 + n <= T)
-    return (tile(S + (n - 1) * H, sS, rows, ok, cols, cmask),
-            tile(S + (n - 1 - M) * H, sS, rows, ok & (rows * 0 + n - 1 - M >= 0), cols, cmask),
-            tile(GO + (n - 2) * H, T * H, rows, ok & (rows * 0 + n >= 2), cols, cmask))
+    return (tile_at(S - H, n, H, sS, rows, rmask, cols, cmask, 1, T),
+            tile_at(S - (1 + M) * H, n, H, sS, rows, rmask, cols, cmask, 1 + M, T),
+            tile_at(GO - 2 * H, n, H, T * H, rows, rmask, cols, cmask, 2, T))
 
 
 @triton.jit

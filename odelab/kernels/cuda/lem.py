@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
     address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
-    use_stepwise, warps, weights)
+    tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -213,23 +213,22 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
 @triton.jit
 def _inputs(E, n, rows, rmask, cols, cmask, T, H):
     """Step n's encoded input [a1, az, a2, ay] as four (BB, BH) tiles (zero outside 1 ≤ n ≤ T)."""
-    e = E + (n - 1) * 4 * H
-    ok = rmask[:, None] & cmask[None, :] & (cols * 0 + n >= 1)[None, :] & (cols * 0 + n <= T)[None, :]
-    at = rows[:, None] * (T * 4 * H) + cols[None, :]
-    return (tl.load(e + at, mask=ok, other=0.0), tl.load(e + H + at, mask=ok, other=0.0),
-            tl.load(e + 2 * H + at, mask=ok, other=0.0), tl.load(e + 3 * H + at, mask=ok, other=0.0))
+    sE = T * 4 * H
+    return (tile_at(E - 4 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
+            tile_at(E - 3 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
+            tile_at(E - 2 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
+            tile_at(E - H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T))
 
 
 @triton.jit
 def _stored(Y, Z, GO, n, rows, rmask, cols, cmask, T, H):
     """What the backward of step n reads besides the weights and the input: (y_{n−1}, z_{n−1}, z_n, ∂L/∂y_{n−1}
     from the outputs), zero outside 1 ≤ n ≤ T (the output gradient outside 2 ≤ n ≤ T)."""
-    ok = rmask[:, None] & cmask[None, :] & (cols * 0 + n >= 1)[None, :] & (cols * 0 + n <= T)[None, :]
-    at = rows[:, None] * ((T + 1) * H) + cols[None, :]
-    return (tl.load(Y + (n - 1) * H + at, mask=ok, other=0.0), tl.load(Z + (n - 1) * H + at, mask=ok, other=0.0),
-            tl.load(Z + n * H + at, mask=ok, other=0.0),
-            tl.load(GO + (n - 2) * H + rows[:, None] * (T * H) + cols[None, :], mask=ok & (cols * 0 + n >= 2)[None, :],
-                    other=0.0))
+    sS = (T + 1) * H
+    return (tile_at(Y - H, n, H, sS, rows, rmask, cols, cmask, 1, T),
+            tile_at(Z - H, n, H, sS, rows, rmask, cols, cmask, 1, T),
+            tile_at(Z, n, H, sS, rows, rmask, cols, cmask, 1, T),
+            tile_at(GO - 2 * H, n, H, T * H, rows, rmask, cols, cmask, 2, T))
 
 
 @triton.jit
