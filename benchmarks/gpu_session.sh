@@ -5,11 +5,12 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   SIZES=128x1000x128,1024x1000x256 bash benchmarks/gpu_session.sh tests cells slowcells enso   # THERE (carry
-#                                                     #   .whl and benchmarks/results): what the 2026-11-26 lease
-#                                                     #   left unmeasured (every cell's stepwise schedule, the
-#                                                     #   liquid cells' new one included, ENSO with compile=True),
-#                                                     #   about 9 minutes
+#   bash benchmarks/gpu_session.sh tests cells slowcells   # THERE (carry .whl and benchmarks/results), then
+#   bash benchmarks/gpu_session.sh enso tf32              #   a second command: what the 2026-11-26 leases left
+#                                                     #   unmeasured (every cell's stepwise schedule, the liquid
+#                                                     #   cells' new kernels, the resident kernels' look-ahead
+#                                                     #   loads at (32, 1000, 16), UnICORNN's four-step loop,
+#                                                     #   ENSO with compile=True), about 8 + 4 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
