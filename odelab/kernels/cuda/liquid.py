@@ -84,6 +84,41 @@ def _elastance(w, shift, SYMMETRIC: tl.constexpr):
 
 
 @triton.jit
+def _update(h, f, u, w, el, shift, dt, MODE: tl.constexpr):
+    """h_n from h_{n−1} = h and the conductances (f, u; w for LRC): the step of the module docstring."""
+    if MODE == 0:
+        return (h + dt * (u * el)) / (1.0 + dt * f)
+    elif MODE == 1:
+        return (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
+    else:
+        eps, deps, dshift = _elastance(w, shift, MODE == 3)
+        return h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
+
+
+@triton.jit
+def _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE: tl.constexpr):
+    """The adjoint of :func:`_update` for λ_n = lam (hn = h_n): (∂L/∂f, ∂L/∂u, the e_l term, λ_{n−1}'s direct
+    part, ∂L/∂w, the shift term); the last two are zero but for LRC."""
+    if MODE == 0:
+        d = 1.0 + dt * f
+        return -lam * hn * dt / d, lam / d * dt * el, lam / d * dt * u, lam / d, lam * 0.0, lam * 0.0
+    elif MODE == 1:
+        sf = sigmoid(f)
+        tu = tanh(u)
+        d = 1.0 + dt * sf
+        return (-lam * hn * dt / d * sf * (1.0 - sf), lam / d * dt * el * (1.0 - tu * tu), lam / d * dt * tu,
+                lam / d, lam * 0.0, lam * 0.0)
+    else:
+        eps, deps, dshift = _elastance(w, shift, MODE == 3)
+        sf = sigmoid(f)
+        tu = tanh(u)
+        lk = lam * dt
+        leps = lk * (tu * el - sf * h)
+        return (-lk * eps * h * sf * (1.0 - sf), lk * eps * el * (1.0 - tu * tu), lk * eps * tu,
+                lam * (1.0 - dt * eps * sf), leps * deps, leps * dshift)
+
+
+@triton.jit
 def _gates(FIN, UIN, WIN, GS, AS, BS, KS, OH, S, n, rows, rmask, c0, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
            BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
     """Sub-step n's (f, u, w; w only for LRC) on the (rows, c0 + [0, BH)) tile from h_{n−1}, its per-sample
@@ -113,15 +148,9 @@ def _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rm
                                       L, PRECISION)
     sS = (T + 1) * H
     el = tl.load(EL + cols, mask=cols < H, other=0.0)[None, :]
+    shift = tl.load(KSH + cols, mask=cols < H, other=0.0)[None, :]
     h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-    if MODE == 0:
-        h = (h + dt * (u * el)) / (1.0 + dt * f)
-    elif MODE == 1:
-        h = (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
-    else:
-        shift = tl.load(KSH + cols, mask=cols < H, other=0.0)[None, :]
-        eps, deps, dshift = _elastance(w, shift, MODE == 3)
-        h = h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
+    h = _update(h, f, u, w, el, shift, dt, MODE)
     tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
 
 
@@ -140,37 +169,13 @@ def _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, G
     el = tl.load(EL + cols, mask=cols < H, other=0.0)[None, :]
     h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     hn = tl.load(S + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    shift = tl.load(KSH + cols, mask=cols < H, other=0.0)[None, :]
     lam = tl.load(LAM + cur * B * H + ij, mask=m, other=0.0)
-    a_el = tl.load(AE + ij, mask=m, other=0.0)
-    if MODE == 0:
-        d = 1.0 + dt * f
-        lf = -lam * hn * dt / d
-        lu = lam / d * dt * el
-        a_el += lam / d * dt * u
-        part = lam / d
-    elif MODE == 1:
-        sf = sigmoid(f)
-        tu = tanh(u)
-        d = 1.0 + dt * sf
-        lf = -lam * hn * dt / d * sf * (1.0 - sf)
-        lu = lam / d * dt * el * (1.0 - tu * tu)
-        a_el += lam / d * dt * tu
-        part = lam / d
-    else:
-        shift = tl.load(KSH + cols, mask=cols < H, other=0.0)[None, :]
-        eps, deps, dshift = _elastance(w, shift, MODE == 3)
-        sf = sigmoid(f)
-        tu = tanh(u)
-        lk = lam * dt
-        leps = lk * (tu * el - sf * h)
-        lu = lk * eps * el * (1.0 - tu * tu)
-        lf = -lk * eps * h * sf * (1.0 - sf)
-        a_el += lk * eps * tu
-        part = lam * (1.0 - dt * eps * sf)
-        tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], leps * deps, mask=m)
-        a_sh = tl.load(AE + B * H + ij, mask=m, other=0.0)
-        tl.store(AE + B * H + ij, a_sh + leps * dshift, mask=m)
-    tl.store(AE + ij, a_el, mask=m)
+    lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
+    if MODE >= 2:
+        tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], gw, mask=m)
+        tl.store(AE + B * H + ij, tl.load(AE + B * H + ij, mask=m, other=0.0) + d_shift, mask=m)
+    tl.store(AE + ij, tl.load(AE + ij, mask=m, other=0.0) + d_el, mask=m)
     tl.store(FU + ij, lf, mask=m)
     tl.store(FU + B * H + ij, lu, mask=m)
     tl.store(GF + io, tl.load(GF + io, mask=m, other=0.0) + lf, mask=m)
@@ -310,13 +315,10 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
             o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
             f = fin + tl.sum(o * g[None, :, :], axis=1)
             u = uin + tl.sum(o * k[None, :, :], axis=1)
-            if MODE == 0:
-                h = (h + dt * (u * el)) / (1.0 + dt * f)
-            elif MODE == 1:
-                h = (h + dt * (tanh(u) * el)) / (1.0 + dt * sigmoid(f))
-            else:
-                eps, deps, dshift = _elastance(dot(h, oh, win, PRECISION), shift, MODE == 3)
-                h = h + dt * (eps * tanh(u) * el - eps * sigmoid(f) * h)
+            w = f * 0.0
+            if MODE >= 2:
+                w = dot(h, oh, win, PRECISION)
+            h = _update(h, f, u, w, el, shift, dt, MODE)
             tl.store(S + (sample * L + q + 1) * H + rows[:, None] * sS + cols[None, :], h, mask=m)
 
 
@@ -364,33 +366,15 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
             o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
             f = fin + tl.sum(o * g[None, :, :], axis=1)
             u = uin + tl.sum(o * k[None, :, :], axis=1)
-            if MODE == 0:
-                d = 1.0 + dt * f
-                lf = -lam * hn * dt / d
-                lu = lam / d * dt * el
-                a_el += lam / d * dt * u
-                part = lam / d
-            elif MODE == 1:
-                sf = sigmoid(f)
-                tu = tanh(u)
-                d = 1.0 + dt * sf
-                lf = -lam * hn * dt / d * sf * (1.0 - sf)
-                lu = lam / d * dt * el * (1.0 - tu * tu)
-                a_el += lam / d * dt * tu
-                part = lam / d
-            else:
-                eps, deps, dshift = _elastance(dot(h, oh, win, PRECISION), shift, MODE == 3)
-                sf = sigmoid(f)
-                tu = tanh(u)
-                lk = lam * dt
-                leps = lk * (tu * el - sf * h)
-                lu = lk * eps * el * (1.0 - tu * tu)
-                lf = -lk * eps * h * sf * (1.0 - sf)
-                a_el += lk * eps * tu
-                a_sh += leps * dshift
-                gw = leps * deps
+            w = f * 0.0
+            if MODE >= 2:
+                w = dot(h, oh, win, PRECISION)
+            lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
+            a_el += d_el
+            if MODE >= 2:
+                a_sh += d_shift
                 tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], gw, mask=m)
-                part = dot(gw, oht, lam * (1.0 - dt * eps * sf), PRECISION)
+                part = dot(gw, oht, part, PRECISION)
             gf += lf
             gu += lu
             ds = (lf[:, None, :] * g[None, :, :] + lu[:, None, :] * k[None, :, :]) * o * (1.0 - o)
