@@ -30,7 +30,8 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
-    address, available, block_sizes, dot, dot_precision, mv, sigmoid, step_launches, tanh, use_stepwise, warps)
+    address, available, block_sizes, dot, dot_precision, mv, sigmoid, step_launches, tanh, tile_at, use_stepwise,
+    warps)
 from .stepwise import launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
@@ -287,6 +288,29 @@ def _synapses(GS, AS, BS, KS, H, BH: tl.constexpr):
 
 
 @triton.jit
+def _sample_inputs(FIN, UIN, WIN, sample, rows, rmask, cols, cmask, N, H, MODE: tl.constexpr):
+    """Sample ``sample``'s (f_in, u_in, w_in) tiles of the (B, N, H) inputs (w_in: LRC only), zero outside
+    0 ≤ sample < N."""
+    fin = tile_at(FIN, sample, H, N * H, rows, rmask, cols, cmask, 0, N - 1)
+    win = fin * 0.0
+    if MODE >= 2:
+        win = tile_at(WIN, sample, H, N * H, rows, rmask, cols, cmask, 0, N - 1)
+    return fin, tile_at(UIN, sample, H, N * H, rows, rmask, cols, cmask, 0, N - 1), win
+
+
+@triton.jit
+def _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE: tl.constexpr, PRECISION: tl.constexpr):
+    """A sub-step's openings o (BB, BH, BH) [batch, j, i] and (f, u, w) from h in registers (w: LRC only)."""
+    o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
+    f = fin + tl.sum(o * g[None, :, :], axis=1)
+    u = uin + tl.sum(o * k[None, :, :], axis=1)
+    w = f * 0.0
+    if MODE >= 2:
+        w = dot(h, oh, win, PRECISION)
+    return o, f, u, w
+
+
+@triton.jit
 def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H, MODE: tl.constexpr,
                       BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: the synapses, O_h and the state in registers for all T sub-steps; a sample's input
@@ -298,28 +322,22 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
     m = rmask[:, None] & cmask[None, :]
     dt = tl.load(C)
     sS = (T + 1) * H
-    sI = (T // L) * H
     g, a, b, k = _synapses(GS, AS, BS, KS, H, BH)
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
+    oh = g * 0.0
     if MODE >= 2:
         oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)
     h = tl.load(S + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    fin, uin, win = _sample_inputs(FIN, UIN, WIN, 0, rows, rmask, cols, cmask, T // L, H, MODE)
     for sample in range(0, T // L):
-        io = rows[:, None] * sI + sample * H + cols[None, :]
-        fin = tl.load(FIN + io, mask=m, other=0.0)
-        uin = tl.load(UIN + io, mask=m, other=0.0)
-        if MODE >= 2:
-            win = tl.load(WIN + io, mask=m, other=0.0)
+        # the next sample's input conductances, loaded while this one's L sub-steps compute
+        f_next, u_next, w_next = _sample_inputs(FIN, UIN, WIN, sample + 1, rows, rmask, cols, cmask, T // L, H, MODE)
         for q in range(0, L):
-            o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
-            f = fin + tl.sum(o * g[None, :, :], axis=1)
-            u = uin + tl.sum(o * k[None, :, :], axis=1)
-            w = f * 0.0
-            if MODE >= 2:
-                w = dot(h, oh, win, PRECISION)
+            o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE, PRECISION)
             h = _update(h, f, u, w, el, shift, dt, MODE)
             tl.store(S + (sample * L + q + 1) * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        fin, uin, win = f_next, u_next, w_next
 
 
 @triton.jit
@@ -339,6 +357,8 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     g, a, b, k = _synapses(GS, AS, BS, KS, H, BH)
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
+    oh = g * 0.0
+    oht = g * 0.0
     if MODE >= 2:
         wm = cmask[:, None] & cmask[None, :]
         oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=wm, other=0.0)
@@ -350,25 +370,20 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     d_b = tl.zeros((BH, BH), dtype=lam.dtype)
     a_el = tl.zeros((BB, BH), dtype=lam.dtype)
     a_sh = tl.zeros((BB, BH), dtype=lam.dtype)
+    # h_{n−1} and h_n of sub-step n, and the inputs of its sample, each loaded one sub-step or sample ahead
+    h = tile_at(S - H, T, H, sS, rows, rmask, cols, cmask, 1, T + 1)
+    hn = tile_at(S, T, H, sS, rows, rmask, cols, cmask, 0, T)
+    fin, uin, win = _sample_inputs(FIN, UIN, WIN, T // L - 1, rows, rmask, cols, cmask, T // L, H, MODE)
     for back in range(0, T // L):
         sample = T // L - 1 - back
         io = rows[:, None] * sI + sample * H + cols[None, :]
-        fin = tl.load(FIN + io, mask=m, other=0.0)
-        uin = tl.load(UIN + io, mask=m, other=0.0)
-        if MODE >= 2:
-            win = tl.load(WIN + io, mask=m, other=0.0)
+        f_next, u_next, w_next = _sample_inputs(FIN, UIN, WIN, sample - 1, rows, rmask, cols, cmask, T // L, H, MODE)
         gf = tl.zeros((BB, BH), dtype=lam.dtype)
         gu = tl.zeros((BB, BH), dtype=lam.dtype)
         for q in range(0, L):
             n = sample * L + L - q
-            h = tl.load(S + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            hn = tl.load(S + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
-            f = fin + tl.sum(o * g[None, :, :], axis=1)
-            u = uin + tl.sum(o * k[None, :, :], axis=1)
-            w = f * 0.0
-            if MODE >= 2:
-                w = dot(h, oh, win, PRECISION)
+            h_next = tile_at(S - 2 * H, n, H, sS, rows, rmask, cols, cmask, 2, T + 1)  # h_{n−2}
+            o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE, PRECISION)
             lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
             a_el += d_el
             if MODE >= 2:
@@ -386,8 +401,10 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
             out = (n - 1) // L - 1  # h_{n−1} is output `out` where n − 1 is a positive multiple of L
             is_out = (cols * 0 + (n - 1) % L == 0) & (cols * 0 + out >= 0)
             lam += tl.load(GO + out * H + rows[:, None] * sI + cols[None, :], mask=m & is_out[None, :], other=0.0)
+            h, hn = h_next, h
         tl.store(GF + io, gf, mask=m)
         tl.store(GU + io, gu, mask=m)
+        fin, uin, win = f_next, u_next, w_next
     tl.store(LAM + rows[:, None] * H + cols[None, :], lam, mask=m)
     tl.store(AE + rows[:, None] * H + cols[None, :], a_el, mask=m)
     tl.store(AE + B * H + rows[:, None] * H + cols[None, :], a_sh, mask=m)
