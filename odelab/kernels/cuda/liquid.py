@@ -53,19 +53,22 @@ def block_j(block_h: int) -> int:
 
 
 @triton.jit
+def _synapses(GS, AS, BS, KS, js, cols, H):
+    """The hidden synapses' (g, a, b, k) [j, i] for presynaptic rows js and neurons cols, zero beyond H."""
+    pm = (js < H)[:, None] & (cols < H)[None, :]
+    off = js[:, None] * H + cols[None, :]
+    return (tl.load(GS + off, mask=pm, other=0.0), tl.load(AS + off, mask=pm, other=0.0),
+            tl.load(BS + off, mask=pm, other=0.0), tl.load(KS + off, mask=pm, other=0.0))
+
+
+@triton.jit
 def _conductances(f, u, hp, sS, rows, rmask, cols, GS, AS, BS, KS, H, BJ: tl.constexpr):
     """(f, u) + the hidden synapses' Σ_{j<H} (g_ji, k_ji) σ(a_ji h_j + b_ji) of a (BB, BH) tile (h at hp)."""
-    cmask = cols < H
     for j0 in range(0, H, BJ):
         js = j0 + tl.arange(0, BJ)
         jmask = js < H
         hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & jmask[None, :], other=0.0)
-        pm = jmask[:, None] & cmask[None, :]
-        off = js[:, None] * H + cols[None, :]
-        a = tl.load(AS + off, mask=pm, other=0.0)
-        b = tl.load(BS + off, mask=pm, other=0.0)
-        g = tl.load(GS + off, mask=pm, other=0.0)
-        k = tl.load(KS + off, mask=pm, other=0.0)
+        g, a, b, k = _synapses(GS, AS, BS, KS, js, cols, H)
         o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
         f += tl.sum(o * g[None, :, :], axis=1)
         u += tl.sum(o * k[None, :, :], axis=1)
@@ -211,10 +214,7 @@ def _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows,
             lu = tl.load(FU + B * H + ij, mask=m, other=0.0)
             pm = jmask[:, None] & cmask[None, :]
             off = js[:, None] * H + cols[None, :]
-            a = tl.load(AS + off, mask=pm, other=0.0)
-            b = tl.load(BS + off, mask=pm, other=0.0)
-            g = tl.load(GS + off, mask=pm, other=0.0)
-            k = tl.load(KS + off, mask=pm, other=0.0)
+            g, a, b, k = _synapses(GS, AS, BS, KS, js, cols, H)
             o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
             ds = (lf[:, None, :] * g[None, :, :] + lu[:, None, :] * k[None, :, :]) * o * (1.0 - o)
             ly += tl.sum(ds * a[None, :, :], axis=2)
@@ -278,16 +278,6 @@ def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, 
 
 
 @triton.jit
-def _synapses(GS, AS, BS, KS, H, BH: tl.constexpr):
-    """The hidden synapses' g, a, b, k as zero-padded (BH, BH) register tiles [j, i]."""
-    js = tl.arange(0, BH)
-    pm = (js < H)[:, None] & (js < H)[None, :]
-    off = js[:, None] * H + js[None, :]
-    return (tl.load(GS + off, mask=pm, other=0.0), tl.load(AS + off, mask=pm, other=0.0),
-            tl.load(BS + off, mask=pm, other=0.0), tl.load(KS + off, mask=pm, other=0.0))
-
-
-@triton.jit
 def _sample_inputs(FIN, UIN, WIN, sample, rows, rmask, cols, cmask, N, H, MODE: tl.constexpr):
     """Sample ``sample``'s (f_in, u_in, w_in) tiles of the (B, N, H) inputs (w_in: LRC only), zero outside
     0 ≤ sample < N."""
@@ -322,7 +312,7 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
     m = rmask[:, None] & cmask[None, :]
     dt = tl.load(C)
     sS = (T + 1) * H
-    g, a, b, k = _synapses(GS, AS, BS, KS, H, BH)
+    g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
     oh = g * 0.0
@@ -354,7 +344,7 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     dt = tl.load(C)
     sS = (T + 1) * H
     sI = (T // L) * H
-    g, a, b, k = _synapses(GS, AS, BS, KS, H, BH)
+    g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
     oh = g * 0.0
