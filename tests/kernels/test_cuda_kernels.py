@@ -358,8 +358,9 @@ STEPWISE_SIZES = [(1, 1, 1), (3, 3, 17), (17, 4, 33)]  # 2 batch blocks × 3 col
 # the presets whose kernels have the stepwise schedule here (GRU-ODE and the delay GRUs, with their edge cases:
 # tests/kernels/test_stepwise_*.py)
 WITH_STEPWISE = ["lem", "cornn-learned-coefficients", "cornn-implicit-learned-coefficients", "oscillator",  # coRNN with
-                 "ltc", "stc", "lrcu-a", "lrcu-s"]  # learned γ, ε: every path of the fixed-coefficient kernels and
-# the γ, ε sums besides; LTC and STC with 2 sub-steps per sample
+                 "ltc", "lrcu-s"]  # learned γ, ε: every path of the fixed-coefficient kernels and the γ, ε sums
+# besides; LTC with 2 sub-steps per sample and LRCU-S: both families of the liquid kernels (STC's and LRCU-A's update
+# is the same helper in every schedule, tested through the one-launch kernels)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
