@@ -1,7 +1,7 @@
 # odelab developer Makefile.
 #
 #   make venv    create/reuse .venv and install odelab (+ test extra)
-#   make test    run the test suite (slow tests deselected; see pyproject.toml)
+#   make test    run the test suite, one worker per logical core up to TEST_WORKERS=4 (slow tests deselected; see pyproject.toml)
 #   make test-long   the same with the long hypothesis profile (1000 examples per property)
 #   make demo    fit FitzHugh-Nagumo with LEM, results in runs/demo
 #   make bench   run every benchmark in benchmarks/ (installs the bench extra; ~10 min, JSON in benchmarks/results/)
@@ -61,13 +61,16 @@ $(BENCH_STAMP): $(STAMP)
 	@$(PIP) install -q -e '.[test,bench]'
 	@touch $@
 
+# One pytest worker per core (each test runs one torch thread; see tests/conftest.py), at most TEST_WORKERS.
+TEST_WORKERS ?= 4
+
 test: venv
 	@$(PY) -c 'import platform, torch; print(f"Python {platform.python_version()}, torch {torch.__version__}")'
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n logical --maxprocesses=$(TEST_WORKERS)
 
 test-long: venv
 	@$(PY) -c 'import platform, torch; print(f"Python {platform.python_version()}, torch {torch.__version__}")'
-	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q
+	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q -n logical --maxprocesses=$(TEST_WORKERS)
 
 demo: venv
 	$(VENV)/bin/odelab fit fhn --model lem --threads 1 --out runs/demo

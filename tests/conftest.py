@@ -38,8 +38,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """The tests use small tensors: one intra-op thread avoids oversubscribing the cores (tests that spawn
-    processes run beside each other), and keeps timings stable on a shared 2-core machine."""
+    """The tests use small tensors: one intra-op thread per test process avoids oversubscribing the cores
+    (`make test` runs one pytest-xdist worker per core; tests that spawn processes run beside them)."""
     import torch
 
     torch.set_num_threads(1)
