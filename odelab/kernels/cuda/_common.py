@@ -132,6 +132,23 @@ def mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, w_stride, n0, K, N,
 
 
 @triton.jit
+def batch_rows(B, BB: tl.constexpr):
+    """This program's BB batch rows (axis 0 of the grid) as 64-bit offsets (B·T·H may pass 2³¹), and their mask."""
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    return rows, rows < B
+
+
+@triton.jit
+def resident_block(B, H, BB: tl.constexpr, BH: tl.constexpr):
+    """A register-resident kernel's (BB, BH) block: its batch rows and hidden columns, their masks and the
+    block's mask."""
+    rows, rmask = batch_rows(B, BB)
+    cols = tl.arange(0, BH)
+    cmask = cols < H
+    return rows, rmask, cols, cmask, rmask[:, None] & cmask[None, :]
+
+
+@triton.jit
 def tile(ptr, stride, rows, rmask, cols, cmask):
     """A (BB, BH) block of a row-major array (row stride ``stride``), zero outside the masks."""
     return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0)

@@ -20,8 +20,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
-    tile_at, use_stepwise, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
+    step_launches, tanh, tile, tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -153,9 +153,7 @@ def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
              PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
@@ -175,9 +173,7 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
     """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong: step n reads
     L[n % 2] and writes L[(n − 1) % 2]; LD (B, T+1, H) the delayed-read adjoints, zero-initialised; ED = the
     encoding block of the delayed pre-activation."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
@@ -197,9 +193,9 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
 def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
     """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), E, WH, W2, S and
     (Δt, α, β) from the address table (entries 0–4 = [E, WH, W2, C, S] in both step kernels)."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rows, rmask = batch_rows(B, BB)
     C = address(TABLE, 3, REF)
-    return (rows, rows < B, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 1, REF),
+    return (rows, rmask, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 1, REF),
             address(TABLE, 2, REF), address(TABLE, 4, REF), tl.load(C), tl.load(C + 1), tl.load(C + 2))
 
 
@@ -324,12 +320,7 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
                       BH: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: weights and h in registers; the delayed state read back from the state buffer (a barrier
     per step makes the other threads' stores visible)."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
@@ -360,12 +351,7 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
                        HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: weights and the adjoint in registers; L (B, H): final-state adjoint in, initial out; LD as in
     :func:`_backward` (global: written at step n for the state n − 1 − m, read m steps later)."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)

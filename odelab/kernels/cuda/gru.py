@@ -17,8 +17,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
-    tile_at, use_stepwise, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
+    step_launches, tanh, tile, tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -144,9 +144,7 @@ def _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER
 def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
              PRECISION: tl.constexpr):
     """S (B, T+1, H) states; R (B, H) scratch for ρ = σ(r) ⊙ h (reset before the matmul)."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
         if not RESET_AFTER:
@@ -163,9 +161,7 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
               BH: tl.constexpr, PRECISION: tl.constexpr):
     """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); the adjoint λ
     ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
@@ -190,8 +186,8 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
 def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
     """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), and E, WH, BHU, Δt,
     S from the address table (entries 0–4 in both step kernels)."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    return (rows, rows < B, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 1, REF),
+    rows, rmask = batch_rows(B, BB)
+    return (rows, rmask, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 1, REF),
             address(TABLE, 2, REF), tl.load(address(TABLE, 3, REF)), address(TABLE, 4, REF))
 
 
@@ -237,12 +233,7 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.
 @triton.jit
 def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 3 * H
     sS = (T + 1) * H
@@ -274,12 +265,7 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
                        PRECISION: tl.constexpr):
     """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
     initial-state adjoint out."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 3 * H
     sG = T * 4 * H

@@ -16,8 +16,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, sigmoid, step_launches, tanh, tile,
-    tile_at, use_stepwise, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
+    step_launches, tanh, tile, tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -134,9 +134,7 @@ def _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB: tl.co
 
 @triton.jit
 def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
         for c0 in range(0, H, BH):  # z_n from (z_{n−1}, y_{n−1})
@@ -151,9 +149,7 @@ def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.cons
 def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr):
     """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
@@ -172,8 +168,8 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.conste
 def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
     """This program's batch rows (axis 0 of the grid), their mask, its first column (axis 1), and E, Z, Y from
     the address table (entries 0, 4, 5 in both step kernels)."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    return (rows, rows < B, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 4, REF),
+    rows, rmask = batch_rows(B, BB)
+    return (rows, rmask, tl.program_id(1) * BH, address(TABLE, 0, REF), address(TABLE, 4, REF),
             address(TABLE, 5, REF))
 
 
@@ -236,12 +232,7 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
                           PRECISION: tl.constexpr):
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
     barrier, no re-read); each step writes z_n, y_n, its encoded input loaded one step ahead."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     _, w1t = weights(W1Z, H, H, BH)
@@ -272,12 +263,7 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
                            PRECISION: tl.constexpr):
     """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
     the adjoints of the final state on entry and those of the initial state on exit."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 4 * H
     w1, w1t = weights(W1Z, H, H, BH)

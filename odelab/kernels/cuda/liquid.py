@@ -30,8 +30,8 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
-    address, available, block_sizes, dot, dot_precision, mv, sigmoid, step_launches, tanh, tile_at, use_stepwise,
-    warps)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident_block, sigmoid, step_launches,
+    tanh, tile_at, use_stepwise, warps)
 from .stepwise import launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
@@ -245,8 +245,7 @@ def _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows,
 def _forward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
              BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
     """All T sub-steps of a 16-row batch block in one program."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
         for c0 in range(0, H, BH):
@@ -262,8 +261,7 @@ def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, 
     """GF, GU (B, T // L, H): ∂L/∂f_in, ∂L/∂u_in per sample; GW (B, T, H) ∂L/∂w per sub-step (LRC); LAM (2, B, H)
     the adjoints; FU (2, B, H) ∂L/∂f, ∂L/∂u of the current sub-step; AE (2, B, H) per-element sums for e_l and
     the shift; ACC (batch blocks, 4, H, H) the per-block sums for g, k, a, b."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
@@ -305,11 +303,7 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
                       BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: the synapses, O_h and the state in registers for all T sub-steps; a sample's input
     conductances loaded once for its L sub-steps."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
@@ -336,11 +330,7 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
                        PRECISION: tl.constexpr):
     """hidden ≤ BH: as :func:`_backward` with the synapses, O_h, the adjoint and every parameter sum in registers;
     LAM (B, H): the final-state adjoint in, the initial-state adjoint out (FU unused)."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     sI = (T // L) * H
@@ -422,8 +412,8 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.
           MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr):
     """Sub-step n on one (batch block, column tile) program."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, dt, S = _tensors(TABLE, REF)
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rows < B, tl.program_id(1) * BH, T, H,
+    rows, rmask = batch_rows(B, BB)
+    _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rmask, tl.program_id(1) * BH, T, H,
                   MODE, BJ, BH, L, PRECISION)
 
 
@@ -433,15 +423,15 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr
     """Phase PHASE of the backward of sub-step n (0: the gates of a tile of neurons, 1: the synapses of a tile of
     presynaptic neurons) on one program."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, dt, S = _tensors(TABLE, REF)
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rows, rmask = batch_rows(B, BB)
     GW, LAM, FU = address(TABLE, 15, REF), address(TABLE, 16, REF), address(TABLE, 17, REF)
     if PHASE == 0:
         _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, address(TABLE, 13, REF),
-                            address(TABLE, 14, REF), GW, LAM, FU, address(TABLE, 18, REF), dt, n, rows, rows < B,
+                            address(TABLE, 14, REF), GW, LAM, FU, address(TABLE, 18, REF), dt, n, rows, rmask,
                             tl.program_id(1) * BH, B, T, H, MODE, BJ, BH, L, PRECISION)
     else:
         _backward_synapse_tile(GS, AS, BS, KS, OH, S, address(TABLE, 12, REF), GW, LAM, FU, address(TABLE, 19, REF),
-                               n, rows, rows < B, tl.program_id(1) * BH, B, T, H, MODE, BB, BJ, BH, L, PRECISION)
+                               n, rows, rmask, tl.program_id(1) * BH, B, T, H, MODE, BB, BJ, BH, L, PRECISION)
 
 
 class LiquidSequence(torch.autograd.Function):

@@ -21,8 +21,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ._common import (  # noqa: F401
-    address, available, block_sizes, dot, dot_precision, mv, resident, step_launches, tanh, tile, tile_at,
-    use_stepwise, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, step_launches,
+    tanh, tile, tile_at, use_stepwise, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -142,9 +142,9 @@ def _backward_adjoint_tile(WR, G, GO, LZ, LY, n, c0, rows, rmask, B, T, H, MODE:
 
 @triton.jit
 def _program(C, B, BB: tl.constexpr):
-    """This program's batch rows (64-bit offsets: B·T·H may pass 2³¹), their mask, and (Δt, γ, ε) from C."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    return rows, rows < B, tl.load(C), tl.load(C + 1), tl.load(C + 2)
+    """This program's batch rows, their mask, and (Δt, γ, ε) from C."""
+    rows, rmask = batch_rows(B, BB)
+    return rows, rmask, tl.load(C), tl.load(C + 1), tl.load(C + 2)
 
 
 @triton.jit
@@ -177,10 +177,10 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: t
           PRECISION: tl.constexpr):
     """The stepwise schedule (stepwise.py): step n on one (batch block, column tile) program (one phase);
     TABLE = the addresses of [E, W_rec, C, Z, Y]."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    rows, rmask = batch_rows(B, BB)
     C = address(TABLE, 2, REF)
     _forward_tile(address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 3, REF), address(TABLE, 4, REF),
-                  tl.load(C), tl.load(C + 1), tl.load(C + 2), n, tl.program_id(1) * BH, rows, rows < B, T, H, MODE,
+                  tl.load(C), tl.load(C + 1), tl.load(C + 2), n, tl.program_id(1) * BH, rows, rmask, T, H, MODE,
                   BH, PRECISION)
 
 
@@ -189,8 +189,7 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
                    BH: tl.constexpr, PRECISION: tl.constexpr):
     """Phase PHASE of step n's backward (0: g_a and λ's direct parts, 1: the products through a_n) on one
     program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC]."""
-    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
-    rmask = rows < B
+    rows, rmask = batch_rows(B, BB)
     c0 = tl.program_id(1) * BH
     WR = address(TABLE, 1, REF)
     G = address(TABLE, 6, REF)
@@ -210,12 +209,7 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
 def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                       PRECISION: tl.constexpr):
     """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     gamma = tl.load(C + 1)
     eps = tl.load(C + 2)
@@ -246,12 +240,7 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
                        BH: tl.constexpr, PRECISION: tl.constexpr):
     """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
     initial-state adjoints out; AC (2, B, H) the γ, ε sums out."""
-    pid = tl.program_id(0)
-    rows = (pid * BB + tl.arange(0, BB)).to(tl.int64)  # 64-bit offsets: B·T·H may pass 2³¹
-    rmask = rows < B
-    cols = tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
+    rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     gamma = tl.load(C + 1)
     eps = tl.load(C + 2)
