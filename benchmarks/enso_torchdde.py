@@ -3,8 +3,9 @@ odelab's fixed-step DDE rk4 against torchdde's RK4 in the same run, the τ-GRU p
 trajectories, T0 ~ U(0, 1) as a constant history, [0, 400], dt = 0.1, 4001 output times).
 
 odelab runs eagerly (its fixed-step engine: the stage sums in C++, :mod:`odelab.solvers.fused_fixed`), the same
-loop with the sums as torch ops ("torch path", the same bits), and with ``compile=True``; and adaptively (dopri5,
-``--rtol``/``--atol``) with the fused CPU loop and with the torch loop.
+loop with the sums as torch ops ("torch path", the same bits), with ``compile=True`` and, on CUDA, with
+``cuda_graph=True`` (the whole solve replayed as one CUDA graph); and adaptively (dopri5, ``--rtol``/``--atol``)
+with the fused CPU loop and with the torch loop.
 
 Accuracy: both against an independent reference, scipy DOP853 (rtol 1e-12) by the method of steps on
 [kδ, (k+1)δ] with the previous interval's dense output as the delayed term; odelab rk4 at dt/16 is
@@ -131,6 +132,11 @@ def main() -> None:
 
     run_compiled = lambda: run_odelab(compile=True)
 
+    def run_graphed():
+        """rk4 with cuda_graph=True: the whole solve replayed as one CUDA graph (captured at the second call)."""
+        with torch.no_grad():
+            return odelab.solve(system, T0, ts, method="rk4", dt=args.dt, cuda_graph=True).y
+
     def run_adaptive():
         with torch.no_grad():
             return odelab.solve(system, T0, ts, method="dopri5", rtol=args.rtol, atol=args.atol).y
@@ -161,12 +167,19 @@ def main() -> None:
     if not args.no_compile:
         (compile_seconds,), _, _ = timed(run_compiled, 1)  # first call: torch.compile of a block of _BLOCK steps
         print(f"compile=True, first call (compilation included): {compile_seconds:.1f} s", flush=True)
+    graph_first_seconds = None
+    if device.type == "cuda":
+        first, _, _ = timed(run_graphed, 2)  # the eager first call, then the capture (and its replay)
+        graph_first_seconds = sum(first)
+        print(f"cuda_graph=True, first two calls (eager, capture): {first[0]:.2f} s, {first[1]:.2f} s", flush=True)
     # the odelab variants in rounds (one call of each per round, so that a drifting load hits them alike), before
     # and after torchdde
     variants = {"odelab": run_odelab, "torch path": run_torch_path, "dopri5": run_adaptive,
                 "dopri5 torch loop": run_adaptive_torch_loop}
     if not args.no_compile:
         variants["compiled"] = run_compiled
+    if graph_first_seconds is not None:
+        variants["cuda graph"] = run_graphed
     walls, cpus, results = {name: [] for name in variants}, {name: [] for name in variants}, {}
 
     def rounds(count: int) -> None:
@@ -268,9 +281,20 @@ def main() -> None:
         result["speedup_odelab_compiled_vs_torchdde_cpu_time"] = torchdde_cpu_median / compiled_cpu_median
         result["targets"]["compiled_speedup_ge_300"] = torchdde_median / compiled_median >= 300
 
+    if graph_first_seconds is not None:
+        graph_median = statistics.median(walls["cuda graph"])
+        result["odelab cuda graph"] = {
+            "method": "rk4, cuda_graph=True (the whole solve replayed as one CUDA graph)",
+            "first_two_calls_seconds": graph_first_seconds, "seconds": walls["cuda graph"],
+            "median_seconds": graph_median, "cpu_seconds": cpus["cuda graph"],
+            "median_cpu_seconds": statistics.median(cpus["cuda graph"]),
+            **errors(results["cuda graph"][:, :, 0].cpu().numpy())}
+        result["speedup_odelab_cuda_graph_vs_torchdde"] = torchdde_median / graph_median
+        result["targets"]["cuda_graph_under_1_s"] = graph_median < 1.0
+
     print()
     print(f"{'solver':<24} {'median s':>8} {'median cpu s':>13} {'max err [0,T]':>14} {'max err kept':>14}")
-    for name in ("odelab", "odelab torch path", "odelab compiled", "odelab dopri5", "odelab dopri5 torch loop",
+    for name in ("odelab", "odelab torch path", "odelab compiled", "odelab cuda graph", "odelab dopri5", "odelab dopri5 torch loop",
                  "torchdde"):
         if name not in result:
             continue

@@ -4,13 +4,16 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+import torch
 from torch import Tensor
 
 from ..systems.base import System
 from .adaptive import ADAPTIVE_METHODS
 from .adjoint import solve_with_adjoint
+from .cuda_graph import replayed
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
+from .fused_step import trainable
 from .inputs import InputPath
 from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
@@ -74,6 +77,9 @@ def solve(
     ``compile=True`` hands the loop's arithmetic to torch.compile (the first call compiles, tens of seconds; later
     calls of any batch size, grid and tolerance reuse it): the adaptive methods' step (ODEs without inputs), and
     blocks of fixed-step explicit RK steps on delay systems with fixed delays; same steps, values to round-off.
+    ``cuda_graph=True`` replays CUDA work as graphs: the adaptive loop's chunks of attempts, and whole fixed-step
+    solves without an input that record no gradient (captured at a configuration's second call, replayed with the
+    new y0 from its third: see :mod:`odelab.solvers.cuda_graph`).
 
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
@@ -82,6 +88,7 @@ def solve(
         return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
                                   interpolation=interpolation, dt=dt, history=history, tstops=tstops,
                                   jump_times=jump_times, throw=throw, **options)
+    given = system  # a plain callable is wrapped anew by every call: a captured solve is keyed by what was given
     problem = prepare(system, y0, t, u, u_times, interpolation, tstops, jump_times)
     system, state, t_tensor, times, path = problem.system, problem.state, problem.t_tensor, problem.times, problem.path
     stops, jumps, backwards = problem.stops, problem.jumps, problem.backwards
@@ -95,8 +102,10 @@ def solve(
         scheme = resolve_scheme(method)
         segments = options.pop("checkpoint_segments", None)
         compile = options.pop("compile", False)
-        if not isinstance(compile, bool):
-            raise TypeError(f"compile: expected True or False, got {type(compile).__name__}")
+        cuda_graph = options.pop("cuda_graph", False)
+        for name, value in (("compile", compile), ("cuda_graph", cuda_graph)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}: expected True or False, got {type(value).__name__}")
         if compile and not system.is_delay:
             raise ValueError("compile: fixed-step solves compile delay systems (the adaptive methods compile ODEs)")
         if options:
@@ -111,12 +120,28 @@ def solve(
         if system.is_delay:
             if segments is not None:
                 raise ValueError("checkpoint_segments: not supported for delay systems")
-            solution = solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history,
-                                         stops, jumps, compile)
+        elif history is not None:
+            raise ValueError(f"history: {type(system).__name__} declares no delays")
+
+        def drive(state):
+            if system.is_delay:
+                return solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history, stops,
+                                         jumps, compile)
+            return solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments, stops, jumps)
+
+        if cuda_graph:
+            if path is not None:
+                raise ValueError("cuda_graph: fixed-step solves with an input u are not captured (the adaptive "
+                                 "methods' chunks are)")
+            if torch.is_grad_enabled() and (any(x.requires_grad for x in state) or trainable(system)):
+                raise ValueError("cuda_graph: a captured solve records no gradient; run it under torch.no_grad() "
+                                 "or with y0 and the system's parameters not requiring grad")
+            config = (id(given), method if isinstance(method, str) else id(method), float(dt), tuple(times),
+                      tuple(stops), tuple(jumps), id(history), compile)
+            with torch.no_grad():
+                solution = replayed(drive, state, t_tensor, config, keep=(given, method, history))
         else:
-            if history is not None:
-                raise ValueError(f"history: {type(system).__name__} declares no delays")
-            solution = solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments, stops, jumps)
+            solution = drive(state)
     if backwards:
         if "t_final" in solution.stats:
             solution.stats["t_final"] = -solution.stats["t_final"]

@@ -37,6 +37,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .cache import keep_triton_code
+from .cuda_graph import capture as _capture, capturing as _capturing, warm_up as _warm_up
 from .fused_step import RingHistory, records_gradient
 from .solution import Status
 from .tableau import horner
@@ -316,31 +317,6 @@ def _launch(kernel, grid: tuple, *args, **meta) -> None:
         warnings.warn(f"odelab: the Triton kernels of the adaptive loop failed ({_FAILURE[:300]}); the torch loop "
                       "takes this and every later solve", RuntimeWarning, stacklevel=3)
         raise KernelFailure(_FAILURE) from err
-
-
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
-def _capture(run: Callable[[], None]):
-    """A CUDA graph of ``run()``'s work (recorded, not executed: ``replay()`` runs it)."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA calls stay legal
-        run()
-    return graph
-
-
-def _warm_up(run: Callable[[], None]) -> None:
-    """``run()`` before its capture, on a side stream on CUDA (as torch's graph capture asks: libraries set up their
-    per-stream state, e.g. cuBLAS workspaces, outside the capture)."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        run()
-        return
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-    torch.cuda.current_stream().wait_stream(side)
 
 
 _GRAPH_FAILURE: str | None = None  # why a capture failed in this process (then chunks run eagerly)
