@@ -206,6 +206,19 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
 
 
 @triton.jit
+def _resident_weights(WR, H, MODE: tl.constexpr, BH: tl.constexpr):
+    """𝒲 (acting on z; coRNN only) and W (on y) as register tiles and their transposes: (𝒲, 𝒲ᵀ, W, Wᵀ). The
+    oscillator's one matrix stands for both; coRNN's W_rec is [𝒲 W] (H × 2H)."""
+    if MODE == 0:
+        wy, wyt = weights(WR, H, H, BH)
+        wz, wzt = wy, wyt
+    else:
+        wz, wzt = weights(WR, 2 * H, H, BH)
+        wy, wyt = weights(WR + H, 2 * H, H, BH)
+    return wz, wzt, wy, wyt
+
+
+@triton.jit
 def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                       PRECISION: tl.constexpr):
     """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence."""
@@ -215,12 +228,7 @@ def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.conste
     eps = tl.load(C + 2)
     sE = T * H
     sS = (T + 1) * H
-    if MODE == 0:
-        _, wyt = weights(WR, H, H, BH)
-        wzt = wyt
-    else:
-        _, wzt = weights(WR, 2 * H, H, BH)
-        _, wyt = weights(WR + H, 2 * H, H, BH)
+    _, wzt, _, wyt = _resident_weights(WR, H, MODE, BH)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     x = tile_at(E - H, 1, H, sE, rows, rmask, cols, cmask, 1, T)  # step n's input at E + (n − 1) H
@@ -246,13 +254,7 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
     eps = tl.load(C + 2)
     sE = T * H
     sS = (T + 1) * H
-    if MODE == 0:
-        wy, wyt = weights(WR, H, H, BH)
-        wz = wy
-        wzt = wyt
-    else:
-        wz, wzt = weights(WR, 2 * H, H, BH)
-        wy, wyt = weights(WR + H, 2 * H, H, BH)
+    wz, wzt, wy, wyt = _resident_weights(WR, H, MODE, BH)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     acc_g = tl.zeros((BB, BH), dtype=lz.dtype)
