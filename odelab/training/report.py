@@ -94,12 +94,13 @@ def task_section(task: str, data: dict, figure: str | None) -> list[str]:
                            f"{MODEL_NAMES.get(best['model'], best['model'])} wins")
             lines += [f"Who wins: {verdict}.", ""]
     if figure:
-        lines += [f"![{task}: ours (mean ± std over seeds) and the paper's values]({figure})", ""]
+        lines += [f"![{task}: ours (mean ± std over seeds, each seed a dot) and the paper's values]({figure})", ""]
     return lines
 
 
 def plot_task(task: str, data: dict, path: Path) -> None:
-    """One panel per (task options, preset, epochs): our mean ± std per model as bars, the paper's as markers."""
+    """One panel per (task options, preset, epochs): our mean ± std per model as bars with each seed's value as a
+    dot, the paper's as markers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,7 +112,12 @@ def plot_task(task: str, data: dict, path: Path) -> None:
     for ax, ((column, preset, epochs), rows) in zip(axes[0], groups.items()):
         names = [MODEL_NAMES.get(r["model"], r["model"]) for r in rows]
         x = range(len(rows))
-        ax.bar(x, [r["ours"] for r in rows], yerr=[r["std"] for r in rows], capsize=3, color="tab:blue", label="ours")
+        means, stds = [r["ours"] for r in rows], [r["std"] for r in rows]
+        below = [min(s, m) if m >= 0 else s for m, s in zip(means, stds)]  # a nonnegative metric's bar stops at 0
+        ax.bar(x, means, yerr=[below, stds], capsize=3, color="tab:blue", label="ours")
+        seeds = [(i, v) for i, r in enumerate(rows) for v in r.get("values", ())]
+        if seeds:
+            ax.plot(*zip(*seeds), "o", color="black", markersize=3, label="seeds")
         papers = [(i, r["paper"]) for i, r in enumerate(rows) if r.get("paper") is not None]
         if papers:
             ax.plot(*zip(*papers), "D", color="tab:red", label="paper")
