@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..systems.base import State, System
-from .fused_step import LIBRARY, PARALLEL_ELEMENTS, trainable
+from .fused_step import LIBRARY, PARALLEL_ELEMENTS, records_state_gradient
 from .schemes import ExplicitRK, Scheme
 
 _CHUNK = 64  # stage buffers allocated at a time (views of one allocation per block)
@@ -35,7 +35,7 @@ def usable(scheme: Scheme, system: System, state: State) -> bool:
     dtype = state[0].dtype
     if dtype not in (torch.float32, torch.float64) or any(x.device.type != "cpu" or x.dtype != dtype for x in state):
         return False
-    if torch.is_grad_enabled() and (any(x.requires_grad for x in state) or trainable(system)):
+    if records_state_gradient(system, state):
         return False
     return LIBRARY.available()
 

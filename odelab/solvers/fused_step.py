@@ -409,6 +409,12 @@ def records_gradient(solver, y: Tensor, k1: Tensor) -> bool:
             or trainable(solver.system))
 
 
+def records_state_gradient(system, state) -> bool:
+    """Whether a solve from ``state`` records a gradient: grad mode on and the state or the system's parameters
+    require one (a plain callable's closed-over tensors are not seen)."""
+    return torch.is_grad_enabled() and (any(x.requires_grad for x in state) or trainable(system))
+
+
 def trainable(system) -> bool:
     """Whether ``system`` has a parameter that requires grad (a callable's own module included: it is a submodule)."""
     return isinstance(system, torch.nn.Module) and any(p.requires_grad for p in system.parameters())

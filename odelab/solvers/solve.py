@@ -13,7 +13,7 @@ from .adjoint import solve_with_adjoint
 from .cuda_graph import replayed
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
-from .fused_step import trainable
+from .fused_step import records_state_gradient
 from .inputs import InputPath
 from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
@@ -133,7 +133,7 @@ def solve(
             if path is not None:
                 raise ValueError("cuda_graph: fixed-step solves with an input u are not captured (the adaptive "
                                  "methods' chunks are)")
-            if torch.is_grad_enabled() and (any(x.requires_grad for x in state) or trainable(system)):
+            if records_state_gradient(system, state):
                 raise ValueError("cuda_graph: a captured solve records no gradient; run it under torch.no_grad() "
                                  "or with y0 and the system's parameters not requiring grad")
             config = (id(given), method if isinstance(method, str) else id(method), float(dt), tuple(times),
