@@ -5,7 +5,7 @@
     odelab fit csv --csv PATH [--columns A,B] [--strict] [--encoding E] [--difference] [--horizon H] [--window W]
     odelab fit enso|mackey-glass [--horizon H] [--stride K]     odelab fit adding|copy [--length N]
     odelab fit frequency [--noise SIGMA]       (frequency, copy: classification, accuracy and cross-entropy)
-    odelab fit spiral|duffing [--reading ours|official]
+    odelab fit spiral|duffing [--reading ours|official] [--valid-window N]
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -29,7 +29,7 @@ from . import arguments
 
 # argparse dests of task options
 TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference",
-                "stride", "noise", "reading")
+                "stride", "noise", "reading", "valid_window")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -148,4 +148,8 @@ def add_command(subparsers) -> None:
     task.add_argument("--reading", choices=["ours", "official"],
                       help="spiral, duffing: ours (default: held-out trajectories, test MSE) or official (the authors' "
                            "one trajectory and parameters, test read with their L1 / MAE)")
+    task.add_argument("--valid-window", type=arguments.integer(2),
+                      help="spiral, duffing with --reading official: samples of each of the 256 validation windows "
+                           "of the trajectory (>= 2, default 16 as the training windows; e.g. 250: open-loop "
+                           "rollouts long enough to select the epoch whose 1000-step rollout stays in phase)")
     p.set_defaults(run=cmd_fit, error=p.error)

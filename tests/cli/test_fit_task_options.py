@@ -38,6 +38,8 @@ def test_horizon_and_stride_reach_the_delay_loaders(task, monkeypatch, tmp_path)
     (["fit", "frequency", "--noise", "-1"], "argument --noise"),
     (["fit", "enso", "--reading", "official"], "--reading: only for the task(s) duffing, spiral"),
     (["fit", "spiral", "--reading", "paper"], "argument --reading: invalid choice"),
+    (["fit", "fhn", "--valid-window", "250"], "--valid-window: only for the task(s) duffing, spiral"),
+    (["fit", "duffing", "--valid-window", "1"], "argument --valid-window: expected an integer >= 2"),
 ])
 def test_task_options_are_refused_where_they_do_not_apply(argv, message, capsys, monkeypatch):
     for task in TASKS.values():

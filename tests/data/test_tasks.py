@@ -145,6 +145,26 @@ def test_the_official_reading_is_the_authors_one_trajectory_read_with_l1():
         duffing(seed=0, samples=401, cache=False, reading="paper")
 
 
+def test_longer_validation_windows_are_open_loop_rollouts_of_the_same_trajectory():
+    t = np.linspace(0, 25, 401)
+    rhs = lambda t, s: [s[1], s[0] - s[0] ** 3]
+    ref = solve_ivp(rhs, [0, 25], [-1.0, 1.0], t_eval=t, method="DOP853", rtol=1e-11, atol=1e-11).y.T
+    short = duffing(seed=0, samples=401, cache=False, reading="official")
+    data = duffing(seed=0, samples=401, cache=False, reading="official", valid_window=100)
+    assert torch.equal(data["train"][0], short["train"][0]) and torch.equal(data["test"][1], short["test"][1])
+    wx, wy = data["valid"]
+    assert wx.shape == wy.shape == (256, 99, 2) and not wx[:, 1:].any()  # the window's first state, then zeros
+    for i in range(0, 256, 51):
+        s = int(np.argmin(np.abs(ref - wx[i, 0].double().numpy()).sum(-1)))
+        assert np.abs(wy[i].double().numpy() - ref[s + 1:s + 100]).max() < 1e-4
+    assert any("open-loop rollouts of 100 samples" in note for note in data["meta"]["notes"])
+    for bad in (1, 402, 2.5, True):
+        with pytest.raises(ValueError, match="valid_window"):
+            duffing(seed=0, samples=401, cache=False, reading="official", valid_window=bad)
+    with pytest.raises(ValueError, match="only under reading=official"):
+        spiral(seed=0, samples=401, cache=False, valid_window=100)
+
+
 def write_csv(path, rows=200):
     t = np.arange(rows)
     with open(path, "w") as f:

@@ -122,6 +122,10 @@ def test_a_reading_with_its_own_metric_reads_its_own_result_and_names_it_in_the_
     assert table.value(result, "reading=official") == pytest.approx(0.05)  # the paper's reading: L1
     assert table.baseline(0.5, "reading=official") == 0.5 and table.baseline(0.5) == pytest.approx(0.25)
     assert table.paper["reading=official"]["lrc-ode-a"] == (0.003, 0.001)
+    # a selection-only option keeps the reading's paper values and metric; another reading has neither
+    assert table.paper_for("reading=official,valid_window=250") == table.paper["reading=official"]
+    assert table.value(result, "reading=official,valid_window=250") == pytest.approx(0.05)
+    assert table.paper_for("reading=other") == {} and TABLES["enso"].paper_for("horizon=20,stride=2") == {}
     rows = [{"model": m, "preset": "paper", "options": {"reading": "official"}, "epochs": 32, "paper_epochs": 32,
              "seeds": [1, 2, 3], "values": [v] * 3, "ours": v, "std": 0.0, "paper": p, "paper_std": None,
              "device": "cpu", "parameters": 100, "baselines": {}} for m, v, p in (("lrc-ode-a", 0.002, 0.003),
