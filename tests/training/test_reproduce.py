@@ -130,7 +130,9 @@ def test_a_reading_with_its_own_metric_reads_its_own_result_and_names_it_in_the_
              "seeds": [1, 2, 3], "values": [v] * 3, "ours": v, "std": 0.0, "paper": p, "paper_std": None,
              "device": "cpu", "parameters": 100, "baselines": {}} for m, v, p in (("lrc-ode-a", 0.002, 0.003),
                                                                                    ("node", 0.01, 0.142))]
+    rows += [dict(r, options={"reading": "official", "valid_window": 250}) for r in rows]
     (tmp_path / "duffing.json").write_text(json.dumps({"task": "duffing", "rows": rows}))
     text = report.report(tmp_path)
     assert "**task option reading=official (test MAE, the paper's reading); paper**" in text
+    assert "**task option reading=official,valid_window=250 (test MAE, the paper's reading); paper**" in text
     assert "the paper's winner, LRC neural ODE (A), wins here too" in text
