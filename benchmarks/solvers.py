@@ -2,7 +2,7 @@
 
     python benchmarks/solvers.py [--repeats 5] [--threads 1] [--quick] [--device cuda] [--batch 1280]
                                  [--batches 1280 16384 131072] [--large-repeats 2] [--no-compile] [--no-diffrax]
-                                 [--no-large-state]
+                                 [--no-large-state] [--no-slow-anchors]
 
 (a) FitzHugh--Nagumo (odelab.systems.FitzHughNagumo, defaults), 1280 trajectories (--batch) from (c, 0), c ~ U[-1, 1]
     (seed 0), t ∈ [0, 400], 1001 outputs, float64. Anchors at rtol 1e-6 / atol 1e-8: torchdiffeq dopri5,
@@ -21,7 +21,11 @@
     and on the same tolerance ladder as odelab ("diffrax dopri5 matched": the loosest tolerance reaching the
     same error target), rtol/atol traced so that the ladder compiles once. Its first call (jit compilation
     included) and its steady state are reported apart, as are odelab's compile=True first call and steady
-    state. Ratios odelab/diffrax and odelab/torchdiffeq: at matched accuracy, steady state. --batches runs
+    state. On CUDA the ladder's first call also records where its time goes ("first_call_breakdown": each Triton
+    kernel's compilation and each C module's compiler run -- a kernel's launcher, Triton's driver utilities --
+    in seconds; from empty caches that is the cold start). --no-slow-anchors skips torchode and the scipy loop
+    (the cold-start step needs only torchdiffeq's error target and diffrax's first call).
+    Ratios odelab/diffrax and odelab/torchdiffeq: at matched accuracy, steady state. --batches runs
     the same comparison at several batch sizes (anchors other than torchdiffeq and diffrax, the scipy loop and
     compile=True only at the first; --large-repeats repeats for the others).
 (b) Van der Pol with μ = linspace(0.1, 10, 256) in one batch, x0 = (2, 0), t ∈ [0, 50], 201 outputs, rtol 1e-6 /
@@ -175,6 +179,45 @@ def time_jax(fn, repeats: int) -> tuple[float, float, object]:
     return first, statistics.median(times), out
 
 
+@contextlib.contextmanager
+def triton_build_times(record: dict):
+    """Fill ``record`` with what Triton builds inside the block: ``kernels`` (name, seconds of its compilation,
+    whether the cache had it) and ``c_modules`` (name, seconds of the C compiler run: a kernel's launcher, the
+    driver's utilities). Nothing is recorded without Triton."""
+    try:
+        from triton import knobs
+        from triton.runtime import build
+
+        original_build, original_listener = build._build, knobs.compilation.listener
+    except (ImportError, AttributeError):  # no Triton, or one without these hooks (before 3.4)
+        yield
+        return
+    kernels, c_modules = record.setdefault("kernels", []), record.setdefault("c_modules", [])
+
+    def timed_build(name, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original_build(name, *args, **kwargs)
+        finally:
+            c_modules.append(dict(name=name, seconds=time.perf_counter() - start))
+
+    def listener(*, src, metadata, metadata_group, times, cache_hit):
+        seconds = (times.ir_initialization + times.total_lowering + times.store_results) * 1e-6
+        kernels.append(dict(name=metadata.get("name", "?") if isinstance(metadata, dict) else getattr(metadata, "name", "?"),
+                            seconds=seconds, cache_hit=bool(cache_hit)))
+        if original_listener is not None:
+            original_listener(src=src, metadata=metadata, metadata_group=metadata_group, times=times,
+                              cache_hit=cache_hit)
+
+    build._build, knobs.compilation.listener = timed_build, listener
+    try:
+        yield
+    finally:
+        build._build, knobs.compilation.listener = original_build, original_listener
+        record["kernel_seconds"] = sum(k["seconds"] for k in kernels)
+        record["c_module_seconds"] = sum(c["seconds"] for c in c_modules)
+
+
 def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int, *, anchors: bool = True,
                     compiled: bool = True, use_diffrax: bool = True, chunk: int = 16) -> dict:
     system = FitzHughNagumo()
@@ -248,12 +291,14 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
                 break
         # (its first call is not a compilation: the ladder reuses the jit of the 1e-6 row)
         rows["diffrax dopri5 matched"] = {k: v for k, v in diffrax_ladder[-1].items() if k != "first_call_seconds"}
-    ladder = []
+    ladder, breakdown = [], {}
     for tol in LADDER:
         with torch.no_grad():
-            start = time.perf_counter()
-            odelab.solve(system, y0, t, rtol=tol, atol=tol * 1e-2)
-            first = time.perf_counter() - start
+            with triton_build_times(breakdown) if device.type == "cuda" and not ladder else contextlib.nullcontext():
+                start = time.perf_counter()
+                odelab.solve(system, y0, t, rtol=tol, atol=tol * 1e-2)
+                synchronize()
+                first = time.perf_counter() - start
             seconds, sol = median_time(lambda: odelab.solve(system, y0, t, rtol=tol, atol=tol * 1e-2), repeats)
         entry = dict(seconds=seconds, first_call_seconds=first, max_error=error(sol.y), rtol=tol, atol=tol * 1e-2,
                      steps_max=int(sol.stats["steps"].max()), steps_mean=float(sol.stats["steps"].double().mean()))
@@ -310,6 +355,7 @@ def fitzhugh_nagumo(repeats: int, quick: bool, device: torch.device, batch: int,
     result = dict(problem=f"FitzHugh-Nagumo, {batch} x (c, 0), [0, 400], 1001 outputs, float64, {device}",
                   batch=batch, device=str(device),
                   rows=rows, odelab_ladder=ladder, diffrax_ladder=diffrax_ladder, error_target=target,
+                  first_call_breakdown=breakdown or None,
                   speedup_vs_fastest_torch_anchor=rows[fastest_anchor]["seconds"] / chosen["seconds"],
                   fastest_torch_anchor=fastest_anchor,
                   odelab_over_torchdiffeq=chosen["seconds"] / rows["torchdiffeq dopri5"]["seconds"],
@@ -527,6 +573,13 @@ def print_fhn(fhn: dict) -> None:
     if "speedup_vs_scipy" in fhn:
         line += f"; {fhn['speedup_vs_scipy']:.1f}x faster than the scipy loop"
     print(line + " (steady state, at matched accuracy)")
+    breakdown = fhn.get("first_call_breakdown")
+    if breakdown:
+        print(f"odelab's first call: Triton compiled {len(breakdown['kernels'])} kernel(s) in "
+              f"{breakdown['kernel_seconds']:.2f}s ("
+              + ", ".join(f"{k['name']} {k['seconds']:.2f}s" + (" cached" if k["cache_hit"] else "")
+                          for k in breakdown["kernels"])
+              + f"), the C compiler built {len(breakdown['c_modules'])} module(s) in {breakdown['c_module_seconds']:.2f}s")
     compiled = fhn["rows"].get("odelab dopri5 compiled")
     if compiled and "new_configuration_first_call_seconds" in compiled:
         print(f"compile=True, another batch size and tolerance: first call {compiled['new_configuration_first_call_seconds']:.2f}s"
@@ -549,6 +602,7 @@ def main() -> None:
                         help="CPU: also time compile=True with this chunk (its attempts in one compiled scan; 1: skip)")
     parser.add_argument("--no-diffrax", action="store_true", help="skip diffrax")
     parser.add_argument("--no-large-state", action="store_true", help="skip (c), the reaction-diffusion problem")
+    parser.add_argument("--no-slow-anchors", action="store_true", help="skip torchode and the scipy loop")
     parser.add_argument("--references", action="store_true",
                         help="only compute and cache the scipy references of --batches (for a machine where time is "
                              "short), then exit")
@@ -577,7 +631,8 @@ def main() -> None:
     by_batch = {}
     for i, batch in enumerate(batches):
         by_batch[str(batch)] = fitzhugh_nagumo(args.repeats if i == 0 else args.large_repeats, args.quick, device,
-                                               batch, anchors=i == 0, compiled=i == 0 and not args.no_compile,
+                                               batch, anchors=i == 0 and not args.no_slow_anchors,
+                                               compiled=i == 0 and not args.no_compile,
                                                use_diffrax=use_diffrax, chunk=args.chunk)
         print_fhn(by_batch[str(batch)])
         write(out, args, device, use_diffrax, dict(fitzhugh_nagumo=by_batch[str(batches[0])],
