@@ -98,9 +98,12 @@ def task_section(task: str, data: dict, figure: str | None) -> list[str]:
     return lines
 
 
+PANELS_PER_ROW = 4
+
+
 def plot_task(task: str, data: dict, path: Path) -> None:
-    """One panel per (task options, preset, epochs): our mean ± std per model as bars with each seed's value as a
-    dot, the paper's as markers."""
+    """One panel per (task options, preset, epochs), at most PANELS_PER_ROW to a row: our mean ± std per model as
+    bars with each seed's value as a dot, the paper's as markers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,8 +111,12 @@ def plot_task(task: str, data: dict, path: Path) -> None:
 
     table = TABLES[task]
     groups = _groups(data["rows"])
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.4), squeeze=False)
-    for ax, ((column, preset, epochs), rows) in zip(axes[0], groups.items()):
+    columns = min(len(groups), PANELS_PER_ROW)
+    lines = -(-len(groups) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4.5 * columns, 3.6 * lines), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    for ax, ((column, preset, epochs), rows) in zip(axes.flat, groups.items()):
         names = [MODEL_NAMES.get(r["model"], r["model"]) for r in rows]
         x = range(len(rows))
         means, stds = [r["ours"] for r in rows], [r["std"] for r in rows]
