@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..data.tasks import TASKS
 from .loop import CheckpointError, load_checkpoint
-from .run import FitError, FitSpec, run_fit
+from .run import DataError, FitError, FitSpec, run_fit
 
 DEFAULT_SEED = 1234
 
@@ -286,6 +286,10 @@ def reproduce(task: str, models: list[str] | None = None, epochs: int | None = N
                                data_options=options, device=device)
                 try:
                     run_fit(spec)
+                except DataError:  # every other model and seed would fail the same way
+                    if run.is_dir() and not any(run.iterdir()):
+                        run.rmdir()  # the folder run_fit made before loading the data
+                    raise
                 except FitError as err:
                     print(f"odelab reproduce: {model} (seed {s}) failed: {err}; see {run}")
                     continue

@@ -26,6 +26,10 @@ class FitError(Exception):
         self.code = code
 
 
+class DataError(FitError):
+    """The task's data cannot be loaded with these options: the same for every model and seed."""
+
+
 @dataclass
 class FitSpec:
     """Everything that decides an ``odelab fit`` run; None keeps the preset's value."""
@@ -225,7 +229,7 @@ def _load(task: Task, spec: FitSpec, rank: int, world: int) -> dict:
         if rank == 0 and world > 1:
             dist.barrier()
     except (ValueError, OSError) as err:
-        raise FitError(str(err)) from None
+        raise DataError(str(err)) from None
     return data
 
 

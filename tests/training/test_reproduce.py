@@ -73,6 +73,15 @@ def test_task_options_reach_the_loader_and_name_the_folder_and_the_column(tmp_pa
     assert main(argv[:-5] + ["--option", "colour=red", "--out", str(tmp_path)]) == 2  # not an option of the task
 
 
+def test_a_data_option_error_stops_reproduce_at_once(tmp_path, capsys):
+    argv = ["reproduce", "duffing", "--option", "valid_window=250", "--seeds", "3", "--epochs", "1",
+            "--out", str(tmp_path), "--no-progress"]  # valid_window needs reading=official: every run would fail
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "only under reading=official" in captured.err and "failed" not in captured.out
+    assert not list(tmp_path.glob("duffing-*"))  # no run folder left behind, no other model or seed tried
+
+
 def test_report_tables_every_task_marks_the_best_and_shortened_rows_and_fills_the_readme(tmp_path):
     from odelab.training import report
 
