@@ -57,7 +57,7 @@ from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse
 from .delay_oscillators import enso, mackey_glass
 from .fhn import fitzhugh_nagumo
 from .frequency import chance_accuracy, frequency
-from .neural_ode import duffing, initial_state_mae, initial_state_rmse, spiral
+from .neural_ode import WINDOW, duffing, initial_state_mae, initial_state_rmse, spiral
 
 
 @dataclass
@@ -195,7 +195,7 @@ def _mean_predictor_error(data: dict) -> float:
 
 
 def _neural_ode_task(name: str, load: Callable[..., dict], iterations: int) -> Task:
-    return Task(name, load=lambda seed, reading="ours", valid_window=16: load(seed=seed, reading=reading,
+    return Task(name, load=lambda seed, reading="ours", valid_window=WINDOW: load(seed=seed, reading=reading,
                                                                               valid_window=valid_window),
                 presets=_neural_ode_presets(iterations), options={"reading": "reading", "valid_window": "valid_window"},
                 model_options=_neural_ode_models, hidden={"node": 32},  # the paper's MLP width
