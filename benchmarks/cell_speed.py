@@ -117,18 +117,20 @@ DEFAULT_MODELS = list(MODELS)
 SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru", "ltc", "stc", "lrcu-a",
              "lrcu-s")
 MODELS.update({f"{name}-{schedule}": MODELS[name] for name in SCHEDULED for schedule in ("stepwise", "persistent")})
+# the grid-synchronised schedule (odelab/kernels/cuda/grid.py) of the kernels that have it
+MODELS.update({f"{name}-grid": MODELS[name] for name in ("lem", "cornn", "cornn-implicit", "oscillator")})
 ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
 OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped
 
 
 @contextlib.contextmanager
 def scheduled(name: str):
-    """Inside, the CUDA kernels run the schedule that ``name`` asks for ("…-stepwise", "…-persistent"; otherwise
-    the default, "auto")."""
+    """Inside, the CUDA kernels run the schedule that ``name`` asks for ("…-stepwise", "…-persistent", "…-grid";
+    otherwise the default, "auto")."""
     from odelab.kernels.cuda.stepwise import SCHEDULE_ENV
 
     before = os.environ.get(SCHEDULE_ENV)
-    os.environ[SCHEDULE_ENV] = next((s for s in ("stepwise", "persistent") if name.endswith("-" + s)), "auto")
+    os.environ[SCHEDULE_ENV] = next((s for s in ("stepwise", "persistent", "grid") if name.endswith("-" + s)), "auto")
     try:
         yield
     finally:
@@ -138,13 +140,18 @@ def scheduled(name: str):
             os.environ[SCHEDULE_ENV] = before
 
 
-def schedule_of(name: str, device: str) -> str:
+def schedule_of(name: str, device: str, batch: int, hidden: int) -> str:
     """The CUDA schedule a fused row ran under ("persistent" or "stepwise"; for the kernels that have the stepwise
-    one, where their tiled variant runs)."""
+    one, where their tiled variant runs; "grid" where its programs fit at once, else "stepwise")."""
     from odelab.kernels.cuda.stepwise import chosen_schedule
 
     with scheduled(name):
-        return chosen_schedule(device=torch.device(device))
+        chosen = chosen_schedule(device=torch.device(device))
+        if chosen == "grid" and device == "cuda":
+            from odelab.kernels.cuda import grid
+
+            chosen = grid.schedule_for(None, torch.empty(batch, 1, 1, device=device), hidden, None)
+        return chosen
 
 
 def recurrent_layers(model: nn.Module) -> list[nn.Module]:
@@ -279,7 +286,7 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "fwd_bwd_thread_cpu_median_s": statistics.median(samples[i]["fwd_bwd_cpu"]),
             "fwd_bwd_thread_cpu_samples_s": samples[i]["fwd_bwd_cpu"],
             "peak_memory_bytes": peak_memory_in(name, model, x),
-            "schedule": schedule_of(name, device) if engine == "fused" else None,
+            "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)
     for row in rows:

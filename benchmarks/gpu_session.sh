@@ -5,9 +5,10 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells slowcells   # THERE (carry .whl and benchmarks/results), then
-#   bash benchmarks/gpu_session.sh enso tf32              #   a second command: what the 2026-11-26 leases left
-#                                                     #   unmeasured (every cell's stepwise schedule, the liquid
+#   bash benchmarks/gpu_session.sh grid tests cells   # THERE (carry .whl and benchmarks/results), then
+#   bash benchmarks/gpu_session.sh slowcells enso tf32    #   a second command: what the 2026-11-26 leases left
+#                                                     #   unmeasured (the grid schedule, every cell's stepwise
+#                                                     #   schedule, the liquid
 #                                                     #   cells' new kernels, the resident kernels' look-ahead
 #                                                     #   loads at (32, 1000, 16), UnICORNN's four-step loop,
 #                                                     #   ENSO with compile=True), about 8 + 4 minutes
@@ -15,6 +16,8 @@
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
 #              compiles the benchmark's kernels into Triton's cache
+#   grid       the grid-synchronised schedule: its gpu test, then LEM and coRNN stepwise / grid and nn.LSTM at the
+#              three sizes, 90 + 100 s
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (LEM under
 #              both CUDA schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
@@ -113,8 +116,9 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
-# (NAME: the CUDA default, stepwise from hidden 33; NAME-persistent: the one-launch kernels, for the ratio)
-CELLS=${CELLS:-lem,lem-persistent,cornn,cornn-persistent,oscillator,oscillator-persistent,gru-ode,gru-ode-persistent}
+# (NAME: the CUDA default, stepwise from hidden 33; NAME-persistent: the one-launch kernels, for the ratio;
+# NAME-grid: the grid-synchronised schedule, not measured before 2026-11-26's fifth session)
+CELLS=${CELLS:-lem,lem-grid,lem-persistent,cornn,cornn-persistent,oscillator,oscillator-persistent,gru-ode,gru-ode-persistent}
 CELLS=$CELLS,taugru,taugru-persistent,delaygru,delaygru-persistent,cornn-implicit,unicornn,unicornn-reversible
 CELLS=$CELLS,lstm,gru,flashrnn
 # the liquid cells' one-launch kernels took 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own
@@ -126,6 +130,13 @@ SLOW_SIZES=32x1000x16,128x1000x128
 cells() {
     step cells 160 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$SIZES" \
         --repeats 3 --out "$RESULTS/cell_speed_$DEVICE.json"
+}
+
+grid() {  # the grid-synchronised schedule (new, never run on a GPU): its gpu test, then LEM and coRNN under the
+    # stepwise default and the grid schedule, and cuDNN's LSTM, at the issue's three sizes
+    step gridtest 90 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py -k grid
+    step grid 100 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-grid,cornn,cornn-grid,lstm --engines fused \
+        --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
 
 slowcells() {
@@ -223,7 +234,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|cells|slowcells|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, cells, slowcells, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|slowcells|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

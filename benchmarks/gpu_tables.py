@@ -43,6 +43,8 @@ LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "Flash
 
 
 def label(model: str) -> str:
+    if model.endswith("-grid"):
+        return f"{model[:-5]}, grid-synchronised (one launch, a barrier per phase)"
     for schedule, text in (("-persistent", "one launch (persistent)"), ("-stepwise", "stepwise (the CUDA default)")):
         if model.endswith(schedule) and model[: -len(schedule)] in STEPWISE:
             return f"{model[: -len(schedule)]}, {text}"

@@ -463,7 +463,7 @@ def test_stepwise_choice(monkeypatch):
     assert stepwise.chosen_schedule("persistent", torch.device("cuda")) == "persistent"
     monkeypatch.setenv(stepwise.SCHEDULE_ENV, "fast")
     with pytest.raises(ValueError,
-                       match="ODELAB_CUDA_SCHEDULE: expected one of auto, persistent, stepwise, got 'fast'"):
+                       match="ODELAB_CUDA_SCHEDULE: expected one of auto, persistent, stepwise, grid, got 'fast'"):
         stepwise.chosen_schedule()
     monkeypatch.setenv(stepwise.SCHEDULE_ENV, "stepwise")
     calls = []
@@ -785,3 +785,116 @@ def test_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compiled" in result.stdout
+
+
+# -- the grid-synchronised schedule: one launch, a barrier of a batch block's column programs per phase ------------
+
+# the presets with a grid driver -> (forward, backward) phases a step
+WITH_GRID = {"lem": (2, 3), "cornn-learned-coefficients": (1, 2), "cornn-implicit-learned-coefficients": (1, 2),
+             "oscillator": (1, 2)}
+
+
+def _grid_and_stepwise(name, batch, time, hidden, dtype, block_h, seed=0):
+    """A preset's outputs, final state and gradients (input, initial state, every parameter) under "grid" and under
+    "stepwise", each from the same model and inputs."""
+    build, target = PRESETS[name]
+    torch.manual_seed(seed)
+    model = build(3, hidden).to(device=DEVICE, dtype=dtype)
+    x = torch.randn(batch, time, 3, device=DEVICE, dtype=dtype, requires_grad=True)
+    state = tuple((0.5 * torch.randn(batch, hidden, device=DEVICE, dtype=dtype)).requires_grad_() for _ in range(2))
+    weights = torch.randn(batch, time, hidden, device=DEVICE, dtype=dtype)
+    results = {}
+    for schedule in ("grid", "stepwise"):
+        out, (z, y) = kernel(target)(model.system, x, state, model.dt, model.unfolds, block_h=block_h,
+                                     schedule=schedule)
+        loss = (out * weights).sum() + z.sum() - 2 * y.sum()
+        results[schedule] = [out, z, y, *torch.autograd.grad(loss, [x, *state, *model.parameters()])]
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("size", [(1, 1, 17), (19, 4, 17), (40, 3, 30)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(WITH_GRID))
+def test_grid_equals_stepwise_and_generic(name, size, dtype, monkeypatch):
+    """The grid schedule runs the stepwise schedule's phase functions, so its values are the same bits; against the
+    generic loop 1e-10 / 1e-5. One 32-wide column tile per batch block (the interpreter runs programs one after
+    another, so only a one-program barrier can be met there; the gpu test below has six), 1-3 batch blocks; every
+    batch block's counter ends at phases × steps."""
+    from odelab.kernels.cuda import grid
+
+    made = []
+    real = grid.counters
+    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    batch, time, hidden = size
+    assert grid.schedule_for("grid", torch.empty(batch, time, 3, device=DEVICE), hidden, 32) == "grid"
+    results = _grid_and_stepwise(name, batch, time, hidden, dtype, block_h=32)
+    for a, b in zip(results["grid"], results["stepwise"]):
+        assert torch.equal(a, b)
+    blocks = -(-batch // 16)
+    assert [m.tolist() for m in made] == [[phases * time] * blocks + [0] for phases in WITH_GRID[name]]
+    run = lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule="grid", **kw)
+    errors = relative_errors(PRESETS[name][0](3, hidden), run, batch, time, hidden, dtype, block_h=32)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[dtype], (worst, errors[worst])
+
+
+def test_grid_barrier_never_met_raises(monkeypatch):
+    """Programs that are not all resident: a barrier whose other column program never arrives (under the
+    interpreter, which runs them one after another) gives up after its spin limit, sets the flag, and the call
+    raises instead of returning the half-computed values; nothing hangs."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's sequential programs are the stand-in for non-resident ones")
+    from odelab.kernels.cuda import grid, lem
+
+    monkeypatch.setattr(grid, "SPIN_LIMIT", 3)
+    monkeypatch.setattr(grid, "rows_per_block", lambda *args: 16)  # let two column programs share a batch block
+    model = PRESETS["lem"][0](3, 17)
+    x = torch.randn(2, 2, 3)
+    state = (torch.zeros(2, 17), torch.zeros(2, 17))
+    assert grid.schedule_for("grid", x, 17, 16) == "grid"
+    with pytest.raises(RuntimeError, match="grid barrier .* was not met"):
+        lem.run(model.system, x, state, 0.5, block_h=16, schedule="grid")
+
+
+def test_grid_choice(monkeypatch):
+    """Where "grid" runs: only the tiled sizes (register-resident ones keep their one-launch kernel), only where
+    every program can be resident at once (one per multiprocessor: the batch block grows 16 → 32 → 64 rows to fit,
+    else the stepwise schedule), and under the interpreter only with one column program per batch block. The other
+    kernels run "grid" as "stepwise"."""
+    from odelab.kernels.cuda import _common, grid, lem
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert grid.rows_per_block(100, 17, 32, cpu) == 16
+    assert grid.rows_per_block(100, 33, 32, cpu) is None
+    assert grid.schedule_for("grid", torch.empty(4, 2, 3), 5, None) == "persistent"
+    assert grid.schedule_for("grid", torch.empty(4, 2, 3), 33, None) == "stepwise"
+    assert _common.use_stepwise("grid", cpu, 33, None) and not _common.use_stepwise("grid", cpu, 5, None)
+
+    class Properties:
+        multi_processor_count = 132
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Properties())
+    gpu = torch.device("cuda", 0)
+    assert grid.rows_per_block(128, 128, 32, gpu) == 16  # 8 × 4 programs
+    assert grid.rows_per_block(1024, 256, 32, gpu) == 64  # 64 × 8 = 512 > 132 with 16 rows, 16 × 8 with 64
+    assert grid.rows_per_block(4096, 256, 32, gpu) is None  # 64 × 8 with 64 rows: stepwise
+    assert grid.rows_per_block(4096, 300, 32, gpu) is None
+
+
+@pytest.mark.gpu
+def test_grid_on_the_gpu():
+    """Real concurrent programs: (40, 200, 96) with 16-wide tiles (3 batch blocks × 6 column programs) gives the
+    stepwise schedule's bits for every preset with a grid driver; LEM at (1024, 40, 256) with 64-row blocks (16 × 8 programs) matches the generic loop in
+    float64 to 1e-10."""
+    from odelab.kernels.cuda import grid, lem
+
+    for name in WITH_GRID:
+        results = _grid_and_stepwise(name, 40, 200, 96, torch.float64, block_h=16)
+        for a, b in zip(results["grid"], results["stepwise"]):
+            assert torch.equal(a, b), name
+    assert grid.schedule_for("grid", torch.empty(1024, 1, 1, device=DEVICE), 256, None) == "grid"
+    run = lambda *args, **kw: lem.run(*args, schedule="grid", **kw)
+    errors = relative_errors(PRESETS["lem"][0](3, 256), run, 1024, 40, 256, torch.float64)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-10, (worst, errors[worst])

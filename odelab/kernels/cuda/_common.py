@@ -181,11 +181,12 @@ def address(TABLE, i, REF):
 
 
 def use_stepwise(schedule: str | None, device, hidden: int, block_h: int | None) -> bool:
-    """Whether a kernel with both schedules runs the stepwise one: chosen (``stepwise.chosen_schedule``) and where
-    the tiled persistent variant would run (not :func:`resident`)."""
+    """Whether a kernel with both schedules runs the stepwise one: chosen (``stepwise.chosen_schedule``; "grid" too,
+    which the kernels without a grid driver run stepwise) and where the tiled persistent variant would run (not
+    :func:`resident`)."""
     from .stepwise import chosen_schedule
 
-    return chosen_schedule(schedule, device) == "stepwise" and not resident(hidden, block_h)
+    return chosen_schedule(schedule, device) in ("stepwise", "grid") and not resident(hidden, block_h)
 
 
 def step_launches(kernel, phases: int, steps, ref, B: int, T: int, H: int, BB: int, BH: int, precision: str,

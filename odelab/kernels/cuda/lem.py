@@ -15,9 +15,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
-    step_launches, tanh, tile, tile_at, use_stepwise, warps, weights)
+    step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -207,6 +208,26 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
 
 
 @triton.jit
+def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+              PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """The grid-synchronised schedule (grid.py): the phases of :func:`_lem_step` (or, BACKWARD, of
+    :func:`_lem_step_backward`, steps T … 1) for every step in one launch, a barrier of the batch block's column
+    programs after each; TABLE as theirs."""
+    tiles = tl.num_programs(1)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        if BACKWARD:
+            for phase in tl.static_range(3):
+                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION)
+                k, spins = grid.barrier(SYNC, k, tiles, spins)
+        else:
+            for phase in tl.static_range(2):
+                _lem_step(TABLE, REF, i + 1, B, T, H, phase, BB, BH, PRECISION)
+                k, spins = grid.barrier(SYNC, k, tiles, spins)
+
+
+@triton.jit
 def _inputs(E, n, rows, rmask, cols, cmask, T, H):
     """Step n's encoded input [a1, az, a2, ay] as four (BB, BH) tiles (zero outside 1 ≤ n ≤ T)."""
     sE = T * 4 * H
@@ -310,10 +331,11 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
 
 
 class LEMSequence(torch.autograd.Function):
-    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h) -> (ys, z_T, y_T)``."""
+    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule) -> (ys, z_T, y_T)``; ``schedule``: "persistent",
+    "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h, stepwise=False):
+    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
@@ -324,7 +346,10 @@ class LEMSequence(torch.autograd.Function):
         Y[:, 0] = y0
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if stepwise:
+        if schedule == "grid":
+            grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts], consts, B, T, H, block_h, ctx.precision,
+                        False)
+        elif schedule == "stepwise":
             launch_steps([enc, weight_y, W2, Wy, Z, Y, consts],
                          step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision))
         else:
@@ -332,7 +357,7 @@ class LEMSequence(torch.autograd.Function):
             forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts)
-        ctx.block_h, ctx.stepwise = block_h, stepwise
+        ctx.block_h, ctx.schedule = block_h, schedule
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
@@ -348,7 +373,10 @@ class LEMSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.stepwise:
+        if ctx.schedule == "grid":
+            grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts], consts, B, T, H,
+                        ctx.block_h, ctx.precision, True)
+        elif ctx.schedule == "stepwise":
             launch_steps([enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts],
                          step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
                                         ctx.precision))
@@ -369,14 +397,15 @@ class LEMSequence(torch.autograd.Function):
 
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
-    ("auto", "persistent" or "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the
-    stepwise one (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
-    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
+    ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA):
+    the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they would run
+    (hidden > 32 or ``block_h`` given)."""
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
         ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                                     float(dt) / unfolds, block_h, stepwise)
+                                     float(dt) / unfolds, block_h, chosen)
         return ys[:, unfolds - 1::unfolds], (z, y)
     ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                                 float(dt), block_h, stepwise)
+                                 float(dt), block_h, chosen)
     return ys, (z, y)

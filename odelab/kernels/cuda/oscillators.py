@@ -1,7 +1,8 @@
 """Second-order cells, state (z, y) with y' = z: coRNN ("imex": damping explicit, "imex-implicit": damping
 implicit; 002 eq. 2.3) and the neural oscillator ("symplectic-euler"; thesis eq. 4.1), one Triton launch
 forward and one backward over the sequence -- or, under the stepwise schedule (stepwise.py: on CUDA from hidden 33),
-one launch per step forward and two per step backward over (batch blocks, column tiles), the same tile helpers.
+one launch per step forward and two per step backward over (batch blocks, column tiles), the same tile helpers, or
+those launches' phases in one launch forward and one backward with a barrier between them (grid.py).
 
     a_n = 𝒲 z_{n−1} + W y_{n−1} + (V u_n + b)          (the oscillator: 𝒲 = 0, γ = ε = 0)
     z_n = z_{n−1} + Δt (tanh(a_n) − γ y_{n−1} − ε z_{n−1})          coRNN, explicit damping
@@ -20,9 +21,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, step_launches,
-    tanh, tile, tile_at, use_stepwise, warps, weights)
+    tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -303,12 +305,32 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
     tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
 
 
+@triton.jit
+def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+          PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
+    :func:`_step_backward`, steps T … 1) in one launch, a barrier of the batch block's column programs after each
+    phase; TABLE as theirs."""
+    tiles = tl.num_programs(1)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        if BACKWARD:
+            for phase in tl.static_range(2):
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION)
+                k, spins = grid.barrier(SYNC, k, tiles, spins)
+        else:
+            _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION)
+            k, spins = grid.barrier(SYNC, k, tiles, spins)
+
+
 class SecondOrderSequence(torch.autograd.Function):
-    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h, stepwise) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
-    (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); stepwise: the stepwise schedule."""
+    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h, schedule) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
+    (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); schedule: "persistent", "stepwise" or
+    "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h, stepwise=False):
+    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h, schedule="persistent"):
         # fixed at the forward (the backward recomputes with it); the neural oscillator keeps IEEE products: it has
         # no damping, and with TF32's 10-bit mantissas its gradients over 1000 steps lost every digit (an H200: 3.4
         # relative on the initial state's; the interpreter's emulation: 1.0) -- measured on a random W whose states
@@ -324,7 +346,9 @@ class SecondOrderSequence(torch.autograd.Function):
         consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
-        if stepwise:
+        if schedule == "grid":
+            grid.launch(_grid, [enc, W_rec, consts, Z, Y], consts, B, T, H, block_h, ctx.precision, False, MODE=mode)
+        elif schedule == "stepwise":
             launch_steps([enc, W_rec, consts, Z, Y],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode))
         else:
@@ -332,7 +356,7 @@ class SecondOrderSequence(torch.autograd.Function):
             forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, W_rec, consts, Z, Y)
-        ctx.mode, ctx.block_h, ctx.stepwise = mode, block_h, stepwise
+        ctx.mode, ctx.block_h, ctx.schedule = mode, block_h, schedule
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
@@ -349,7 +373,10 @@ class SecondOrderSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.stepwise:
+        if ctx.schedule == "grid":
+            grid.launch(_grid, [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC], consts, B, T, H, ctx.block_h,
+                        ctx.precision, True, MODE=mode)
+        elif ctx.schedule == "stepwise":
             launch_steps([enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
                                        MODE=mode))
@@ -371,15 +398,15 @@ class SecondOrderSequence(torch.autograd.Function):
 
 
 def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
-    """``schedule`` ("auto", "persistent" or "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on
-    CUDA): the stepwise one (stepwise.py) replaces the tiled kernels where they would run (hidden > 32 or
-    ``block_h`` given)."""
+    """``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto":
+    stepwise on CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels
+    where they would run (hidden > 32 or ``block_h`` given)."""
     h = float(dt) / unfolds
-    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = SecondOrderSequence.apply(system.encode(x), W_rec, coefficients, state[0], state[1], h, mode, block_h,
-                                         stepwise)
+                                         chosen)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)

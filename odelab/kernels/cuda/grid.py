@@ -1,0 +1,113 @@
+"""The grid-synchronised schedule of the CUDA cells: the stepwise schedule's programs and phases (:mod:`.stepwise`),
+run by ONE launch forward and one backward whose programs wait for each other at a barrier between phases.
+
+The stepwise schedule spreads a step over ⌈B/BB⌉ × ⌈H/BH⌉ (batch block, column tile) programs and separates its
+phases by launch boundaries, replayed from a CUDA graph: every phase pays a kernel launch and the ramp of a new
+grid (LEM at (128, 1000, 128) on an H200: 5 launches a step, 64.6 ms forward + backward, ≈ 13 µs a launch, against
+cuDNN's 7 µs a whole step). Here the same programs stay resident for the whole sequence and a phase ends at
+:func:`barrier`, which only the column tiles of one batch block share (a batch block's rows never read another's):
+a CTA barrier, then one thread adds 1 to the block's counter with release semantics at GPU scope and spins on it
+with acquire semantics until every column tile of the block has arrived -- the pattern of cooperative groups' grid
+sync. Its cost is a round trip to L2 per phase instead of a launch.
+
+Every program must be resident at once, or a waiting program would hold a multiprocessor that a program it waits
+for needs. Triton has no cooperative launch, so :func:`rows_per_block` keeps the grid within one program per
+multiprocessor (whatever the kernel's occupancy): it grows the batch block (16, 32, 64 rows) until ⌈B/BB⌉ ×
+⌈H/BH⌉ fits, and the caller falls back to the stepwise schedule where nothing does. A spin is also bounded
+(:data:`SPIN_LIMIT` reads of the counter, seconds): a barrier that is never met sets a flag, the program waits at
+no later barrier, and :func:`check` raises instead of returning wrong values; nothing hangs.
+
+Triton's interpreter runs a grid's programs one after another, so there a barrier can only be met by a batch
+block of one column tile (``block_h`` ≥ hidden); :func:`rows_per_block` refuses more.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import block_sizes, use_stepwise, warps
+from .stepwise import address_table, chosen_schedule
+
+SPIN_LIMIT = 1 << 22  # reads of a barrier's counter before it is declared failed (≈ 1 µs each on an H100: seconds)
+ROWS = (16, 32, 64)  # batch rows per program tried, smallest first (tl.dot needs ≥ 16)
+
+
+@triton.jit
+def barrier(SYNC, k, tiles, spins):
+    """The k-th barrier (from 0) of this program's batch block (axis 0 of the grid) among its ``tiles`` column
+    programs, waiting at most ``spins`` reads of its counter; returns (k + 1, the spins of the next barrier: 0 once
+    one was not met, so a failed launch ends after one limit per program). SYNC: int32 [one counter per batch
+    block, then the failure flag], zeroed before the launch; counter b reaches (k + 1) · tiles at barrier k."""
+    tl.debug_barrier()  # every thread of this program has issued its stores of the phase
+    counter = SYNC + tl.program_id(0)
+    target = (k + 1) * tiles
+    seen = tl.atomic_add(counter, 1, sem="release", scope="gpu") + 1
+    tries = 0
+    while (seen < target) & (tries < spins):
+        seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        tries += 1
+    if seen < target:
+        tl.atomic_max(SYNC + tl.num_programs(0), 1, scope="gpu")
+        spins = 0
+    tl.debug_barrier()  # no thread reads the next phase's inputs before the wait is over
+    return k + 1, spins
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def rows_per_block(batch: int, hidden: int, block_h: int, device: torch.device) -> int | None:
+    """Batch rows per program (:data:`ROWS`) such that every program of the grid can be resident at once (one per
+    multiprocessor), or None where none fits (or, under Triton's interpreter, where a batch block has more than
+    one column tile)."""
+    tiles = triton.cdiv(hidden, block_h)
+    if device.type != "cuda":
+        return ROWS[0] if tiles == 1 or not interpreting() else None
+    slots = torch.cuda.get_device_properties(device).multi_processor_count
+    return next((rows for rows in ROWS if triton.cdiv(batch, rows) * tiles <= slots), None)
+
+
+def schedule_for(schedule: str | None, x: torch.Tensor, hidden: int, block_h: int | None) -> str:
+    """The schedule a kernel with a grid driver runs: "persistent" unless the tiled kernels would run (hidden > 32
+    or ``block_h`` given) and the chosen schedule (``stepwise.chosen_schedule``) is another; "grid" only where
+    its programs fit at once (:func:`rows_per_block`), otherwise "stepwise"."""
+    if not use_stepwise(schedule, x.device, hidden, block_h):
+        return "persistent"
+    if chosen_schedule(schedule, x.device) == "grid":
+        _, BH = block_sizes(x.shape[0], hidden, block_h)
+        if rows_per_block(x.shape[0], hidden, BH, x.device) is not None:
+            return "grid"
+    return "stepwise"
+
+
+def launch(driver, tensors: list[torch.Tensor], ref: torch.Tensor, B: int, T: int, H: int, block_h: int | None,
+           precision: str, backward: bool, **meta) -> None:
+    """One launch of a grid driver, ``driver(TABLE, REF, SYNC, B, T, H, BACKWARD=…, BB=…, BH=…, PRECISION=…,
+    LIMIT=…, **meta)``, over (⌈B/rows⌉, ⌈H/BH⌉) programs, TABLE the addresses of ``tensors`` (as the step kernels
+    read them); raises if a barrier was not met."""
+    _, BH = block_sizes(B, H, block_h)
+    rows = rows_per_block(B, H, BH, ref.device)
+    sync = counters(B, rows, ref.device)
+    driver[(triton.cdiv(B, rows), triton.cdiv(H, BH))](
+        address_table(tensors).to(ref.device), ref, sync, B, T, H, BACKWARD=backward, BB=rows, BH=BH,
+        PRECISION=precision, LIMIT=SPIN_LIMIT, num_warps=warps(BH), **meta)
+    check(sync)
+
+
+def counters(batch: int, rows: int, device: torch.device) -> torch.Tensor:
+    """The barrier counters of a launch (one per batch block) and its failure flag, zeroed."""
+    return torch.zeros(triton.cdiv(batch, rows) + 1, dtype=torch.int32, device=device)
+
+
+def check(sync: torch.Tensor) -> None:
+    """Raise if a barrier of the launch that used ``sync`` was never met (reads the flag on the host; skipped
+    while a CUDA graph is being captured)."""
+    if sync.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    if int(sync[-1]) != 0:
+        raise RuntimeError("odelab: a grid barrier of the CUDA kernel was not met (its programs were not all resident"
+                           " at once); the results are invalid. Run with ODELAB_CUDA_SCHEDULE=stepwise.")
