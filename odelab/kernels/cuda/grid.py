@@ -17,6 +17,11 @@ multiprocessor (whatever the kernel's occupancy): it grows the batch block (16, 
 (:data:`SPIN_LIMIT` reads of the counter, seconds): a barrier that is never met sets a flag, the program waits at
 no later barrier, and :func:`check` raises instead of returning wrong values; nothing hangs.
 
+LEM from hidden 33 to 128 goes one step further (``lem._lem_grid_forward`` / ``_lem_grid_backward``): a program
+keeps its 16-wide column tile of the four weights (both orientations in the backward) in registers for the whole
+sequence and reads only the states' whole rows each phase, cuDNN's persistent-RNN layout; its backward needs 2
+barriers a step instead of 3 (λy_{n−1}'s columns are read by no other program).
+
 Triton's interpreter runs a grid's programs one after another, so there a barrier can only be met by a batch
 block of one column tile (``block_h`` ≥ hidden); :func:`rows_per_block` refuses more.
 """
