@@ -365,22 +365,31 @@ def _column_tile(W, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
 
 
 @triton.jit
+def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
+    """:func:`_column_tile` of W1, Wz, W2 and Wy."""
+    return (_column_tile(W1Z, cols, H, HP, TRANS), _column_tile(W1Z + H * H, cols, H, HP, TRANS),
+            _column_tile(W2, cols, H, HP, TRANS), _column_tile(WY, cols, H, HP, TRANS))
+
+
+@triton.jit
+def _grid_block(C, B, H, BB: tl.constexpr, BH: tl.constexpr):
+    """This program's batch rows (axis 0 of the grid) and columns (axis 1), their masks, the block's mask, the
+    column programs of a batch block, and Δt (C[0])."""
+    rows, rmask = batch_rows(B, BB)
+    cols = tl.program_id(1) * BH + tl.arange(0, BH)
+    cmask = cols < H
+    return rows, rmask, cols, cmask, rmask[:, None] & cmask[None, :], tl.num_programs(1), tl.load(C)
+
+
+@triton.jit
 def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                       PRECISION: tl.constexpr, LIMIT: tl.constexpr):
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
     state buffers, the weights from registers, this program's own (z, y) columns stay in registers."""
-    rows, rmask = batch_rows(B, BB)
-    cols = tl.program_id(1) * BH + tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
-    tiles = tl.num_programs(1)
-    dt = tl.load(C)
+    rows, rmask, cols, cmask, m, tiles, dt = _grid_block(C, B, H, BB, BH)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w1t = _column_tile(W1Z, cols, H, HP, False)
-    wzt = _column_tile(W1Z + H * H, cols, H, HP, False)
-    w2t = _column_tile(W2, cols, H, HP, False)
-    wyt = _column_tile(WY, cols, H, HP, False)
+    w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     k = 0
@@ -410,22 +419,11 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
     λz_n (+ g_r Wy over the whole row of g_r), g_p1, g_q (written, barrier), then λy_{n−1} (+ [g_p1, g_q, g_p2]
     [W1; Wz; W2] over whole rows) -- which no other program reads, so no third barrier. λz, λy of this program's
     columns stay in registers; LZ, LY (B, H): the final state's adjoints in, the initial state's out."""
-    rows, rmask = batch_rows(B, BB)
-    cols = tl.program_id(1) * BH + tl.arange(0, BH)
-    cmask = cols < H
-    m = rmask[:, None] & cmask[None, :]
-    tiles = tl.num_programs(1)
-    dt = tl.load(C)
+    rows, rmask, cols, cmask, m, tiles, dt = _grid_block(C, B, H, BB, BH)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w1t = _column_tile(W1Z, cols, H, HP, False)
-    wzt = _column_tile(W1Z + H * H, cols, H, HP, False)
-    w2t = _column_tile(W2, cols, H, HP, False)
-    wyt = _column_tile(WY, cols, H, HP, False)
-    w1 = _column_tile(W1Z, cols, H, HP, True)
-    wz = _column_tile(W1Z + H * H, cols, H, HP, True)
-    w2 = _column_tile(W2, cols, H, HP, True)
-    wy = _column_tile(WY, cols, H, HP, True)
+    w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
+    w1, wz, w2, wy = _weight_tiles(W1Z, W2, WY, cols, H, HP, True)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     k = 0
