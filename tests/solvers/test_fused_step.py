@@ -188,7 +188,10 @@ def test_delay_systems(batch):
     y0 = torch.linspace(0.5, 1.2, batch, dtype=F64).unsqueeze(1)
     t = torch.linspace(0, 120, 61, dtype=F64)
     fused, plain = _both(lambda: odelab.solve(MackeyGlass(), y0, t, history=y0, rtol=1e-7, atol=1e-9))
-    assert_same_steps(fused, plain, atol=1e-8)  # round-off grows over the 120 time units of this oscillation
+    # round-off grows over the 120 time units of this oscillation: from t ≈ 36 (the history's breakpoints) one sample's
+    # difference climbs from 1e-16 to 1.1e-8 on a machine whose torch kernels round differently from the compiled
+    # loop's (2026-11-26; 1e-8 held on earlier machines), so the values are held to the solve's rtol, 1e-7
+    assert_same_steps(fused, plain, atol=1e-7)
 
 
 def test_delay_history_rings_grow_and_right_limits():
