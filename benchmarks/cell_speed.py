@@ -118,7 +118,7 @@ SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru"
              "lrcu-s")
 MODELS.update({f"{name}-{schedule}": MODELS[name] for name in SCHEDULED for schedule in ("stepwise", "persistent")})
 # the grid-synchronised schedule (odelab/kernels/cuda/grid.py) of the kernels that have it
-MODELS.update({f"{name}-grid": MODELS[name] for name in ("lem", "cornn", "cornn-implicit", "oscillator")})
+MODELS.update({f"{name}-grid": MODELS[name] for name in SCHEDULED})
 ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
 OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped
 

@@ -16,10 +16,10 @@
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
 #              compiles the benchmark's kernels into Triton's cache
-#   grid       the grid-synchronised schedule: its gpu test, then LEM and coRNN stepwise / grid and nn.LSTM at the
-#              three sizes, 90 + 100 s
-#   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (LEM under
-#              both CUDA schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
+#   grid       the grid-synchronised schedule: its gpu test, then LEM stepwise / grid and nn.LSTM at the three
+#              sizes, 90 + 70 s
+#   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
+#              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
 #   slowcells  the liquid cells (LRCU-A/S, LTC, STC; their one-launch kernels took 1.6-9.3 s a step at hidden 128 on
 #              the 2026-11-25 lease, the stepwise default is not measured yet), one repeat, 120 s
@@ -116,14 +116,14 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
-# (NAME: the CUDA default, stepwise from hidden 33; NAME-persistent: the one-launch kernels, for the ratio;
-# NAME-grid: the grid-synchronised schedule, not measured before 2026-11-26's fifth session)
-CELLS=${CELLS:-lem,lem-grid,lem-persistent,cornn,cornn-persistent,oscillator,oscillator-persistent,gru-ode,gru-ode-persistent}
-CELLS=$CELLS,taugru,taugru-persistent,delaygru,delaygru-persistent,cornn-implicit,unicornn,unicornn-reversible
+# (NAME: the CUDA default, stepwise from hidden 33; NAME-grid: the grid-synchronised schedule, not measured before
+# 2026-11-26's fifth session; NAME-persistent, the one-launch kernels, measured on the 2026-11-25/26 leases)
+CELLS=${CELLS:-lem,lem-grid,cornn,cornn-grid,oscillator,oscillator-grid,gru-ode,gru-ode-grid}
+CELLS=$CELLS,taugru,taugru-grid,delaygru,delaygru-grid,cornn-implicit,unicornn,unicornn-reversible
 CELLS=$CELLS,lstm,gru,flashrnn
 # the liquid cells' one-launch kernels took 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own
 # step, one repeat, up to hidden 128 (NAME: the stepwise default from hidden 33)
-SLOW_CELLS=${SLOW_CELLS:-ltc,lrcu-a,lrcu-s,stc,lstm}
+SLOW_CELLS=${SLOW_CELLS:-ltc,ltc-grid,lrcu-a,lrcu-a-grid,lrcu-s,stc,lstm}
 SLOW_SIZES=32x1000x16,128x1000x128
 [ "$SMOKE" = 1 ] && SLOW_SIZES=4x20x8
 
@@ -132,10 +132,10 @@ cells() {
         --repeats 3 --out "$RESULTS/cell_speed_$DEVICE.json"
 }
 
-grid() {  # the grid-synchronised schedule (new, never run on a GPU): its gpu test, then LEM and coRNN under the
-    # stepwise default and the grid schedule, and cuDNN's LSTM, at the issue's three sizes
+grid() {  # the grid-synchronised schedule (new, never run on a GPU): its gpu test, then LEM under the stepwise
+    # default and the grid schedule, and cuDNN's LSTM, at the issue's three sizes (the other cells: `cells`)
     step gridtest 90 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py -k grid
-    step grid 100 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-grid,cornn,cornn-grid,lstm --engines fused \
+    step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-grid,lstm --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
 

@@ -789,27 +789,31 @@ def test_kernels_compile_for_sm90():
 
 # -- the grid-synchronised schedule: one launch, a barrier of a batch block's column programs per phase ------------
 
-# the presets with a grid driver -> (forward, backward) phases a step
+# the presets with a grid driver -> (forward, backward) phases a step (a liquid cell's: a sub-step's)
 WITH_GRID = {"lem": (2, 3), "cornn-learned-coefficients": (1, 2), "cornn-implicit-learned-coefficients": (1, 2),
-             "oscillator": (1, 2)}
+             "oscillator": (1, 2), "gru-ode": (1, 2), "gru-ode-reset-before": (2, 4), "taugru": (1, 2),
+             "delaygru": (1, 2), "ltc": (1, 2), "lrcu-s": (1, 2)}
 
 
 def _grid_and_stepwise(name, batch, time, hidden, dtype, block_h, seed=0):
-    """A preset's outputs, final state and gradients (input, initial state, every parameter) under "grid" and under
-    "stepwise", each from the same model and inputs."""
+    """A preset's outputs, final state and gradients (input, initial state, every trained parameter) under "grid"
+    and under "stepwise", each from the same model and inputs."""
     build, target = PRESETS[name]
     torch.manual_seed(seed)
     model = build(3, hidden).to(device=DEVICE, dtype=dtype)
     x = torch.randn(batch, time, 3, device=DEVICE, dtype=dtype, requires_grad=True)
-    state = tuple((0.5 * torch.randn(batch, hidden, device=DEVICE, dtype=dtype)).requires_grad_() for _ in range(2))
+    state = tuple((0.5 * torch.randn(batch, n, device=DEVICE, dtype=dtype)).requires_grad_()
+                  for n in model.system.block_sizes())
     weights = torch.randn(batch, time, hidden, device=DEVICE, dtype=dtype)
+    inputs = [x, *state, *(p for p in model.parameters() if p.requires_grad)]
     results = {}
     for schedule in ("grid", "stepwise"):
-        out, (z, y) = kernel(target)(model.system, x, state, model.dt, model.unfolds, block_h=block_h,
-                                     schedule=schedule)
-        loss = (out * weights).sum() + z.sum() - 2 * y.sum()
-        results[schedule] = [out, z, y, *torch.autograd.grad(loss, [x, *state, *model.parameters()])]
-    return results
+        out, final = kernel(target)(model.system, x, state, model.dt, model.unfolds, lags_of(model), block_h=block_h,
+                                    schedule=schedule)
+        loss = (out * weights).sum() + sum((i - 0.5) * f.sum() for i, f in enumerate(final))
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+        results[schedule] = [out, *final, *(g for g in grads if g is not None)]
+    return results, model
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
@@ -827,11 +831,13 @@ def test_grid_equals_stepwise_and_generic(name, size, dtype, monkeypatch):
     monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
     batch, time, hidden = size
     assert grid.schedule_for("grid", torch.empty(batch, time, 3, device=DEVICE), hidden, 32) == "grid"
-    results = _grid_and_stepwise(name, batch, time, hidden, dtype, block_h=32)
+    results, model = _grid_and_stepwise(name, batch, time, hidden, dtype, block_h=32)
+    assert len(results["grid"]) == len(results["stepwise"])
     for a, b in zip(results["grid"], results["stepwise"]):
         assert torch.equal(a, b)
     blocks = -(-batch // 16)
-    assert [m.tolist() for m in made] == [[phases * time] * blocks + [0] for phases in WITH_GRID[name]]
+    steps = time * model.unfolds
+    assert [m.tolist() for m in made] == [[phases * steps] * blocks + [0] for phases in WITH_GRID[name]]
     run = lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule="grid", **kw)
     errors = relative_errors(PRESETS[name][0](3, hidden), run, batch, time, hidden, dtype, block_h=32)
     worst = max(errors, key=errors.get)
@@ -918,7 +924,7 @@ def test_grid_on_the_gpu():
     from odelab.kernels.cuda import grid, lem
 
     for name in WITH_GRID:
-        results = _grid_and_stepwise(name, 40, 200, 96, torch.float64, block_h=16)
+        results, _ = _grid_and_stepwise(name, 40, 200, 96, torch.float64, block_h=16)
         for a, b in zip(results["grid"], results["stepwise"]):
             assert torch.equal(a, b), name
     assert lem.grid_resident(128, 128, None, torch.device(DEVICE))  # 8 × 8 programs, weights on chip

@@ -5,7 +5,7 @@ Every kernel runs the whole sequence in one launch forward and one backward (see
 fp32 (IEEE products, or TF32 where torch's float32 matmuls may use it: ``_common.dot_precision``) and fp64. LEM,
 coRNN, the neural oscillator, GRU-ODE, τ-GRU and Delay GRU also have a stepwise schedule for large hidden sizes
 (``stepwise``: a launch per phase of a step over batch blocks × column tiles, recorded as CUDA graphs; the default
-on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels); LEM, coRNN and the oscillator also have a
+on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels); the same kernels also have a
 grid-synchronised one (``grid``: those phases in one launch, a barrier between them; ``ODELAB_CUDA_SCHEDULE=grid``).
 """
 from ... import systems

@@ -181,9 +181,9 @@ def address(TABLE, i, REF):
 
 
 def use_stepwise(schedule: str | None, device, hidden: int, block_h: int | None) -> bool:
-    """Whether a kernel with both schedules runs the stepwise one: chosen (``stepwise.chosen_schedule``; "grid" too,
-    which the kernels without a grid driver run stepwise) and where the tiled persistent variant would run (not
-    :func:`resident`)."""
+    """Whether a kernel with both schedules runs the stepwise one or the grid-synchronised one (``grid``, whose
+    drivers run the stepwise phases): chosen (``stepwise.chosen_schedule``) and where the tiled persistent variant
+    would run (not :func:`resident`)."""
     from .stepwise import chosen_schedule
 
     return chosen_schedule(schedule, device) in ("stepwise", "grid") and not resident(hidden, block_h)

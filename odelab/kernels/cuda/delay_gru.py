@@ -19,9 +19,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
-    step_launches, tanh, tile, tile_at, use_stepwise, warps, weights)
+    step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -406,17 +407,40 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
+@triton.jit
+def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr,
+          HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+          U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+          WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
+          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
+    :func:`_step_backward`, steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
+    tiles = tl.num_programs(1)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        if BACKWARD:
+            for phase in tl.static_range(2):
+                _step_backward(TABLE, REF, T - i, B, T, H, M, phase, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU,
+                               EZ, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
+                k, spins = grid.barrier(SYNC, k, tiles, spins)
+        else:
+            _step(TABLE, REF, i + 1, B, T, H, M, 0, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG,
+                  WA, BB, BH, PRECISION)
+            k, spins = grid.barrier(SYNC, k, tiles, spins)
+
+
 _FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA", "ED")
 
 
 class DelayGRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, stepwise) -> (hs, h_T)``; ``layout`` =
+    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, schedule) -> (hs, h_T)``; ``layout`` =
     (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
-    (encoding block, weight_h block) pairs of the maps of h; ``stepwise``: the stepwise schedule (stepwise.py)
-    in place of the tiled kernels."""
+    (encoding block, weight_h block) pairs of the maps of h; ``schedule``: "persistent", "stepwise" or "grid"
+    (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, stepwise=False):
+    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -427,7 +451,10 @@ class DelayGRUSequence(torch.autograd.Function):
         consts = torch.tensor([dt, alpha, beta], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]))
-        if stepwise:
+        if schedule == "grid":  # the backward's two flags, unused forward
+            grid.launch(_grid, [enc, weight_h, W2c, consts, S], consts, B, T, H, block_h, ctx.precision, False,
+                        M=lag, **flags, ED=0, HAS_D=False)
+        elif schedule == "stepwise":
             launch_steps([enc, weight_h, W2c, consts, S],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, M=lag,
                                        **flags))
@@ -436,7 +463,7 @@ class DelayGRUSequence(torch.autograd.Function):
             forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_h, W2c, consts, S)
-        ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2, ctx.stepwise = lag, layout, block_h, W2 is not None, stepwise
+        ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2, ctx.schedule = lag, layout, block_h, W2 is not None, schedule
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
@@ -454,7 +481,10 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, ctx.block_h)
         flags = dict(zip(_FLAGS, layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
-        if ctx.stepwise:
+        if ctx.schedule == "grid":
+            grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD], consts, B, T, H, ctx.block_h,
+                        ctx.precision, True, M=lag, **flags)
+        elif ctx.schedule == "stepwise":
             launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
                                        M=lag, **flags))
@@ -483,10 +513,10 @@ def _lag(lags) -> int:
 
 
 def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none). ``schedule`` ("auto", "persistent" or
-    "stepwise"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise one (stepwise.py)
-    replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
-    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
+    """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none). ``schedule`` ("auto", "persistent", "stepwise"
+    or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise or the grid-synchronised
+    one (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     enc_index = {b: i for i, b in enumerate(system.branches)}
@@ -497,16 +527,16 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedu
               h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
               tuple((enc_index[b], h_index[b]) for b in system.h_branches))
     hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
-                                    system.alpha, system.beta, _lag(lags), layout, block_h, stepwise)
+                                    system.alpha, system.beta, _lag(lags), layout, block_h, chosen)
     return hs[:, unfolds - 1::unfolds], (hT,)
 
 
 def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` as in :func:`run_taugru`."""
-    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
     hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
-                                    1.0, 1.0, _lag(lags), layout, block_h, stepwise)
+                                    1.0, 1.0, _lag(lags), layout, block_h, chosen)
     return hs[:, unfolds - 1::unfolds], (hT,)

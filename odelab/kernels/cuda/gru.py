@@ -16,9 +16,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
-    step_launches, tanh, tile, tile_at, use_stepwise, warps, weights)
+    step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -313,11 +314,29 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
+@triton.jit
+def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexpr, RESET_AFTER: tl.constexpr,
+          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """The grid-synchronised schedule (grid.py): the PHASES phases of :func:`_step` (or, BACKWARD, of
+    :func:`_step_backward`, steps T … 1) for every step in one launch, a barrier after each; TABLE as theirs."""
+    tiles = tl.num_programs(1)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        for phase in tl.static_range(PHASES):
+            if BACKWARD:
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION)
+            else:
+                _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION)
+            k, spins = grid.barrier(SYNC, k, tiles, spins)
+
+
 class GRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, stepwise) -> (hs, h_T)``."""
+    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, schedule) -> (hs, h_T)``; ``schedule``:
+    "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, stepwise=False):
+    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -328,7 +347,10 @@ class GRUSequence(torch.autograd.Function):
         R = enc.new_empty(B, H)
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if stepwise:
+        if schedule == "grid":
+            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R], consts, B, T, H, block_h, ctx.precision,
+                        False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after)
+        elif schedule == "stepwise":
             launch_steps([enc, weight_hidden, b_hu, consts, S, R],
                          step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
                                        ctx.precision, RESET_AFTER=reset_after))
@@ -339,7 +361,7 @@ class GRUSequence(torch.autograd.Function):
             _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
                                             BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S)
-        ctx.reset_after, ctx.block_h, ctx.stepwise = reset_after, block_h, stepwise
+        ctx.reset_after, ctx.block_h, ctx.schedule = reset_after, block_h, schedule
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
@@ -355,7 +377,10 @@ class GRUSequence(torch.autograd.Function):
         L = enc.new_empty(2, B, H)
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.stepwise:
+        if ctx.schedule == "grid":
+            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L], consts, B, T, H, ctx.block_h,
+                        ctx.precision, True, PHASES=2 if reset_after else 4, RESET_AFTER=reset_after)
+        elif ctx.schedule == "stepwise":
             launch_steps([enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L],
                          step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T, H, BB,
                                        BH, ctx.precision, RESET_AFTER=reset_after))
@@ -380,16 +405,17 @@ class GRUSequence(torch.autograd.Function):
 
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
-    of dt/L per sample (the input held). ``schedule`` ("auto", "persistent" or "stepwise"; default
-    ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise one (stepwise.py) replaces the tiled
-    kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its one-tile persistent kernel)."""
-    stepwise = use_stepwise(schedule, x.device, state[0].shape[1], block_h)
+    of dt/L per sample (the input held). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default
+    ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
+    grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its
+    one-tile persistent kernel)."""
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     h = float(dt) / unfolds
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None
     hs, hT = GRUSequence.apply(system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after, block_h,
-                               stepwise)
+                               chosen)
     if unfolds != 1:
         hs = hs[:, unfolds - 1::unfolds]
     return hs, (hT,)

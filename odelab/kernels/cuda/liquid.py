@@ -29,9 +29,10 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
+from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident_block, sigmoid, step_launches,
-    tanh, tile_at, use_stepwise, warps)
+    tanh, tile_at, warps)
 from .stepwise import launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
@@ -434,15 +435,33 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr
                                n, rows, rmask, tl.program_id(1) * BH, B, T, H, MODE, BB, BJ, BH, L, PRECISION)
 
 
+@triton.jit
+def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+          PRECISION: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr, LIMIT: tl.constexpr):
+    """The grid-synchronised schedule (grid.py): :func:`_step` for every sub-step (or, BACKWARD, the two phases of
+    :func:`_step_backward`, sub-steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
+    tiles = tl.num_programs(1)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        if BACKWARD:
+            for phase in tl.static_range(2):
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, MODE, BJ, L)
+                k, spins = grid.barrier(SYNC, k, tiles, spins)
+        else:
+            _step(TABLE, REF, i + 1, B, T, H, 0, BB, BH, PRECISION, MODE, BJ, L)
+            k, spins = grid.barrier(SYNC, k, tiles, spins)
+
+
 class LiquidSequence(torch.autograd.Function):
-    """``apply(f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h, stepwise)
+    """``apply(f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h, schedule)
     -> (hs, h_T)``: f_in, u_in (B, T, H) the input synapses and the leak per sample, w_in (B, T, H) the input part
     of w (LRC; None otherwise), g, a, b, k the hidden synapses (H, H); ``unfolds`` sub-steps of ``dt`` per sample,
     hs the states at the samples' ends."""
 
     @staticmethod
     def forward(ctx, f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h,
-                stepwise=False):
+                schedule="persistent"):
         ctx.precision = dot_precision(f_in.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, H = f_in.shape
         TS = T * unfolds
@@ -457,7 +476,9 @@ class LiquidSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
-        if stepwise:
+        if schedule == "grid":
+            grid.launch(_grid, tensors, consts, B, TS, H, block_h, ctx.precision, False, **meta)
+        elif schedule == "stepwise":
             launch_steps(tensors, step_launches(_step, 1, range(1, TS + 1), consts, B, TS, H, BB, BH, ctx.precision,
                                                 **meta))
         else:
@@ -466,7 +487,7 @@ class LiquidSequence(torch.autograd.Function):
             forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
                                            num_warps=RESIDENT_WARPS if on_chip else warps(BH), **meta)
         ctx.save_for_backward(*tensors)
-        ctx.unfolds, ctx.mode, ctx.block_h, ctx.stepwise = unfolds, mode, block_h, stepwise
+        ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule = unfolds, mode, block_h, schedule
         return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
@@ -490,7 +511,9 @@ class LiquidSequence(torch.autograd.Function):
         ACC = S.new_zeros(blocks, 4, H, H)
         meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
         grads = [grad_hs, GF, GU, GW, LAM, FU, AE, ACC]
-        if ctx.stepwise:
+        if ctx.schedule == "grid":
+            grid.launch(_grid, [*tensors, *grads], tensors[10], B, TS, H, ctx.block_h, ctx.precision, True, **meta)
+        elif ctx.schedule == "stepwise":
             launch_steps([*tensors, *grads], step_launches(_step_backward, 2, range(TS, 0, -1), tensors[10], B, TS,
                                                            H, BB, BH, ctx.precision, **meta))
         elif resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
@@ -520,9 +543,9 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
     g = F.softplus(system.raw_g[:H])
-    stepwise = use_stepwise(schedule, x.device, H, block_h)
+    chosen = grid.schedule_for(schedule, x, H, block_h)
     hs, hT = LiquidSequence.apply(f_in, u_in, w_in, g, system.a[:H], system.b[:H], system.k[:H], system.e_leak,
-                                  o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, stepwise)
+                                  o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, chosen)
     return hs, (hT,)
 
 

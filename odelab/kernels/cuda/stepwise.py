@@ -34,9 +34,9 @@ SCHEDULES = ("auto", "persistent", "stepwise", "grid")
 
 
 def chosen_schedule(override: str | None = None, device: torch.device | None = None) -> str:
-    """"persistent", "stepwise" or "grid" (:mod:`.grid`: LEM, coRNN and the oscillator; the other kernels run
-    "stepwise" for it): ``override``, else ``$ODELAB_CUDA_SCHEDULE``, else "auto", which is "stepwise" on a CUDA
-    ``device`` and "persistent" elsewhere."""
+    """"persistent", "stepwise" or "grid" (:mod:`.grid`; every kernel with the stepwise schedule has it):
+    ``override``, else ``$ODELAB_CUDA_SCHEDULE``, else "auto", which is "stepwise" on a CUDA ``device`` and
+    "persistent" elsewhere."""
     choice = (override or os.environ.get(SCHEDULE_ENV, "")).strip().lower() or "auto"
     if choice not in SCHEDULES:
         raise ValueError(f"{SCHEDULE_ENV}: expected one of {', '.join(SCHEDULES)}, got {choice!r}")
