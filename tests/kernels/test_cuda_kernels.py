@@ -844,28 +844,34 @@ def test_grid_equals_stepwise_and_generic(name, size, dtype, monkeypatch):
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
 
 
+# the presets with grid kernels that keep their weights on chip -> barriers a step (forward, backward)
+WEIGHTS_ON_CHIP = {"lem": (2, 2), "cornn-learned-coefficients": (1, 1), "cornn-implicit-learned-coefficients": (1, 1),
+                   "oscillator": (1, 1)}
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("size", [(1, 1, 1), (19, 5, 16), (3, 4, 9)], ids=lambda s: "x".join(map(str, s)))
-def test_lem_grid_with_weights_on_chip(size, dtype, monkeypatch):
-    """LEM's grid kernels that keep each program's weight tiles in registers (the schedule's choice from hidden 33
-    to 128 on a GPU; called directly here, where one 16-wide column tile per batch block is what the interpreter can
-    run): outputs, final state and every gradient against the generic loop, 1e-10 / 1e-5; two barriers a step
-    forward and two backward."""
-    from odelab.kernels.cuda import grid, lem
+@pytest.mark.parametrize("name", list(WEIGHTS_ON_CHIP))
+def test_grid_with_weights_on_chip(name, size, dtype, monkeypatch):
+    """The grid kernels that keep each program's weight tiles in registers (the schedule's choice from hidden 33 to
+    128 on a GPU; here hidden ≤ 16 is forced onto them, one 16-wide column tile per batch block, what the
+    interpreter can run): outputs, final state and every gradient against the generic loop, 1e-10 / 1e-5; every
+    batch block's counter ends at barriers × steps."""
+    from odelab.kernels.cuda import grid
 
     made = []
     real = grid.counters
     monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
     batch, time, hidden = size
-    assert lem.grid_resident(batch, hidden, None, torch.device(DEVICE))
-    run = lambda system, x, state, dt, *args, **kw: lem.LEMSequence.apply(
-        system.encode(x), system.weight_y, system.W2, system.Wy, *state, float(dt), None, "grid")
-    wrapped = lambda *args, **kw: (lambda ys, z, y: (ys, (z, y)))(*run(*args, **kw))
-    errors = relative_errors(PRESETS["lem"][0](3, hidden), wrapped, batch, time, hidden, dtype)
+    assert grid.resident(batch, hidden, None, torch.device(DEVICE))
+    build, target = PRESETS[name]
+    run = lambda *args, **kw: kernel(target)(*args, schedule="grid", **kw)
+    errors = relative_errors(build(3, hidden), run, batch, time, hidden, dtype)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
     blocks = -(-batch // 16)
-    assert [m.tolist() for m in made] == [[2 * time] * blocks + [0]] * 2
+    assert [m.tolist() for m in made] == [[count * time] * blocks + [0] for count in WEIGHTS_ON_CHIP[name]]
 
 
 def test_grid_barrier_never_met_raises(monkeypatch):
@@ -910,16 +916,16 @@ def test_grid_choice(monkeypatch):
     assert grid.rows_per_block(1024, 256, 32, gpu) == 64  # 64 × 8 = 512 > 132 with 16 rows, 16 × 8 with 64
     assert grid.rows_per_block(4096, 256, 32, gpu) is None  # 64 × 8 with 64 rows: stepwise
     assert grid.rows_per_block(4096, 300, 32, gpu) is None
-    assert lem.grid_resident(128, 128, None, gpu) and lem.grid_resident(256, 100, None, gpu)  # 16 × 7 programs
-    assert not lem.grid_resident(512, 128, None, gpu)  # 16-row blocks do not fit: the weights stream (64-row ones)
-    assert not lem.grid_resident(128, 129, None, gpu) and not lem.grid_resident(128, 128, 16, gpu)
+    assert grid.resident(128, 128, None, gpu) and grid.resident(256, 100, None, gpu)  # 16 × 7 programs
+    assert not grid.resident(512, 128, None, gpu)  # 16-row blocks do not fit: the weights stream (64-row ones)
+    assert not grid.resident(128, 129, None, gpu) and not grid.resident(128, 128, 16, gpu)
 
 
 @pytest.mark.gpu
 def test_grid_on_the_gpu():
     """Real concurrent programs: (40, 200, 96) with 16-wide tiles (3 batch blocks × 6 column programs) gives the
-    stepwise schedule's bits for every preset with a grid driver; LEM at (128, 60, 128) with its weights on chip
-    (8 × 8 programs) and at (1024, 40, 256) with 64-row blocks (16 × 8 programs) matches the generic loop in
+    stepwise schedule's bits for every preset with a grid driver; LEM, coRNN and the oscillator at (128, 60, 128)
+    with their weights on chip (8 × 8 programs), LEM at (1024, 40, 256) with 64-row blocks (16 × 8 programs) matches the generic loop in
     float64 to 1e-10."""
     from odelab.kernels.cuda import grid, lem
 
@@ -927,12 +933,13 @@ def test_grid_on_the_gpu():
         results, _ = _grid_and_stepwise(name, 40, 200, 96, torch.float64, block_h=16)
         for a, b in zip(results["grid"], results["stepwise"]):
             assert torch.equal(a, b), name
-    assert lem.grid_resident(128, 128, None, torch.device(DEVICE))  # 8 × 8 programs, weights on chip
-    run = lambda *args, **kw: lem.run(*args, schedule="grid", **kw)
-    errors = relative_errors(PRESETS["lem"][0](3, 128), run, 128, 60, 128, torch.float64)
-    worst = max(errors, key=errors.get)
-    assert errors[worst] <= 1e-10, (worst, errors[worst])
-    assert not lem.grid_resident(1024, 256, None, torch.device(DEVICE))
+    assert grid.resident(128, 128, None, torch.device(DEVICE))  # 8 × 8 programs, weights on chip
+    for name in WEIGHTS_ON_CHIP:
+        run = lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule="grid", **kw)
+        errors = relative_errors(PRESETS[name][0](3, 128), run, 128, 60, 128, torch.float64)
+        worst = max(errors, key=errors.get)
+        assert errors[worst] <= 1e-10, (name, worst, errors[worst])
+    assert not grid.resident(1024, 256, None, torch.device(DEVICE))
     assert grid.schedule_for("grid", torch.empty(1024, 1, 1, device=DEVICE), 256, None) == "grid"
     run = lambda *args, **kw: lem.run(*args, schedule="grid", **kw)
     errors = relative_errors(PRESETS["lem"][0](3, 256), run, 1024, 40, 256, torch.float64)

@@ -17,10 +17,12 @@ multiprocessor (whatever the kernel's occupancy): it grows the batch block (16, 
 (:data:`SPIN_LIMIT` reads of the counter, seconds): a barrier that is never met sets a flag, the program waits at
 no later barrier, and :func:`check` raises instead of returning wrong values; nothing hangs.
 
-LEM from hidden 33 to 128 goes one step further (``lem._lem_grid_forward`` / ``_lem_grid_backward``): a program
-keeps its 16-wide column tile of the four weights (both orientations in the backward) in registers for the whole
-sequence and reads only the states' whole rows each phase, cuDNN's persistent-RNN layout; its backward needs 2
-barriers a step instead of 3 (λy_{n−1}'s columns are read by no other program).
+LEM, coRNN and the neural oscillator from hidden 33 to 128 go one step further (:func:`resident`;
+``lem._lem_grid_forward`` / ``_lem_grid_backward``, ``oscillators._grid_forward`` / ``_grid_backward``): a program
+keeps its 16-wide column tiles of the weights (both orientations in the backward) in registers for the whole
+sequence and reads only the states' whole rows each phase, cuDNN's persistent-RNN layout. Their backwards need fewer
+barriers than phases (LEM 2 a step instead of 3, the oscillators 1 instead of 2): the last phase writes only this
+program's λ columns, which no other program reads.
 
 Triton's interpreter runs a grid's programs one after another, so there a barrier can only be met by a batch
 block of one column tile (``block_h`` ≥ hidden); :func:`rows_per_block` refuses more.
@@ -33,9 +35,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import block_sizes, use_stepwise, warps
+from ._common import batch_rows, block_sizes, use_stepwise, warps
 from .stepwise import address_table, chosen_schedule
 
+RESIDENT_H = 128  # hidden sizes up to this (padded to a power of two) may keep their weight tiles on chip
+RESIDENT_BH = 16  # the column tiles of those kernels (8 warps)
 SPIN_LIMIT = 1 << 22  # reads of a barrier's counter before it is declared failed (≈ 1 µs each on an H100: seconds)
 ROWS = (16, 32, 64)  # batch rows per program tried, smallest first (tl.dot needs ≥ 16)
 
@@ -59,6 +63,33 @@ def barrier(SYNC, k, tiles, spins):
         spins = 0
     tl.debug_barrier()  # no thread reads the next phase's inputs before the wait is over
     return k + 1, spins
+
+
+@triton.jit
+def block(B, H, BB: tl.constexpr, BH: tl.constexpr):
+    """This program's batch rows (axis 0 of the grid) and columns (axis 1), their masks and the block's mask."""
+    rows, rmask = batch_rows(B, BB)
+    cols = tl.program_id(1) * BH + tl.arange(0, BH)
+    cmask = cols < H
+    return rows, rmask, cols, cmask, rmask[:, None] & cmask[None, :]
+
+
+@triton.jit
+def rows_of(ptr, stride, rows, rmask, H, HP: tl.constexpr):
+    """The (BB, HP) block of whole rows (columns 0 … H − 1, zero beyond) at ptr + row · stride."""
+    ks = tl.arange(0, HP)
+    return tl.load(ptr + rows[:, None] * stride + ks[None, :], mask=rmask[:, None] & (ks < H)[None, :], other=0.0)
+
+
+@triton.jit
+def column_tile(W, stride, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
+    """An H × H block's (HP, BH) tile for this program's columns (W's rows ``stride`` apart): [j, i] = W[cols_i, j]
+    (S @ it = (S Wᵀ)[:, cols]), or with TRANS [k, i] = W[k, cols_i] (G @ it = (G W)[:, cols]); zero outside."""
+    ks = tl.arange(0, HP)
+    m = (ks < H)[:, None] & (cols < H)[None, :]
+    if TRANS:
+        return tl.load(W + ks[:, None] * stride + cols[None, :], mask=m, other=0.0)
+    return tl.load(W + cols[None, :] * stride + ks[:, None], mask=m, other=0.0)
 
 
 def interpreting() -> bool:
@@ -100,6 +131,24 @@ def launch(driver, tensors: list[torch.Tensor], ref: torch.Tensor, B: int, T: in
     driver[(triton.cdiv(B, rows), triton.cdiv(H, BH))](
         address_table(tensors).to(ref.device), ref, sync, B, T, H, BACKWARD=backward, BB=rows, BH=BH,
         PRECISION=precision, LIMIT=SPIN_LIMIT, num_warps=warps(BH), **meta)
+    check(sync)
+
+
+def resident(batch: int, hidden: int, block_h: int | None, device: torch.device) -> bool:
+    """Whether a kernel with weights on chip runs (LEM's and the oscillators' ``_grid_forward`` kernels): hidden ≤
+    :data:`RESIDENT_H`, no tile width asked for, and its programs (16-row batch blocks × 16-wide column tiles) fit
+    at once; otherwise the weights stream through the step kernels' phases."""
+    return block_h is None and hidden <= RESIDENT_H and rows_per_block(batch, hidden, RESIDENT_BH, device) == ROWS[0]
+
+
+def launch_resident(kernel, args, B: int, T: int, H: int, precision: str, **meta) -> None:
+    """One launch of a weights-on-chip grid kernel, ``kernel(*args, SYNC, B, T, H, HP=…, BB=16, BH=16,
+    PRECISION=…, LIMIT=…, **meta)``, over (⌈B/16⌉, ⌈H/16⌉) programs of 8 warps; raises if a barrier was not met."""
+    device = args[0].device
+    sync = counters(B, ROWS[0], device)
+    kernel[(triton.cdiv(B, ROWS[0]), triton.cdiv(H, RESIDENT_BH))](
+        *args, sync, B, T, H, HP=max(16, triton.next_power_of_2(H)), BB=ROWS[0], BH=RESIDENT_BH, PRECISION=precision,
+        LIMIT=SPIN_LIMIT, num_warps=8, **meta)
     check(sync)
 
 

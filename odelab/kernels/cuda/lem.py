@@ -330,55 +330,16 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
 
 
-# -- the grid schedule with weights on chip: a program keeps its column tile of the four weights (both orientations
-# in the backward) for the whole sequence and reads only the states' full rows each phase; 2 barriers a step --
-
-GRID_RESIDENT_H = 128  # hidden sizes up to this (padded to a power of two) keep their weight tiles on chip
-GRID_RESIDENT_BH = 16  # their column tiles: 8 (H, 16) weight tiles in the backward, 8 warps
-
-
-def grid_resident(batch: int, hidden: int, block_h: int | None, device: torch.device) -> bool:
-    """The grid schedule keeps the weights on chip (:func:`_lem_grid_forward`): hidden ≤ :data:`GRID_RESIDENT_H`,
-    no tile width asked for, and its programs (16-row batch blocks × 16-wide column tiles) fit at once; otherwise
-    the weights stream. (Compiled for sm_90 at hidden 128, 8 warps: forward 80 registers, backward 255 and 32
-    bytes of spills, 74 KB of shared memory, in float32; 64-row blocks would spill 15 KB.)"""
-    return (block_h is None and hidden <= GRID_RESIDENT_H
-            and grid.rows_per_block(batch, hidden, GRID_RESIDENT_BH, device) == grid.ROWS[0])
-
-
-@triton.jit
-def _rows(ptr, stride, rows, rmask, H, HP: tl.constexpr):
-    """The (BB, HP) block of whole rows (columns 0 … H − 1, zero beyond) at ptr + row · stride."""
-    ks = tl.arange(0, HP)
-    return tl.load(ptr + rows[:, None] * stride + ks[None, :], mask=rmask[:, None] & (ks < H)[None, :], other=0.0)
-
-
-@triton.jit
-def _column_tile(W, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
-    """An H × H matrix's (HP, BH) tile for this program's columns: [j, i] = W[cols_i, j] (S @ it = (S Wᵀ)[:, cols]),
-    or with TRANS [k, i] = W[k, cols_i] (G @ it = (G W)[:, cols]); zero outside."""
-    ks = tl.arange(0, HP)
-    m = (ks < H)[:, None] & (cols < H)[None, :]
-    if TRANS:
-        return tl.load(W + ks[:, None] * H + cols[None, :], mask=m, other=0.0)
-    return tl.load(W + cols[None, :] * H + ks[:, None], mask=m, other=0.0)
-
+# -- the grid schedule with weights on chip (grid.resident): a program keeps its column tile of the four weights (both
+# orientations in the backward) for the whole sequence and reads only the states' whole rows each phase; 2 barriers a
+# step. Compiled for sm_90 at hidden 128, 8 warps, float32: forward 80 registers, no spills, backward 255 and 32 bytes
+# of spills, 74 KB of shared memory (64-row blocks would spill 15 KB: not used) --
 
 @triton.jit
 def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
-    """:func:`_column_tile` of W1, Wz, W2 and Wy."""
-    return (_column_tile(W1Z, cols, H, HP, TRANS), _column_tile(W1Z + H * H, cols, H, HP, TRANS),
-            _column_tile(W2, cols, H, HP, TRANS), _column_tile(WY, cols, H, HP, TRANS))
-
-
-@triton.jit
-def _grid_block(C, B, H, BB: tl.constexpr, BH: tl.constexpr):
-    """This program's batch rows (axis 0 of the grid) and columns (axis 1), their masks, the block's mask, the
-    column programs of a batch block, and Δt (C[0])."""
-    rows, rmask = batch_rows(B, BB)
-    cols = tl.program_id(1) * BH + tl.arange(0, BH)
-    cmask = cols < H
-    return rows, rmask, cols, cmask, rmask[:, None] & cmask[None, :], tl.num_programs(1), tl.load(C)
+    """``grid.column_tile`` of W1, Wz, W2 and Wy."""
+    return (grid.column_tile(W1Z, H, cols, H, HP, TRANS), grid.column_tile(W1Z + H * H, H, cols, H, HP, TRANS),
+            grid.column_tile(W2, H, cols, H, HP, TRANS), grid.column_tile(WY, H, cols, H, HP, TRANS))
 
 
 @triton.jit
@@ -386,7 +347,9 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
                       PRECISION: tl.constexpr, LIMIT: tl.constexpr):
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
     state buffers, the weights from registers, this program's own (z, y) columns stay in registers."""
-    rows, rmask, cols, cmask, m, tiles, dt = _grid_block(C, B, H, BB, BH)
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    tiles = tl.num_programs(1)
+    dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
     w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
@@ -397,7 +360,7 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
     for n in range(1, T + 1):
         e = E + (n - 1) * 4 * H
         ey = tile(e + 3 * H, sE, rows, rmask, cols, cmask)
-        y_row = _rows(Y + (n - 1) * H, sS, rows, rmask, H, HP)
+        y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
         p1 = dot(y_row, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
         q = dot(y_row, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
         p2 = dot(y_row, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
@@ -405,7 +368,7 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
         z = z + dt * (s1 * tanh(q) - s1 * z)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         k, spins = grid.barrier(SYNC, k, tiles, spins)
-        r = dot(_rows(Z + n * H, sS, rows, rmask, H, HP), wyt, ey, PRECISION)
+        r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, ey, PRECISION)
         s2 = sigmoid(p2)
         y = y + dt * (s2 * tanh(r) - s2 * y)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
@@ -419,7 +382,9 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
     λz_n (+ g_r Wy over the whole row of g_r), g_p1, g_q (written, barrier), then λy_{n−1} (+ [g_p1, g_q, g_p2]
     [W1; Wz; W2] over whole rows) -- which no other program reads, so no third barrier. λz, λy of this program's
     columns stay in registers; LZ, LY (B, H): the final state's adjoints in, the initial state's out."""
-    rows, rmask, cols, cmask, m, tiles, dt = _grid_block(C, B, H, BB, BH)
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    tiles = tl.num_programs(1)
+    dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
     w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
@@ -432,11 +397,11 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
         n = T - i
         e = E + (n - 1) * 4 * H
         g = G + (n - 1) * 4 * H
-        y_row = _rows(Y + (n - 1) * H, sS, rows, rmask, H, HP)
+        y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
         yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
         p2 = dot(y_row, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
-        r = dot(_rows(Z + n * H, sS, rows, rmask, H, HP), wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask),
+        r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask),
                 PRECISION)
         p1 = dot(y_row, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
         q = dot(y_row, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
@@ -445,7 +410,7 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
         tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], ly * dt * (tr - yp) * s2 * (1.0 - s2), mask=m)
         tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], ly * dt * s2 * (1.0 - tr * tr), mask=m)
         k, spins = grid.barrier(SYNC, k, tiles, spins)
-        lz = dot(_rows(g + 3 * H, sE, rows, rmask, H, HP), wy, lz, PRECISION)  # z_n feeds r
+        lz = dot(grid.rows_of(g + 3 * H, sE, rows, rmask, H, HP), wy, lz, PRECISION)  # z_n feeds r
         s1 = sigmoid(p1)
         tq = tanh(q)
         tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - zp) * s1 * (1.0 - s1), mask=m)
@@ -453,24 +418,12 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
         k, spins = grid.barrier(SYNC, k, tiles, spins)
         lz = lz * (1.0 - dt * s1)
         ly = ly * (1.0 - dt * s2)
-        ly = dot(_rows(g, sE, rows, rmask, H, HP), w1, ly, PRECISION)
-        ly = dot(_rows(g + H, sE, rows, rmask, H, HP), wz, ly, PRECISION)
-        ly = dot(_rows(g + 2 * H, sE, rows, rmask, H, HP), w2, ly, PRECISION)
+        ly = dot(grid.rows_of(g, sE, rows, rmask, H, HP), w1, ly, PRECISION)
+        ly = dot(grid.rows_of(g + H, sE, rows, rmask, H, HP), wz, ly, PRECISION)
+        ly = dot(grid.rows_of(g + 2 * H, sE, rows, rmask, H, HP), w2, ly, PRECISION)
         ly += tile_at(GO - 2 * H, n, H, T * H, rows, rmask, cols, cmask, 2, T)
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
-
-
-def _launch_grid_resident(kernel, args, B, T, H, precision):
-    """One launch of :func:`_lem_grid_forward` or :func:`_lem_grid_backward` (``args``: their tensors before C,
-    then C) over (⌈B/rows⌉, ⌈H/16⌉) programs; raises if a barrier was not met."""
-    BH = GRID_RESIDENT_BH
-    rows = grid.rows_per_block(B, H, BH, args[-1].device)
-    sync = grid.counters(B, rows, args[-1].device)
-    kernel[(triton.cdiv(B, rows), triton.cdiv(H, BH))](*args, sync, B, T, H, HP=max(16, triton.next_power_of_2(H)),
-                                                        BB=rows, BH=BH, PRECISION=precision, LIMIT=grid.SPIN_LIMIT,
-                                                        num_warps=8)
-    grid.check(sync)
 
 
 class LEMSequence(torch.autograd.Function):
@@ -489,8 +442,8 @@ class LEMSequence(torch.autograd.Function):
         Y[:, 0] = y0
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if schedule == "grid" and grid_resident(B, H, block_h, enc.device):
-            _launch_grid_resident(_lem_grid_forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)
+        if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
+            grid.launch_resident(_lem_grid_forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)
         elif schedule == "grid":
             grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts], consts, B, T, H, block_h, ctx.precision,
                         False)
@@ -518,10 +471,10 @@ class LEMSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.schedule == "grid" and grid_resident(B, H, ctx.block_h, enc.device):
+        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device):
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
-            _launch_grid_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0], consts),
-                                  B, T, H, ctx.precision)
+            grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0], consts),
+                                 B, T, H, ctx.precision)
         elif ctx.schedule == "grid":
             grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts], consts, B, T, H,
                         ctx.block_h, ctx.precision, True)

@@ -324,6 +324,100 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
             k, spins = grid.barrier(SYNC, k, tiles, spins)
 
 
+# -- the grid schedule with weights on chip (grid.resident): a program keeps its column tiles of [𝒲 | W] (both
+# orientations in the backward) for the whole sequence and reads only the states' whole rows; one barrier a step
+# forward (a_n needs the whole rows of z_{n−1}, y_{n−1}) and one backward (λ_{n−1} needs the whole row of g_a) --
+
+@triton.jit
+def _recurrent_tiles(WR, cols, H, HP: tl.constexpr, MODE: tl.constexpr, TRANS: tl.constexpr):
+    """``grid.column_tile`` of 𝒲 and W (W_rec = [𝒲 | W], rows 2H apart; the oscillator: W alone, 𝒲's tile unused)."""
+    if MODE == 0:
+        return grid.column_tile(WR, H, cols, H, HP, TRANS), grid.column_tile(WR, H, cols, H, HP, TRANS)
+    return grid.column_tile(WR, 2 * H, cols, H, HP, TRANS), grid.column_tile(WR + H, 2 * H, cols, H, HP, TRANS)
+
+
+@triton.jit
+def _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE: tl.constexpr, HP: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """a_n on this program's columns from the whole rows of z_{n−1}, y_{n−1} and the weights in registers."""
+    sS = (T + 1) * H
+    a = tile(E + (n - 1) * H, T * H, rows, rmask, cols, cmask)
+    if MODE != 0:
+        a = dot(grid.rows_of(Z + (n - 1) * H, sS, rows, rmask, H, HP), wzt, a, PRECISION)
+    return dot(grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP), wyt, a, PRECISION)
+
+
+@triton.jit
+def _grid_forward(E, WR, C, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
+                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """(z_n, y_n) on this program's columns for every step, kept in registers, a barrier after each step."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    tiles = tl.num_programs(1)
+    dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
+    sS = (T + 1) * H
+    wzt, wyt = _recurrent_tiles(WR, cols, H, HP, MODE, False)
+    z = tile(Z, sS, rows, rmask, cols, cmask)
+    y = tile(Y, sS, rows, rmask, cols, cmask)
+    k = 0
+    spins = LIMIT
+    for n in range(1, T + 1):
+        a = _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION)
+        z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
+        tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
+        tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+        k, spins = grid.barrier(SYNC, k, tiles, spins)
+
+
+@triton.jit
+def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
+                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """Step n's backward on this program's columns (:func:`_backward_gate_tile`, then g_a [𝒲 | W] over the whole row
+    of g_a after one barrier); λz, λy and the γ, ε sums stay in registers. LZ, LY (B, H): the final state's adjoints
+    in, the initial state's out; AC (2, B, H): the γ, ε sums out."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    tiles = tl.num_programs(1)
+    dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
+    sS = (T + 1) * H
+    wzt, wyt = _recurrent_tiles(WR, cols, H, HP, MODE, False)
+    wz, wy = _recurrent_tiles(WR, cols, H, HP, MODE, True)
+    lz = tile(LZ, H, rows, rmask, cols, cmask)
+    ly = tile(LY, H, rows, rmask, cols, cmask)
+    acc_g = tl.zeros((BB, BH), dtype=ly.dtype)
+    acc_e = tl.zeros((BB, BH), dtype=ly.dtype)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        n = T - i
+        th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
+        lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
+        if MODE == 0:
+            ga = lz * dt * (1.0 - th * th)
+        elif MODE == 1:
+            ga = lz * dt * (1.0 - th * th)
+            acc_g += -lz * dt * tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
+            acc_e += -lz * dt * tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
+            ly = ly - lz * dt * gamma
+            lz = lz * (1.0 - dt * eps)
+        else:
+            d = 1.0 + dt * eps
+            ga = lz * dt / d * (1.0 - th * th)
+            acc_g += -lz * dt * tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask) / d
+            acc_e += -lz * tile(Z + n * H, sS, rows, rmask, cols, cmask) * dt / d
+            ly = ly - lz * dt * gamma / d
+            lz = lz / d
+        tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
+        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        g_row = grid.rows_of(G + (n - 1) * H, T * H, rows, rmask, H, HP)
+        if MODE != 0:
+            lz = dot(g_row, wz, lz, PRECISION)
+        ly = dot(g_row, wy, ly, PRECISION)
+        ly += tile_at(GO - 2 * H, n, H, T * H, rows, rmask, cols, cmask, 2, T)
+    tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
+    tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
+    tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
+    tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
+
+
 class SecondOrderSequence(torch.autograd.Function):
     """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h, schedule) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
     (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); schedule: "persistent", "stepwise" or
@@ -346,7 +440,9 @@ class SecondOrderSequence(torch.autograd.Function):
         consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
-        if schedule == "grid":
+        if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
+            grid.launch_resident(_grid_forward, (enc, W_rec, consts, Z, Y), B, T, H, ctx.precision, MODE=mode)
+        elif schedule == "grid":
             grid.launch(_grid, [enc, W_rec, consts, Z, Y], consts, B, T, H, block_h, ctx.precision, False, MODE=mode)
         elif schedule == "stepwise":
             launch_steps([enc, W_rec, consts, Z, Y],
@@ -373,7 +469,11 @@ class SecondOrderSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.schedule == "grid":
+        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device):
+            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
+            grid.launch_resident(_grid_backward, (enc, W_rec, consts, Z, Y, grad_ys, G, LZ[0], LY[0], AC), B, T, H,
+                                 ctx.precision, MODE=mode)
+        elif ctx.schedule == "grid":
             grid.launch(_grid, [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC], consts, B, T, H, ctx.block_h,
                         ctx.precision, True, MODE=mode)
         elif ctx.schedule == "stepwise":
