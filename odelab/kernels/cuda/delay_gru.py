@@ -415,7 +415,6 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
           BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
     :func:`_step_backward`, steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
-    tiles = tl.num_programs(1)
     k = 0
     spins = LIMIT
     for i in range(0, T):
@@ -423,11 +422,11 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
             for phase in tl.static_range(2):
                 _step_backward(TABLE, REF, T - i, B, T, H, M, phase, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU,
                                EZ, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
-                k, spins = grid.barrier(SYNC, k, tiles, spins)
+                k, spins = grid.barrier(SYNC, k, spins)
         else:
             _step(TABLE, REF, i + 1, B, T, H, M, 0, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG,
                   WA, BB, BH, PRECISION)
-            k, spins = grid.barrier(SYNC, k, tiles, spins)
+            k, spins = grid.barrier(SYNC, k, spins)
 
 
 _FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA", "ED")

@@ -45,14 +45,14 @@ ROWS = (16, 32, 64)  # batch rows per program tried, smallest first (tl.dot need
 
 
 @triton.jit
-def barrier(SYNC, k, tiles, spins):
-    """The k-th barrier (from 0) of this program's batch block (axis 0 of the grid) among its ``tiles`` column
-    programs, waiting at most ``spins`` reads of its counter; returns (k + 1, the spins of the next barrier: 0 once
-    one was not met, so a failed launch ends after one limit per program). SYNC: int32 [one counter per batch
-    block, then the failure flag], zeroed before the launch; counter b reaches (k + 1) · tiles at barrier k."""
+def barrier(SYNC, k, spins):
+    """The k-th barrier (from 0) of this program's batch block (axis 0 of the grid) among its column programs (axis
+    1), waiting at most ``spins`` reads of its counter; returns (k + 1, the spins of the next barrier: 0 once one
+    was not met, so a failed launch ends after one limit per program). SYNC: int32 [one counter per batch block,
+    then the failure flag], zeroed before the launch; counter b reaches (k + 1) · (column programs) at barrier k."""
     tl.debug_barrier()  # every thread of this program has issued its stores of the phase
     counter = SYNC + tl.program_id(0)
-    target = (k + 1) * tiles
+    target = (k + 1) * tl.num_programs(1)
     seen = tl.atomic_add(counter, 1, sem="release", scope="gpu") + 1
     tries = 0
     while (seen < target) & (tries < spins):

@@ -319,7 +319,6 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexp
           BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
     """The grid-synchronised schedule (grid.py): the PHASES phases of :func:`_step` (or, BACKWARD, of
     :func:`_step_backward`, steps T … 1) for every step in one launch, a barrier after each; TABLE as theirs."""
-    tiles = tl.num_programs(1)
     k = 0
     spins = LIMIT
     for i in range(0, T):
@@ -328,7 +327,7 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexp
                 _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION)
             else:
                 _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION)
-            k, spins = grid.barrier(SYNC, k, tiles, spins)
+            k, spins = grid.barrier(SYNC, k, spins)
 
 
 class GRUSequence(torch.autograd.Function):

@@ -213,18 +213,17 @@ def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexp
     """The grid-synchronised schedule (grid.py): the phases of :func:`_lem_step` (or, BACKWARD, of
     :func:`_lem_step_backward`, steps T … 1) for every step in one launch, a barrier of the batch block's column
     programs after each; TABLE as theirs."""
-    tiles = tl.num_programs(1)
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(3):
                 _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION)
-                k, spins = grid.barrier(SYNC, k, tiles, spins)
+                k, spins = grid.barrier(SYNC, k, spins)
         else:
             for phase in tl.static_range(2):
                 _lem_step(TABLE, REF, i + 1, B, T, H, phase, BB, BH, PRECISION)
-                k, spins = grid.barrier(SYNC, k, tiles, spins)
+                k, spins = grid.barrier(SYNC, k, spins)
 
 
 @triton.jit
@@ -348,7 +347,6 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
     state buffers, the weights from registers, this program's own (z, y) columns stay in registers."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
-    tiles = tl.num_programs(1)
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
@@ -367,12 +365,12 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
         s1 = sigmoid(p1)
         z = z + dt * (s1 * tanh(q) - s1 * z)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
-        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        k, spins = grid.barrier(SYNC, k, spins)
         r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, ey, PRECISION)
         s2 = sigmoid(p2)
         y = y + dt * (s2 * tanh(r) - s2 * y)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
-        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        k, spins = grid.barrier(SYNC, k, spins)
 
 
 @triton.jit
@@ -383,7 +381,6 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
     [W1; Wz; W2] over whole rows) -- which no other program reads, so no third barrier. λz, λy of this program's
     columns stay in registers; LZ, LY (B, H): the final state's adjoints in, the initial state's out."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
-    tiles = tl.num_programs(1)
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
@@ -409,13 +406,13 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
         tr = tanh(r)
         tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], ly * dt * (tr - yp) * s2 * (1.0 - s2), mask=m)
         tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], ly * dt * s2 * (1.0 - tr * tr), mask=m)
-        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        k, spins = grid.barrier(SYNC, k, spins)
         lz = dot(grid.rows_of(g + 3 * H, sE, rows, rmask, H, HP), wy, lz, PRECISION)  # z_n feeds r
         s1 = sigmoid(p1)
         tq = tanh(q)
         tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - zp) * s1 * (1.0 - s1), mask=m)
         tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * dt * s1 * (1.0 - tq * tq), mask=m)
-        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        k, spins = grid.barrier(SYNC, k, spins)
         lz = lz * (1.0 - dt * s1)
         ly = ly * (1.0 - dt * s2)
         ly = dot(grid.rows_of(g, sE, rows, rmask, H, HP), w1, ly, PRECISION)

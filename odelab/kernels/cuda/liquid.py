@@ -440,17 +440,16 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, B
           PRECISION: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr, LIMIT: tl.constexpr):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every sub-step (or, BACKWARD, the two phases of
     :func:`_step_backward`, sub-steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
-    tiles = tl.num_programs(1)
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(2):
                 _step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, MODE, BJ, L)
-                k, spins = grid.barrier(SYNC, k, tiles, spins)
+                k, spins = grid.barrier(SYNC, k, spins)
         else:
             _step(TABLE, REF, i + 1, B, T, H, 0, BB, BH, PRECISION, MODE, BJ, L)
-            k, spins = grid.barrier(SYNC, k, tiles, spins)
+            k, spins = grid.barrier(SYNC, k, spins)
 
 
 class LiquidSequence(torch.autograd.Function):

@@ -311,17 +311,16 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
     :func:`_step_backward`, steps T … 1) in one launch, a barrier of the batch block's column programs after each
     phase; TABLE as theirs."""
-    tiles = tl.num_programs(1)
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(2):
                 _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION)
-                k, spins = grid.barrier(SYNC, k, tiles, spins)
+                k, spins = grid.barrier(SYNC, k, spins)
         else:
             _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION)
-            k, spins = grid.barrier(SYNC, k, tiles, spins)
+            k, spins = grid.barrier(SYNC, k, spins)
 
 
 # -- the grid schedule with weights on chip (grid.resident): a program keeps its column tiles of [𝒲 | W] (both
@@ -352,7 +351,6 @@ def _grid_forward(E, WR, C, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.cons
                   BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
     """(z_n, y_n) on this program's columns for every step, kept in registers, a barrier after each step."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
-    tiles = tl.num_programs(1)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
     wzt, wyt = _recurrent_tiles(WR, cols, H, HP, MODE, False)
@@ -365,7 +363,7 @@ def _grid_forward(E, WR, C, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.cons
         z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
-        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        k, spins = grid.barrier(SYNC, k, spins)
 
 
 @triton.jit
@@ -375,7 +373,6 @@ def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.co
     of g_a after one barrier); λz, λy and the γ, ε sums stay in registers. LZ, LY (B, H): the final state's adjoints
     in, the initial state's out; AC (2, B, H): the γ, ε sums out."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
-    tiles = tl.num_programs(1)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
     wzt, wyt = _recurrent_tiles(WR, cols, H, HP, MODE, False)
@@ -406,7 +403,7 @@ def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.co
             ly = ly - lz * dt * gamma / d
             lz = lz / d
         tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
-        k, spins = grid.barrier(SYNC, k, tiles, spins)
+        k, spins = grid.barrier(SYNC, k, spins)
         g_row = grid.rows_of(G + (n - 1) * H, T * H, rows, rmask, H, HP)
         if MODE != 0:
             lz = dot(g_row, wz, lz, PRECISION)
