@@ -330,6 +330,87 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexp
             k, spins = grid.barrier(SYNC, k, spins)
 
 
+# -- the grid schedule with weights on chip (grid.resident; reset_after): a program keeps its column tiles of W_r, W_f,
+# W_u (both orientations in the backward) for the whole sequence and reads only the whole rows of h_{n−1} (forward)
+# or of the pre-activation gradients (backward); one barrier a step each way --
+
+@triton.jit
+def _gate_tiles(WH, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
+    """``grid.column_tile`` of W_r, W_f and W_u (``weight_hidden`` = [W_r; W_f; W_u])."""
+    return (grid.column_tile(WH, H, cols, H, HP, TRANS), grid.column_tile(WH + H * H, H, cols, H, HP, TRANS),
+            grid.column_tile(WH + 2 * H * H, H, cols, H, HP, TRANS))
+
+
+@triton.jit
+def _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP: tl.constexpr, PRECISION: tl.constexpr):
+    """(r, f, W_u h + b_hu, c) of step n on this program's columns from the whole rows of h_{n−1}."""
+    sE = T * 3 * H
+    e = E + (n - 1) * 3 * H
+    h_row = grid.rows_of(S + (n - 1) * H, (T + 1) * H, rows, rmask, H, HP)
+    r = dot(h_row, wrt, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
+    f = dot(h_row, wft, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+    mu = dot(h_row, wut, tl.zeros(r.shape, dtype=r.dtype) + bhu, PRECISION)
+    return r, f, mu, tile(e + 2 * H, sE, rows, rmask, cols, cmask) + sigmoid(r) * mu
+
+
+@triton.jit
+def _grid_forward(E, WH, BHU, C, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """h_n on this program's columns for every step (reset_after), kept in registers, a barrier after each step."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    dt = tl.load(C)
+    sS = (T + 1) * H
+    wrt, wft, wut = _gate_tiles(WH, cols, H, HP, False)
+    bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
+    h = tile(S, sS, rows, rmask, cols, cmask)
+    k = 0
+    spins = LIMIT
+    for n in range(1, T + 1):
+        r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
+        sf = sigmoid(f)
+        h = h + dt * (sf * tanh(c) - sf * h)
+        tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        k, spins = grid.barrier(SYNC, k, spins)
+
+
+@triton.jit
+def _grid_backward(E, WH, BHU, C, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                   PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """Step n's backward on this program's columns (reset_after): [g_r, g_f, g_c, g_m] written, a barrier, then
+    λ_{n−1} = λ (1 − Δt σ(f)) + [g_r, g_f, g_m] [W_r; W_f; W_u] over their whole rows + ∂L/∂h_{n−1}; λ in
+    registers, L (B, H): the final state's adjoint in, the initial state's out."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    dt = tl.load(C)
+    sS = (T + 1) * H
+    sG = T * 4 * H
+    wrt, wft, wut = _gate_tiles(WH, cols, H, HP, False)
+    wr, wf, wu = _gate_tiles(WH, cols, H, HP, True)
+    bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
+    lam = tile(L, H, rows, rmask, cols, cmask)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        n = T - i
+        g = G + (n - 1) * 4 * H
+        r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
+        hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        sr = sigmoid(r)
+        sf = sigmoid(f)
+        tc = tanh(c)
+        gc = lam * dt * sf * (1.0 - tc * tc)
+        tl.store(g + rows[:, None] * sG + cols[None, :], gc * mu * sr * (1.0 - sr), mask=m)
+        tl.store(g + H + rows[:, None] * sG + cols[None, :], lam * dt * (tc - hp) * sf * (1.0 - sf), mask=m)
+        tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
+        tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gc * sr, mask=m)
+        k, spins = grid.barrier(SYNC, k, spins)
+        lam = lam * (1.0 - dt * sf)
+        lam = dot(grid.rows_of(g, sG, rows, rmask, H, HP), wr, lam, PRECISION)
+        lam = dot(grid.rows_of(g + H, sG, rows, rmask, H, HP), wf, lam, PRECISION)
+        lam = dot(grid.rows_of(g + 3 * H, sG, rows, rmask, H, HP), wu, lam, PRECISION)
+        lam += tile_at(GO - 2 * H, n, H, T * H, rows, rmask, cols, cmask, 2, T)
+    tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
+
+
 class GRUSequence(torch.autograd.Function):
     """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, schedule) -> (hs, h_T)``; ``schedule``:
     "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
@@ -346,7 +427,9 @@ class GRUSequence(torch.autograd.Function):
         R = enc.new_empty(B, H)
         consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if schedule == "grid":
+        if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device):
+            grid.launch_resident(_grid_forward, (enc, weight_hidden, b_hu, consts, S), B, T, H, ctx.precision)
+        elif schedule == "grid":
             grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R], consts, B, T, H, block_h, ctx.precision,
                         False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after)
         elif schedule == "stepwise":
@@ -376,7 +459,11 @@ class GRUSequence(torch.autograd.Function):
         L = enc.new_empty(2, B, H)
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.schedule == "grid":
+        if ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device):
+            L[0] = L[T % 2]
+            grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0]), B, T, H,
+                                 ctx.precision)
+        elif ctx.schedule == "grid":
             grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L], consts, B, T, H, ctx.block_h,
                         ctx.precision, True, PHASES=2 if reset_after else 4, RESET_AFTER=reset_after)
         elif ctx.schedule == "stepwise":
