@@ -846,7 +846,8 @@ def test_grid_equals_stepwise_and_generic(name, size, dtype, monkeypatch):
 
 # the presets with grid kernels that keep their weights on chip -> barriers a step (forward, backward)
 WEIGHTS_ON_CHIP = {"lem": (2, 2), "cornn-learned-coefficients": (1, 1), "cornn-implicit-learned-coefficients": (1, 1),
-                   "oscillator": (1, 1), "gru-ode": (1, 1)}  # GRU-ODE: reset after (the other runs the step kernels)
+                   "oscillator": (1, 1), "gru-ode": (1, 1), "taugru": (1, 1), "delaygru": (1, 1)}
+# (GRU-ODE: reset after; reset before runs the step kernels)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])

@@ -95,3 +95,24 @@ def test_stepwise_graphs_replay_with_each_calls_tensors(monkeypatch):
         for a, b in zip(grads, ref_grads):
             assert torch.allclose(a, b, rtol=0, atol=1e-11), call
         assert graphs.captures == captures and len(graphs.entries) == entries, call
+
+
+@DTYPES
+@pytest.mark.parametrize("name", list(LAG_CASES))
+def test_grid_weights_on_chip_lags(name, dtype, monkeypatch):
+    """The grid kernels with the weights on chip (``grid.resident``; forced at hidden 9, one column program per
+    batch block, which the interpreter can run) over the lag edge cases: the delayed adjoint of a program's columns
+    goes through LD and comes back to the same program m steps later (m = 0: at once; beyond T: never)."""
+    from odelab.kernels.cuda import grid
+
+    monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
+    launched = []
+    real = grid.launch_resident
+    monkeypatch.setattr(grid, "launch_resident", lambda kernel, *args, **kw: launched.append(kernel.fn.__name__)
+                        or real(kernel, *args, **kw))
+    run = kernel(".cuda.delay_gru:run_" + ("taugru" if name.startswith("taugru") else "delaygru"))
+    torch.manual_seed(1)
+    errors = relative_errors(LAG_CASES[name](3, 9), lambda *a, **kw: run(*a, schedule="grid", **kw), 3, 4, 9, dtype)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[dtype], (worst, errors[worst])
+    assert launched == ["_grid_forward", "_grid_backward"]

@@ -290,8 +290,8 @@ def _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta,
                        HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                        U_DELAYED: tl.constexpr, PRECISION: tl.constexpr):
     """:func:`_branches` with the weights, h and the step's encoded input (:func:`_inputs_resident`) in
-    registers."""
-    zero = h * 0.0
+    registers (h, hd: this program's columns, or the whole rows against column tiles of the weights)."""
+    zero = eu * 0.0
     target = zero
     u = zero
     z = zero
@@ -429,6 +429,124 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
             k, spins = grid.barrier(SYNC, k, spins)
 
 
+# -- the grid schedule with weights on chip (grid.resident): a program keeps its column tiles of the present maps
+# (both orientations in the backward) for the whole sequence and reads the whole rows of h_{n−1}, h_{n−1−m}
+# (forward) or of the pre-activation gradients (backward); one barrier a step each way. The delayed adjoint
+# g_delayed W2 of this program's columns goes to LD at those columns, read back by this program m steps later --
+
+@triton.jit
+def _weights_grid(WH, W2, cols, H, HP: tl.constexpr, HAS_U: tl.constexpr, HAS_Z: tl.constexpr,
+                  HAS_G: tl.constexpr, HAS_A: tl.constexpr, U_DELAYED: tl.constexpr, WU: tl.constexpr,
+                  WG: tl.constexpr, WA: tl.constexpr):
+    """:func:`_weights_resident`'s (W, Wᵀ) pairs as ``grid.column_tile``s (TRANS, and not) for this program's
+    columns; zeros for the absent maps."""
+    none = tl.zeros((HP, cols.shape[0]), dtype=WH.dtype.element_ty)
+    wu, wut, wg, wgt, wa, wat, w2, w2t = none, none, none, none, none, none, none, none
+    if HAS_U:
+        wu, wut = grid.column_tile(WH + WU * H * H, H, cols, H, HP, True), grid.column_tile(WH + WU * H * H, H, cols,
+                                                                                             H, HP, False)
+    if HAS_G:
+        wg, wgt = grid.column_tile(WH + WG * H * H, H, cols, H, HP, True), grid.column_tile(WH + WG * H * H, H, cols,
+                                                                                             H, HP, False)
+    if HAS_A:
+        wa, wat = grid.column_tile(WH + WA * H * H, H, cols, H, HP, True), grid.column_tile(WH + WA * H * H, H, cols,
+                                                                                             H, HP, False)
+    if HAS_Z or U_DELAYED:
+        w2, w2t = grid.column_tile(W2, H, cols, H, HP, True), grid.column_tile(W2, H, cols, H, HP, False)
+    return wu, wut, wg, wgt, wa, wat, w2, w2t
+
+
+@triton.jit
+def _grid_rows(S, n, M, rows, rmask, T, H, HP: tl.constexpr):
+    """The whole rows of h_{n−1} and of the delayed h_{n−1−m} (zero before h_0)."""
+    sS = (T + 1) * H
+    return (grid.rows_of(S + (n - 1) * H, sS, rows, rmask, H, HP),
+            grid.rows_of(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), H, HP))
+
+
+@triton.jit
+def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, NE: tl.constexpr,
+                  HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                  U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+                  WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
+                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """h_n on this program's columns for every step, kept in registers, a barrier after each step."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
+    sS = (T + 1) * H
+    _, wut, _, wgt, _, wat, _, w2t = _weights_grid(WH, W2, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, WU,
+                                                   WG, WA)
+    h = tile(S, sS, rows, rmask, cols, cmask)
+    k = 0
+    spins = LIMIT
+    for n in range(1, T + 1):
+        eu, ez, ea, eg = _inputs_resident(E, n, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU,
+                                          EZ, EG, EA, BB, BH)
+        h_row, hd_row = _grid_rows(S, n, M, rows, rmask, T, H, HP)
+        target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
+                                                HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
+        h = h + dt * (g * target - g * h)
+        tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
+        k, spins = grid.barrier(SYNC, k, spins)
+
+
+@triton.jit
+def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, NE: tl.constexpr,
+                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
+                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
+                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
+                   HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+                   LIMIT: tl.constexpr):
+    """Step n's backward on this program's columns (:func:`_backward_resident`'s, the products over the whole rows
+    of the pre-activation gradients after one barrier); λ in registers, L (B, H): the final state's adjoint in,
+    the initial state's out."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
+    sE = T * NE * H
+    sS = (T + 1) * H
+    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_grid(WH, W2, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
+                                                       WU, WG, WA)
+    lam = tile(L, H, rows, rmask, cols, cmask)
+    k = 0
+    spins = LIMIT
+    for i in range(0, T):
+        n = T - i
+        gp = G + (n - 1) * NE * H
+        eu, ez, ea, eg = _inputs_resident(E, n, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU,
+                                          EZ, EG, EA, BB, BH)
+        h_row, hd_row = _grid_rows(S, n, M, rows, rmask, T, H, HP)
+        h, _, go = _stored_resident(S, GO, n, M, rows, rmask, cols, cmask, T, H)
+        target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
+                                                HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
+        gt = lam * dt * g
+        if HAS_G:
+            tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g), mask=m)
+        if HAS_U:
+            tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
+        if HAS_Z:
+            tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
+            if HAS_A:
+                tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
+        k, spins = grid.barrier(SYNC, k, spins)  # also orders LD's columns, written by this program m steps ago
+        lam = lam * (1.0 - dt * g)
+        if HAS_G:
+            lam = dot(grid.rows_of(gp + EG * H, sE, rows, rmask, H, HP), wg, lam, PRECISION)
+        if HAS_U:
+            lam = dot(grid.rows_of(gp + EU * H, sE, rows, rmask, H, HP), wu, lam, PRECISION)
+        if HAS_Z:
+            if HAS_A:
+                lam = dot(grid.rows_of(gp + EA * H, sE, rows, rmask, H, HP), wa, lam, PRECISION)
+        if HAS_D:
+            gd = dot(grid.rows_of(gp + ED * H, sE, rows, rmask, H, HP), w2, tl.zeros((BB, BH), dtype=lam.dtype),
+                     PRECISION)
+            lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
+            tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
+                     mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
+        lam += go
+        lam += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
+
+
 _FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA", "ED")
 
 
@@ -450,7 +568,10 @@ class DelayGRUSequence(torch.autograd.Function):
         consts = torch.tensor([dt, alpha, beta], dtype=enc.dtype, device=enc.device)
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]))
-        if schedule == "grid":  # the backward's two flags, unused forward
+        if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
+            grid.launch_resident(_grid_forward, (enc, weight_h, W2c, consts, S), B, T, H, ctx.precision, M=lag,
+                                 **flags)
+        elif schedule == "grid":  # the backward's two flags, unused forward
             grid.launch(_grid, [enc, weight_h, W2c, consts, S], consts, B, T, H, block_h, ctx.precision, False,
                         M=lag, **flags, ED=0, HAS_D=False)
         elif schedule == "stepwise":
@@ -480,7 +601,11 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, ctx.block_h)
         flags = dict(zip(_FLAGS, layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
-        if ctx.schedule == "grid":
+        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device):
+            L[0] = L[T % 2]
+            grid.launch_resident(_grid_backward, (enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD), B, T, H,
+                                 ctx.precision, M=lag, **flags)
+        elif ctx.schedule == "grid":
             grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD], consts, B, T, H, ctx.block_h,
                         ctx.precision, True, M=lag, **flags)
         elif ctx.schedule == "stepwise":
