@@ -17,12 +17,14 @@ multiprocessor (whatever the kernel's occupancy): it grows the batch block (16, 
 (:data:`SPIN_LIMIT` reads of the counter, seconds): a barrier that is never met sets a flag, the program waits at
 no later barrier, and :func:`check` raises instead of returning wrong values; nothing hangs.
 
-LEM, coRNN and the neural oscillator from hidden 33 to 128 go one step further (:func:`resident`;
-``lem._lem_grid_forward`` / ``_lem_grid_backward``, ``oscillators._grid_forward`` / ``_grid_backward``): a program
-keeps its 16-wide column tiles of the weights (both orientations in the backward) in registers for the whole
-sequence and reads only the states' whole rows each phase, cuDNN's persistent-RNN layout. Their backwards need fewer
-barriers than phases (LEM 2 a step instead of 3, the oscillators 1 instead of 2): the last phase writes only this
-program's λ columns, which no other program reads.
+LEM, coRNN, the neural oscillator, GRU-ODE (reset after), τ-GRU and Delay GRU from hidden 33 to 128 go one step
+further (:func:`resident`; ``_grid_forward`` / ``_grid_backward`` in each module, ``_lem_grid_…`` for LEM): a
+program keeps its 16-wide column tiles of the weights (both orientations in the backward) in registers for the whole
+sequence and reads only the whole rows of the states (or of the pre-activation gradients) each phase, cuDNN's
+persistent-RNN layout. Their backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1
+instead of 2): the last phase writes only this program's λ columns, which no other program reads. The liquid cells'
+synapses are not a matrix product (a sigmoid per (batch, j, i)): their grid driver runs the step kernels, whose
+parameter tiles a program re-reads every sub-step from its L1.
 
 Triton's interpreter runs a grid's programs one after another, so there a barrier can only be met by a batch
 block of one column tile (``block_h`` ≥ hidden); :func:`rows_per_block` refuses more.
