@@ -844,6 +844,23 @@ def test_grid_equals_stepwise_and_generic(name, size, dtype, monkeypatch):
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
 
 
+@pytest.mark.parametrize("name", list(WITH_GRID))
+def test_grid_with_64_row_batch_blocks(name, monkeypatch):
+    """The batch blocks the grid schedule grows to where 16-row ones would not all be resident (64 rows: 2 blocks at
+    batch 70, the second partly masked), against the generic loop in float64 to 1e-10."""
+    from odelab.kernels.cuda import grid
+
+    made = []
+    real = grid.counters
+    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    monkeypatch.setattr(grid, "rows_per_block", lambda *args: 64)
+    run = lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule="grid", **kw)
+    errors = relative_errors(PRESETS[name][0](3, 20), run, 70, 3, 20, torch.float64, block_h=32)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-10, (worst, errors[worst])
+    assert [len(m) for m in made] == [3, 3]  # two batch blocks' counters and the flag, forward and backward
+
+
 # the presets with grid kernels that keep their weights on chip -> barriers a step (forward, backward)
 WEIGHTS_ON_CHIP = {"lem": (2, 2), "cornn-learned-coefficients": (1, 1), "cornn-implicit-learned-coefficients": (1, 1),
                    "oscillator": (1, 1), "gru-ode": (1, 1), "taugru": (1, 1), "delaygru": (1, 1)}
