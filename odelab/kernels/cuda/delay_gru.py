@@ -88,6 +88,23 @@ def _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE
 
 
 @triton.jit
+def _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U: tl.constexpr,
+                          HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr, EU: tl.constexpr,
+                          EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr):
+    """The pre-activation gradients of the present branches on columns ``cols`` into their blocks of gp (row stride
+    sE), from λ_n = lam and the step's branches (:func:`_branches`)."""
+    gt = lam * dt * g  # ∂L/∂target
+    if HAS_G:
+        tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g), mask=m)
+    if HAS_U:
+        tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
+    if HAS_Z:
+        tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
+        if HAS_A:
+            tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
+
+
+@triton.jit
 def _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
                          HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                          U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
@@ -102,15 +119,8 @@ def _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask
     target, u, z, a, g, h, m = _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z,
                                          HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-    gt = lam * dt * g  # ∂L/∂target
-    if HAS_G:
-        tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g), mask=m)
-    if HAS_U:
-        tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
-    if HAS_Z:
-        tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
-        if HAS_A:
-            tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
+    _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U, HAS_Z, HAS_G,
+                          HAS_A, EU, EZ, EG, EA)
     tl.store(L + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * g), mask=m)
 
 
@@ -518,15 +528,8 @@ def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, NE: tl.const
         h, _, go = _stored_resident(S, GO, n, M, rows, rmask, cols, cmask, T, H)
         target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
                                                 HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
-        gt = lam * dt * g
-        if HAS_G:
-            tl.store(gp + EG * H + rows[:, None] * sE + cols[None, :], lam * dt * (target - h) * g * (1.0 - g), mask=m)
-        if HAS_U:
-            tl.store(gp + EU * H + rows[:, None] * sE + cols[None, :], gt * beta * (1.0 - u * u), mask=m)
-        if HAS_Z:
-            tl.store(gp + EZ * H + rows[:, None] * sE + cols[None, :], gt * alpha * a * (1.0 - z * z), mask=m)
-            if HAS_A:
-                tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], gt * alpha * z * a * (1.0 - a), mask=m)
+        _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U, HAS_Z,
+                              HAS_G, HAS_A, EU, EZ, EG, EA)
         k, spins = grid.barrier(SYNC, k, spins)  # also orders LD's columns, written by this program m steps ago
         lam = lam * (1.0 - dt * g)
         if HAS_G:
