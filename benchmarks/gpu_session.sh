@@ -16,8 +16,8 @@
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
 #              compiles the benchmark's kernels into Triton's cache
-#   grid       the grid-synchronised schedule: its gpu test, then LEM stepwise / grid and nn.LSTM at the three
-#              sizes, 90 + 70 s
+#   grid       the grid-synchronised schedule: its gpu tests (a process per preset), then LEM stepwise / grid and
+#              nn.LSTM at the three sizes, 100 + 70 s
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
 #              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
@@ -134,7 +134,10 @@ cells() {
 
 grid() {  # the grid-synchronised schedule (new, never run on a GPU): its gpu test, then LEM under the stepwise
     # default and the grid schedule, and cuDNN's LSTM, at the issue's three sizes (the other cells: `cells`)
-    step gridtest 90 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py -k grid
+    local parallel=()
+    $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
+    step gridtest 100 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" \
+        tests/kernels/test_cuda_kernels.py -k grid
     step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-grid,lstm --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
