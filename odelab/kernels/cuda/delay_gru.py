@@ -445,6 +445,12 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
 # g_delayed W2 of this program's columns goes to LD at those columns, read back by this program m steps later --
 
 @triton.jit
+def _column_pair(W, cols, H, HP: tl.constexpr):
+    """An H × H map's ``grid.column_tile``s for this program's columns: (for G @ it = G W, for S @ it = S Wᵀ)."""
+    return grid.column_tile(W, H, cols, H, HP, True), grid.column_tile(W, H, cols, H, HP, False)
+
+
+@triton.jit
 def _weights_grid(WH, W2, cols, H, HP: tl.constexpr, HAS_U: tl.constexpr, HAS_Z: tl.constexpr,
                   HAS_G: tl.constexpr, HAS_A: tl.constexpr, U_DELAYED: tl.constexpr, WU: tl.constexpr,
                   WG: tl.constexpr, WA: tl.constexpr):
@@ -453,16 +459,13 @@ def _weights_grid(WH, W2, cols, H, HP: tl.constexpr, HAS_U: tl.constexpr, HAS_Z:
     none = tl.zeros((HP, cols.shape[0]), dtype=WH.dtype.element_ty)
     wu, wut, wg, wgt, wa, wat, w2, w2t = none, none, none, none, none, none, none, none
     if HAS_U:
-        wu, wut = grid.column_tile(WH + WU * H * H, H, cols, H, HP, True), grid.column_tile(WH + WU * H * H, H, cols,
-                                                                                             H, HP, False)
+        wu, wut = _column_pair(WH + WU * H * H, cols, H, HP)
     if HAS_G:
-        wg, wgt = grid.column_tile(WH + WG * H * H, H, cols, H, HP, True), grid.column_tile(WH + WG * H * H, H, cols,
-                                                                                             H, HP, False)
+        wg, wgt = _column_pair(WH + WG * H * H, cols, H, HP)
     if HAS_A:
-        wa, wat = grid.column_tile(WH + WA * H * H, H, cols, H, HP, True), grid.column_tile(WH + WA * H * H, H, cols,
-                                                                                             H, HP, False)
+        wa, wat = _column_pair(WH + WA * H * H, cols, H, HP)
     if HAS_Z or U_DELAYED:
-        w2, w2t = grid.column_tile(W2, H, cols, H, HP, True), grid.column_tile(W2, H, cols, H, HP, False)
+        w2, w2t = _column_pair(W2, cols, H, HP)
     return wu, wut, wg, wgt, wa, wat, w2, w2t
 
 

@@ -79,6 +79,18 @@ def _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl.
 
 
 @triton.jit
+def _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tc, mu, h, H, RESET_AFTER: tl.constexpr):
+    """g_f, g_c (and, reset after, g_r, g_m) of a step on columns ``cols`` into their blocks of g (row stride sG),
+    from λ_n = lam, σ(r), σ(f), tanh(c), W_u h + b_hu and h = h_{n−1}."""
+    gc = lam * dt * sf * (1.0 - tc * tc)
+    tl.store(g + H + rows[:, None] * sG + cols[None, :], lam * dt * (tc - h) * sf * (1.0 - sf), mask=m)
+    tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
+    if RESET_AFTER:
+        tl.store(g + rows[:, None] * sG + cols[None, :], gc * mu * sr * (1.0 - sr), mask=m)
+        tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gc * sr, mask=m)
+
+
+@triton.jit
 def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr,
                          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """Step n on columns c0 : c0 + BH: g_f, g_c (and g_r, g_m, reset after) from λ_n in L[n % 2], and λ_{n−1}'s
@@ -92,13 +104,7 @@ def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, 
                              PRECISION)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     sf = sigmoid(f)
-    tc = tanh(c)
-    gc = lam * dt * sf * (1.0 - tc * tc)
-    tl.store(g + H + rows[:, None] * sG + cols[None, :], lam * dt * (tc - h) * sf * (1.0 - sf), mask=m)
-    tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
-    if RESET_AFTER:
-        tl.store(g + rows[:, None] * sG + cols[None, :], gc * mu * sr * (1.0 - sr), mask=m)
-        tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gc * sr, mask=m)
+    _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tanh(c), mu, h, H, RESET_AFTER)
     tl.store(L + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * sf), mask=m)
 
 
@@ -393,15 +399,9 @@ def _grid_backward(E, WH, BHU, C, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, 
         n = T - i
         g = G + (n - 1) * 4 * H
         r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
-        hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        sr = sigmoid(r)
         sf = sigmoid(f)
-        tc = tanh(c)
-        gc = lam * dt * sf * (1.0 - tc * tc)
-        tl.store(g + rows[:, None] * sG + cols[None, :], gc * mu * sr * (1.0 - sr), mask=m)
-        tl.store(g + H + rows[:, None] * sG + cols[None, :], lam * dt * (tc - hp) * sf * (1.0 - sf), mask=m)
-        tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
-        tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gc * sr, mask=m)
+        _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sigmoid(r), sf, tanh(c), mu,
+                              tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask), H, True)
         k, spins = grid.barrier(SYNC, k, spins)
         lam = lam * (1.0 - dt * sf)
         lam = dot(grid.rows_of(g, sG, rows, rmask, H, HP), wr, lam, PRECISION)

@@ -75,6 +75,23 @@ def _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: t
 
 
 @triton.jit
+def _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, dt, gamma, eps, H, MODE: tl.constexpr):
+    """The adjoint of :func:`_update` on columns ``cols`` for λ_n = (lz, ly), th = tanh(a_n): (g_a, λz_{n−1} and
+    λy_{n−1} without the products through a_n, this step's ∂L/∂γ and ∂L/∂ε terms; z_{n−1}, y_{n−1}, z_n read from
+    the state buffers where the mode needs them)."""
+    lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
+    if MODE == 0:
+        return lz * dt * (1.0 - th * th), lz, ly, lz * 0.0, lz * 0.0
+    z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    if MODE == 1:
+        return lz * dt * (1.0 - th * th), lz * (1.0 - dt * eps), ly - lz * dt * gamma, -lz * dt * y, -lz * dt * z
+    d = 1.0 + dt * eps
+    zn = tl.load(Z + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    return lz * dt / d * (1.0 - th * th), lz / d, ly - lz * dt * gamma / d, -lz * dt * y / d, -lz * zn * dt / d
+
+
+@triton.jit
 def _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H,
                         MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """Step n's backward on columns c0 : c0 + BH, first part: g_a = ∂L/∂a_n into G, the γ, ε sums into AC, and
@@ -85,30 +102,11 @@ def _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows,
     th = tanh(a)
     lz = tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-    lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
-    if MODE == 0:
-        ga = lz * dt * (1.0 - th * th)
-        lz_part = lz
-        ly_part = ly
-    else:
-        z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-        y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-        acc_g = tl.load(AC + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-        acc_e = tl.load(AC + B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-        if MODE == 1:
-            ga = lz * dt * (1.0 - th * th)
-            lz_part = lz * (1.0 - dt * eps)
-            ly_part = ly - lz * dt * gamma
-            acc_g += -lz * dt * y
-            acc_e += -lz * dt * z
-        else:
-            d = 1.0 + dt * eps
-            zn = tl.load(Z + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-            ga = lz * dt / d * (1.0 - th * th)
-            lz_part = lz / d
-            ly_part = ly - lz * dt * gamma / d
-            acc_g += -lz * dt * y / d
-            acc_e += -lz * zn * dt / d
+    ga, lz_part, ly_part, d_gamma, d_eps = _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, dt, gamma, eps, H,
+                                                           MODE)
+    if MODE != 0:
+        acc_g = tl.load(AC + rows[:, None] * H + cols[None, :], mask=m, other=0.0) + d_gamma
+        acc_e = tl.load(AC + B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0) + d_eps
         tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
         tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
     tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
@@ -386,22 +384,9 @@ def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.co
     for i in range(0, T):
         n = T - i
         th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
-        lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
-        if MODE == 0:
-            ga = lz * dt * (1.0 - th * th)
-        elif MODE == 1:
-            ga = lz * dt * (1.0 - th * th)
-            acc_g += -lz * dt * tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
-            acc_e += -lz * dt * tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
-            ly = ly - lz * dt * gamma
-            lz = lz * (1.0 - dt * eps)
-        else:
-            d = 1.0 + dt * eps
-            ga = lz * dt / d * (1.0 - th * th)
-            acc_g += -lz * dt * tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask) / d
-            acc_e += -lz * tile(Z + n * H, sS, rows, rmask, cols, cmask) * dt / d
-            ly = ly - lz * dt * gamma / d
-            lz = lz / d
+        ga, lz, ly, d_gamma, d_eps = _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, dt, gamma, eps, H, MODE)
+        acc_g += d_gamma
+        acc_e += d_eps
         tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         g_row = grid.rows_of(G + (n - 1) * H, T * H, rows, rmask, H, HP)
