@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
@@ -100,14 +101,15 @@ def plot_classes(model, x, y, classes: int, path: str | Path, title: str = "", b
     y = y.cpu()
     confusion = torch.zeros(classes, classes)
     confusion.index_put_((y, pred), torch.ones(y.numel()), accumulate=True)
-    per_class = confusion.diagonal() / confusion.sum(1).clamp(min=1)
-    seen = confusion.sum(1) > 0
+    per_class = (confusion.diagonal() / confusion.sum(1).clamp(min=1)).numpy()
+    seen = (confusion.sum(1) > 0).numpy()
+    confusion = confusion.numpy()  # matplotlib takes NumPy arrays (a tensor goes through deprecated conversions)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 1.4]})
     image = axes[0].imshow(confusion, cmap="Greys", interpolation="nearest", origin="lower")
     axes[0].set_xlabel("predicted class")
     axes[0].set_ylabel("true class")
     fig.colorbar(image, ax=axes[0], label="test sequences", shrink=0.8)
-    index = torch.arange(classes)
+    index = np.arange(classes)
     axes[1].bar(index[seen], 100 * per_class[seen], width=1.0, color="tab:blue")
     axes[1].axhline(100 / classes, color="black", lw=1, ls="--", label="chance")
     axes[1].set_xlabel("class")
@@ -130,7 +132,7 @@ def plot_symbols(model, x, y, path: str | Path, title: str = "", count: int = 3,
         ax = axes[k, 0]
         rows = [("input, first steps", inputs[k, :shown]), ("target, last steps", y[k, -shown:]),
                 ("predicted", pred[k, -shown:])]
-        ax.imshow(torch.stack([r for _, r in rows]), cmap="tab10", vmin=0, vmax=9, aspect="auto")
+        ax.imshow(torch.stack([r for _, r in rows]).numpy(), cmap="tab10", vmin=0, vmax=9, aspect="auto")
         for row, (_, values) in enumerate(rows):
             for col, value in enumerate(values.tolist()):
                 wrong = row == 2 and value != int(y[k, steps - shown + col])

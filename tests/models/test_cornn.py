@@ -131,7 +131,7 @@ def test_official_readout_initialisation():
     bound = 1 / hidden ** 0.5
     assert official.readout.weight.abs().max() <= bound and official.readout.bias.abs().max() <= bound
     assert ours.readout.weight.abs().max() > bound
-    assert abs(float(ours.readout.weight.std()) - (2 / hidden) ** 0.5) < 0.15
+    assert abs(float(ours.readout.weight.detach().std()) - (2 / hidden) ** 0.5) < 0.15
     assert type(official.body.system) is type(ours.body.system) and official.body.dt == ours.body.dt
     assert official.body.scheme.name == ours.body.scheme.name
     body = build("cornn", 2, 3)

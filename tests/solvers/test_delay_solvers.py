@@ -172,6 +172,7 @@ def test_classical_ddes_against_scipy_method_of_steps(system, rhs, delta, horizo
     assert np.abs(sol.y[:, :, 0].numpy() - ref).max() < tol
 
 
+@pytest.mark.filterwarnings("ignore:b_err_list is only zeros")  # torchdde says RK4 has no error estimate: known
 def test_enso_against_torchdde_and_the_adapter():
     torchdde = pytest.importorskip("torchdde")
     from odelab.interop import torchdde_system

@@ -31,7 +31,7 @@ def test_one_gradient_step_follows_the_chosen_loss(kind, gradient, monkeypatch):
     model = Constant(1.0)
     fit(model, data(), TrainConfig(epochs=1, lr=0.1, batch_size=4, regression_loss=kind), progress=False)
     # ∂/∂c mean (c − y)² = 2 (c − mean y); ∂/∂c mean |c − y| = mean sign(c − y)
-    assert float(model.c) == pytest.approx(1.0 - 0.1 * gradient, abs=1e-6)
+    assert float(model.c.detach()) == pytest.approx(1.0 - 0.1 * gradient, abs=1e-6)
 
 
 def test_an_unknown_regression_loss_is_refused():
