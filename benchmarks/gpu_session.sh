@@ -33,7 +33,8 @@
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
 #   profile    Nsight Compute on the fused LEM kernels at hidden 128, 100 s
 #   coldstart  the solvers' first call from empty Triton and odelab caches (batch 1280) against diffrax's jit, with
-#              where it goes (each kernel's compilation, each C compiler run), 70 s
+#              where it goes (each kernel's compilation, each C compiler run), 70 s; then a new configuration
+#              (batch 16384) in a new process with the caches the first filled, 60 s
 # A lease holds about two commands (2026-11-25: tests cells fit solvers enso tf32 took 500 s; cells stopped after
 # its first size, enso at its then 50 s cap). Each step writes its JSON and log into $OUT (the device tool's
 # folder) or benchmarks/results/gpu/, the benchmarks after every size or batch too, so a step cut at its cap keeps
@@ -196,6 +197,12 @@ coldstart() {  # issue 14's first call on the GPU from empty caches (Triton's an
     step coldstart 70 env TRITON_CACHE_DIR="$triton_cache" ODELAB_CACHE="$odelab_cache" $PY benchmarks/solvers.py \
         --device "$device" --batches "$batch" --repeats 1 --no-compile --no-large-state --no-slow-anchors \
         --out "$RESULTS/solvers_${device}_cold.json"
+    # a new configuration (another batch size) in a new process, the caches the first one filled: what a user pays
+    # for each new shape once the machine has compiled odelab's kernels (diffrax's jit pays its compilation again)
+    [ "$SMOKE" = 1 ] && batch=96 || batch=16384
+    step newconfig 60 env TRITON_CACHE_DIR="$triton_cache" ODELAB_CACHE="$odelab_cache" $PY benchmarks/solvers.py \
+        --device "$device" --batches "$batch" --repeats 1 --no-compile --no-large-state --no-slow-anchors \
+        --out "$RESULTS/solvers_${device}_newconfig.json"
 }
 
 RUNS=${TMPDIR:-/tmp}/odelab-gpu-runs

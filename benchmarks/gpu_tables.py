@@ -6,8 +6,8 @@
 Folders newest first: the newest that measured a figure gives it (older ones are marked). Reads
 cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32 products),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
-solvers_cuda_cold.json (first calls from empty caches), fit_cuda.json and fit_quick_cuda.json (FHN training runs)
-and the newest gpu_session.log (the gpu tests' summary). With --readme, replaces the
+solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
+the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs) and the newest gpu_session.log (the gpu tests' summary). With --readme, replaces the
 text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
 """
 from __future__ import annotations
@@ -120,16 +120,18 @@ def solvers_table(folders: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def cold_start(folders: list[Path]) -> str:
-    found = first(folders, "solvers_cuda_cold.json")
+def cold_start(folders: list[Path], name: str = "solvers_cuda_cold.json") -> str:
+    found = first(folders, name)
     if found is None:
         return "not measured"
     index, path = found
     result = next(iter(json.loads(path.read_text())["fitzhugh_nagumo_by_batch"].values()))
-    odelab, diffrax = result["odelab_ladder"][0], result["rows"]["diffrax dopri5 (vmap)"]
-    return (f"odelab's fused loop {odelab['first_call_seconds']:.2f} s (its steady state {odelab['seconds']:.2f} s), "
-            f"diffrax {diffrax['first_call_seconds']:.2f} s, jit included (odelab "
-            f"{odelab['first_call_seconds'] / diffrax['first_call_seconds']:.2f}× diffrax)" + mark(index))
+    odelab, diffrax = result["odelab_ladder"][0], result["rows"].get("diffrax dopri5 (vmap)")
+    text = f"odelab's fused loop {odelab['first_call_seconds']:.2f} s (its steady state {odelab['seconds']:.2f} s)"
+    if diffrax is not None:
+        text += (f", diffrax {diffrax['first_call_seconds']:.2f} s, jit included (odelab "
+                 f"{odelab['first_call_seconds'] / diffrax['first_call_seconds']:.2f}× diffrax)")
+    return text + mark(index)
 
 
 def tests_summary(folders: list[Path]) -> str:
@@ -192,7 +194,8 @@ diffrax at matched error; first calls in a process whose Triton cache was alread
 {solvers_table(folders)}
 
 First call of a new configuration from empty Triton and odelab caches (batch 1280, the tolerance ladder's first
-rung): {cold_start(folders)}.
+rung): {cold_start(folders)}. A new configuration (batch 16384) in a new process whose Triton and odelab caches the
+first one filled: {cold_start(folders, "solvers_cuda_newconfig.json")}.
 {END}"""
 
 
