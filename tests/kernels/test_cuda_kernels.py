@@ -961,3 +961,109 @@ def test_grid_on_the_gpu(name):
         errors = relative_errors(PRESETS[name][0](3, hidden), run, batch, time, hidden, torch.float64)
         worst = max(errors, key=errors.get)
         assert errors[worst] <= 1e-10, (batch, time, hidden, worst, errors[worst])
+
+
+# -- inside a caller's CUDA graph capture (torch.cuda.graph, torch.compile's CUDA graphs) --------------------------
+
+def _outputs_and_gradients(name, batch, time, hidden, schedule, seed=0):
+    """A preset's outputs, final state and gradients (input, initial state, every trained parameter) under
+    ``schedule``, from inputs drawn with ``seed``."""
+    build, target = PRESETS[name]
+    torch.manual_seed(seed)
+    model = build(3, hidden).to(device=DEVICE, dtype=torch.float32)
+    x = torch.randn(batch, time, 3, device=DEVICE, requires_grad=True)
+    state = tuple((0.5 * torch.randn(batch, n, device=DEVICE)).requires_grad_() for n in model.system.block_sizes())
+    out, final = kernel(target)(model.system, x, state, model.dt, model.unfolds, lags_of(model), schedule=schedule)
+    loss = (out * torch.randn_like(out)).sum() + sum((i - 0.5) * f.sum() for i, f in enumerate(final))
+    inputs = [x, *state, *(p for p in model.parameters() if p.requires_grad)]
+    return [out, *final, *(g for g in torch.autograd.grad(loss, inputs, allow_unused=True) if g is not None)]
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "stepwise", "grid"])
+@pytest.mark.parametrize("name", ["lem", "cornn", "oscillator", "gru-ode", "gru-ode-reset-before", "taugru", "delaygru",
+                                  "ltc", "lrcu-s", "unicornn", "unicornn-reversible"])
+def test_inside_a_capture_values_enter_as_kernel_arguments(name, schedule, monkeypatch):
+    """While a CUDA graph is being captured nothing may be copied from the host: the kernels' constants and the
+    stepwise / grid address tables are then filled on the device (one fill per value, recorded in the graph) and
+    the stepwise launches bypass their own graph cache. The capture is pretended here (the interpreter has none):
+    no ``torch.tensor(..., device=...)`` nor ``.to(...)`` in the kernel modules, the stepwise graph cache untouched,
+    and the same bits as outside a capture (hidden 40: the tiled schedules run; UnICORNN has one kernel)."""
+    import inspect
+
+    from odelab.kernels.cuda import _common, grid, stepwise
+
+    expected = _outputs_and_gradients(name, 19, 4, 40, schedule)
+    copies = []
+    real_tensor, real_to = torch.tensor, torch.Tensor.to
+
+    def caller() -> str:
+        return inspect.currentframe().f_back.f_back.f_globals.get("__name__", "")
+
+    def spy_tensor(*args, **kwargs):
+        if kwargs.get("device") is not None and caller().startswith("odelab.kernels.cuda"):
+            copies.append(("torch.tensor", caller()))
+        return real_tensor(*args, **kwargs)
+
+    def spy_to(self, *args, **kwargs):
+        if caller().startswith("odelab.kernels.cuda") and any(
+                isinstance(a, (torch.device, str, torch.Tensor)) for a in (*args, *kwargs.values())):
+            copies.append(("Tensor.to", caller()))
+        return real_to(self, *args, **kwargs)
+
+    class NoGraphs:
+        def run(self, *args):
+            raise AssertionError("the stepwise graph cache was used inside a capture")
+
+    for module in (_common, stepwise, grid):
+        monkeypatch.setattr(module, "capturing", lambda device: True)
+    monkeypatch.setattr(stepwise, "graphs_for", lambda device: NoGraphs())
+    monkeypatch.setattr(torch, "tensor", spy_tensor)
+    monkeypatch.setattr(torch.Tensor, "to", spy_to)
+    captured = _outputs_and_gradients(name, 19, 4, 40, schedule)
+    assert copies == []
+    assert len(captured) == len(expected)
+    for a, b in zip(captured, expected):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["auto", "grid"])
+@pytest.mark.parametrize("hidden", [16, 48])
+@pytest.mark.parametrize("name", ["lem", "cornn", "oscillator", "gru-ode", "taugru", "delaygru", "lrcu-s", "unicornn",
+                                  "unicornn-reversible"])
+def test_a_training_step_captured_in_a_cuda_graph(name, hidden, schedule):
+    """A user's own CUDA graph of forward + backward (``torch.cuda.graph``; what torch.compile's CUDA graphs do):
+    replayed on a new input it gives the eager step's outputs and gradients, bit for bit (hidden 16: the
+    register-resident kernels; 48: the stepwise or the grid schedule)."""
+    if schedule == "grid" and (hidden == 16 or name.startswith("unicornn")):
+        pytest.skip("one kernel for both schedules here")
+    build, target = PRESETS[name]
+    torch.manual_seed(0)
+    model = build(3, hidden).to(DEVICE)
+    x = torch.randn(24, 30, 3, device=DEVICE, requires_grad=True)
+    state = tuple((0.5 * torch.randn(24, n, device=DEVICE)).requires_grad_() for n in model.system.block_sizes())
+    weight = torch.randn(24, 30, hidden, device=DEVICE)
+    inputs = [x, *state, *(p for p in model.parameters() if p.requires_grad)]
+
+    def step():
+        out, final = kernel(target)(model.system, x, state, model.dt, model.unfolds, lags_of(model),
+                                    schedule=schedule)
+        loss = (out * weight).sum() + sum((i - 0.5) * f.sum() for i, f in enumerate(final))
+        return [out, *final, *(g for g in torch.autograd.grad(loss, inputs, allow_unused=True) if g is not None)]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: Triton compiles, the stepwise schedule records its own graphs
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    with torch.no_grad():
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = step()
+    for a, b in zip(captured, eager):
+        assert torch.equal(a, b)

@@ -49,6 +49,27 @@ def available() -> bool:
     return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def capturing(device) -> bool:
+    """Whether work on ``device`` is being recorded into a CUDA graph (a user's ``torch.cuda.graph``, torch.compile's
+    CUDA graphs): nothing may then be copied from the host or read back, so values enter as kernel arguments."""
+    import torch
+
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def on_device(values: list, dtype, device):
+    """``torch.tensor(values, dtype=dtype, device=device)``: one host-to-device copy; while a CUDA graph is being
+    captured (:func:`capturing`), one fill per value instead, its value recorded in the graph."""
+    import torch
+
+    if not capturing(device):
+        return torch.tensor(values, dtype=dtype, device=device)
+    out = torch.empty(len(values), dtype=dtype, device=device)
+    for i, value in enumerate(values):
+        out[i].fill_(value)
+    return out
+
+
 def dot_precision(dtype) -> str:
     """The kernels' ``tl.dot`` input precision for states of ``dtype``: "tf32" for float32 where torch's float32
     matmuls may use TF32, "ieee" otherwise (the default; float64 always)."""

@@ -21,8 +21,8 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
-    step_launches, tanh, tile, tile_at, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -571,7 +571,7 @@ class DelayGRUSequence(torch.autograd.Function):
         W2c = enc.new_zeros(1) if W2 is None else W2.contiguous()
         S = enc.new_empty(B, T + 1, H)
         S[:, 0] = h0
-        consts = torch.tensor([dt, alpha, beta], dtype=enc.dtype, device=enc.device)
+        consts = on_device([dt, alpha, beta], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]))
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device):

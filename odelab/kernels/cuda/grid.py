@@ -37,8 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import batch_rows, block_sizes, use_stepwise, warps
-from .stepwise import address_table, chosen_schedule
+from ._common import batch_rows, block_sizes, capturing, use_stepwise, warps
+from .stepwise import chosen_schedule, device_table
 
 RESIDENT_H = 128  # hidden sizes up to this (padded to a power of two) may keep their weight tiles on chip
 RESIDENT_BH = 16  # the column tiles of those kernels (8 warps)
@@ -131,7 +131,7 @@ def launch(driver, tensors: list[torch.Tensor], ref: torch.Tensor, B: int, T: in
     rows = rows_per_block(B, H, BH, ref.device)
     sync = counters(B, rows, ref.device)
     driver[(triton.cdiv(B, rows), triton.cdiv(H, BH))](
-        address_table(tensors).to(ref.device), ref, sync, B, T, H, BACKWARD=backward, BB=rows, BH=BH,
+        device_table(tensors), ref, sync, B, T, H, BACKWARD=backward, BB=rows, BH=BH,
         PRECISION=precision, LIMIT=SPIN_LIMIT, num_warps=warps(BH), **meta)
     check(sync)
 
@@ -161,8 +161,8 @@ def counters(batch: int, rows: int, device: torch.device) -> torch.Tensor:
 
 def check(sync: torch.Tensor) -> None:
     """Raise if a barrier of the launch that used ``sync`` was never met (reads the flag on the host; skipped
-    while a CUDA graph is being captured)."""
-    if sync.is_cuda and torch.cuda.is_current_stream_capturing():
+    while a CUDA graph is being captured, where nothing may be read back: the flag stays in ``sync``)."""
+    if capturing(sync.device):
         return
     if int(sync[-1]) != 0:
         raise RuntimeError("odelab: a grid barrier of the CUDA kernel was not met (its programs were not all resident"

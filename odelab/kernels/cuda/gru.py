@@ -18,8 +18,8 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
-    step_launches, tanh, tile, tile_at, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -425,7 +425,7 @@ class GRUSequence(torch.autograd.Function):
         S = enc.new_empty(B, T + 1, H)
         S[:, 0] = h0
         R = enc.new_empty(B, H)
-        consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
+        consts = on_device([dt], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device):
             grid.launch_resident(_grid_forward, (enc, weight_hidden, b_hu, consts, S), B, T, H, ctx.precision)

@@ -17,8 +17,8 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, sigmoid,
-    step_launches, tanh, tile, tile_at, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -437,7 +437,7 @@ class LEMSequence(torch.autograd.Function):
         Y = enc.new_empty(B, T + 1, H)
         Z[:, 0] = z0
         Y[:, 0] = y0
-        consts = torch.tensor([dt], dtype=enc.dtype, device=enc.device)
+        consts = on_device([dt], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
             grid.launch_resident(_lem_grid_forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)

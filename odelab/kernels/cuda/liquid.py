@@ -31,8 +31,8 @@ from torch.nn import functional as F
 
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident_block, sigmoid, step_launches,
-    tanh, tile_at, warps)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident_block, sigmoid,
+    step_launches, tanh, tile_at, warps)
 from .stepwise import launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
@@ -471,7 +471,7 @@ class LiquidSequence(torch.autograd.Function):
         shift = like.new_zeros(H) if shift is None else shift.contiguous()
         S = like.new_empty(B, TS + 1, H)
         S[:, 0] = h0
-        consts = torch.tensor([dt], dtype=like.dtype, device=like.device)
+        consts = on_device([dt], like.dtype, like.device)
         BB, BH = block_sizes(B, H, block_h)
         meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]

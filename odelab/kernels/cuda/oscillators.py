@@ -23,8 +23,8 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, resident, resident_block, step_launches,
-    tanh, tile, tile_at, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -419,7 +419,7 @@ class SecondOrderSequence(torch.autograd.Function):
         Y = enc.new_empty(B, T + 1, H)
         Z[:, 0] = z0
         Y[:, 0] = y0
-        consts = torch.cat((torch.tensor([dt], dtype=enc.dtype, device=enc.device),
+        consts = torch.cat((on_device([dt], enc.dtype, enc.device),
                             coefficients.detach().to(enc.dtype)))
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device):

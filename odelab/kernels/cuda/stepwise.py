@@ -29,6 +29,8 @@ from typing import Callable
 
 import torch
 
+from ._common import capturing, on_device
+
 SCHEDULE_ENV = "ODELAB_CUDA_SCHEDULE"
 SCHEDULES = ("auto", "persistent", "stepwise", "grid")
 
@@ -51,6 +53,11 @@ def address_table(tensors: list[torch.Tensor]) -> torch.Tensor:
         if not t.is_contiguous():
             raise ValueError("stepwise schedule: every tensor in the address table must be contiguous")
     return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+
+
+def device_table(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """:func:`address_table` on the tensors' device (inside a caller's CUDA graph capture too: ``on_device``)."""
+    return on_device(address_table(tensors).tolist(), torch.int64, tensors[0].device)
 
 
 def _cuda_capture(launch: Callable[[], None]) -> Callable[[], None]:
@@ -108,9 +115,11 @@ def graphs_for(device: torch.device) -> StepGraphs | None:
 
 def launch_steps(tensors: list[torch.Tensor], launch: Callable[[torch.Tensor], None]) -> None:
     """Run ``launch(table)`` (``_common.step_launches``) with the tensors' address table: through the graph cache on
-    CUDA (keyed by ``launch.key``), eagerly otherwise."""
-    graphs = graphs_for(tensors[0].device)
-    if graphs is None:
-        launch(address_table(tensors).to(tensors[0].device))
+    CUDA (keyed by ``launch.key``), eagerly otherwise -- and inside a CUDA graph that the caller is capturing, whose
+    replays then replay these launches (a graph is not recorded inside another's capture)."""
+    device = tensors[0].device
+    graphs = graphs_for(device)
+    if graphs is None or capturing(device):
+        launch(device_table(tensors))
     else:
         graphs.run(launch.key, tensors, launch)
