@@ -97,7 +97,9 @@ tests() {
         local parallel=()
         $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
         warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
-        step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" tests
+        local skip=()
+        [ -n "${GRID_TESTED:-}" ] && skip=(-k "not grid")  # the grid step ran them
+        step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" "${skip[@]}" tests
         wait
     fi
 }
@@ -139,6 +141,7 @@ grid() {  # the grid-synchronised schedule (new, never run on a GPU): its gpu te
     $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
     step gridtest 100 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" \
         tests/kernels/test_cuda_kernels.py -k grid
+    GRID_TESTED=1  # a later `tests` step leaves these out
     step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-grid,lstm --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
