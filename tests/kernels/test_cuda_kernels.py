@@ -1067,3 +1067,21 @@ def test_a_training_step_captured_in_a_cuda_graph(name, hidden, schedule):
     eager = step()
     for a, b in zip(captured, eager):
         assert torch.equal(a, b)
+
+
+def test_constants_are_copied_once_and_filled_inside_a_capture(monkeypatch):
+    """A kernel's constants: one tensor per distinct (values, dtype, device), reused by later calls (a pageable copy
+    to the GPU would wait for the stream at every call); inside a capture a new tensor filled on the device."""
+    from odelab.kernels.cuda import _common
+
+    monkeypatch.setattr(_common, "_CONSTANTS", {})
+    a = _common.on_device([0.7, 0.25], torch.float32, DEVICE)
+    assert a is _common.on_device([0.7, 0.25], torch.float32, DEVICE)
+    assert a.tolist() == [torch.tensor(0.7).item(), 0.25] and a.dtype == torch.float32
+    b = _common.on_device([0.7, 0.25], torch.float64, DEVICE)
+    assert b is not a and b.tolist() == [0.7, 0.25]
+    monkeypatch.setattr(_common, "capturing", lambda device: True)
+    c = _common.on_device([0.7, 0.25], torch.float64, DEVICE)
+    assert c is not b and torch.equal(c, b)
+    big = [2 ** 47 + 3, 2 ** 40 + 16]  # addresses survive the fill exactly
+    assert _common.filled(big, torch.int64, DEVICE).tolist() == big

@@ -57,16 +57,37 @@ def capturing(device) -> bool:
     return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def on_device(values: list, dtype, device):
-    """``torch.tensor(values, dtype=dtype, device=device)``: one host-to-device copy; while a CUDA graph is being
-    captured (:func:`capturing`), one fill per value instead, its value recorded in the graph."""
+def filled(values: list, dtype, device):
+    """A new tensor on ``device`` holding ``values``, one fill each: no host-to-device copy, which a CUDA graph
+    capture forbids (the values are recorded in the graph)."""
     import torch
 
-    if not capturing(device):
-        return torch.tensor(values, dtype=dtype, device=device)
     out = torch.empty(len(values), dtype=dtype, device=device)
     for i, value in enumerate(values):
         out[i].fill_(value)
+    return out
+
+
+_CONSTANTS: dict = {}  # (values, dtype, device) -> the tensor: each distinct set copied to the device once
+_MAX_CONSTANTS = 256
+
+
+def on_device(values: list, dtype, device):
+    """The scalars a kernel reads (Δt, α, β, ...) as a tensor on ``device``, which kernels only read. Copied once per
+    distinct values and kept: torch copies a pageable host tensor to the GPU and then waits for the stream, which
+    would stall every call's host until the GPU was idle. While a CUDA graph is being captured (:func:`capturing`):
+    :func:`filled`, so that the graph owns what it reads."""
+    import torch
+
+    device = torch.device(device)
+    if capturing(device):
+        return filled(values, dtype, device)
+    key = (tuple(values), dtype, device)
+    out = _CONSTANTS.get(key)
+    if out is None:
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:  # a training run with changing Δt: forget the oldest
+            del _CONSTANTS[next(iter(_CONSTANTS))]
+        out = _CONSTANTS[key] = torch.tensor(values, dtype=dtype, device=device)
     return out
 
 

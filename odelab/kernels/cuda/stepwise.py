@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from ._common import capturing, on_device
+from ._common import capturing, filled
 
 SCHEDULE_ENV = "ODELAB_CUDA_SCHEDULE"
 SCHEDULES = ("auto", "persistent", "stepwise", "grid")
@@ -48,16 +48,26 @@ def chosen_schedule(override: str | None = None, device: torch.device | None = N
 
 
 def address_table(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The tensors' addresses as an int64 tensor on the host (each must be contiguous: kernels index it densely)."""
+    """The tensors' addresses as an int64 tensor on the host (each must be contiguous: kernels index it densely),
+    in pinned memory for CUDA tensors, so that copying it to the GPU (``non_blocking=True``) does not wait for the
+    stream."""
+    return torch.tensor(_addresses(tensors), dtype=torch.int64, pin_memory=tensors[0].is_cuda)
+
+
+def _addresses(tensors: list[torch.Tensor]) -> list[int]:
     for t in tensors:
         if not t.is_contiguous():
             raise ValueError("stepwise schedule: every tensor in the address table must be contiguous")
-    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+    return [t.data_ptr() for t in tensors]
 
 
 def device_table(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """:func:`address_table` on the tensors' device (inside a caller's CUDA graph capture too: ``on_device``)."""
-    return on_device(address_table(tensors).tolist(), torch.int64, tensors[0].device)
+    """:func:`address_table` on the tensors' device, copied without waiting for the stream; inside a caller's CUDA
+    graph capture, filled on the device (``_common.filled``)."""
+    device = tensors[0].device
+    if capturing(device):
+        return filled(_addresses(tensors), torch.int64, device)
+    return address_table(tensors).to(device, non_blocking=True)
 
 
 def _cuda_capture(launch: Callable[[], None]) -> Callable[[], None]:
@@ -85,7 +95,7 @@ class StepGraphs:
         addresses = address_table(tensors)
         entry = self.entries.get(key)
         if entry is None:
-            table = addresses.to(tensors[0].device)
+            table = addresses.to(tensors[0].device, non_blocking=True)
             launch(table)
             self.entries[key] = [table, None]
             while len(self.entries) > self.size:
@@ -93,7 +103,7 @@ class StepGraphs:
             return
         self.entries.move_to_end(key)
         table = entry[0]
-        table.copy_(addresses)
+        table.copy_(addresses, non_blocking=True)
         if entry[1] is None:
             try:
                 entry[1] = self.capture(lambda: launch(table))
