@@ -1033,8 +1033,9 @@ def test_inside_a_capture_values_enter_as_kernel_arguments(name, schedule, monke
                                   "unicornn-reversible"])
 def test_a_training_step_captured_in_a_cuda_graph(name, hidden, schedule):
     """A user's own CUDA graph of forward + backward (``torch.cuda.graph``; what torch.compile's CUDA graphs do):
-    replayed on a new input it gives the eager step's outputs and gradients, bit for bit (hidden 16: the
-    register-resident kernels; 48: the stepwise or the grid schedule)."""
+    replayed on a new input it gives the eager step's outputs and gradients (hidden 16: the register-resident
+    kernels; 48: the stepwise or the grid schedule). The same kernels run in the same order; 1e-6 relative leaves
+    room for cuBLAS choosing another algorithm for the weight-gradient products on the capture's stream."""
     if schedule == "grid" and (hidden == 16 or name.startswith("unicornn")):
         pytest.skip("one kernel for both schedules here")
     build, target = PRESETS[name]
@@ -1065,8 +1066,9 @@ def test_a_training_step_captured_in_a_cuda_graph(name, hidden, schedule):
     graph.replay()
     torch.cuda.synchronize()
     eager = step()
+    assert len(captured) == len(eager)
     for a, b in zip(captured, eager):
-        assert torch.equal(a, b)
+        assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-6
 
 
 def test_constants_are_copied_once_and_filled_inside_a_capture(monkeypatch):
