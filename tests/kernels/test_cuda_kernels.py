@@ -1087,3 +1087,21 @@ def test_constants_are_copied_once_and_filled_inside_a_capture(monkeypatch):
     assert c is not b and torch.equal(c, b)
     big = [2 ** 47 + 3, 2 ** 40 + 16]  # addresses survive the fill exactly
     assert _common.filled(big, torch.int64, DEVICE).tolist() == big
+
+
+def test_a_cell_trains_after_running_under_inference_mode(monkeypatch):
+    """The constants first made under ``torch.inference_mode`` (an evaluation) are kept for later calls: they must
+    not be inference tensors, which a training call could not save for its backward."""
+    from odelab.kernels.cuda import _common
+
+    monkeypatch.setattr(_common, "_CONSTANTS", {})
+    build, target = PRESETS["lem"]
+    model = build(3, 8)
+    x = torch.randn(2, 3, 3, device=DEVICE)
+    state = tuple(torch.zeros(2, n, device=DEVICE) for n in model.system.block_sizes())
+    with torch.inference_mode():
+        kernel(target)(model.system, x, state, model.dt)
+    assert _common._CONSTANTS and not any(t.is_inference() for t in _common._CONSTANTS.values())
+    out, _ = kernel(target)(model.system, x, state, model.dt)
+    out.sum().backward()
+    assert model.system.Wy.grad is not None

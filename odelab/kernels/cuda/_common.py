@@ -87,7 +87,8 @@ def on_device(values: list, dtype, device):
     if out is None:
         if len(_CONSTANTS) >= _MAX_CONSTANTS:  # a training run with changing Δt: forget the oldest
             del _CONSTANTS[next(iter(_CONSTANTS))]
-        out = _CONSTANTS[key] = torch.tensor(values, dtype=dtype, device=device)
+        with torch.inference_mode(False):  # a later call may save it for its backward
+            out = _CONSTANTS[key] = torch.tensor(values, dtype=dtype, device=device)
     return out
 
 
