@@ -42,7 +42,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     try:
         options = tables.parse_options(args.task, args.option)
         tables.reproduce(args.task, models, args.epochs, args.preset, args.seed, args.out, not args.no_progress,
-                         seeds=args.seeds, options=options, device=args.device)
+                         seeds=args.seeds, options=options, device=args.device, jobs=args.jobs,
+                         threads=args.threads)
     except FitError as err:
         print(f"odelab reproduce: {err}", file=sys.stderr)
         return err.code
@@ -69,6 +70,9 @@ def add_command(subparsers) -> None:
                    help="a task option (repeatable), e.g. --option noise=0 for frequency, --option horizon=10")
     p.add_argument("--device", type=arguments.device, default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--threads", type=arguments.integer(1), help="CPU threads per process (>= 1)")
+    p.add_argument("--jobs", type=arguments.integer(1), default=1,
+                   help="runs trained at once, each in its own process (>= 1; default 1): their progress bars are "
+                        "off, a line reports each finished run; the results are those of one run after another")
     p.add_argument("--out", default="runs/reproduce", help="runs and tables (default runs/reproduce)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--report", action="store_true",

@@ -3,7 +3,8 @@ over several seeds, our mean ± std next to the paper's number.
 
 Each (model, seed) is one ``odelab fit TASK --model M --preset P --seed S`` run in its own folder of ``OUT``
 (resumable: a finished run with the same settings is reused, a shorter or stopped one continues from its
-checkpoint); ``OUT/TASK.json`` keeps one row per (model, preset, epochs, task options) with every seed's value.
+checkpoint), several at once in their own processes with ``jobs``; ``OUT/TASK.json`` keeps one row per (model, preset,
+epochs, task options) with every seed's value.
 The papers' numbers are verbatim from their tables (see :data:`TABLES`); our metric is computed on all test
 sequences; MSE = RMSE².
 """
@@ -12,14 +13,22 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from dataclasses import dataclass, field
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import wait as connection_wait
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from ..data.tasks import TASKS
 from .loop import CheckpointError, load_checkpoint
 from .run import DataError, FitError, FitSpec, run_fit
 
 DEFAULT_SEED = 1234
+INTERRUPTED = 130  # the exit code of an interrupted run (Ctrl-C)
 
 
 @dataclass(frozen=True)
@@ -259,9 +268,12 @@ def summary(values: list[float]) -> tuple[float, float]:
 
 def reproduce(task: str, models: list[str] | None = None, epochs: int | None = None, preset: str = "paper",
               seed: int = DEFAULT_SEED, out: str | Path = "runs/reproduce", progress: bool = True, seeds: int = 1,
-              options: dict | None = None, device: str = "cpu") -> list[dict]:
+              options: dict | None = None, device: str = "cpu", jobs: int = 1,
+              threads: int | None = None) -> list[dict]:
     """Run (or reuse, or extend) every (model, seed) ``odelab fit`` run — seeds ``seed, seed + 1, …`` — and
-    write ``OUT/TASK.json``; returns the new rows (one per model: every seed's value, mean, std)."""
+    write ``OUT/TASK.json``; returns the new rows (one per model: every seed's value, mean, std). ``jobs`` > 1:
+    up to that many runs at once, each in its own process with ``threads`` torch threads (default: the cores
+    shared out), their progress bars off; the same results as one after another."""
     table = TABLES[task]
     options = dict(options or {})
     if preset not in TASKS[task].presets:
@@ -271,30 +283,28 @@ def reproduce(task: str, models: list[str] | None = None, epochs: int | None = N
     column = option_key(options)
     paper = table.paper_for(column)
     out = Path(out)
-    rows = []
+    runs = {}  # model -> [(seed, folder)] of the runs that count for its row
+    pending = []  # the FitSpecs of the runs to train (or to extend)
     for model in models or list(table.models):
-        results = []
+        runs[model] = []
         for s in range(seed, seed + seeds):
             run = run_folder(out, task, model, preset, s, options)
-            result = _finished(run, epochs, preset)
-            if result is None and _epochs_done(run) > epochs:
+            if _finished(run, epochs, preset) is None and _epochs_done(run) > epochs:
                 print(f"odelab reproduce: {model} (seed {s}) skipped: {run} holds a run of {_epochs_done(run)} "
                       f"epochs, more than {epochs}; use another --out for a shorter protocol")
                 continue
-            if result is None:
-                spec = FitSpec(task, model, preset, epochs=epochs, seed=s, out=run, resume=True, progress=progress,
-                               data_options=options, device=device)
-                try:
-                    run_fit(spec)
-                except DataError:  # every other model and seed would fail the same way
-                    if run.is_dir() and not any(run.iterdir()):
-                        run.rmdir()  # the folder run_fit made before loading the data
-                    raise
-                except FitError as err:
-                    print(f"odelab reproduce: {model} (seed {s}) failed: {err}; see {run}")
-                    continue
-                result = _finished(run, epochs, preset)
-            results.append(result)
+            runs[model].append((s, run))
+            if _finished(run, epochs, preset) is None:
+                pending.append(FitSpec(task, model, preset, epochs=epochs, seed=s, out=run, resume=True,
+                                       progress=progress, data_options=options, device=device))
+    if jobs > 1 and len(pending) > 1:
+        _fit_in_parallel(pending, jobs, threads, progress)
+    else:
+        for spec in pending:
+            _fit_or_report(spec)
+    rows = []
+    for model, done in runs.items():
+        results = [r for r in (_finished(run, epochs, preset) for _, run in done) if r is not None]
         if not results:
             continue
         values = [table.value(r, column) for r in results]
@@ -326,6 +336,88 @@ def reproduce(task: str, models: list[str] | None = None, epochs: int | None = N
                                 "rows": merged}, indent=2))
     print(f"written {path} ({len(merged)} rows: earlier runs with other models, presets, epochs or options are kept)")
     return rows
+
+
+def _fit_or_report(spec: FitSpec) -> None:
+    """Train one run; a data error (the same for every model and seed) is raised, any other failure reported."""
+    failure = _fit(spec)
+    if failure is not None:
+        _raise_or_report(spec, *failure)
+
+
+def _fit(spec: FitSpec, threads: int | None = None) -> tuple[str, str, int] | None:
+    """``run_fit(spec)``; None, or (kind, message, exit code) of its failure ("data" or "fit"): plain values, which
+    cross a process boundary whatever the exception's constructor."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        run_fit(spec)
+    except DataError as err:
+        return "data", str(err), err.code
+    except FitError as err:
+        return "fit", str(err), err.code
+    return None
+
+
+def _worker(spec: FitSpec, threads: int, report) -> None:
+    """A worker process: one run, its outcome sent through ``report`` (a pipe's end)."""
+    report.send(_fit(spec, threads))
+
+
+def _raise_or_report(spec: FitSpec, kind: str, message: str, code: int) -> None:
+    """A data error (every other model and seed would fail the same way) or an interruption (Ctrl-C: the run kept
+    its checkpoint) stops ``reproduce``; any other failure is reported and the next run goes on."""
+    if kind == "data":
+        if spec.out.is_dir() and not any(spec.out.iterdir()):
+            spec.out.rmdir()  # the folder run_fit made before loading the data
+        raise DataError(message, code)
+    if code == INTERRUPTED:
+        raise FitError(f"{spec.model} (seed {spec.seed}) {message}", code)
+    print(f"odelab reproduce: {spec.model} (seed {spec.seed}) failed: {message}; see {spec.out}")
+
+
+def _fit_in_parallel(pending: list[FitSpec], jobs: int, threads: int | None, progress: bool) -> None:
+    """The runs in up to ``jobs`` worker processes at once (spawned: no CUDA state is forked), one line per finished
+    run. A data error stops the runs under way (SIGINT: they keep their checkpoints) and starts no other; so does
+    Ctrl-C, which reaches the workers too."""
+    jobs = min(jobs, len(pending))
+    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    context = multiprocessing.get_context("spawn")
+    todo, running, start = list(pending), {}, time.perf_counter()  # running: sentinel -> (process, pipe end, spec)
+    with tqdm(total=len(pending), desc=f"runs ({jobs} at once)", unit="run", disable=not progress) as bar:
+        try:
+            while todo or running:
+                while todo and len(running) < jobs:
+                    spec = todo.pop(0)
+                    receive, send = context.Pipe(duplex=False)
+                    process = context.Process(target=_worker, args=(replace(spec, progress=False), threads, send))
+                    process.start()
+                    send.close()
+                    running[process.sentinel] = (process, receive, spec)
+                for sentinel in connection_wait(list(running)):
+                    process, receive, spec = running.pop(sentinel)
+                    outcome = receive.recv() if receive.poll() else ("fit", f"its process ended with exit code "
+                                                                             f"{process.exitcode}", 1)
+                    process.join()
+                    bar.update()
+                    if outcome is not None:
+                        _raise_or_report(spec, *outcome)
+                    else:
+                        bar.write(f"odelab reproduce: {spec.model} (seed {spec.seed}) finished "
+                                  f"({time.perf_counter() - start:.0f} s since the start)")
+        except KeyboardInterrupt:
+            raise FitError("interrupted; the same command continues every run from its checkpoint",
+                           INTERRUPTED) from None
+        finally:
+            for process, receive, spec in running.values():  # stopped by an error or Ctrl-C: the others stop too
+                if process.is_alive():
+                    os.kill(process.pid, signal.SIGINT)
+            for process, receive, spec in running.values():
+                process.join()
+                if spec.out.is_dir() and not any(spec.out.iterdir()):
+                    spec.out.rmdir()
 
 
 def row_key(row: dict) -> tuple:

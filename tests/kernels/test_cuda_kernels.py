@@ -915,7 +915,7 @@ def test_grid_choice(monkeypatch):
     every program can be resident at once (one per multiprocessor: the batch block grows 16 → 32 → 64 rows to fit,
     else the stepwise schedule), and under the interpreter only with one column program per batch block. The other
     kernels run "grid" as "stepwise"."""
-    from odelab.kernels.cuda import _common, grid, lem
+    from odelab.kernels.cuda import grid, lem, stepwise
 
     cpu = torch.device("cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -923,7 +923,7 @@ def test_grid_choice(monkeypatch):
     assert grid.rows_per_block(100, 33, 32, cpu) is None
     assert grid.schedule_for("grid", torch.empty(4, 2, 3), 5, None) == "persistent"
     assert grid.schedule_for("grid", torch.empty(4, 2, 3), 33, None) == "stepwise"
-    assert _common.use_stepwise("grid", cpu, 33, None) and not _common.use_stepwise("grid", cpu, 5, None)
+    assert stepwise.use_stepwise("grid", cpu, 33, None) and not stepwise.use_stepwise("grid", cpu, 5, None)
 
     class Properties:
         multi_processor_count = 132

@@ -145,3 +145,45 @@ def test_a_reading_with_its_own_metric_reads_its_own_result_and_names_it_in_the_
     assert "**task option reading=official (test MAE, the paper's reading); paper**" in text
     assert "**task option reading=official,valid_window=250 (test MAE, the paper's reading); paper**" in text
     assert "the paper's winner, LRC neural ODE (A), wins here too" in text
+
+
+def test_jobs_train_the_runs_in_parallel_processes_with_the_results_of_one_after_another(tmp_path, monkeypatch):
+    """``--jobs 2``: the four (model, seed) runs in two spawned processes (each loads its data itself, one torch
+    thread) give the table and every run's values of the runs one after another, bit for bit."""
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    common = ["reproduce", "adding", "--option", "length=12", "--preset", "quick", "--epochs", "1", "--models",
+              "lem,lstm", "--seeds", "2", "--threads", "1", "--no-progress"]
+    assert main(common + ["--out", str(tmp_path / "serial")]) == 0
+    assert main(common + ["--out", str(tmp_path / "parallel"), "--jobs", "2"]) == 0
+    tables = [json.loads((tmp_path / where / "adding.json").read_text())["rows"] for where in ("serial", "parallel")]
+    assert [(r["model"], r["seeds"], r["values"]) for r in tables[0]] == \
+        [(r["model"], r["seeds"], r["values"]) for r in tables[1]]
+    assert len(tables[1]) == 2 and all(len(r["values"]) == 2 for r in tables[1])
+    for run in (tmp_path / "serial").glob("adding-*"):
+        a, b = (json.loads((tmp_path / where / run.name / "results.json").read_text()) for where in ("serial", "parallel"))
+        assert a["history"]["train_rmse"] == b["history"]["train_rmse"] and a["test_rmse"] == b["test_rmse"]
+
+
+def test_a_data_option_error_stops_parallel_runs_too(tmp_path, capsys):
+    argv = ["reproduce", "duffing", "--option", "valid_window=250", "--seeds", "2", "--epochs", "1", "--jobs", "2",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "only under reading=official" in captured.err and "failed" not in captured.out
+    assert not list(tmp_path.glob("duffing-*"))
+
+
+def test_ctrl_c_in_a_run_stops_reproduce_instead_of_going_on_with_the_next(tmp_path, monkeypatch, capsys):
+    import odelab.training.reproduce as reproduce
+    from odelab.training.run import FitError
+
+    started = []
+
+    def interrupted(spec):
+        started.append(spec.model)
+        raise FitError("interrupted after epoch 1; `--resume` continues from checkpoint.pt", code=130)
+
+    monkeypatch.setattr(reproduce, "run_fit", interrupted)
+    argv = ["reproduce", "fhn", "--models", "lem,lstm", "--epochs", "1", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 130
+    assert started == ["lem"] and "interrupted after epoch 1" in capsys.readouterr().err

@@ -223,15 +223,6 @@ def address(TABLE, i, REF):
     return tl.load(TABLE + i).to(tl.pointer_type(REF.dtype.element_ty))
 
 
-def use_stepwise(schedule: str | None, device, hidden: int, block_h: int | None) -> bool:
-    """Whether a kernel with both schedules runs the stepwise one or the grid-synchronised one (``grid``, whose
-    drivers run the stepwise phases): chosen (``stepwise.chosen_schedule``) and where the tiled persistent variant
-    would run (not :func:`resident`)."""
-    from .stepwise import chosen_schedule
-
-    return chosen_schedule(schedule, device) in ("stepwise", "grid") and not resident(hidden, block_h)
-
-
 def step_launches(kernel, phases: int, steps, ref, B: int, T: int, H: int, BB: int, BH: int, precision: str,
                   **meta):
     """``launch(table)``: every phase of every step in ``steps``, one launch each over (batch blocks, column tiles)

@@ -37,8 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import batch_rows, block_sizes, capturing, use_stepwise, warps
-from .stepwise import chosen_schedule, device_table
+from ._common import batch_rows, block_sizes, capturing, warps
+from .stepwise import chosen_schedule, device_table, use_stepwise
 
 RESIDENT_H = 128  # hidden sizes up to this (padded to a power of two) may keep their weight tiles on chip
 RESIDENT_BH = 16  # the column tiles of those kernels (8 warps)

@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from ._common import capturing, filled
+from ._common import capturing, filled, resident
 
 SCHEDULE_ENV = "ODELAB_CUDA_SCHEDULE"
 SCHEDULES = ("auto", "persistent", "stepwise", "grid")
@@ -45,6 +45,13 @@ def chosen_schedule(override: str | None = None, device: torch.device | None = N
     if choice == "auto":
         return "stepwise" if device is not None and torch.device(device).type == "cuda" else "persistent"
     return choice
+
+
+def use_stepwise(schedule: str | None, device, hidden: int, block_h: int | None) -> bool:
+    """Whether a kernel with both schedules runs the stepwise one or the grid-synchronised one (``grid``, whose
+    drivers run the stepwise phases): chosen (:func:`chosen_schedule`) and where the tiled persistent variant
+    would run (not ``_common.resident``)."""
+    return chosen_schedule(schedule, device) in ("stepwise", "grid") and not resident(hidden, block_h)
 
 
 def address_table(tensors: list[torch.Tensor]) -> torch.Tensor:
