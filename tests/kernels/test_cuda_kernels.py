@@ -892,22 +892,42 @@ def test_grid_with_weights_on_chip(name, size, dtype, monkeypatch):
     assert [m.tolist() for m in made] == [[count * time] * blocks + [0] for count in WEIGHTS_ON_CHIP[name]]
 
 
-def test_grid_barrier_never_met_raises(monkeypatch):
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the abandoned grid forward read stale rows
+def test_grid_barrier_never_met_reruns_the_forward_stepwise(monkeypatch):
     """Programs that are not all resident: a barrier whose other column program never arrives (under the
-    interpreter, which runs them one after another) gives up after its spin limit, sets the flag, and the call
-    raises instead of returning the half-computed values; nothing hangs."""
+    interpreter, which runs them one after another) gives up after its spin limit and sets the flag; nothing hangs.
+    The call then warns and reruns its forward with the stepwise schedule (the same values as asking for it), and
+    the device takes the stepwise schedule from then on; the gradients are the stepwise ones."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter's sequential programs are the stand-in for non-resident ones")
     from odelab.kernels.cuda import grid, lem
 
     monkeypatch.setattr(grid, "SPIN_LIMIT", 3)
+    monkeypatch.setattr(grid, "_NOT_RESIDENT", set())
     monkeypatch.setattr(grid, "rows_per_block", lambda *args: 16)  # let two column programs share a batch block
     model = PRESETS["lem"][0](3, 17)
-    x = torch.randn(2, 2, 3)
+    x = torch.randn(2, 2, 3, requires_grad=True)
     state = (torch.zeros(2, 17), torch.zeros(2, 17))
     assert grid.schedule_for("grid", x, 17, 16) == "grid"
-    with pytest.raises(RuntimeError, match="grid barrier .* was not met"):
-        lem.run(model.system, x, state, 0.5, block_h=16, schedule="grid")
+    with pytest.warns(RuntimeWarning, match="grid barrier .* was not met .* reran with the stepwise schedule"):
+        out, final = lem.run(model.system, x, state, 0.5, block_h=16, schedule="grid")
+    grad, = torch.autograd.grad(out.sum() + final[1].sum(), x)
+    ref, ref_final = lem.run(model.system, x, state, 0.5, block_h=16, schedule="stepwise")
+    ref_grad, = torch.autograd.grad(ref.sum() + ref_final[1].sum(), x)
+    assert torch.equal(out, ref) and torch.equal(final[1], ref_final[1]) and torch.equal(grad, ref_grad)
+    assert grid.schedule_for("grid", x, 17, 16) == "stepwise"
+
+
+def test_a_barrier_flag_raises_and_retires_the_grid_on_its_device(monkeypatch):
+    from odelab.kernels.cuda import grid
+
+    monkeypatch.setattr(grid, "_NOT_RESIDENT", set())
+    grid.check(grid.counters(40, 16, torch.device(DEVICE)))  # a launch whose barriers were met: no error
+    sync = grid.counters(40, 16, torch.device(DEVICE))
+    sync[-1] = 1
+    with pytest.raises(grid.BarrierNotMet, match="later calls on this device take the stepwise schedule"):
+        grid.check(sync)
+    assert grid._NOT_RESIDENT == {sync.device}
 
 
 def test_grid_choice(monkeypatch):

@@ -656,8 +656,8 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedu
               enc_index.get("u", 0), enc_index.get("z", 0), enc_index.get("g", 0), enc_index.get("a", 0),
               h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
               tuple((enc_index[b], h_index[b]) for b in system.h_branches))
-    hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
-                                    system.alpha, system.beta, _lag(lags), layout, block_h, chosen)
+    hs, hT = grid.apply(DelayGRUSequence, system.encode(x), system.weight_h, system.W2, state[0],
+                        float(dt) / unfolds, system.alpha, system.beta, _lag(lags), layout, block_h, chosen)
     return hs[:, unfolds - 1::unfolds], (hT,)
 
 
@@ -667,6 +667,6 @@ def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, sche
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
-    hs, hT = DelayGRUSequence.apply(system.encode(x), system.weight_h, system.W2, state[0], float(dt) / unfolds,
-                                    1.0, 1.0, _lag(lags), layout, block_h, chosen)
+    hs, hT = grid.apply(DelayGRUSequence, system.encode(x), system.weight_h, system.W2, state[0],
+                        float(dt) / unfolds, 1.0, 1.0, _lag(lags), layout, block_h, chosen)
     return hs[:, unfolds - 1::unfolds], (hT,)

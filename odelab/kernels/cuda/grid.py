@@ -15,7 +15,8 @@ for needs. Triton has no cooperative launch, so :func:`rows_per_block` keeps the
 multiprocessor (whatever the kernel's occupancy): it grows the batch block (16, 32, 64 rows) until ⌈B/BB⌉ ×
 ⌈H/BH⌉ fits, and the caller falls back to the stepwise schedule where nothing does. A spin is also bounded
 (:data:`SPIN_LIMIT` reads of the counter, seconds): a barrier that is never met sets a flag, the program waits at
-no later barrier, and :func:`check` raises instead of returning wrong values; nothing hangs.
+no later barrier, and :func:`check` raises instead of returning wrong values; nothing hangs. A forward so stopped
+runs again with the stepwise schedule (:func:`apply`), which its device keeps from then on.
 
 LEM, coRNN, the neural oscillator, GRU-ODE (reset after), τ-GRU and Delay GRU from hidden 33 to 128 go one step
 further (:func:`resident`; ``_grid_forward`` / ``_grid_backward`` in each module, ``_lem_grid_…`` for LEM): a
@@ -32,6 +33,7 @@ block of one column tile (``block_h`` ≥ hidden); :func:`rows_per_block` refuse
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 import triton
@@ -112,10 +114,11 @@ def rows_per_block(batch: int, hidden: int, block_h: int, device: torch.device) 
 def schedule_for(schedule: str | None, x: torch.Tensor, hidden: int, block_h: int | None) -> str:
     """The schedule a kernel with a grid driver runs: "persistent" unless the tiled kernels would run (hidden > 32
     or ``block_h`` given) and the chosen schedule (``stepwise.chosen_schedule``) is another; "grid" only where
-    its programs fit at once (:func:`rows_per_block`), otherwise "stepwise"."""
+    its programs fit at once (:func:`rows_per_block`) and no grid barrier failed on the device, otherwise
+    "stepwise"."""
     if not use_stepwise(schedule, x.device, hidden, block_h):
         return "persistent"
-    if chosen_schedule(schedule, x.device) == "grid":
+    if chosen_schedule(schedule, x.device) == "grid" and x.device not in _NOT_RESIDENT:
         _, BH = block_sizes(x.shape[0], hidden, block_h)
         if rows_per_block(x.shape[0], hidden, BH, x.device) is not None:
             return "grid"
@@ -159,11 +162,33 @@ def counters(batch: int, rows: int, device: torch.device) -> torch.Tensor:
     return torch.zeros(triton.cdiv(batch, rows) + 1, dtype=torch.int32, device=device)
 
 
+class BarrierNotMet(RuntimeError):
+    """A grid barrier was never met: the launch's programs were not all resident at once (another process or stream
+    held multiprocessors); its results are invalid."""
+
+
+_NOT_RESIDENT: set = set()  # devices where a grid barrier was not met: they take the stepwise schedule from then on
+
+
 def check(sync: torch.Tensor) -> None:
-    """Raise if a barrier of the launch that used ``sync`` was never met (reads the flag on the host; skipped
-    while a CUDA graph is being captured, where nothing may be read back: the flag stays in ``sync``)."""
+    """Raise :class:`BarrierNotMet` if a barrier of the launch that used ``sync`` was never met, and let the device
+    take the stepwise schedule from then on (reads the flag on the host; skipped while a CUDA graph is being
+    captured, where nothing may be read back: the flag stays in ``sync``)."""
     if capturing(sync.device):
         return
     if int(sync[-1]) != 0:
-        raise RuntimeError("odelab: a grid barrier of the CUDA kernel was not met (its programs were not all resident"
-                           " at once); the results are invalid. Run with ODELAB_CUDA_SCHEDULE=stepwise.")
+        _NOT_RESIDENT.add(sync.device)
+        raise BarrierNotMet(f"odelab: a grid barrier of the CUDA kernel was not met on {sync.device} (its programs "
+                            "were not all resident at once; another process or stream held multiprocessors): this "
+                            "call's results are invalid, and later calls on this device take the stepwise schedule")
+
+
+def apply(function, *args):
+    """``function.apply(*args)``, an autograd Function whose last argument is the schedule; where a forward's grid
+    barrier is not met, the same forward once more with the stepwise schedule (warned once per device; the device
+    keeps it from then on). A backward's barrier that is not met raises :class:`BarrierNotMet`: run the step again."""
+    try:
+        return function.apply(*args)
+    except BarrierNotMet as err:
+        warnings.warn(f"{err}; this call reran with the stepwise schedule", RuntimeWarning, stacklevel=3)
+        return function.apply(*args[:-1], "stepwise")

@@ -500,8 +500,8 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None
-    hs, hT = GRUSequence.apply(system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after, block_h,
-                               chosen)
+    hs, hT = grid.apply(GRUSequence, system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after,
+                        block_h, chosen)
     if unfolds != 1:
         hs = hs[:, unfolds - 1::unfolds]
     return hs, (hT,)

@@ -502,9 +502,9 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
-        ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                                     float(dt) / unfolds, block_h, chosen)
+        ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0],
+                              state[1], float(dt) / unfolds, block_h, chosen)
         return ys[:, unfolds - 1::unfolds], (z, y)
-    ys, z, y = LEMSequence.apply(system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                                 float(dt), block_h, chosen)
+    ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
+                          float(dt), block_h, chosen)
     return ys, (z, y)

@@ -543,8 +543,8 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
             shift = F.softplus(system.raw_k_shift)
     g = F.softplus(system.raw_g[:H])
     chosen = grid.schedule_for(schedule, x, H, block_h)
-    hs, hT = LiquidSequence.apply(f_in, u_in, w_in, g, system.a[:H], system.b[:H], system.k[:H], system.e_leak,
-                                  o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, chosen)
+    hs, hT = grid.apply(LiquidSequence, f_in, u_in, w_in, g, system.a[:H], system.b[:H], system.k[:H],
+                        system.e_leak, o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, chosen)
     return hs, (hT,)
 
 

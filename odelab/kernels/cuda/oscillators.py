@@ -487,8 +487,8 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
-    ys, z, y = SecondOrderSequence.apply(system.encode(x), W_rec, coefficients, state[0], state[1], h, mode, block_h,
-                                         chosen)
+    ys, z, y = grid.apply(SecondOrderSequence, system.encode(x), W_rec, coefficients, state[0], state[1], h, mode,
+                          block_h, chosen)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)
