@@ -983,7 +983,7 @@ def test_grid_on_the_gpu(name):
         assert errors[worst] <= 1e-10, (batch, time, hidden, worst, errors[worst])
 
 
-# -- inside a caller's CUDA graph capture (torch.cuda.graph, torch.compile's CUDA graphs) --------------------------
+# -- inside a caller's CUDA graph capture (torch.cuda.graph) ---------------------------------------------------
 
 def _outputs_and_gradients(name, batch, time, hidden, schedule, seed=0):
     """A preset's outputs, final state and gradients (input, initial state, every trained parameter) under
@@ -1052,9 +1052,9 @@ def test_inside_a_capture_values_enter_as_kernel_arguments(name, schedule, monke
 @pytest.mark.parametrize("name", ["lem", "cornn", "oscillator", "gru-ode", "taugru", "delaygru", "lrcu-s", "unicornn",
                                   "unicornn-reversible"])
 def test_a_training_step_captured_in_a_cuda_graph(name, hidden, schedule):
-    """A user's own CUDA graph of forward + backward (``torch.cuda.graph``; what torch.compile's CUDA graphs do):
-    replayed on a new input it gives the eager step's outputs and gradients (hidden 16: the register-resident
-    kernels; 48: the stepwise or the grid schedule). The same kernels run in the same order; 1e-6 relative leaves
+    """A user's own CUDA graph of forward + backward (``torch.cuda.graph``), replayed on a new input, gives the
+    eager step's outputs and gradients (hidden 16: the register-resident kernels; 48: the stepwise or the grid
+    schedule). The same kernels run in the same order; 1e-6 relative leaves
     room for cuBLAS choosing another algorithm for the weight-gradient products on the capture's stream."""
     if schedule == "grid" and (hidden == 16 or name.startswith("unicornn")):
         pytest.skip("one kernel for both schedules here")

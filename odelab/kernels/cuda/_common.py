@@ -50,8 +50,8 @@ def available() -> bool:
 
 
 def capturing(device) -> bool:
-    """Whether work on ``device`` is being recorded into a CUDA graph (a user's ``torch.cuda.graph``, torch.compile's
-    CUDA graphs): nothing may then be copied from the host or read back, so values enter as kernel arguments."""
+    """Whether work on ``device`` is being recorded into a CUDA graph (e.g. a user's ``torch.cuda.graph``): nothing
+    may then be copied from the host or read back, so values enter as kernel arguments."""
     import torch
 
     return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
