@@ -283,18 +283,19 @@ def reproduce(task: str, models: list[str] | None = None, epochs: int | None = N
     column = option_key(options)
     paper = table.paper_for(column)
     out = Path(out)
-    runs = {}  # model -> [(seed, folder)] of the runs that count for its row
+    runs = {}  # model -> the run folders of its row
     pending = []  # the FitSpecs of the runs to train (or to extend)
     for model in models or list(table.models):
         runs[model] = []
         for s in range(seed, seed + seeds):
             run = run_folder(out, task, model, preset, s, options)
-            if _finished(run, epochs, preset) is None and _epochs_done(run) > epochs:
+            finished = _finished(run, epochs, preset) is not None
+            if not finished and _epochs_done(run) > epochs:
                 print(f"odelab reproduce: {model} (seed {s}) skipped: {run} holds a run of {_epochs_done(run)} "
                       f"epochs, more than {epochs}; use another --out for a shorter protocol")
                 continue
-            runs[model].append((s, run))
-            if _finished(run, epochs, preset) is None:
+            runs[model].append(run)
+            if not finished:
                 pending.append(FitSpec(task, model, preset, epochs=epochs, seed=s, out=run, resume=True,
                                        progress=progress, data_options=options, device=device))
     if jobs > 1 and len(pending) > 1:
@@ -304,7 +305,7 @@ def reproduce(task: str, models: list[str] | None = None, epochs: int | None = N
             _fit_or_report(spec)
     rows = []
     for model, done in runs.items():
-        results = [r for r in (_finished(run, epochs, preset) for _, run in done) if r is not None]
+        results = [r for r in (_finished(run, epochs, preset) for run in done) if r is not None]
         if not results:
             continue
         values = [table.value(r, column) for r in results]
