@@ -119,14 +119,14 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 [ "$SMOKE" = 1 ] && SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
-# (NAME: the CUDA default, stepwise from hidden 33; NAME-grid: the grid-synchronised schedule, not measured before
-# 2026-11-26's fifth session; NAME-persistent, the one-launch kernels, measured on the 2026-11-25/26 leases)
-CELLS=${CELLS:-lem,lem-grid,cornn,cornn-grid,oscillator,oscillator-grid,gru-ode,gru-ode-grid}
-CELLS=$CELLS,taugru,taugru-grid,delaygru,delaygru-grid,cornn-implicit,unicornn,unicornn-reversible
-CELLS=$CELLS,lstm,gru,flashrnn
+# (NAME: the CUDA default, the grid-synchronised schedule from hidden 33 since 2026-11-26's seventh session;
+# NAME-stepwise: the stepwise schedule, the default before; NAME-persistent, the one-launch kernels)
+ALL_CELLS=lem,lem-stepwise,cornn,cornn-stepwise,oscillator,oscillator-stepwise,gru-ode,gru-ode-stepwise
+ALL_CELLS=$ALL_CELLS,taugru,taugru-stepwise,delaygru,delaygru-stepwise,cornn-implicit,unicornn,unicornn-reversible
+CELLS=${CELLS:-$ALL_CELLS,lstm,gru,flashrnn}
 # the liquid cells' one-launch kernels took 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own
 # step, one repeat, up to hidden 128 (NAME: the stepwise default from hidden 33)
-SLOW_CELLS=${SLOW_CELLS:-ltc,ltc-grid,lrcu-a,lrcu-a-grid,lrcu-s,stc,lstm}
+SLOW_CELLS=${SLOW_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm}
 SLOW_SIZES=32x1000x16,128x1000x128
 [ "$SMOKE" = 1 ] && SLOW_SIZES=4x20x8
 
@@ -135,14 +135,14 @@ cells() {
         --repeats 3 --out "$RESULTS/cell_speed_$DEVICE.json"
 }
 
-grid() {  # the grid-synchronised schedule (new, never run on a GPU): its gpu test, then LEM under the stepwise
-    # default and the grid schedule, and cuDNN's LSTM, at the issue's three sizes (the other cells: `cells`)
+grid() {  # the grid-synchronised schedule (the CUDA default): its gpu tests, then LEM under it and under the
+    # stepwise schedule, and cuDNN's LSTM, at the issue's three sizes (the other cells: `cells`)
     local parallel=()
     $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
     step gridtest 100 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" \
         tests/kernels/test_cuda_kernels.py -k grid
     GRID_TESTED=1  # a later `tests` step leaves these out
-    step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-grid,lstm --engines fused \
+    step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-stepwise,lstm --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
 

@@ -57,7 +57,9 @@ def barrier(SYNC, k, spins):
     tl.debug_barrier()  # every thread of this program has issued its stores of the phase
     counter = SYNC + tl.program_id(0)
     target = (k + 1) * tl.num_programs(1)
-    seen = tl.atomic_add(counter, 1, sem="release", scope="gpu") + 1
+    # acq_rel: the last program to arrive does not spin, so its arrival must also acquire the others' stores (and
+    # drop this multiprocessor's stale L1 lines of buffers rewritten every phase at the same addresses)
+    seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1
     tries = 0
     while (seen < target) & (tries < spins):
         seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")

@@ -37,13 +37,13 @@ SCHEDULES = ("auto", "persistent", "stepwise", "grid")
 
 def chosen_schedule(override: str | None = None, device: torch.device | None = None) -> str:
     """"persistent", "stepwise" or "grid" (:mod:`.grid`; every kernel with the stepwise schedule has it):
-    ``override``, else ``$ODELAB_CUDA_SCHEDULE``, else "auto", which is "stepwise" on a CUDA ``device`` and
-    "persistent" elsewhere."""
+    ``override``, else ``$ODELAB_CUDA_SCHEDULE``, else "auto", which is "grid" on a CUDA ``device`` (where its
+    programs do not all fit at once, ``grid.schedule_for`` answers "stepwise") and "persistent" elsewhere."""
     choice = (override or os.environ.get(SCHEDULE_ENV, "")).strip().lower() or "auto"
     if choice not in SCHEDULES:
         raise ValueError(f"{SCHEDULE_ENV}: expected one of {', '.join(SCHEDULES)}, got {choice!r}")
     if choice == "auto":
-        return "stepwise" if device is not None and torch.device(device).type == "cuda" else "persistent"
+        return "grid" if device is not None and torch.device(device).type == "cuda" else "persistent"
     return choice
 
 
