@@ -966,10 +966,10 @@ ROUNDED_IN_THE_GRID = {"lrcu-s"}  # compiled on a GPU, its grid kernel rounds a 
 @pytest.mark.parametrize("name", list(WITH_GRID))
 def test_grid_on_the_gpu(name):
     """Real concurrent programs, float64: (40, 200, 96) with 16-wide tiles (3 batch blocks × 6 column programs) gives
-    the same bits twice (a barrier that let a program read a buffer before every program of its block had written
-    it would not: LTC's input gradient and GRU-ODE's reset-before forward did before the arrival acquired) and the
-    stepwise schedule's bits (LRCU-S: 1e-14, its product O_h h rounds differently in the grid kernel's code, 7e-16
-    relative on an H200); a preset with weights on chip matches the generic loop to 1e-10 at (128, 60, 128) (8 × 8
+    the same bits twice and the stepwise schedule's bits (before the barrier's arrival acquired, LTC's input
+    gradient and GRU-ODE reset-before's forward differed from them on an H200: the last program to arrive read stale
+    values of buffers rewritten every step; LRCU-S: 1e-14, its product O_h h rounds differently in the grid kernel's
+    code, 7e-16 relative and the same bits run to run on an H200); a preset with weights on chip matches the generic loop to 1e-10 at (128, 60, 128) (8 × 8
     programs), and LEM at (1024, 40, 256) with 64-row blocks (16 × 8 programs) too."""
     from odelab.kernels.cuda import grid
 
