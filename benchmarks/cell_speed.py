@@ -140,18 +140,17 @@ def scheduled(name: str):
             os.environ[SCHEDULE_ENV] = before
 
 
-def schedule_of(name: str, device: str, batch: int, hidden: int) -> str:
-    """The CUDA schedule a fused row ran under ("persistent" or "stepwise"; for the kernels that have the stepwise
-    one, where their tiled variant runs; "grid" where its programs fit at once, else "stepwise")."""
-    from odelab.kernels.cuda.stepwise import chosen_schedule
+def schedule_of(name: str, device: str, batch: int, hidden: int) -> str | None:
+    """The CUDA schedule a fused row of a cell with several ran under ("persistent", "stepwise" or "grid", as
+    ``grid.schedule_for`` picks it: up to hidden 32 the register-resident kernel whatever is asked); None for the
+    others."""
+    base = next((name[: -len(s) - 1] for s in ("stepwise", "persistent", "grid") if name.endswith("-" + s)), name)
+    if base not in SCHEDULED:
+        return None
+    from odelab.kernels.cuda import grid
 
     with scheduled(name):
-        chosen = chosen_schedule(device=torch.device(device))
-        if chosen == "grid" and device == "cuda":
-            from odelab.kernels.cuda import grid
-
-            chosen = grid.schedule_for(None, torch.empty(batch, 1, 1, device=device), hidden, None)
-        return chosen
+        return grid.schedule_for(None, torch.empty(batch, 1, 1, device=device), hidden, None)
 
 
 def recurrent_layers(model: nn.Module) -> list[nn.Module]:

@@ -23,8 +23,9 @@ SIZES = [(32, 1000, 16), (128, 1000, 128), (1024, 1000, 256)]
 
 def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
     """Every fused/anchor row of the folders' cell_speed_cuda*.json (newest folder first), each tagged with its
-    folder; the rows of the cells with a stepwise schedule named by the CUDA schedule they ran (rows without one
-    predate the stepwise default: persistent)."""
+    folder; the rows of the cells with several CUDA schedules named by the schedule they ran ("NAME-grid", …):
+    up to hidden 32 the register-resident kernel whatever was asked, above it the schedule the row records (rows
+    without one predate the stepwise schedule: persistent)."""
     rows = []
     for index, folder in enumerate(folders):
         for path in sorted(folder.glob("cell_speed_cuda*.json")):
@@ -32,20 +33,27 @@ def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
                 continue
             for row in json.loads(path.read_text())["rows"]:
                 row = dict(row, folder=index)
-                if row["model"] in STEPWISE:
-                    row["model"] += "-" + (row.get("schedule") or "persistent")
+                base, _, asked = row["model"].rpartition("-")
+                if asked not in SCHEDULES:
+                    base, asked = row["model"], None
+                if base in STEPWISE:
+                    ran = "persistent" if row["hidden"] <= 32 else (row.get("schedule") or asked or "persistent")
+                    row["model"] = f"{base}-{ran}"
                 rows.append(row)
     return rows
 
 
-STEPWISE = {"lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru"}  # cells with both schedules
+SCHEDULES = ("grid", "stepwise", "persistent")  # the CUDA default first
+STEPWISE = {"lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru", "ltc", "stc", "lrcu-a",
+            "lrcu-s"}  # the cells with the stepwise and grid schedules
 LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)"}
 
 
 def label(model: str) -> str:
     if model.endswith("-grid"):
-        return f"{model[:-5]}, grid-synchronised (one launch, a barrier per phase)"
-    for schedule, text in (("-persistent", "one launch (persistent)"), ("-stepwise", "stepwise (the CUDA default)")):
+        return f"{model[:-5]}, grid-synchronised (the CUDA default)"
+    for schedule, text in (("-persistent", "one launch (persistent; the default up to hidden 32)"),
+                           ("-stepwise", "stepwise (a launch a phase)")):
         if model.endswith(schedule) and model[: -len(schedule)] in STEPWISE:
             return f"{model[: -len(schedule)]}, {text}"
     return LABELS.get(model, model)
@@ -60,7 +68,10 @@ def cells_table(folders: list[Path]) -> str:
     find = lambda rows, model, size: next((r for r in rows if r["model"] == model
                                            and (r["batch"], r["time"], r["hidden"]) == size), None)
     models = list(dict.fromkeys(r["model"] for r in ieee))
-    models.sort(key=lambda m: (m in ("lstm", "gru", "flashrnn"), not m.startswith("lem")))
+    bases = list(dict.fromkeys(m.rpartition("-")[0] if m.rpartition("-")[2] in SCHEDULES else m for m in models))
+    order = lambda m: (m.rpartition("-")[0], SCHEDULES.index(m.rpartition("-")[2])) if m.rpartition("-")[2] in \
+        SCHEDULES else (m, -1)
+    models.sort(key=lambda m: (m in LABELS, bases.index(order(m)[0]) if not m.startswith("lem") else -1, order(m)[1]))
     head = "| preset | " + " | ".join(f"({b}, {t}, {h})" for b, t, h in SIZES) + " |"
     lines = [head, "| --- |" + " --- |" * len(SIZES)]
     for model in models:
@@ -134,11 +145,20 @@ def cold_start(folders: list[Path], name: str = "solvers_cuda_cold.json") -> str
     return text + mark(index)
 
 
-def tests_summary(folders: list[Path]) -> str:
-    log = (folders[0] / "gpu_session.log").read_text()
-    match = re.search(r"=+ ((?:\d+ \w+, )*\d+ \w+)(?:, \d+ warnings?)? in [\d.]+s", log)
-    failed = re.findall(r"^FAILED (\S+)", log, re.M)
-    return (match.group(1) if match else "not recorded") + "".join(f"; failed: `{f.split('::')[-1]}`" for f in failed)
+def tests_summary(folders: list[Path], leases: int = 2) -> str:
+    """Every pytest run's summary (the grid step runs its own) and failed test in the logs of the newest ``leases``
+    folders, an older one's marked."""
+    parts = []
+    for index, folder in enumerate(folders[:leases]):
+        log = folder / "gpu_session.log"
+        if not log.exists():
+            continue
+        text = log.read_text()
+        runs = re.findall(r"=+ ((?:\d+ \w+, )*\d+ \w+)(?:, \d+ warnings?)? in [\d.]+s", text)
+        failed = re.findall(r"^FAILED (\S+)", text, re.M)
+        parts.append(("; ".join(runs) if runs else "not recorded")
+                     + "".join(f"; failed: `{f.split('::')[-1]}`" for f in failed) + mark(index))
+    return " — ".join(parts) or "not recorded"
 
 
 def fit_summary(folders: list[Path]) -> str:
@@ -164,6 +184,25 @@ def quick_fit(folders: list[Path]) -> str:
     return ", ".join(parts) + mark(found[0])
 
 
+def enso_summary(folders: list[Path]) -> str:
+    found = first(folders, "enso_cuda.json")
+    if found is None:
+        return "not measured"
+    d = json.loads(found[1].read_text())
+    text = f"{d['problem']['batch']} trajectories, rk4 dt {d['problem']['dt']:g} on [0, 400], float64: "
+    parts = [f"eager {d['odelab']['median_seconds']:.3f} s (max error {d['odelab']['max_abs_error']:.1e})"]
+    graph = d.get("odelab cuda graph")
+    if graph:
+        parts.append(f"`cuda_graph=True` {graph['median_seconds']:.3f} s (its first two calls, eager and captured, "
+                     f"{graph['first_two_calls_seconds']:.1f} s)")
+    compiled = d.get("odelab compiled")
+    if compiled:
+        parts.append(f"`compile=True` {compiled['median_seconds']:.3f} s (first call {compiled['first_call_seconds']:.1f} s)")
+    parts.append(f"torchdde on {d['torchdde']['batch']} of them {d['torchdde']['median_seconds']:.1f} s "
+                 f"(max error {d['torchdde']['max_abs_error']:.1e})")
+    return text + ", ".join(parts) + mark(found[0])
+
+
 def render(folders: list[Path]) -> str:
     meta = json.loads((folders[0] / "cell_speed_cuda.json").read_text())["meta"]
     legend = "; ".join(f"{mark(i).strip()} from `{f.as_posix()}`" for i, f in enumerate(folders) if i)
@@ -174,16 +213,16 @@ GPU figures, generated by `python benchmarks/gpu_tables.py {args} --readme READM
 {meta.get('cuda_device', 'GPU')} per lease, torch {meta['torch']}, Triton 3.6, fp32; a lease holds 15 minutes of
 device time, so some cells are not measured.
 
-`pytest -m gpu` at the newest lease: {tests_summary(folders)}.
+`pytest -m gpu` at the newest leases: {tests_summary(folders)}.
 
 `odelab fit fhn --model lem --preset paper --device cuda`: {fit_summary(folders)}. The quick preset (issue 13's
 "same RMSE with either engine"): {quick_fit(folders)}.
 
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
 ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step;
-"TF32" with torch's float32 matmul switch on. Up to hidden 32 both schedules run the same register-resident
-kernel; from hidden 33 the stepwise one is the default on CUDA for LEM, coRNN, the oscillator, GRU-ODE, τ-GRU and
-Delay GRU, measured for LEM only so far:
+"TF32" with torch's float32 matmul switch on. Up to hidden 32 every schedule runs the same register-resident
+kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
+seventh session) for every preset but UnICORNN:
 
 {cells_table(folders)}
 
@@ -196,6 +235,8 @@ diffrax at matched error; first calls in a process whose Triton cache was alread
 First call of a new configuration from empty Triton and odelab caches (batch 1280, the tolerance ladder's first
 rung): {cold_start(folders)}. A new configuration (batch 16384) in a new process whose Triton and odelab caches the
 first one filled: {cold_start(folders, "solvers_cuda_newconfig.json")}.
+
+ENSO delay oscillator (`benchmarks/enso_torchdde.py`): {enso_summary(folders)}.
 {END}"""
 
 

@@ -644,7 +644,7 @@ def _lag(lags) -> int:
 
 def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none). ``schedule`` ("auto", "persistent", "stepwise"
-    or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise or the grid-synchronised
+    or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised
     one (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:

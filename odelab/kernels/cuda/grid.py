@@ -6,9 +6,12 @@ phases by launch boundaries, replayed from a CUDA graph: every phase pays a kern
 grid (LEM at (128, 1000, 128) on an H200: 5 launches a step, 64.6 ms forward + backward, ≈ 13 µs a launch, against
 cuDNN's 7 µs a whole step). Here the same programs stay resident for the whole sequence and a phase ends at
 :func:`barrier`, which only the column tiles of one batch block share (a batch block's rows never read another's):
-a CTA barrier, then one thread adds 1 to the block's counter with release semantics at GPU scope and spins on it
-with acquire semantics until every column tile of the block has arrived -- the pattern of cooperative groups' grid
-sync. Its cost is a round trip to L2 per phase instead of a launch.
+a CTA barrier, then one thread adds 1 to the block's counter with acquire-release semantics at GPU scope and spins
+on it with acquire semantics until every column tile of the block has arrived -- the pattern of cooperative groups'
+grid sync. Its cost is a round trip to L2 per phase instead of a launch. Measured on an H200 (2026-11-26, fp32
+forward + backward, T = 1000): LEM 47.4 ms at (128, 1000, 128) and 245.9 ms at (1024, 1000, 256) against the
+stepwise schedule's 64.6 and 411.3 ms, and faster for every other cell that has both (the liquid cells equal), so it
+is the CUDA default ("auto").
 
 Every program must be resident at once, or a waiting program would hold a multiprocessor that a program it waits
 for needs. Triton has no cooperative launch, so :func:`rows_per_block` keeps the grid within one program per

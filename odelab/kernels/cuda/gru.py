@@ -492,7 +492,7 @@ class GRUSequence(torch.autograd.Function):
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
     of dt/L per sample (the input held). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default
-    ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
+    ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
     grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its
     one-tile persistent kernel)."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)

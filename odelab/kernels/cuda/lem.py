@@ -496,7 +496,7 @@ class LEMSequence(torch.autograd.Function):
 
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
-    ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": stepwise on CUDA):
+    ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA):
     the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they would run
     (hidden > 32 or ``block_h`` given)."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)

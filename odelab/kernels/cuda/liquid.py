@@ -17,7 +17,9 @@ block in the kernel (summed over the blocks in torch); e_l and the elastance shi
 
 Two schedules of the same tiles: one launch forward and one backward over all sub-steps (a program per 16-row
 batch block walks the column tiles), or the stepwise one of :mod:`.stepwise` (a launch per phase of a sub-step
-over batch blocks × column tiles: 1 forward, 2 backward), the default on CUDA from hidden 33.
+over batch blocks × column tiles: 1 forward, 2 backward), and the grid-synchronised one of :mod:`.grid` (the same
+phases in one launch, the default on CUDA from hidden 33; on an H200 as fast as the stepwise one for these cells,
+whose synapse sums, not the launches, take the time).
 """
 from __future__ import annotations
 

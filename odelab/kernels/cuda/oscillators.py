@@ -481,7 +481,7 @@ class SecondOrderSequence(torch.autograd.Function):
 
 def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
     """``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto":
-    stepwise on CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels
+    grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels
     where they would run (hidden > 32 or ``block_h`` given)."""
     h = float(dt) / unfolds
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)

@@ -12,10 +12,12 @@ written before every replay: the graph holds no address of a call's own tensors,
 out and saved tensors are never overwritten by a later call.
 
 Measured on an H200 (2026-11-26, fp32 forward + backward, T = 1000): LEM at (128, 1000, 128) 64.6 ms against the
-tiled persistent kernel's 218.7 ms (3.4×), at (1024, 1000, 256) 412 ms against 823 ms (2.0×). So "auto" (the
-default) runs it for the kernels that have it on CUDA wherever their tiled variant would run (hidden > 32, or
-``block_h`` given); ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels, ``=stepwise`` asks for it
-off CUDA too (Triton's interpreter, where its launches run eagerly). The kernels that have it: LEM (2 launches a
+tiled persistent kernel's 218.7 ms (3.4×), at (1024, 1000, 256) 412 ms against 823 ms (2.0×). The grid-synchronised
+schedule (:mod:`.grid`: these phases in one launch) was faster again for every cell that has it (LEM 47.4 and
+245.9 ms), so "auto" (the default) runs that one on CUDA wherever the tiled variant would run (hidden > 32, or
+``block_h`` given) and its programs fit at once, and this one elsewhere; ``ODELAB_CUDA_SCHEDULE=stepwise`` asks for
+this one (off CUDA too: Triton's interpreter, where its launches run eagerly), ``=persistent`` for the one-launch
+kernels. The kernels that have it: LEM (2 launches a
 step forward, 3 backward), coRNN and the neural oscillator (1 and 2), GRU-ODE (1 and 2; with the reset gate before
 the candidate 2 and 4), τ-GRU and Delay GRU (1 and 2), the liquid cells LTC, STC and LRCU-A/S (1 and 2 a sub-step);
 only LEM's gain is measured on a GPU so far.
