@@ -143,9 +143,9 @@ def scheduled(name: str):
 def schedule_of(name: str, device: str, batch: int, hidden: int) -> str | None:
     """The CUDA schedule a fused row of a cell with several ran under ("persistent", "stepwise" or "grid", as
     ``grid.schedule_for`` picks it: up to hidden 32 the register-resident kernel whatever is asked); None for the
-    others."""
+    others and off CUDA (the CPU kernels have one schedule)."""
     base = next((name[: -len(s) - 1] for s in ("stepwise", "persistent", "grid") if name.endswith("-" + s)), name)
-    if base not in SCHEDULED:
+    if base not in SCHEDULED or device != "cuda":
         return None
     from odelab.kernels.cuda import grid
 
