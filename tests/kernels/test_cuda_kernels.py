@@ -1120,6 +1120,22 @@ def test_constants_are_copied_once_and_filled_inside_a_capture(monkeypatch):
     assert _common.filled(big, torch.int64, DEVICE).tolist() == big
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 2 * 5 * 4 * 8, 1 << 30], ids=["row", "two-rows", "whole"])
+def test_outer_sum_over_batch_chunks(chunk_bytes):
+    """The kernels' weight gradients Σ_{b,t} g[b,t]ᵀ s[b,t] with a column slice of g and a state buffer without its
+    last step as s (rows that do not merge): equal to the sum of outer products, whatever the chunk of s copied at
+    once (one batch row, two, all of it)."""
+    from odelab.kernels.cuda._common import outer_sum
+
+    torch.manual_seed(0)
+    g = torch.randn(7, 5, 12, dtype=torch.float64)[..., 3:9]
+    s = torch.randn(7, 6, 4, dtype=torch.float64)[:, :-1]
+    expected = (g.unsqueeze(-1) * s.unsqueeze(-2)).sum((0, 1))
+    out = outer_sum(g, s, chunk_bytes=chunk_bytes)
+    assert out.shape == (6, 4)
+    assert torch.allclose(out, expected, rtol=1e-13, atol=1e-13)
+
+
 def test_a_cell_trains_after_running_under_inference_mode(monkeypatch):
     """The constants first made under ``torch.inference_mode`` (an evaluation) are kept for later calls: they must
     not be inference tensors, which a training call could not save for its backward."""

@@ -109,6 +109,27 @@ def dot_precision(dtype) -> str:
         return "ieee"
 
 
+OUTER_SUM_CHUNK_BYTES = 1 << 28  # the most of a state operand :func:`outer_sum` copies at once
+
+
+def outer_sum(g, s, chunk_bytes: int = OUTER_SUM_CHUNK_BYTES):
+    """Σ_{b,t} g[b, t]ᵀ s[b, t] for g (B, T, K) and s (B, T, H), a (K, H) weight gradient (``einsum("btk,bth->kh")``).
+    A state buffer without its first or last step (``S[:, :-1]``) is a view whose batch and time rows do not merge,
+    so one product copies all of it (1 GB for (1024, 1000, 256) float32, on top of the backward's own buffers);
+    here batch chunks of at most ``chunk_bytes`` of s are multiplied one after another, each copied alone."""
+    import torch
+
+    B, T, K = g.shape
+    H = s.shape[2]
+    rows = max(1, chunk_bytes // max(1, T * H * s.element_size()))
+    if rows >= B:
+        return torch.einsum("btk,bth->kh", g, s)
+    out = g.new_zeros(K, H)
+    for b0 in range(0, B, rows):
+        out.addmm_(g[b0:b0 + rows].reshape(-1, K).mT, s[b0:b0 + rows].reshape(-1, H))
+    return out
+
+
 def resident(hidden: int, block_h: int | None) -> bool:
     """Use the register-resident variant: weights and state held on chip for the whole sequence (one tile)."""
     return block_h is None and hidden <= MAX_RESIDENT

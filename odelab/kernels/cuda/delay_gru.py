@@ -21,7 +21,7 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
     sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
@@ -626,15 +626,16 @@ class DelayGRUSequence(torch.autograd.Function):
         else:
             _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
                                              BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
-        h_prev = S[:, :-1]
+        del LD  # the delayed adjoints: not needed by the weight gradients, whose products then copy less at once
         blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
-        d_weight_h = torch.cat([torch.einsum("btk,bth->kh", G[..., e * H:(e + 1) * H], h_prev) for e, _ in blocks])
+        d_all = outer_sum(G, S[:, :-1])  # every encoding block against h_{n-1}; the maps of h are some of them
+        d_weight_h = torch.cat([d_all[e * H:(e + 1) * H] for e, _ in blocks])
         d_W2 = None
         if ctx.has_w2:
             ed = layout[13]
             d_W2 = torch.zeros_like(W2)
             if T > lag:
-                d_W2 = torch.einsum("btk,bth->kh", G[:, lag:, ed * H:(ed + 1) * H], S[:, : T - lag])
+                d_W2 = outer_sum(G[:, lag:, ed * H:(ed + 1) * H], S[:, : T - lag])
         return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None, None
 
 

@@ -18,7 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
     sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
@@ -479,12 +479,13 @@ class GRUSequence(torch.autograd.Function):
                                              RESET_AFTER=reset_after, BB=BB, BH=BH,
                                              PRECISION=ctx.precision, num_warps=warps(BH))
         h_prev = S[:, :-1]
-        d_rf = torch.einsum("btk,bth->kh", G[..., : 2 * H], h_prev)
-        if reset_after:
-            d_u = torch.einsum("btk,bth->kh", G[..., 3 * H:], h_prev)
+        if reset_after:  # [W_r; W_f] and W_u all map h_{n-1}: G's columns r, f, (c), u
+            d_all = outer_sum(G, h_prev)
+            d_rf, d_u = d_all[: 2 * H], d_all[3 * H:]
             d_b_hu = G[..., 3 * H:].sum((0, 1))
         else:
-            d_u = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], RS)
+            d_rf = outer_sum(G[..., : 2 * H], h_prev)
+            d_u = outer_sum(G[..., 2 * H: 3 * H], RS)
             d_b_hu = None
         return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None, None
 

@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
     sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
@@ -487,11 +487,9 @@ class LEMSequence(torch.autograd.Function):
         else:
             _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, B, T, H,
                                                  BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
-        y_prev = Y[:, :-1]
-        d_weight_y = torch.einsum("btk,bth->kh", G[..., : 2 * H], y_prev)
-        d_W2 = torch.einsum("btk,bth->kh", G[..., 2 * H: 3 * H], y_prev)
-        d_Wy = torch.einsum("btk,bth->kh", G[..., 3 * H:], Z[:, 1:])
-        return G, d_weight_y, d_W2, d_Wy, LZ[0].clone(), LY[0].clone(), None, None, None
+        d_of_y = outer_sum(G[..., : 3 * H], Y[:, :-1])  # [weight_y; W2]: the maps of y_{n-1}
+        d_Wy = outer_sum(G[..., 3 * H:], Z[:, 1:])
+        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ[0].clone(), LY[0].clone(), None, None, None
 
 
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):

@@ -33,7 +33,7 @@ from torch.nn import functional as F
 
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident_block, sigmoid,
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
     step_launches, tanh, tile_at, warps)
 from .stepwise import launch_steps
 
@@ -528,7 +528,7 @@ class LiquidSequence(torch.autograd.Function):
         d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
         d_e_leak, d_shift = AE.sum(1).unbind(0)
         d_w_in = GW.view(B, T, unfolds, H).sum(2) if lrc else None
-        d_o_hidden = torch.einsum("bti,btj->ji", GW, S[:, :-1]) if lrc else None
+        d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
         d_shift = d_shift if mode == LRC_SYMMETRIC else None
         return (GF, GU, d_w_in, d_g, d_a, d_b, d_k, d_e_leak, d_o_hidden, d_shift, LAM[0].clone(),
                 None, None, None, None, None)

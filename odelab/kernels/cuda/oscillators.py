@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, resident, resident_block,
+    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
     step_launches, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
@@ -470,11 +470,11 @@ class SecondOrderSequence(torch.autograd.Function):
         else:
             _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
                                              BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
-        d_Wy = torch.einsum("btk,bth->kh", G, Y[:, :-1])
+        d_Wy = outer_sum(G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy
         else:
-            d_W = torch.cat((torch.einsum("btk,bth->kh", G, Z[:, :-1]), d_Wy), dim=1)
+            d_W = torch.cat((outer_sum(G, Z[:, :-1]), d_Wy), dim=1)
         d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
         return G, d_W, d_coefficients, LZ[0].clone(), LY[0].clone(), None, None, None, None
 
