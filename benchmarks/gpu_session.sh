@@ -5,13 +5,11 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh grid tests cells   # THERE (carry .whl and benchmarks/results), then
-#   bash benchmarks/gpu_session.sh slowcells enso tf32    #   a second command: what the 2026-11-26 leases left
-#                                                     #   unmeasured (the grid schedule, every cell's stepwise
-#                                                     #   schedule, the liquid
-#                                                     #   cells' new kernels, the resident kernels' look-ahead
-#                                                     #   loads at (32, 1000, 16), UnICORNN's four-step loop,
-#                                                     #   ENSO with compile=True), about 8 + 4 minutes
+#   bash benchmarks/gpu_session.sh grid tests cells   # THERE (carry .whl and benchmarks/results): the grid
+#                                                     #   schedule's tests (the barrier fix, LRCU-S's tolerance),
+#                                                     #   the gpu tests, every cell under the new default
+#   bash benchmarks/gpu_session.sh slowcells liquidthreads fit   # a second command: the liquid cells' two synapse
+#                                                     #   loops, the FHN paper run, about 5 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -21,6 +19,8 @@
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
 #              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
+#   liquidthreads  LTC and LRCU-A/S with ODELAB_LIQUID_SYNAPSES=threads (the synapse sums without cross-thread
+#              reductions; opt-in until measured), the sizes of `slowcells`, 120 s
 #   slowcells  the liquid cells (LRCU-A/S, LTC, STC; their one-launch kernels took 1.6-9.3 s a step at hidden 128 on
 #              the 2026-11-25 lease, the stepwise default is not measured yet), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
@@ -151,6 +151,13 @@ slowcells() {
         --sizes "$SLOW_SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
 }
 
+liquidthreads() {  # the liquid cells with ODELAB_LIQUID_SYNAPSES=threads (each element's synapse sums in one thread;
+    # opt-in, never run on a GPU), against `slowcells`' default at the same sizes, one repeat
+    step liquidthreads 120 env ODELAB_LIQUID_SYNAPSES=threads $PY benchmarks/cell_speed.py --device "$DEVICE" \
+        --models ltc,lrcu-a,lrcu-s,lstm --engines fused --sizes "$SLOW_SIZES" --repeats 1 --no-forward \
+        --out "$RESULTS/cell_speed_${DEVICE}_liquid_threads.json"
+}
+
 tf32() {
     step tf32 40 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused \
         --tf32 --sizes "$SIZES" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
@@ -247,7 +254,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|slowcells|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|slowcells|liquidthreads|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

@@ -29,7 +29,7 @@ def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
     rows = []
     for index, folder in enumerate(folders):
         for path in sorted(folder.glob("cell_speed_cuda*.json")):
-            if ("tf32" in path.name) != tf32 or "generic" in path.name:
+            if ("tf32" in path.name) != tf32 or "generic" in path.name or "threads" in path.name:
                 continue
             for row in json.loads(path.read_text())["rows"]:
                 row = dict(row, folder=index)

@@ -377,6 +377,36 @@ def test_stepwise_equals_generic(name, size, dtype):
     assert errors[worst] <= (1e-10 if dtype == torch.float64 else 1e-5), (worst, errors[worst])
 
 
+@pytest.mark.parametrize("schedule", ["persistent", "stepwise", "grid"])
+@pytest.mark.parametrize("name", ["ltc", "lrcu-s"])
+def test_liquid_synapse_sums_in_threads(name, schedule, monkeypatch):
+    """``ODELAB_LIQUID_SYNAPSES=threads`` (each element's synapse sums in one thread): outputs, final state and every
+    gradient against the generic loop in float64 to 1e-10, under each schedule (hidden 17 in 16-wide tiles: two
+    column programs, a masked second one; the grid's one 32-wide tile)."""
+    from odelab.kernels.cuda import liquid
+
+    monkeypatch.setattr(liquid, "SYNAPSES_IN_THREADS", tl.constexpr(True))
+    build, target = PRESETS[name]
+    run = lambda *args, **kw: kernel(target)(*args, schedule=schedule, **kw)
+    errors = relative_errors(build(3, 17), run, 5, 3, 17, torch.float64, block_h=32 if schedule == "grid" else 16)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-10, (worst, errors[worst])
+
+
+def test_liquid_synapse_choice(monkeypatch):
+    """The synapse loop is read from $ODELAB_LIQUID_SYNAPSES once, at import: "blocks" unless "threads" (any case)."""
+    import importlib.util
+
+    from odelab.kernels.cuda import liquid
+
+    for value, expected in (("Threads", True), ("blocks", False), ("", False)):
+        monkeypatch.setenv(liquid.SYNAPSES_ENV, value)
+        spec = importlib.util.spec_from_file_location("odelab.kernels.cuda._liquid_again", liquid.__file__)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert bool(module.SYNAPSES_IN_THREADS) is expected
+
+
 @pytest.mark.parametrize("name", ["lem", "cornn-learned-coefficients", "ltc"])
 def test_stepwise_graphs_replay_with_each_calls_tensors(name, monkeypatch):
     """Through the graph cache (its CUDA capture stood in by re-running the recorded launches, which read the

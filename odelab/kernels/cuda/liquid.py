@@ -64,17 +64,44 @@ def _synapses(GS, AS, BS, KS, js, cols, H):
             tl.load(BS + off, mask=pm, other=0.0), tl.load(KS + off, mask=pm, other=0.0))
 
 
+SYNAPSES_ENV = "ODELAB_LIQUID_SYNAPSES"
+# how a tile sums its hidden synapses (read once, at import): "blocks" (the default) or "threads" (below)
+SYNAPSES_IN_THREADS: tl.constexpr = tl.constexpr(os.environ.get(SYNAPSES_ENV, "blocks").strip().lower() == "threads")
+
+
 @triton.jit
 def _conductances(f, u, hp, sS, rows, rmask, cols, GS, AS, BS, KS, H, BJ: tl.constexpr):
-    """(f, u) + the hidden synapses' Σ_{j<H} (g_ji, k_ji) σ(a_ji h_j + b_ji) of a (BB, BH) tile (h at hp)."""
-    for j0 in range(0, H, BJ):
-        js = j0 + tl.arange(0, BJ)
-        jmask = js < H
-        hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & jmask[None, :], other=0.0)
-        g, a, b, k = _synapses(GS, AS, BS, KS, js, cols, H)
-        o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
-        f += tl.sum(o * g[None, :, :], axis=1)
-        u += tl.sum(o * k[None, :, :], axis=1)
+    """(f, u) + the hidden synapses' Σ_{j<H} (g_ji, k_ji) σ(a_ji h_j + b_ji) of a (BB, BH) tile (h at hp).
+
+    "blocks": (BB, BJ, BH) blocks of openings reduced over j, BJ presynaptic neurons a trip. "threads"
+    (``ODELAB_LIQUID_SYNAPSES=threads``): each element's sums run over j in the thread that holds it, BJ neurons a
+    trip (their loads issued together), with no reduction across threads. In sm_90 PTX (fp32, 32-wide tiles, 8
+    warps) a trip of "blocks" spends 10 barriers, 64 shared-memory accesses and 32 shuffles on a thread's 8
+    sigmoids (567 instructions, 128 registers); "threads" none (301 instructions, 64 registers). Its GPU speed is
+    not measured yet; under Triton's interpreter it runs 3× slower (one operation per neuron j), so it is opt-in."""
+    if SYNAPSES_IN_THREADS:
+        cmask = cols < H
+        for j0 in range(0, H, BJ):
+            for dj in tl.static_range(BJ):
+                j = j0 + dj
+                hj = tl.load(hp + rows * sS + j, mask=rmask & (rows * 0 + j < H), other=0.0)
+                pm = cmask & (cols * 0 + j < H)
+                g = tl.load(GS + j * H + cols, mask=pm, other=0.0)
+                a = tl.load(AS + j * H + cols, mask=pm, other=0.0)
+                b = tl.load(BS + j * H + cols, mask=pm, other=0.0)
+                k = tl.load(KS + j * H + cols, mask=pm, other=0.0)
+                o = sigmoid(a[None, :] * hj[:, None] + b[None, :])
+                f += o * g[None, :]
+                u += o * k[None, :]
+    else:
+        for j0 in range(0, H, BJ):
+            js = j0 + tl.arange(0, BJ)
+            jmask = js < H
+            hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & jmask[None, :], other=0.0)
+            g, a, b, k = _synapses(GS, AS, BS, KS, js, cols, H)
+            o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
+            f += tl.sum(o * g[None, :, :], axis=1)
+            u += tl.sum(o * k[None, :, :], axis=1)
     return f, u
 
 
