@@ -1150,33 +1150,6 @@ def test_constants_are_copied_once_and_filled_inside_a_capture(monkeypatch):
     assert _common.filled(big, torch.int64, DEVICE).tolist() == big
 
 
-@triton.jit
-def _tanh_of(X, Y, N, BLOCK: tl.constexpr):
-    from odelab.kernels.cuda._common import tanh
-
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(Y + i, tanh(tl.load(X + i, mask=i < N, other=0.0)), mask=i < N)
-
-
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # ±∞ in the branch not taken
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-def test_kernel_tanh(dtype):
-    """The kernels' tanh against float64 ``torch.tanh``: a few ulp relative everywhere (float32: the polynomial below
-    |x| = 0.6, the exponential above, both sides of the switch; float64: 1e-15), odd bit for bit, ±1 at ±∞, NaN."""
-    x = torch.cat([torch.linspace(-12, 12, 24001, dtype=torch.float64), torch.linspace(0.59, 0.61, 2001,
-                   dtype=torch.float64), torch.logspace(-30, 0, 301, dtype=torch.float64)]).to(dtype)
-    x = torch.cat([x, -x, torch.tensor([float("inf"), -float("inf"), float("nan")], dtype=dtype)]).to(DEVICE)
-    y = torch.empty_like(x)
-    _tanh_of[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    ref = torch.tanh(x.double())
-    finite = x.isfinite()
-    rel = ((y.double() - ref).abs() / ref.abs().clamp_min(1e-300))[finite & (x != 0)]
-    assert rel.max().item() <= (5e-7 if dtype == torch.float32 else 1e-15), rel.max().item()
-    n = (x.numel() - 3) // 2
-    assert torch.equal(y[:n], -y[n:2 * n])
-    assert y[-3].item() == 1.0 and y[-2].item() == -1.0 and y[-1].isnan()
-
-
 @pytest.mark.parametrize("chunk_bytes", [1, 2 * 5 * 4 * 8, 1 << 30], ids=["row", "two-rows", "whole"])
 def test_outer_sum_over_batch_chunks(chunk_bytes):
     """The kernels' weight gradients Σ_{b,t} g[b,t]ᵀ s[b,t] with a column slice of g and a state buffer without its

@@ -150,24 +150,15 @@ def warps(block_h: int) -> int:
 
 @triton.jit
 def tanh(x):
-    """float64: tanh(x) = −expm1(−2|x|) / (2 + expm1(−2|x|)) with sign; expm1 by Kahan's trick (accurate near 0,
-    where 1 − exp(−2|x|) would cancel). float32: x + x³ P(x²) for |x| < 0.6 (P of degree 4, fitted to the relative
-    error: 1.3 ulp), else sign(x) (1 − 2 / (exp(2|x|) + 1)) -- one exponential and one division instead of an
-    exponential, a logarithm and two divisions, on the recurrences' critical path (UnICORNN's step is little else)."""
-    if x.dtype == tl.float64:
-        u = -2.0 * tl.abs(x)
-        e = tl.exp(u)
-        safe = tl.where((e == 1.0) | (e == 0.0), 0.5, e)
-        em1 = tl.where(e == 1.0, u, (safe - 1.0) * u / tl.log(safe))
-        em1 = tl.where(e == 0.0, -1.0, em1)
-        t = -em1 / (2.0 + em1)
-        return tl.where(x < 0, -t, t)
-    else:
-        a = tl.abs(x)
-        big = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)
-        s = x * x
-        p = (((-0.005908655 * s + 0.020808445) * s - 0.05378787) * s + 0.13331977) * s - 0.33333302
-        return tl.where(a < 0.6, x + x * s * p, tl.where(x < 0, -big, big))
+    """tanh(x) = −expm1(−2|x|) / (2 + expm1(−2|x|)) with sign; expm1 by Kahan's trick (accurate near 0,
+    where 1 − exp(−2|x|) would cancel)."""
+    u = -2.0 * tl.abs(x)
+    e = tl.exp(u)
+    safe = tl.where((e == 1.0) | (e == 0.0), 0.5, e)
+    em1 = tl.where(e == 1.0, u, (safe - 1.0) * u / tl.log(safe))
+    em1 = tl.where(e == 0.0, -1.0, em1)
+    t = -em1 / (2.0 + em1)
+    return tl.where(x < 0, -t, t)
 
 
 @triton.jit
