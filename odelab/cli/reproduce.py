@@ -72,7 +72,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--threads", type=arguments.integer(1), help="CPU threads per process (>= 1)")
     p.add_argument("--jobs", type=arguments.integer(1), default=1,
                    help="runs trained at once, each in its own process (>= 1; default 1): their progress bars are "
-                        "off, a line reports each finished run; the results are those of one run after another")
+                        "off, what each prints goes to its folder's output.log, a line reports each finished run; the "
+                        "results are those of one run after another")
     p.add_argument("--out", default="runs/reproduce", help="runs and tables (default runs/reproduce)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--report", action="store_true",

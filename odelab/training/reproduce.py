@@ -15,7 +15,9 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import signal
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as connection_wait
@@ -362,26 +364,42 @@ def _fit(spec: FitSpec, threads: int | None = None) -> tuple[str, str, int] | No
     return None
 
 
+WORKER_LOG = "output.log"  # what a worker process's run prints, in its run folder
+
+
 def _worker(spec: FitSpec, threads: int, report) -> None:
-    """A worker process: one run, its outcome sent through ``report`` (a pipe's end)."""
-    report.send(_fit(spec, threads))
+    """A worker process: one run, its outcome sent through ``report`` (a pipe's end). Everything it prints (its
+    table, warnings, a compiler's messages) goes to the run folder's :data:`WORKER_LOG`, line by line, instead of
+    the terminal, where the runs at once would mix their lines with each other's and with the progress bar."""
+    spec.out.mkdir(parents=True, exist_ok=True)
+    with open(spec.out / WORKER_LOG, "a", buffering=1) as log:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            os.dup2(log.fileno(), stream.fileno())
+            stream.reconfigure(line_buffering=True)
+        report.send(_fit(spec, threads))
+
+
+def _remove_if_unused(run: Path) -> None:
+    """Remove a run folder that holds nothing but a worker's log: the run stopped before it wrote anything."""
+    if run.is_dir() and all(entry.name == WORKER_LOG for entry in run.iterdir()):
+        shutil.rmtree(run)
 
 
 def _raise_or_report(spec: FitSpec, kind: str, message: str, code: int) -> None:
     """A data error (every other model and seed would fail the same way) or an interruption (Ctrl-C: the run kept
     its checkpoint) stops ``reproduce``; any other failure is reported and the next run goes on."""
     if kind == "data":
-        if spec.out.is_dir() and not any(spec.out.iterdir()):
-            spec.out.rmdir()  # the folder run_fit made before loading the data
+        _remove_if_unused(spec.out)  # the folder run_fit made before loading the data
         raise DataError(message, code)
     if code == INTERRUPTED:
         raise FitError(f"{spec.model} (seed {spec.seed}) {message}", code)
-    print(f"odelab reproduce: {spec.model} (seed {spec.seed}) failed: {message}; see {spec.out}")
+    tqdm.write(f"odelab reproduce: {spec.model} (seed {spec.seed}) failed: {message}; see {spec.out}")
 
 
 def _fit_in_parallel(pending: list[FitSpec], jobs: int, threads: int | None, progress: bool) -> None:
     """The runs in up to ``jobs`` worker processes at once (spawned: no CUDA state is forked), one line per finished
-    run. A data error stops the runs under way (SIGINT: they keep their checkpoints) and starts no other; so does
+    run (what a run prints is in its folder's :data:`WORKER_LOG`). A data error stops the runs under way (SIGINT: they keep their checkpoints) and starts no other; so does
     Ctrl-C, which reaches the workers too."""
     jobs = min(jobs, len(pending))
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -417,8 +435,7 @@ def _fit_in_parallel(pending: list[FitSpec], jobs: int, threads: int | None, pro
                     os.kill(process.pid, signal.SIGINT)
             for process, receive, spec in running.values():
                 process.join()
-                if spec.out.is_dir() and not any(spec.out.iterdir()):
-                    spec.out.rmdir()
+                _remove_if_unused(spec.out)
 
 
 def row_key(row: dict) -> tuple:

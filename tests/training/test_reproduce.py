@@ -147,14 +147,21 @@ def test_a_reading_with_its_own_metric_reads_its_own_result_and_names_it_in_the_
     assert "the paper's winner, LRC neural ODE (A), wins here too" in text
 
 
-def test_jobs_train_the_runs_in_parallel_processes_with_the_results_of_one_after_another(tmp_path, monkeypatch):
+def test_jobs_train_the_runs_in_parallel_processes_with_the_results_of_one_after_another(tmp_path, monkeypatch,
+                                                                                           capfd):
     """``--jobs 2``: the four (model, seed) runs in two spawned processes (each loads its data itself, one torch
-    thread) give the table and every run's values of the runs one after another, bit for bit."""
+    thread) give the table and every run's values of the runs one after another, bit for bit; what a worker prints
+    goes to its run's output.log, not the terminal, where only the finished runs are announced."""
     monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
     common = ["reproduce", "adding", "--option", "length=12", "--preset", "quick", "--epochs", "1", "--models",
               "lem,lstm", "--seeds", "2", "--threads", "1", "--no-progress"]
     assert main(common + ["--out", str(tmp_path / "serial")]) == 0
+    assert "best epoch" in capfd.readouterr().out  # one after another, each run prints its table
     assert main(common + ["--out", str(tmp_path / "parallel"), "--jobs", "2"]) == 0
+    terminal = capfd.readouterr()
+    assert "best epoch" not in terminal.out + terminal.err and terminal.out.count(") finished (") == 4
+    runs = sorted((tmp_path / "parallel").glob("adding-*"))
+    assert len(runs) == 4 and all("best epoch" in (run / "output.log").read_text() for run in runs)
     tables = [json.loads((tmp_path / where / "adding.json").read_text())["rows"] for where in ("serial", "parallel")]
     assert [(r["model"], r["seeds"], r["values"]) for r in tables[0]] == \
         [(r["model"], r["seeds"], r["values"]) for r in tables[1]]
