@@ -8,8 +8,9 @@
 #   bash benchmarks/gpu_session.sh grid tests cells   # THERE (carry .whl and benchmarks/results): the grid
 #                                                     #   schedule's tests (the barrier fix, LRCU-S's tolerance),
 #                                                     #   the gpu tests, every cell under the new default
-#   bash benchmarks/gpu_session.sh slowcells liquidthreads fit   # a second command: the liquid cells' two synapse
-#                                                     #   loops, the FHN paper run, about 5 minutes
+#   bash benchmarks/gpu_session.sh barrier slowcells liquidthreads fit   # a second command: a grid phase's
+#                                                     #   parts, the liquid cells' two synapse loops, the FHN
+#                                                     #   paper run, about 6 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -21,6 +22,8 @@
 #              (SIZES=B×T×H,... narrows), 160 s
 #   liquidthreads  LTC and LRCU-A/S with ODELAB_LIQUID_SYNAPSES=threads (the synapse sums without cross-thread
 #              reductions; opt-in until measured), the sizes of `slowcells`, 120 s
+#   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
+#              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s
 #   slowcells  the liquid cells (LRCU-A/S, LTC, STC; their one-launch kernels took 1.6-9.3 s a step at hidden 128 on
 #              the 2026-11-25 lease, the stepwise default is not measured yet), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
@@ -158,6 +161,12 @@ liquidthreads() {  # the liquid cells with ODELAB_LIQUID_SYNAPSES=threads (each 
         --out "$RESULTS/cell_speed_${DEVICE}_liquid_threads.json"
 }
 
+barrier() {  # where a grid phase's time goes: the barrier alone, with the state exchange, the loads alone, LEM
+    local smoke=()
+    [ "$SMOKE" = 1 ] && smoke=(--smoke)
+    step barrier 60 $PY benchmarks/grid_barrier.py "${smoke[@]}" --out "$RESULTS/grid_barrier_$DEVICE.json"
+}
+
 tf32() {
     step tf32 40 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused \
         --tf32 --sizes "$SIZES" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
@@ -250,11 +259,11 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,45p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|slowcells|liquidthreads|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|slowcells|liquidthreads|barrier|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, barrier, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done
