@@ -1150,6 +1150,33 @@ def test_constants_are_copied_once_and_filled_inside_a_capture(monkeypatch):
     assert _common.filled(big, torch.int64, DEVICE).tolist() == big
 
 
+@triton.jit
+def _tanh_of(X, Y, N, BLOCK: tl.constexpr):
+    from odelab.kernels.cuda._common import tanh
+
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + i, tanh(tl.load(X + i, mask=i < N, other=0.0)), mask=i < N)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_kernel_tanh(dtype):
+    """The kernels' tanh against float64 ``torch.tanh``: relative error ≤ 12 float32 ulp (float32's rational
+    function, through its clamp at ±9.5) or 1e-15 (float64), odd bit for bit, within [−1, 1], ±1 at ±∞, NaN."""
+    x = torch.cat([torch.linspace(-12, 12, 24001, dtype=torch.float64), torch.linspace(9.4, 9.6, 2001,
+                   dtype=torch.float64), torch.logspace(-30, 0, 301, dtype=torch.float64)]).to(dtype)
+    x = torch.cat([x, -x, torch.tensor([float("inf"), -float("inf"), float("nan")], dtype=dtype)]).to(DEVICE)
+    y = torch.empty_like(x)
+    _tanh_of[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    ref = torch.tanh(x.double())
+    finite = x.isfinite()
+    rel = ((y.double() - ref).abs() / ref.abs().clamp_min(1e-300))[finite & (x != 0)]
+    assert rel.max().item() <= (12 * 2.0 ** -24 if dtype == torch.float32 else 1e-15), rel.max().item()
+    n = (x.numel() - 3) // 2
+    assert torch.equal(y[:n], -y[n:2 * n])
+    assert y[:-1].abs().max().item() <= 1.0
+    assert y[-3].item() == 1.0 and y[-2].item() == -1.0 and y[-1].isnan()
+
+
 @pytest.mark.parametrize("chunk_bytes", [1, 2 * 5 * 4 * 8, 1 << 30], ids=["row", "two-rows", "whole"])
 def test_outer_sum_over_batch_chunks(chunk_bytes):
     """The kernels' weight gradients Σ_{b,t} g[b,t]ᵀ s[b,t] with a column slice of g and a state buffer without its
