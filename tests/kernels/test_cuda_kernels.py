@@ -210,11 +210,13 @@ UNFOLDS = {  # sub-steps inside the kernel: the presets' L = 6, and L > 1 on cel
 }
 
 
-@pytest.mark.parametrize("time", [8, 19])
-def test_unicornn_longer_sequences(time):
-    """UnICORNN's diagonal recurrence over 8 and 19 steps (the other cases stop at 3), float64 against the generic
+@pytest.mark.parametrize("time", [8, 19, 22])
+@pytest.mark.parametrize("name", ["unicornn", "unicornn-reversible"])
+def test_unicornn_longer_sequences(name, time):
+    """UnICORNN's diagonal recurrence (eight steps a trip, the next eight loaded ahead) over one whole trip and over
+    three whose last stops in its first or its second half (the other cases stop at 3), float64 against the generic
     loop."""
-    build, target = PRESETS["unicornn"]
+    build, target = PRESETS[name]
     errors = relative_errors(build(3, 5), kernel(target), 3, time, 5, torch.float64)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[torch.float64], (worst, errors[worst])

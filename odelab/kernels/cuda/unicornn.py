@@ -7,10 +7,11 @@ The recurrence is diagonal, so the kernels are elementwise over batch × hidden:
 each running its whole sequence in registers (forward: writes z_n, y_n; backward: the adjoint recursion from
 the stored states, writing ∂L/∂x_n per step and per-element partial sums of ∂L/∂w and ∂L/∂σ̂(c), reduced over
 the batch in torch). A lane's step is a few dozen arithmetic instructions, far less than one memory round trip,
-so the loops take four steps per trip and load the next four steps' inputs (and, backward, stored states and
-output gradients) before computing the current four: the recurrence waits on its arithmetic, not on memory
+so the loops take eight steps per trip and load the next eight steps' inputs (and, backward, stored states and
+output gradients) before computing the current eight: the recurrence waits on its arithmetic, not on memory
 (at (32, 1000, 16) on an H200 the one-step-at-a-time kernels took 1.8 ms forward + backward, 0.92× cuDNN's
-LSTM; the four-step kernels 1.4 ms, 0.71×, on the H200 of 2026-11-26).
+LSTM; four steps a trip 1.4 ms, 0.71×, on the H200 of 2026-11-26; eight a trip, with the shorter float32 tanh
+that leaves less arithmetic to cover a round trip: not measured on a GPU yet).
 
 The reversible variant (:class:`ReversibleUnICORNNSequence`, eq. 3.7) stores no per-step state: its forward
 writes y_1..y_T and the final (z_T, y_T); its backward recomputes x_n = V u_n + b (one GEMM) and walks n = T..1,
@@ -50,6 +51,14 @@ def _ahead(ptr, zero, mask, valid_from, n, stride, T):
 
 
 @triton.jit
+def _four_ahead(ptr, zero, mask, valid_from, n, step, stride, T):
+    """:func:`_ahead` at steps n, n + step, n + 2 step, n + 3 step."""
+    return (_ahead(ptr, zero, mask, valid_from, n, stride, T), _ahead(ptr, zero, mask, valid_from, n + step, stride, T),
+            _ahead(ptr, zero, mask, valid_from, n + 2 * step, stride, T),
+            _ahead(ptr, zero, mask, valid_from, n + 3 * step, stride, T))
+
+
+@triton.jit
 def _forward_step(z, y, x, w, s, dt, alpha, Z, Y, at, valid):
     """(3.6) from (z, y) with input x, stored at ``at`` (offset of step n); only where ``valid``."""
     zn = z + dt * (-s * (tanh(w * y + x) + alpha * y))
@@ -60,24 +69,31 @@ def _forward_step(z, y, x, w, s, dt, alpha, Z, Y, at, valid):
 
 
 @triton.jit
+def _forward_four(z, y, x0, x1, x2, x3, w, s, dt, alpha, Z, Y, at, n, zero, mask, T, H):
+    """Steps n + 1 … n + 4 (:func:`_forward_step`), x0 … x3 their inputs."""
+    z, y = _forward_step(z, y, x0, w, s, dt, alpha, Z, Y, at + (n + 1) * H, mask & (zero + n < T))
+    z, y = _forward_step(z, y, x1, w, s, dt, alpha, Z, Y, at + (n + 2) * H, mask & (zero + n + 1 < T))
+    z, y = _forward_step(z, y, x2, w, s, dt, alpha, Z, Y, at + (n + 3) * H, mask & (zero + n + 2 < T))
+    return _forward_step(z, y, x3, w, s, dt, alpha, Z, Y, at + (n + 4) * H, mask & (zero + n + 3 < T))
+
+
+@triton.jit
 def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
-    """Four steps per trip, the next four inputs loaded before them."""
+    """Eight steps per trip, the next eight inputs loaded before them."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
     z = tl.load(Z + b * (T + 1) * H + j, mask=mask, other=0.0)
     y = tl.load(Y + b * (T + 1) * H + j, mask=mask, other=0.0)
     xs = E + b * T * H + j
-    x0, x1, x2, x3 = (_ahead(xs, zero, mask, 0, 0, H, T), _ahead(xs, zero, mask, 0, 1, H, T),
-                      _ahead(xs, zero, mask, 0, 2, H, T), _ahead(xs, zero, mask, 0, 3, H, T))
+    x0, x1, x2, x3 = _four_ahead(xs, zero, mask, 0, 0, 1, H, T)
+    x4, x5, x6, x7 = _four_ahead(xs, zero, mask, 0, 4, 1, H, T)
     at = b * (T + 1) * H + j
-    for n in range(0, T, 4):  # steps n + 1 … n + 4
-        p0, p1, p2, p3 = (_ahead(xs, zero, mask, 0, n + 4, H, T), _ahead(xs, zero, mask, 0, n + 5, H, T),
-                          _ahead(xs, zero, mask, 0, n + 6, H, T), _ahead(xs, zero, mask, 0, n + 7, H, T))
-        z, y = _forward_step(z, y, x0, w, s, dt, alpha, Z, Y, at + (n + 1) * H, mask & (zero + n < T))
-        z, y = _forward_step(z, y, x1, w, s, dt, alpha, Z, Y, at + (n + 2) * H, mask & (zero + n + 1 < T))
-        z, y = _forward_step(z, y, x2, w, s, dt, alpha, Z, Y, at + (n + 3) * H, mask & (zero + n + 2 < T))
-        z, y = _forward_step(z, y, x3, w, s, dt, alpha, Z, Y, at + (n + 4) * H, mask & (zero + n + 3 < T))
-        x0, x1, x2, x3 = p0, p1, p2, p3
+    for n in range(0, T, 8):  # steps n + 1 … n + 8
+        p0, p1, p2, p3 = _four_ahead(xs, zero, mask, 0, n + 8, 1, H, T)
+        p4, p5, p6, p7 = _four_ahead(xs, zero, mask, 0, n + 12, 1, H, T)
+        z, y = _forward_four(z, y, x0, x1, x2, x3, w, s, dt, alpha, Z, Y, at, n, zero, mask, T, H)
+        z, y = _forward_four(z, y, x4, x5, x6, x7, w, s, dt, alpha, Z, Y, at, n + 4, zero, mask, T, H)
+        x0, x1, x2, x3, x4, x5, x6, x7 = p0, p1, p2, p3, p4, p5, p6, p7
 
 
 @triton.jit
@@ -104,8 +120,23 @@ def _backward_step(ly, lz, gw, gs, zn, yp, x, go, w, s, dt, alpha, G, at, valid)
 
 
 @triton.jit
+def _backward_four(ly, lz, gw, gs, z0, y0, x0, o0, z1, y1, x1, o1, z2, y2, x2, o2, z3, y3, x3, o3, w, s, dt, alpha,
+                   G, at, n, zero, mask, H):
+    """Steps n, n − 1, n − 2, n − 3 (:func:`_backward_step`) from their stored states, inputs and output gradients."""
+    ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z0, y0, x0, o0, w, s, dt, alpha, G, at + n * H,
+                                    mask & (zero + n >= 1))
+    ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z1, y1, x1, o1, w, s, dt, alpha, G, at + (n - 1) * H,
+                                    mask & (zero + n >= 2))
+    ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z2, y2, x2, o2, w, s, dt, alpha, G, at + (n - 2) * H,
+                                    mask & (zero + n >= 3))
+    return _backward_step(ly, lz, gw, gs, z3, y3, x3, o3, w, s, dt, alpha, G, at + (n - 3) * H,
+                          mask & (zero + n >= 4))
+
+
+@triton.jit
 def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.constexpr):
-    """Steps n = T … 1, four per trip, the next four steps' stored states and inputs loaded before them."""
+    """Steps n = T … 1, eight per trip, the next eight steps' stored states, inputs and output gradients loaded
+    before them."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
     lz = tl.load(GZ + idx, mask=mask, other=0.0)
@@ -117,35 +148,33 @@ def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.cons
     xs = E + b * T * H + j - H
     go = GO + b * T * H + j - 2 * H
     top = T + 1
-    z0, y0, x0, o0 = (_ahead(zs, zero, mask, 1, T, H, top), _ahead(ys, zero, mask, 1, T, H, top),
-                      _ahead(xs, zero, mask, 1, T, H, top), _ahead(go, zero, mask, 2, T, H, top))
-    z1, y1, x1, o1 = (_ahead(zs, zero, mask, 1, T - 1, H, top), _ahead(ys, zero, mask, 1, T - 1, H, top),
-                      _ahead(xs, zero, mask, 1, T - 1, H, top), _ahead(go, zero, mask, 2, T - 1, H, top))
-    z2, y2, x2, o2 = (_ahead(zs, zero, mask, 1, T - 2, H, top), _ahead(ys, zero, mask, 1, T - 2, H, top),
-                      _ahead(xs, zero, mask, 1, T - 2, H, top), _ahead(go, zero, mask, 2, T - 2, H, top))
-    z3, y3, x3, o3 = (_ahead(zs, zero, mask, 1, T - 3, H, top), _ahead(ys, zero, mask, 1, T - 3, H, top),
-                      _ahead(xs, zero, mask, 1, T - 3, H, top), _ahead(go, zero, mask, 2, T - 3, H, top))
+    z0, z1, z2, z3 = _four_ahead(zs, zero, mask, 1, T, -1, H, top)
+    y0, y1, y2, y3 = _four_ahead(ys, zero, mask, 1, T, -1, H, top)
+    x0, x1, x2, x3 = _four_ahead(xs, zero, mask, 1, T, -1, H, top)
+    o0, o1, o2, o3 = _four_ahead(go, zero, mask, 2, T, -1, H, top)
+    z4, z5, z6, z7 = _four_ahead(zs, zero, mask, 1, T - 4, -1, H, top)
+    y4, y5, y6, y7 = _four_ahead(ys, zero, mask, 1, T - 4, -1, H, top)
+    x4, x5, x6, x7 = _four_ahead(xs, zero, mask, 1, T - 4, -1, H, top)
+    o4, o5, o6, o7 = _four_ahead(go, zero, mask, 2, T - 4, -1, H, top)
     at = b * T * H + j - H
-    for i in range(0, T, 4):
-        n = T - i  # steps n, n − 1, n − 2, n − 3
-        q0, r0, u0, v0 = (_ahead(zs, zero, mask, 1, n - 4, H, top), _ahead(ys, zero, mask, 1, n - 4, H, top),
-                          _ahead(xs, zero, mask, 1, n - 4, H, top), _ahead(go, zero, mask, 2, n - 4, H, top))
-        q1, r1, u1, v1 = (_ahead(zs, zero, mask, 1, n - 5, H, top), _ahead(ys, zero, mask, 1, n - 5, H, top),
-                          _ahead(xs, zero, mask, 1, n - 5, H, top), _ahead(go, zero, mask, 2, n - 5, H, top))
-        q2, r2, u2, v2 = (_ahead(zs, zero, mask, 1, n - 6, H, top), _ahead(ys, zero, mask, 1, n - 6, H, top),
-                          _ahead(xs, zero, mask, 1, n - 6, H, top), _ahead(go, zero, mask, 2, n - 6, H, top))
-        q3, r3, u3, v3 = (_ahead(zs, zero, mask, 1, n - 7, H, top), _ahead(ys, zero, mask, 1, n - 7, H, top),
-                          _ahead(xs, zero, mask, 1, n - 7, H, top), _ahead(go, zero, mask, 2, n - 7, H, top))
-        ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z0, y0, x0, o0, w, s, dt, alpha, G, at + n * H,
-                                        mask & (zero + n >= 1))
-        ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z1, y1, x1, o1, w, s, dt, alpha, G, at + (n - 1) * H,
-                                        mask & (zero + n >= 2))
-        ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z2, y2, x2, o2, w, s, dt, alpha, G, at + (n - 2) * H,
-                                        mask & (zero + n >= 3))
-        ly, lz, gw, gs = _backward_step(ly, lz, gw, gs, z3, y3, x3, o3, w, s, dt, alpha, G, at + (n - 3) * H,
-                                        mask & (zero + n >= 4))
-        z0, y0, x0, o0, z1, y1, x1, o1 = q0, r0, u0, v0, q1, r1, u1, v1
-        z2, y2, x2, o2, z3, y3, x3, o3 = q2, r2, u2, v2, q3, r3, u3, v3
+    for i in range(0, T, 8):
+        n = T - i  # steps n, n − 1, …, n − 7
+        q0, q1, q2, q3 = _four_ahead(zs, zero, mask, 1, n - 8, -1, H, top)
+        r0, r1, r2, r3 = _four_ahead(ys, zero, mask, 1, n - 8, -1, H, top)
+        u0, u1, u2, u3 = _four_ahead(xs, zero, mask, 1, n - 8, -1, H, top)
+        v0, v1, v2, v3 = _four_ahead(go, zero, mask, 2, n - 8, -1, H, top)
+        q4, q5, q6, q7 = _four_ahead(zs, zero, mask, 1, n - 12, -1, H, top)
+        r4, r5, r6, r7 = _four_ahead(ys, zero, mask, 1, n - 12, -1, H, top)
+        u4, u5, u6, u7 = _four_ahead(xs, zero, mask, 1, n - 12, -1, H, top)
+        v4, v5, v6, v7 = _four_ahead(go, zero, mask, 2, n - 12, -1, H, top)
+        ly, lz, gw, gs = _backward_four(ly, lz, gw, gs, z0, y0, x0, o0, z1, y1, x1, o1, z2, y2, x2, o2, z3, y3, x3,
+                                        o3, w, s, dt, alpha, G, at, n, zero, mask, H)
+        ly, lz, gw, gs = _backward_four(ly, lz, gw, gs, z4, y4, x4, o4, z5, y5, x5, o5, z6, y6, x6, o6, z7, y7, x7,
+                                        o7, w, s, dt, alpha, G, at, n - 4, zero, mask, H)
+        z0, z1, z2, z3, z4, z5, z6, z7 = q0, q1, q2, q3, q4, q5, q6, q7
+        y0, y1, y2, y3, y4, y5, y6, y7 = r0, r1, r2, r3, r4, r5, r6, r7
+        x0, x1, x2, x3, x4, x5, x6, x7 = u0, u1, u2, u3, u4, u5, u6, u7
+        o0, o1, o2, o3, o4, o5, o6, o7 = v0, v1, v2, v3, v4, v5, v6, v7
     tl.store(GZ + idx, lz, mask=mask)
     tl.store(GY + idx, ly, mask=mask)
     tl.store(GW + idx, gw, mask=mask)
@@ -162,28 +191,32 @@ def _reversible_forward_step(z, y, x, w, s, dt, alpha, YS, at, valid):
 
 
 @triton.jit
+def _reversible_forward_four(z, y, x0, x1, x2, x3, w, s, dt, alpha, YS, at, n, zero, mask, T, H):
+    """Steps n + 1 … n + 4 (:func:`_reversible_forward_step`), x0 … x3 their inputs."""
+    z, y = _reversible_forward_step(z, y, x0, w, s, dt, alpha, YS, at + n * H, mask & (zero + n < T))
+    z, y = _reversible_forward_step(z, y, x1, w, s, dt, alpha, YS, at + (n + 1) * H, mask & (zero + n + 1 < T))
+    z, y = _reversible_forward_step(z, y, x2, w, s, dt, alpha, YS, at + (n + 2) * H, mask & (zero + n + 2 < T))
+    return _reversible_forward_step(z, y, x3, w, s, dt, alpha, YS, at + (n + 3) * H, mask & (zero + n + 3 < T))
+
+
+@triton.jit
 def _reversible_forward(E, Wv, Cv, K, Z, Y, YS, B, T, H, BLOCK: tl.constexpr):
-    """Z, Y (B, H): the initial state on entry, the final state on exit; YS (B, T, H): y_1..y_T. Four steps per
-    trip, the next four inputs loaded before them."""
+    """Z, Y (B, H): the initial state on entry, the final state on exit; YS (B, T, H): y_1..y_T. Eight steps per
+    trip, the next eight inputs loaded before them."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
     z = tl.load(Z + idx, mask=mask, other=0.0)
     y = tl.load(Y + idx, mask=mask, other=0.0)
     at = b * T * H + j
     xs = E + at
-    x0, x1, x2, x3 = (_ahead(xs, zero, mask, 0, 0, H, T), _ahead(xs, zero, mask, 0, 1, H, T),
-                      _ahead(xs, zero, mask, 0, 2, H, T), _ahead(xs, zero, mask, 0, 3, H, T))
-    for n in range(0, T, 4):  # steps n + 1 … n + 4 (y_{n+1} at YS index n)
-        p0, p1, p2, p3 = (_ahead(xs, zero, mask, 0, n + 4, H, T), _ahead(xs, zero, mask, 0, n + 5, H, T),
-                          _ahead(xs, zero, mask, 0, n + 6, H, T), _ahead(xs, zero, mask, 0, n + 7, H, T))
-        z, y = _reversible_forward_step(z, y, x0, w, s, dt, alpha, YS, at + n * H, mask & (zero + n < T))
-        z, y = _reversible_forward_step(z, y, x1, w, s, dt, alpha, YS, at + (n + 1) * H,
-                                        mask & (zero + n + 1 < T))
-        z, y = _reversible_forward_step(z, y, x2, w, s, dt, alpha, YS, at + (n + 2) * H,
-                                        mask & (zero + n + 2 < T))
-        z, y = _reversible_forward_step(z, y, x3, w, s, dt, alpha, YS, at + (n + 3) * H,
-                                        mask & (zero + n + 3 < T))
-        x0, x1, x2, x3 = p0, p1, p2, p3
+    x0, x1, x2, x3 = _four_ahead(xs, zero, mask, 0, 0, 1, H, T)
+    x4, x5, x6, x7 = _four_ahead(xs, zero, mask, 0, 4, 1, H, T)
+    for n in range(0, T, 8):  # steps n + 1 … n + 8 (y_{n+1} at YS index n)
+        p0, p1, p2, p3 = _four_ahead(xs, zero, mask, 0, n + 8, 1, H, T)
+        p4, p5, p6, p7 = _four_ahead(xs, zero, mask, 0, n + 12, 1, H, T)
+        z, y = _reversible_forward_four(z, y, x0, x1, x2, x3, w, s, dt, alpha, YS, at, n, zero, mask, T, H)
+        z, y = _reversible_forward_four(z, y, x4, x5, x6, x7, w, s, dt, alpha, YS, at, n + 4, zero, mask, T, H)
+        x0, x1, x2, x3, x4, x5, x6, x7 = p0, p1, p2, p3, p4, p5, p6, p7
     tl.store(Z + idx, z, mask=mask)
     tl.store(Y + idx, y, mask=mask)
 
@@ -204,10 +237,25 @@ def _reversible_backward_step(ly, lz, gw, gs, z, y, x, go, w, s, dt, alpha, E, a
 
 
 @triton.jit
+def _reversible_backward_four(ly, lz, gw, gs, z, y, x0, o0, x1, o1, x2, o2, x3, o3, w, s, dt, alpha, E, at, n, zero,
+                              mask, H):
+    """Steps n + 1, n, n − 1, n − 2 undone (:func:`_reversible_backward_step`), x0 … x3 and o0 … o3 their inputs
+    and output gradients."""
+    ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x0, o0, w, s, dt, alpha, E, at + n * H,
+                                                     mask & (zero + n >= 0))
+    ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x1, o1, w, s, dt, alpha, E,
+                                                     at + (n - 1) * H, mask & (zero + n >= 1))
+    ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x2, o2, w, s, dt, alpha, E,
+                                                     at + (n - 2) * H, mask & (zero + n >= 2))
+    return _reversible_backward_step(ly, lz, gw, gs, z, y, x3, o3, w, s, dt, alpha, E, at + (n - 3) * H,
+                                     mask & (zero + n >= 3))
+
+
+@triton.jit
 def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK: tl.constexpr):
     """E (B, T, H): x_n on entry, ∂L/∂x_n on exit; Z, Y: the final state (rebuilt back to the initial one);
-    GZ, GY: ∂L/∂(z_T, y_T) on entry, ∂L/∂(z_0, y_0) on exit. Four steps per trip, the next four inputs and
-    output gradients loaded before them."""
+    GZ, GY: ∂L/∂(z_T, y_T) on entry, ∂L/∂(z_0, y_0) on exit. Eight steps per trip, the next eight inputs and
+    output gradients loaded before them (below the ∂L/∂x_n the trip overwrites)."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
     z = tl.load(Z + idx, mask=mask, other=0.0)
@@ -218,26 +266,23 @@ def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK:
     gs = tl.zeros((BLOCK,), dtype=w.dtype)
     xs = E + b * T * H + j  # x_{n+1} at xs + n·H; ∂L/∂y_n at go + n·H
     go = GO + b * T * H + j - H
-    x0, o0 = _ahead(xs, zero, mask, 0, T - 1, H, T), _ahead(go, zero, mask, 1, T - 1, H, T)
-    x1, o1 = _ahead(xs, zero, mask, 0, T - 2, H, T), _ahead(go, zero, mask, 1, T - 2, H, T)
-    x2, o2 = _ahead(xs, zero, mask, 0, T - 3, H, T), _ahead(go, zero, mask, 1, T - 3, H, T)
-    x3, o3 = _ahead(xs, zero, mask, 0, T - 4, H, T), _ahead(go, zero, mask, 1, T - 4, H, T)
+    x0, x1, x2, x3 = _four_ahead(xs, zero, mask, 0, T - 1, -1, H, T)
+    o0, o1, o2, o3 = _four_ahead(go, zero, mask, 1, T - 1, -1, H, T)
+    x4, x5, x6, x7 = _four_ahead(xs, zero, mask, 0, T - 5, -1, H, T)
+    o4, o5, o6, o7 = _four_ahead(go, zero, mask, 1, T - 5, -1, H, T)
     at = b * T * H + j
-    for i in range(0, T, 4):
-        n = T - 1 - i  # steps n + 1, n, n − 1, n − 2 of the sequence
-        u0, v0 = _ahead(xs, zero, mask, 0, n - 4, H, T), _ahead(go, zero, mask, 1, n - 4, H, T)
-        u1, v1 = _ahead(xs, zero, mask, 0, n - 5, H, T), _ahead(go, zero, mask, 1, n - 5, H, T)
-        u2, v2 = _ahead(xs, zero, mask, 0, n - 6, H, T), _ahead(go, zero, mask, 1, n - 6, H, T)
-        u3, v3 = _ahead(xs, zero, mask, 0, n - 7, H, T), _ahead(go, zero, mask, 1, n - 7, H, T)
-        ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x0, o0, w, s, dt, alpha, E,
-                                                         at + n * H, mask & (zero + n >= 0))
-        ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x1, o1, w, s, dt, alpha, E,
-                                                         at + (n - 1) * H, mask & (zero + n >= 1))
-        ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x2, o2, w, s, dt, alpha, E,
-                                                         at + (n - 2) * H, mask & (zero + n >= 2))
-        ly, lz, gw, gs, z, y = _reversible_backward_step(ly, lz, gw, gs, z, y, x3, o3, w, s, dt, alpha, E,
-                                                         at + (n - 3) * H, mask & (zero + n >= 3))
-        x0, o0, x1, o1, x2, o2, x3, o3 = u0, v0, u1, v1, u2, v2, u3, v3
+    for i in range(0, T, 8):
+        n = T - 1 - i  # steps n + 1, n, …, n − 6 of the sequence
+        u0, u1, u2, u3 = _four_ahead(xs, zero, mask, 0, n - 8, -1, H, T)
+        v0, v1, v2, v3 = _four_ahead(go, zero, mask, 1, n - 8, -1, H, T)
+        u4, u5, u6, u7 = _four_ahead(xs, zero, mask, 0, n - 12, -1, H, T)
+        v4, v5, v6, v7 = _four_ahead(go, zero, mask, 1, n - 12, -1, H, T)
+        ly, lz, gw, gs, z, y = _reversible_backward_four(ly, lz, gw, gs, z, y, x0, o0, x1, o1, x2, o2, x3, o3, w, s,
+                                                         dt, alpha, E, at, n, zero, mask, H)
+        ly, lz, gw, gs, z, y = _reversible_backward_four(ly, lz, gw, gs, z, y, x4, o4, x5, o5, x6, o6, x7, o7, w, s,
+                                                         dt, alpha, E, at, n - 4, zero, mask, H)
+        x0, x1, x2, x3, x4, x5, x6, x7 = u0, u1, u2, u3, u4, u5, u6, u7
+        o0, o1, o2, o3, o4, o5, o6, o7 = v0, v1, v2, v3, v4, v5, v6, v7
     tl.store(GZ + idx, lz, mask=mask)
     tl.store(GY + idx, ly, mask=mask)
     tl.store(GW + idx, gw, mask=mask)
