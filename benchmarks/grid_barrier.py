@@ -9,6 +9,8 @@ whole rows loaded back) and the products. This script times each part alone, ove
     barrier    ``grid.barrier`` in a loop, nothing else
     exchange   a (16, 16) tile stored, the barrier, the block's (16, HP) rows loaded back and used
     loads      the same stores and loads without the barrier (the values are then not meaningful)
+    products   the exchange and three (16, HP) × (HP, 16) products of the loaded rows with weight tiles held in the
+               program (LEM's first phase without its inputs' loads and activations), IEEE float32
     lem        LEM's forward under the grid schedule (``schedule="grid"``; up to hidden 32 the one-launch kernel, as
                recorded), per phase (2 a step)
 
@@ -39,6 +41,7 @@ import triton.language as tl
 
 from odelab import cells
 from odelab.kernels.cuda import grid
+from odelab.kernels.cuda._common import dot
 from odelab.kernels.cuda import lem as lem_kernels
 
 ROWS, COLUMNS = grid.ROWS[0], grid.RESIDENT_BH  # the weights-on-chip kernels' (16, 16) blocks
@@ -53,21 +56,32 @@ def _barriers(SYNC, STEPS, LIMIT: tl.constexpr):
 
 
 @triton.jit
-def _exchange(BUF, OUT, SYNC, B, H, STEPS, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              BARRIER: tl.constexpr, LIMIT: tl.constexpr):
-    """Phase n: this program's tile of slot n % 2 stored, (the barrier,) the block's whole rows of that slot loaded;
-    two slots, so a program that runs ahead writes the slot no one reads any more (as LEM's state buffers)."""
+def _exchange(BUF, W, OUT, SYNC, B, H, STEPS, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+              BARRIER: tl.constexpr, DOTS: tl.constexpr, LIMIT: tl.constexpr):
+    """Phase n: this program's tile of slot n % 2 stored, (the barrier,) the block's whole rows of that slot loaded
+    (and multiplied by three weight tiles); two slots, so a program that runs ahead writes the slot no one reads any
+    more (as LEM's state buffers)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    if DOTS:  # three H × H blocks of W (3H, H), their tiles for this program's columns
+        w1t = grid.column_tile(W, H, cols, H, HP, False)
+        w2t = grid.column_tile(W + H * H, H, cols, H, HP, False)
+        w3t = grid.column_tile(W + 2 * H * H, H, cols, H, HP, False)
     acc = tl.zeros((BB, BH), dtype=tl.float32)
     k = 0
     spins = LIMIT
     for n in range(STEPS):
         slot = BUF + (n % 2) * B * H
-        tl.store(slot + rows[:, None] * H + cols[None, :], acc + 1.0, mask=m)
+        tl.store(slot + rows[:, None] * H + cols[None, :], acc, mask=m)
         if BARRIER:
             k, spins = grid.barrier(SYNC, k, spins)
         whole = grid.rows_of(slot, H, rows, rmask, H, HP)
-        acc = acc * 0.5 + tl.sum(whole, axis=1)[:, None] / H  # the next store depends on every loaded value
+        if DOTS:
+            p1 = dot(whole, w1t, acc, "ieee")
+            p2 = dot(whole, w2t, acc, "ieee")
+            p3 = dot(whole, w3t, acc, "ieee")
+            acc = 0.25 * (p1 + p2 * p3)
+        else:
+            acc = acc * 0.5 + tl.sum(whole, axis=1)[:, None] / H  # the next store depends on every loaded value
     tl.store(OUT + rows[:, None] * H + cols[None, :], acc, mask=m)
 
 
@@ -108,12 +122,13 @@ def measure(batch: int, hidden: int, steps: int, repeats: int, device: torch.dev
 
     record("barrier", _median_seconds(barriers, repeats, device), steps)
     buf = torch.zeros(2, batch, hidden, device=device)
+    weights = torch.randn(3 * hidden, hidden, device=device) / hidden
     out = torch.empty(batch, hidden, device=device)
-    for kind, with_barrier in (("exchange", True), ("loads", False)):
-        def exchange(with_barrier=with_barrier):
+    for kind, with_barrier, dots in (("exchange", True, False), ("loads", False, False), ("products", True, True)):
+        def exchange(with_barrier=with_barrier, dots=dots):
             sync = grid.counters(batch, ROWS, device)
-            _exchange[grid_shape](buf, out, sync, batch, hidden, steps, HP=HP, BB=ROWS, BH=COLUMNS,
-                                  BARRIER=with_barrier, LIMIT=grid.SPIN_LIMIT, num_warps=8)
+            _exchange[grid_shape](buf, weights, out, sync, batch, hidden, steps, HP=HP, BB=ROWS, BH=COLUMNS,
+                                  BARRIER=with_barrier, DOTS=dots, LIMIT=grid.SPIN_LIMIT, num_warps=8)
             grid.check(sync)
         record(kind, _median_seconds(exchange, repeats, device), steps)
     torch.manual_seed(0)
