@@ -103,6 +103,10 @@ tests() {
         local skip=()
         [ -n "${GRID_TESTED:-}" ] && skip=(-k "not grid")  # the grid step ran them
         step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" "${skip[@]}" tests
+        # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
+        # div.full there) and UnICORNN's eight-step trips against the generic loop
+        step tests-kernels 60 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py \
+            -k "kernel_tanh or unicornn"
         wait
     fi
 }
