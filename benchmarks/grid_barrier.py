@@ -7,6 +7,8 @@ whole rows loaded back) and the products. This script times each part alone, ove
 (⌈B/16⌉ batch blocks × ⌈H/16⌉ column tiles of 8 warps):
 
     barrier    ``grid.barrier`` in a loop, nothing else
+    poll       a candidate barrier in the same loop: a release-only arrival that waits for no reply, then acquire
+               reads of the counter (``_arrive_then_poll``)
     exchange   a (16, 16) tile stored, the barrier, the block's (16, HP) rows loaded back and used
     loads      the same stores and loads without the barrier (the values are then not meaningful)
     products   the exchange and three (16, HP) × (HP, 16) products of the loaded rows with weight tiles held in the
@@ -48,11 +50,34 @@ ROWS, COLUMNS = grid.ROWS[0], grid.RESIDENT_BH  # the weights-on-chip kernels' (
 
 
 @triton.jit
-def _barriers(SYNC, STEPS, LIMIT: tl.constexpr):
+def _arrive_then_poll(SYNC, k, spins):
+    """A candidate for ``grid.barrier``: the arrival a release-only add whose old value nobody reads (no wait for
+    its round trip), then acquire reads until every column program has arrived (the last arrival too)."""
+    tl.debug_barrier()
+    counter = SYNC + tl.program_id(0)
+    target = (k + 1) * tl.num_programs(1)
+    tl.atomic_add(counter, 1, sem="release", scope="gpu")
+    seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+    tries = 0
+    while (seen < target) & (tries < spins):
+        seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        tries += 1
+    if seen < target:
+        tl.atomic_max(SYNC + tl.num_programs(0), 1, scope="gpu")
+        spins = 0
+    tl.debug_barrier()
+    return k + 1, spins
+
+
+@triton.jit
+def _barriers(SYNC, STEPS, VARIANT: tl.constexpr, LIMIT: tl.constexpr):
     k = 0
     spins = LIMIT
     for _ in range(STEPS):
-        k, spins = grid.barrier(SYNC, k, spins)
+        if VARIANT == 0:
+            k, spins = grid.barrier(SYNC, k, spins)
+        else:
+            k, spins = _arrive_then_poll(SYNC, k, spins)
 
 
 @triton.jit
@@ -115,12 +140,12 @@ def measure(batch: int, hidden: int, steps: int, repeats: int, device: torch.dev
         print(f"  {kind:9s} B={batch:5d} H={hidden:4d} programs {grid_shape[0]}x{grid_shape[1]}: "
               f"{rows[-1]['us_per_phase']:8.3f} µs a phase ({schedule})", flush=True)
 
-    def barriers():
-        sync = grid.counters(batch, ROWS, device)
-        _barriers[grid_shape](sync, steps, LIMIT=grid.SPIN_LIMIT, num_warps=8)
-        grid.check(sync)
-
-    record("barrier", _median_seconds(barriers, repeats, device), steps)
+    for kind, variant in (("barrier", 0), ("poll", 1)):
+        def barriers(variant=variant):
+            sync = grid.counters(batch, ROWS, device)
+            _barriers[grid_shape](sync, steps, VARIANT=variant, LIMIT=grid.SPIN_LIMIT, num_warps=8)
+            grid.check(sync)
+        record(kind, _median_seconds(barriers, repeats, device), steps)
     buf = torch.zeros(2, batch, hidden, device=device)
     weights = torch.randn(3 * hidden, hidden, device=device) / hidden
     out = torch.empty(batch, hidden, device=device)
