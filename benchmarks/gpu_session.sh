@@ -16,7 +16,7 @@
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
 #              compiles the benchmark's kernels into Triton's cache
 #   grid       the grid-synchronised schedule: its gpu tests (a process per preset), then LEM stepwise / grid and
-#              nn.LSTM at the three sizes, 100 + 70 s
+#              nn.LSTM at the three sizes, then LEM with ODELAB_LEM_GRID=one-barrier at hidden 128, 100 + 70 + 40 s
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
 #              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
@@ -101,7 +101,7 @@ tests() {
         $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
         warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
         local skip=()
-        [ -n "${GRID_TESTED:-}" ] && skip=(-k "not grid")  # the grid step ran them
+        [ -n "${GRID_TESTED:-}" ] && skip=(-k "not grid and not one_barrier")  # the grid step ran them
         step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" "${skip[@]}" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
         # div.full there) and UnICORNN's eight-step trips against the generic loop
@@ -124,7 +124,7 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 }
 
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
-[ "$SMOKE" = 1 ] && SIZES=4x20x8
+[ "$SMOKE" = 1 ] && SIZES=4x20x8 && ONE_BARRIER_SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
 # (NAME: the CUDA default, the grid-synchronised schedule from hidden 33 since 2026-11-26's seventh session;
 # NAME-stepwise: the stepwise schedule, the default before; NAME-persistent, the one-launch kernels)
@@ -147,10 +147,14 @@ grid() {  # the grid-synchronised schedule (the CUDA default): its gpu tests, th
     local parallel=()
     $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
     step gridtest 100 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" \
-        tests/kernels/test_cuda_kernels.py -k grid
+        tests/kernels/test_cuda_kernels.py -k "grid or one_barrier"
     GRID_TESTED=1  # a later `tests` step leaves these out
     step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-stepwise,lstm --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
+    # LEM's grid forward with one barrier a step (opt-in), where its weights stay on chip: hidden 128
+    step onebarrier 40 env ODELAB_LEM_GRID=one-barrier $PY benchmarks/cell_speed.py --device "$DEVICE" \
+        --models lem,lstm --engines fused --sizes "${ONE_BARRIER_SIZES:-128x1000x128}" --repeats 3 \
+        --out "$RESULTS/cell_speed_${DEVICE}_one_barrier.json"
 }
 
 slowcells() {

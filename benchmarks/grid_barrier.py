@@ -14,7 +14,9 @@ whole rows loaded back) and the products. This script times each part alone, ove
     products   the exchange and three (16, HP) × (HP, 16) products of the loaded rows with weight tiles held in the
                program (LEM's first phase without its inputs' loads and activations), IEEE float32
     lem        LEM's forward under the grid schedule (``schedule="grid"``; up to hidden 32 the one-launch kernel, as
-               recorded), per phase (2 a step)
+               recorded), µs a step (two phases)
+    lem-one-barrier  the same with ``ODELAB_LEM_GRID=one-barrier`` (one grid barrier a step; where the weights stay
+               on chip), µs a step
 
 and reports µs a phase (median of ``--repeats`` launches of ``--steps`` phases each), for hidden 32 … 256 at batch
 128 (2 … 16 column programs per barrier) and for batch 16 … 1024 at hidden 128 where the programs fit at once. The
@@ -134,11 +136,11 @@ def measure(batch: int, hidden: int, steps: int, repeats: int, device: torch.dev
     HP = max(16, triton.next_power_of_2(hidden))
     rows = []
 
-    def record(kind, seconds, phases, schedule="grid"):
+    def record(kind, seconds, count, schedule="grid", unit="phase"):
         rows.append({"kind": kind, "batch": batch, "hidden": hidden, "programs": list(grid_shape),
-                     "schedule": schedule, "us_per_phase": 1e6 * seconds / phases})
-        print(f"  {kind:9s} B={batch:5d} H={hidden:4d} programs {grid_shape[0]}x{grid_shape[1]}: "
-              f"{rows[-1]['us_per_phase']:8.3f} µs a phase ({schedule})", flush=True)
+                     "schedule": schedule, f"us_per_{unit}": 1e6 * seconds / count})
+        print(f"  {kind:16s} B={batch:5d} H={hidden:4d} programs {grid_shape[0]}x{grid_shape[1]}: "
+              f"{rows[-1][f'us_per_{unit}']:8.3f} µs a {unit} ({schedule})", flush=True)
 
     for kind, variant in (("barrier", 0), ("poll", 1)):
         def barriers(variant=variant):
@@ -167,7 +169,17 @@ def measure(batch: int, hidden: int, steps: int, repeats: int, device: torch.dev
             lem_kernels.run(model.system, x, state, model.dt, schedule="grid")
 
     schedule = grid.schedule_for("grid", x, hidden, None)  # up to hidden 32 the one-launch kernel runs
-    record("lem", _median_seconds(lem_forward, repeats, device), 2 * (steps // 2), schedule)
+    before = os.environ.get(lem_kernels.ONE_BARRIER_ENV)
+    try:
+        for kind, choice in (("lem", "two-barriers"), ("lem-one-barrier", "one-barrier")):
+            os.environ[lem_kernels.ONE_BARRIER_ENV] = choice
+            if kind == "lem" or (schedule == "grid" and grid.resident(batch, hidden, None, device)):
+                record(kind, _median_seconds(lem_forward, repeats, device), steps // 2, schedule, unit="step")
+    finally:
+        if before is None:
+            os.environ.pop(lem_kernels.ONE_BARRIER_ENV, None)
+        else:
+            os.environ[lem_kernels.ONE_BARRIER_ENV] = before
     return rows
 
 

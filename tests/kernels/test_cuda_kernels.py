@@ -752,7 +752,8 @@ def compile_(fn, constexprs, dtype):
     constexprs = dict(constexprs)
     num_warps = constexprs.pop("num_warps", 4)
     ints = {"B", "T", "H", "P", "NX", "M", "n"}
-    sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*i64" if n == "TABLE" else "*" + dtype)
+    sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*i64" if n == "TABLE" else
+                                                   "*i32" if n == "SYNC" else "*" + dtype)
            for n in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
@@ -762,6 +763,8 @@ tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)))
 dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)))
 jobs = [(k, dict(BLOCK=128)) for k in (unicornn._forward, unicornn._backward, unicornn._reversible_forward,
                                      unicornn._reversible_backward)]
+jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, num_warps=8))  # LEM's weights-on-chip grid kernels
+         for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier, lem._lem_grid_backward)]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(lem._lem_forward, tile), (lem._lem_backward, tile), (lem._lem_forward_resident, tile),
@@ -924,6 +927,57 @@ def test_grid_with_weights_on_chip(name, size, dtype, monkeypatch):
     assert [m.tolist() for m in made] == [[count * time] * blocks + [0] for count in WEIGHTS_ON_CHIP[name]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_lem_grid_forward_with_one_barrier_a_step(dtype, monkeypatch):
+    """``ODELAB_LEM_GRID=one-barrier``: LEM's weights-on-chip grid forward with one barrier a step (every column
+    program computes z_n's whole rows) gives the two-barrier kernel's bits -- outputs, final state and every
+    gradient (the backward is the same) -- and its counters count one barrier a step forward, two backward."""
+    from odelab.kernels.cuda import grid, lem
+
+    made = []
+    real = grid.counters
+    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)  # hidden ≤ 16 forced onto the grid
+    results = {}
+    for choice in ("", "One-Barrier"):
+        monkeypatch.setenv(lem.ONE_BARRIER_ENV, choice)
+        assert lem.one_barrier() is bool(choice)
+        results[choice], _ = _grid_and_stepwise("lem", 19, 5, 13, dtype, None)
+    for a, b in zip(results[""]["grid"], results["One-Barrier"]["grid"]):
+        assert torch.equal(a, b)
+    blocks = 2  # 19 rows: two 16-row batch blocks; each choice's grid forward and backward
+    assert [m.tolist() for m in made] == [[2 * 5] * blocks + [0], [2 * 5] * blocks + [0],
+                                          [1 * 5] * blocks + [0], [2 * 5] * blocks + [0]]
+
+
+def test_lem_one_barrier_kernel_computes_whole_rows_of_z():
+    """The one-barrier kernel alone, one program of a 16-wide column tile at hidden 40 (tiles of 16: three, the
+    last one half masked, and a fourth beyond H): z_1's whole rows and y_1's first 16 columns against LEM eq. 3
+    written out, float64; the rest of the state buffers untouched."""
+    from odelab.kernels.cuda import grid, lem
+
+    B, H, dt = 5, 40, 0.7
+    g = torch.Generator().manual_seed(3)
+    E = torch.randn(B, 1, 4 * H, generator=g, dtype=torch.float64).to(DEVICE)
+    W1, Wz, W2, Wy = (torch.randn(H, H, generator=g, dtype=torch.float64).to(DEVICE) / H ** 0.5 for _ in range(4))
+    Z = torch.randn(B, 2, H, generator=g, dtype=torch.float64).to(DEVICE)
+    Y = torch.randn(B, 2, H, generator=g, dtype=torch.float64).to(DEVICE)
+    before = Z.clone(), Y.clone()
+    sync = grid.counters(B, 16, torch.device(DEVICE))
+    consts = torch.tensor([dt], dtype=torch.float64, device=DEVICE)
+    lem._lem_grid_forward_one_barrier[(1, 1)](E, torch.cat([W1, Wz]), W2, Wy, Z, Y, consts, sync, B, 1, H, HP=64,
+                                              BB=16, BH=16, PRECISION="ieee", LIMIT=4)
+    z0, y0, e = before[0][:, 0], before[1][:, 0], E[:, 0]
+    s1 = torch.sigmoid(y0 @ W1.T + e[:, :H])
+    z1 = z0 + dt * (s1 * torch.tanh(y0 @ Wz.T + e[:, H:2 * H]) - s1 * z0)  # eq. 3, z first (IMEX)
+    s2 = torch.sigmoid(y0 @ W2.T + e[:, 2 * H:3 * H])
+    y1 = y0 + dt * (s2 * torch.tanh(z1 @ Wy.T + e[:, 3 * H:]) - s2 * y0)
+    torch.testing.assert_close(Z[:, 1], z1, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(Y[:, 1, :16], y1[:, :16], rtol=1e-12, atol=1e-12)
+    assert torch.equal(Y[:, 1, 16:], before[1][:, 1, 16:]) and torch.equal(Z[:, 0], before[0][:, 0])
+    assert sync.tolist() == [1, 0]
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the abandoned grid forward read stale rows
 def test_grid_barrier_never_met_reruns_the_forward_stepwise(monkeypatch):
     """Programs that are not all resident: a barrier whose other column program never arrives (under the
@@ -1024,6 +1078,21 @@ def test_grid_on_the_gpu(name):
         errors = relative_errors(PRESETS[name][0](3, hidden), run, batch, time, hidden, torch.float64)
         worst = max(errors, key=errors.get)
         assert errors[worst] <= 1e-10, (batch, time, hidden, worst, errors[worst])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [(128, 60, 128), (40, 200, 96)], ids=lambda s: "x".join(map(str, s)))
+def test_lem_one_barrier_on_the_gpu(size, monkeypatch):
+    """``ODELAB_LEM_GRID=one-barrier`` with real concurrent programs (8 × 8 and 3 × 6), float64: the two-barrier
+    grid kernel's bits, outputs and gradients."""
+    from odelab.kernels.cuda import lem
+
+    results = {}
+    for choice in ("", "one-barrier"):
+        monkeypatch.setenv(lem.ONE_BARRIER_ENV, choice)
+        results[choice], _ = _grid_and_stepwise("lem", *size, torch.float64, None)
+    for a, b in zip(results[""]["grid"], results["one-barrier"]["grid"]):
+        assert torch.equal(a, b)
 
 
 # -- inside a caller's CUDA graph capture (torch.cuda.graph) ---------------------------------------------------

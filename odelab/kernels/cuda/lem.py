@@ -10,6 +10,8 @@ GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n�
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -374,6 +376,59 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
 
 
 @triton.jit
+def _z_tile_operands(W1Z, E, Z, n, rows, rmask, c0, sS, sE, H, HP: tl.constexpr, BH: tl.constexpr):
+    """What the z-step of the column tile from c0 reads: its W1 and Wz tiles, its two encoding tiles of step n and
+    its columns of z_{n−1} (zero beyond H)."""
+    tc = c0 + tl.arange(0, BH)
+    tmask = tc < H
+    e = E + (n - 1) * 4 * H
+    return (grid.column_tile(W1Z, H, tc, H, HP, False), grid.column_tile(W1Z + H * H, H, tc, H, HP, False),
+            tile(e, sE, rows, rmask, tc, tmask), tile(e + H, sE, rows, rmask, tc, tmask),
+            tile(Z + (n - 1) * H, sS, rows, rmask, tc, tmask))
+
+
+@triton.jit
+def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+                                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+    """:func:`_lem_grid_forward` with one grid barrier a step instead of two: every column program of a batch block
+    computes z_n's whole rows, tile by tile with the products of the program that owns each tile (so the same
+    bits), and writes them (the programs write equal values to the same addresses); a CTA barrier then lets it read
+    them back for its columns of y_n, and only y_n crosses programs. A program does the W1, Wz products of every
+    column tile (their tiles read from memory every step, the next tile's while the current one multiplies) for
+    half the grid barriers. Opt-in (``ODELAB_LEM_GRID=one-barrier``), its GPU speed not measured yet."""
+    rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
+    dt = tl.load(C)
+    sS = (T + 1) * H
+    sE = T * 4 * H
+    w2t = grid.column_tile(W2, H, cols, H, HP, False)
+    wyt = grid.column_tile(WY, H, cols, H, HP, False)
+    y = tile(Y, sS, rows, rmask, cols, cmask)
+    k = 0
+    spins = LIMIT
+    for n in range(1, T + 1):
+        w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1Z, E, Z, n, rows, rmask, 0, sS, sE, H, HP, BH)
+        for c0 in range(0, HP, BH):
+            w1c, wzc, e1c, eqc, zp = w1n, wzn, e1n, eqn, zpn
+            w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1Z, E, Z, n, rows, rmask, c0 + BH, sS, sE, H, HP, BH)
+            y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)  # reloaded (L1): no operand held
+            s1 = sigmoid(dot(y_row, w1c, e1c, PRECISION))
+            tc = c0 + tl.arange(0, BH)
+            tl.store(Z + n * H + rows[:, None] * sS + tc[None, :],
+                     zp + dt * (s1 * tanh(dot(y_row, wzc, eqc, PRECISION)) - s1 * zp),
+                     mask=rmask[:, None] & (tc < H)[None, :])
+        tl.debug_barrier()  # this program's threads wrote z_n's whole rows
+        e = E + (n - 1) * 4 * H
+        r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask),
+                PRECISION)
+        p2 = dot(grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP), w2t,
+                 tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
+        s2 = sigmoid(p2)
+        y = y + dt * (s2 * tanh(r) - s2 * y)
+        tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+        k, spins = grid.barrier(SYNC, k, spins)
+
+
+@triton.jit
 def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
                        BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
     """Step n's backward on columns cols, 2 barriers a step: the y-step's g_p2, g_r (written, barrier), the z-step's
@@ -423,6 +478,15 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
 
 
+ONE_BARRIER_ENV = "ODELAB_LEM_GRID"
+
+
+def one_barrier() -> bool:
+    """Whether LEM's weights-on-chip grid forward takes one barrier a step (``$ODELAB_LEM_GRID`` = "one-barrier",
+    read at each call; opt-in until a GPU measures it) instead of two."""
+    return os.environ.get(ONE_BARRIER_ENV, "").strip().lower() == "one-barrier"
+
+
 class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule) -> (ys, z_T, y_T)``; ``schedule``: "persistent",
     "stepwise" or "grid" (``grid.schedule_for``)."""
@@ -440,7 +504,8 @@ class LEMSequence(torch.autograd.Function):
         consts = on_device([dt], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
-            grid.launch_resident(_lem_grid_forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)
+            forward = _lem_grid_forward_one_barrier if one_barrier() else _lem_grid_forward
+            grid.launch_resident(forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)
         elif schedule == "grid":
             grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts], consts, B, T, H, block_h, ctx.precision,
                         False)
