@@ -8,7 +8,7 @@ whole rows loaded back) and the products. This script times each part alone, ove
 
     barrier    ``grid.barrier`` in a loop, nothing else
     poll       a candidate barrier in the same loop: a release-only arrival that waits for no reply, then acquire
-               reads of the counter (``_arrive_then_poll``)
+               reads of the counter (``grid.barrier(..., REPLY=False)``)
     exchange   a (16, 16) tile stored, the barrier, the block's (16, HP) rows loaded back and used
     loads      the same stores and loads without the barrier (the values are then not meaningful)
     products   the exchange and three (16, HP) × (HP, 16) products of the loaded rows with weight tiles held in the
@@ -52,34 +52,11 @@ ROWS, COLUMNS = grid.ROWS[0], grid.RESIDENT_BH  # the weights-on-chip kernels' (
 
 
 @triton.jit
-def _arrive_then_poll(SYNC, k, spins):
-    """A candidate for ``grid.barrier``: the arrival a release-only add whose old value nobody reads (no wait for
-    its round trip), then acquire reads until every column program has arrived (the last arrival too)."""
-    tl.debug_barrier()
-    counter = SYNC + tl.program_id(0)
-    target = (k + 1) * tl.num_programs(1)
-    tl.atomic_add(counter, 1, sem="release", scope="gpu")
-    seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
-    tries = 0
-    while (seen < target) & (tries < spins):
-        seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
-        tries += 1
-    if seen < target:
-        tl.atomic_max(SYNC + tl.num_programs(0), 1, scope="gpu")
-        spins = 0
-    tl.debug_barrier()
-    return k + 1, spins
-
-
-@triton.jit
 def _barriers(SYNC, STEPS, VARIANT: tl.constexpr, LIMIT: tl.constexpr):
     k = 0
     spins = LIMIT
     for _ in range(STEPS):
-        if VARIANT == 0:
-            k, spins = grid.barrier(SYNC, k, spins)
-        else:
-            k, spins = _arrive_then_poll(SYNC, k, spins)
+        k, spins = grid.barrier(SYNC, k, spins, REPLY=VARIANT == 0)
 
 
 @triton.jit

@@ -52,17 +52,23 @@ ROWS = (16, 32, 64)  # batch rows per program tried, smallest first (tl.dot need
 
 
 @triton.jit
-def barrier(SYNC, k, spins):
+def barrier(SYNC, k, spins, REPLY: tl.constexpr = True):
     """The k-th barrier (from 0) of this program's batch block (axis 0 of the grid) among its column programs (axis
     1), waiting at most ``spins`` reads of its counter; returns (k + 1, the spins of the next barrier: 0 once one
     was not met, so a failed launch ends after one limit per program). SYNC: int32 [one counter per batch block,
-    then the failure flag], zeroed before the launch; counter b reaches (k + 1) · (column programs) at barrier k."""
+    then the failure flag], zeroed before the launch; counter b reaches (k + 1) · (column programs) at barrier k.
+    ``REPLY=False`` is a candidate that ``benchmarks/grid_barrier.py`` times beside it: the arrival a release-only
+    add whose old value no one waits for, then every program (the last one too) reads the counter."""
     tl.debug_barrier()  # every thread of this program has issued its stores of the phase
     counter = SYNC + tl.program_id(0)
     target = (k + 1) * tl.num_programs(1)
-    # acq_rel: the last program to arrive does not spin, so its arrival must also acquire the others' stores (and
-    # drop this multiprocessor's stale L1 lines of buffers rewritten every phase at the same addresses)
-    seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1
+    if REPLY:
+        # acq_rel: the last program to arrive does not spin, so its arrival must also acquire the others' stores
+        # (and drop this multiprocessor's stale L1 lines of buffers rewritten every phase at the same addresses)
+        seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1
+    else:
+        tl.atomic_add(counter, 1, sem="release", scope="gpu")
+        seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
     tries = 0
     while (seen < target) & (tries < spins):
         seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
