@@ -16,14 +16,15 @@
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
 #              compiles the benchmark's kernels into Triton's cache
 #   grid       the grid-synchronised schedule: its gpu tests (a process per preset), then LEM stepwise / grid and
-#              nn.LSTM at the three sizes, then LEM with ODELAB_LEM_GRID=one-barrier at hidden 128, 100 + 70 + 40 s
+#              nn.LSTM at the three sizes, 100 + 70 s
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
 #              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
 #   liquidthreads  LTC and LRCU-A/S with ODELAB_LIQUID_SYNAPSES=threads (the synapse sums without cross-thread
 #              reductions; opt-in until measured), the sizes of `slowcells`, 120 s
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
-#              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s
+#              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
+#              step with ODELAB_LEM_GRID=one-barrier at hidden 128, 40 s
 #   slowcells  the liquid cells (LRCU-A/S, LTC, STC; their one-launch kernels took 1.6-9.3 s a step at hidden 128 on
 #              the 2026-11-25 lease, the stepwise default is not measured yet), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
@@ -105,7 +106,7 @@ tests() {
         step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" "${skip[@]}" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
         # div.full there) and UnICORNN's eight-step trips against the generic loop
-        step tests-kernels 60 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py \
+        step tests-kernels 45 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py \
             -k "kernel_tanh or unicornn"
         wait
     fi
@@ -151,10 +152,6 @@ grid() {  # the grid-synchronised schedule (the CUDA default): its gpu tests, th
     GRID_TESTED=1  # a later `tests` step leaves these out
     step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-stepwise,lstm --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
-    # LEM's grid forward with one barrier a step (opt-in), where its weights stay on chip: hidden 128
-    step onebarrier 40 env ODELAB_LEM_GRID=one-barrier $PY benchmarks/cell_speed.py --device "$DEVICE" \
-        --models lem,lstm --engines fused --sizes "${ONE_BARRIER_SIZES:-128x1000x128}" --repeats 3 \
-        --out "$RESULTS/cell_speed_${DEVICE}_one_barrier.json"
 }
 
 slowcells() {
@@ -173,6 +170,10 @@ barrier() {  # where a grid phase's time goes: the barrier alone, with the state
     local smoke=()
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
     step barrier 60 $PY benchmarks/grid_barrier.py "${smoke[@]}" --out "$RESULTS/grid_barrier_$DEVICE.json"
+    # LEM's grid forward with one barrier a step (opt-in), where its weights stay on chip: hidden 128, training step
+    step onebarrier 40 env ODELAB_LEM_GRID=one-barrier $PY benchmarks/cell_speed.py --device "$DEVICE" \
+        --models lem,lstm --engines fused --sizes "${ONE_BARRIER_SIZES:-128x1000x128}" --repeats 3 \
+        --out "$RESULTS/cell_speed_${DEVICE}_one_barrier.json"
 }
 
 tf32() {
