@@ -399,8 +399,8 @@ def _raise_or_report(spec: FitSpec, kind: str, message: str, code: int) -> None:
 
 def _fit_in_parallel(pending: list[FitSpec], jobs: int, threads: int | None, progress: bool) -> None:
     """The runs in up to ``jobs`` worker processes at once (spawned: no CUDA state is forked), one line per finished
-    run (what a run prints is in its folder's :data:`WORKER_LOG`). A data error stops the runs under way (SIGINT: they keep their checkpoints) and starts no other; so does
-    Ctrl-C, which reaches the workers too."""
+    run (what a run prints is in its folder's :data:`WORKER_LOG`). A data error stops the runs under way (SIGINT:
+    they keep their checkpoints) and starts no other; so does Ctrl-C, which reaches the workers too."""
     jobs = min(jobs, len(pending))
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
