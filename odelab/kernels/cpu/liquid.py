@@ -4,8 +4,10 @@ LRC + Euler, fused on CPU.
 The input synapses Σ_{input j} g σ(a x + b) (and k, and the leak g_l, and LRC's O_x^T x + p) are computed for
 the whole sequence in torch before the loop (autograd differentiates them); the C++ loop adds the hidden
 synapses (B × m × m sigmoids per step, as the generic einsum) and the update, storing the states and, in the
-encoding buffer, the conductances f, u (and w). The backward in C++ accumulates the gradients of the hidden
-synapse parameters over batch and steps in double and writes dL/d(f, u, w) of every step for the input part.
+encoding buffer, the conductances f, u (and w). The backward in C++ recomputes the sigmoids, sums the gradients
+of the hidden synapse parameters over the batch in registers (float32 or float64, as the tensors) and over the
+steps in double, and writes dL/d(f, u, w) of every step for the input part. Both loops run the synapses in
+chunks of one vector register of postsynaptic neurons (see the source's liquid section).
 """
 from __future__ import annotations
 

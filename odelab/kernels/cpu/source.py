@@ -19,6 +19,7 @@ scalars)`` (see :func:`odelab.kernels.cpu.extension.call`).
 """
 
 SOURCE = r"""
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -604,31 +605,81 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
 //   kind 2/3, LRC (asymmetric / symmetric elastance) + Euler:
 //            h' = h + δ (ε tanh(u) e_l − ε σ(f) h),  ε = σ(w)  or  σ(w + k) − σ(w − k)
 // Synapse matrices G, Aa, Bb, K are the hidden rows (m x m, presynaptic index first) of g, a, b, k.
+//
+// The hidden synapses (B·m² sigmoids a sub-step, the whole cost) run over chunks of LANES postsynaptic neurons
+// i, one float vector register, with the four matrices packed chunk-major and zero-padded past m
+// (pack_synapses): the forward holds ROWS batch rows' f and u of one chunk in registers while it runs over the
+// presynaptic j; the backward holds a chunk's four parameter-gradient sums in registers while it runs over the
+// batch, and adds them into the double accumulators once a sub-step. Padded lanes see a = b = g = k = 0 and
+// zero gradients, so they add nothing.
 // =====================================================================================================
+#if defined(__AVX512F__)
+constexpr i64 LANES = 16;
+#else
+constexpr i64 LANES = 8;
+#endif
+constexpr int ROWS = 4;
+
+// P[c][j][q][l] = (a, b, g, k)[q] of the synapse j -> c LANES + l (0 past m)
 template <typename S>
-void synapses_fwd(i64 m, const S* __restrict__ y, const S* __restrict__ G, const S* __restrict__ Aa,
-                  const S* __restrict__ Bb, const S* __restrict__ K, S* __restrict__ f, S* __restrict__ u) {
-  for (i64 j = 0; j < m; ++j) {
-    const S yj = y[j];
-    const S* __restrict__ g = G + j * m; const S* __restrict__ a = Aa + j * m;
-    const S* __restrict__ bb = Bb + j * m; const S* __restrict__ k = K + j * m;
-    for (i64 i = 0; i < m; ++i) { const S o = sigmoid(a[i] * yj + bb[i]); f[i] += g[i] * o; u[i] += k[i] * o; }
-  }
+std::vector<S> pack_synapses(i64 m, const S* G, const S* Aa, const S* Bb, const S* K) {
+  const i64 nc = (m + LANES - 1) / LANES;
+  std::vector<S> P(nc * m * 4 * LANES, S(0));
+  for (i64 c = 0; c < nc; ++c)
+    for (i64 j = 0; j < m; ++j) {
+      S* p = P.data() + (c * m + j) * 4 * LANES;
+      for (i64 l = 0; l < LANES && c * LANES + l < m; ++l) {
+        const i64 ji = j * m + c * LANES + l;
+        p[l] = Aa[ji]; p[LANES + l] = Bb[ji]; p[2 * LANES + l] = G[ji]; p[3 * LANES + l] = K[ji];
+      }
+    }
+  return P;
+}
+
+// R rows (stride ly of y, la of the conductances f; u = f + m), chunk c: f_i += Σ_j g_ji σ(a_ji y_j + b_ji),
+// u_i += Σ_j k_ji σ(a_ji y_j + b_ji), summed in the order j = 0, 1, ... onto the input part.
+template <typename S, int R>
+void synapse_rows_fwd(i64 m, i64 c, const S* __restrict__ P, const S* __restrict__ y, i64 ly, S* __restrict__ f,
+                      i64 la) {
+  const i64 i0 = c * LANES, len = std::min(LANES, m - i0);
+  S F[R][LANES], U[R][LANES];
+  for (int r = 0; r < R; ++r)
+    for (i64 l = 0; l < LANES; ++l) {
+      F[r][l] = l < len ? f[r * la + i0 + l] : S(0);
+      U[r][l] = l < len ? f[r * la + m + i0 + l] : S(0);
+    }
+  const S* __restrict__ p = P + c * m * 4 * LANES;
+  for (i64 j = 0; j < m; ++j, p += 4 * LANES)
+    for (int r = 0; r < R; ++r) {
+      const S yj = y[r * ly + j];
+      for (i64 l = 0; l < LANES; ++l) {
+        const S o = sigmoid(p[l] * yj + p[LANES + l]);
+        F[r][l] += p[2 * LANES + l] * o;
+        U[r][l] += p[3 * LANES + l] * o;
+      }
+    }
+  for (int r = 0; r < R; ++r)
+    for (i64 l = 0; l < len; ++l) { f[r * la + i0 + l] = F[r][l]; f[r * la + m + i0 + l] = U[r][l]; }
 }
 
 template <typename S>
 void liquid_fwd(int kind, i64 B, i64 T, i64 m, S* A, const S* h0, const S* G, const S* Aa, const S* Bb,
                 const S* K, const S* el, const S* Oh, const S* ksh, double hd, S* H) {
   const S h = S(hd);
-  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w;
+  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, nc = (m + LANES - 1) / LANES;
+  const std::vector<S> P = pack_synapses(m, G, Aa, Bb, K);
   for (i64 n = 0; n < T; ++n) {
     const S* hp = n ? H + (n - 1) * m : h0; const i64 lp = n ? ls : m;
     S* a = A + n * w;
     if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, la);     // w += h O_h
+    for (i64 c = 0; c < nc; ++c) {
+      i64 b = 0;
+      for (; b + ROWS <= B; b += ROWS) synapse_rows_fwd<S, ROWS>(m, c, P.data(), hp + b * lp, lp, a + b * la, la);
+      for (; b < B; ++b) synapse_rows_fwd<S, 1>(m, c, P.data(), hp + b * lp, lp, a + b * la, la);
+    }
     for (i64 b = 0; b < B; ++b) {
-      S* __restrict__ f = a + b * la; S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
+      const S* __restrict__ f = a + b * la; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
       const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + n * m + b * ls;
-      synapses_fwd(m, x, G, Aa, Bb, K, f, u);
       if (kind == 0) for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (u[i] * el[i])) / (S(1) + h * f[i]);
       else if (kind == 1)
         for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (tanh_(u[i]) * el[i])) / (S(1) + h * sigmoid(f[i]));
@@ -640,16 +691,57 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, S* A, const S* h0, const S* G, co
   }
 }
 
+// One sub-step of the hidden synapses' backward, presynaptic j: o_ji = σ(a_ji y_j + b_ji) feeds f_i (weight g_ji)
+// and u_i (weight k_ji). D (B x 2 mp, mp = nc LANES): [df | du] zero-padded; yT: y_j over the batch; gy (stride
+// lg): += Σ_i ds_ji a_ji; acc: the double sums of dL/d(g, a, b, k); scratch: B x LANES.
+template <typename S>
+void synapse_column_bwd(i64 B, i64 m, i64 j, const S* __restrict__ P, const S* __restrict__ D,
+                        const S* __restrict__ yT, S* __restrict__ gy, i64 lg, double* const* acc,
+                        S* __restrict__ scratch) {
+  const i64 nc = (m + LANES - 1) / LANES, ld = 2 * nc * LANES;
+  for (i64 k = 0; k < B * LANES; ++k) scratch[k] = S(0);
+  for (i64 c = 0; c < nc; ++c) {
+    const S* __restrict__ p = P + (c * m + j) * 4 * LANES;
+    S pa[LANES], pb[LANES], pg[LANES], pk[LANES], sG[LANES], sA[LANES], sB[LANES], sK[LANES];
+    for (i64 l = 0; l < LANES; ++l) {
+      pa[l] = p[l]; pb[l] = p[LANES + l]; pg[l] = p[2 * LANES + l]; pk[l] = p[3 * LANES + l];
+      sG[l] = sA[l] = sB[l] = sK[l] = S(0);
+    }
+    for (i64 b = 0; b < B; ++b) {
+      const S yj = yT[b];
+      const S* __restrict__ df = D + b * ld + c * LANES; const S* __restrict__ du = df + nc * LANES;
+      S* __restrict__ t = scratch + b * LANES;
+      for (i64 l = 0; l < LANES; ++l) {
+        const S o = sigmoid(pa[l] * yj + pb[l]);
+        const S ds = (df[l] * pg[l] + du[l] * pk[l]) * o * (S(1) - o);
+        sG[l] += df[l] * o; sK[l] += du[l] * o; sA[l] += ds * yj; sB[l] += ds;
+        t[l] += ds * pa[l];
+      }
+    }
+    const i64 i0 = c * LANES, len = std::min(LANES, m - i0);
+    double *aG = acc[0] + j * m + i0, *aA = acc[1] + j * m + i0, *aB = acc[2] + j * m + i0, *aK = acc[3] + j * m + i0;
+    for (i64 l = 0; l < len; ++l) { aG[l] += double(sG[l]); aA[l] += double(sA[l]); aB[l] += double(sB[l]);
+                                    aK[l] += double(sK[l]); }
+  }
+  for (i64 b = 0; b < B; ++b) {
+    S s = S(0);
+    for (i64 l = 0; l < LANES; ++l) s += scratch[b * LANES + l];
+    gy[b * lg + j] += s;
+  }
+}
+
 // gh: in dL/dh_T, out dL/dh_0. dA (B·T, w): gradients of [f | u | w]. dG, dAa, dBb, dK (m x m), del, dksh (m):
-// outputs, accumulated in double over batch and steps.
+// outputs, accumulated in double over steps (each sub-step's batch sum in S first).
 template <typename S>
 void liquid_bwd(int kind, i64 B, i64 T, i64 m, const S* A, const S* h0, const S* G, const S* Aa, const S* Bb,
                 const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H, const S* dY, S* gh, S* dA,
                 S* dG, S* dAa, S* dBb, S* dK, S* del, S* dksh) {
   const S h = S(hd);
-  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w;
+  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
+  const std::vector<S> P = pack_synapses(m, G, Aa, Bb, K);
   std::vector<double> aG(m * m, 0.0), aA(m * m, 0.0), aB(m * m, 0.0), aK(m * m, 0.0), aE(m, 0.0), aS(m, 0.0);
-  std::vector<S> Gn(B * m), DS(m), DSf(m), DSu(m);
+  double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
+  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), XT(m * B), scratch(B * LANES);
   for (i64 n = T - 1; n >= 0; --n) {
     const S* hp = n ? H + (n - 1) * m : h0; const i64 lp = n ? ls : m;
     const S* a = A + n * w; S* da = dA + n * w;
@@ -690,26 +782,12 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, const S* A, const S* h0, const S*
           aS[i] += double(ge * de_dk);
         }
       }
-      // hidden synapses: o_ji = σ(a_ji h_j + b_ji) feeds f_i (weight g_ji) and u_i (weight k_ji)
-      for (i64 j = 0; j < m; ++j) {
-        const S yj = x[j];
-        const S* __restrict__ gg = G + j * m; const S* __restrict__ aa = Aa + j * m;
-        const S* __restrict__ bb = Bb + j * m; const S* __restrict__ kk = K + j * m;
-        double* __restrict__ pG = aG.data() + j * m; double* __restrict__ pA = aA.data() + j * m;
-        double* __restrict__ pB = aB.data() + j * m; double* __restrict__ pK = aK.data() + j * m;
-        S* __restrict__ ds = DS.data();
-        for (i64 i = 0; i < m; ++i) {
-          const S o = sigmoid(aa[i] * yj + bb[i]);
-          const S dsi = (df[i] * gg[i] + du[i] * kk[i]) * o * (S(1) - o);
-          ds[i] = dsi;
-          pG[i] += double(df[i] * o); pK[i] += double(du[i] * o);
-          pA[i] += double(dsi * yj); pB[i] += double(dsi);
-        }
-        S acc = S(0);
-        for (i64 i = 0; i < m; ++i) acc += ds[i] * aa[i];
-        go[j] += acc;
-      }
+      std::memcpy(D.data() + b * 2 * mp, df, m * sizeof(S));
+      std::memcpy(D.data() + b * 2 * mp + mp, du, m * sizeof(S));
+      for (i64 j = 0; j < m; ++j) XT[j * B + b] = x[j];
     }
+    for (i64 j = 0; j < m; ++j)
+      synapse_column_bwd(B, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
     std::memcpy(gh, Gn.data(), B * m * sizeof(S));
     if (kind >= 2) mm(B, m, m, da + 2 * m, la, OhT, m, S(1), gh, m);      // += dw O_h^T
   }
