@@ -42,6 +42,7 @@ CELLS = {
     "stc": lambda m, d: cells.STC(m, d, dt=1.1, unfolds=2),
     "lrcu-a": lambda m, d: cells.LRCU(m, d, "asymmetric", dt=0.9),
     "lrcu-s": lambda m, d: cells.LRCU(m, d, "symmetric"),
+    "lrcu-a-unfolds": lambda m, d: _unfolded(cells.LRCU(m, d, "asymmetric", dt=0.7), 3),  # dL/dO_h over sub-steps
     # configurations the kernels hand to the generic loop (the "fused" engine must still give the same)
     "cornn-learned-coefficients": lambda m, d: cells.CoRNN(m, d, learn_coefficients=True),
     "gru-ode-reset-before": lambda m, d: cells.GRUODE(m, d, reset_after=False),

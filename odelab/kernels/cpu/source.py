@@ -596,10 +596,11 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
 
 // =====================================================================================================
 // Liquid cells (004 eqs. 1-5): chemical synapses over y = [h, x]. The input synapses (and the leak) are
-// computed for the whole sequence in torch: A (B·T, w) = [f_in | u_in | w_in] on entry (w_in: LRC only),
+// computed for the whole sequence in torch, once a sample: A (B·T, w) = [f_in | u_in | w_in] (w_in: LRC only),
 // f_in = Σ_{input j} g σ(a x + b) + g_l, u_in = Σ_{input j} k σ(a x + b) + g_l, w_in = O_x^T x + p.
-// Here the hidden synapses are added in place, f = f_in + Σ_{j<m} g_ji σ(a_ji h_j + b_ji) (u alike, with k),
-// and for LRC w = w_in + O_h^T h. Update of h (δ = the sub-step):
+// Each of the L sub-steps s = n L + q of sample n adds the hidden synapses to sample n's row, into the stored
+// conductances C (B·T·L, w): f = f_in + Σ_{j<m} g_ji σ(a_ji h_j + b_ji) (u alike, with k), and for LRC
+// w = w_in + O_h^T h. H (B, T·L, m) holds every sub-step's state. Update of h (δ = the sub-step):
 //   kind 0, LTC  + semi-implicit Euler:  h' = (h + δ u e_l) / (1 + δ f)
 //   kind 1, STC  + semi-implicit Euler:  h' = (h + δ tanh(u) e_l) / (1 + δ σ(f))
 //   kind 2/3, LRC (asymmetric / symmetric elastance) + Euler:
@@ -663,23 +664,25 @@ void synapse_rows_fwd(i64 m, i64 c, const S* __restrict__ P, const S* __restrict
 }
 
 template <typename S>
-void liquid_fwd(int kind, i64 B, i64 T, i64 m, S* A, const S* h0, const S* G, const S* Aa, const S* Bb,
-                const S* K, const S* el, const S* Oh, const S* ksh, double hd, S* H) {
+void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* A, const S* h0, const S* G, const S* Aa,
+                const S* Bb, const S* K, const S* el, const S* Oh, const S* ksh, double hd, S* C, S* H) {
   const S h = S(hd);
-  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, nc = (m + LANES - 1) / LANES;
+  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, lc = TS * w;
+  const i64 nc = (m + LANES - 1) / LANES;
   const std::vector<S> P = pack_synapses(m, G, Aa, Bb, K);
-  for (i64 n = 0; n < T; ++n) {
-    const S* hp = n ? H + (n - 1) * m : h0; const i64 lp = n ? ls : m;
-    S* a = A + n * w;
-    if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, la);     // w += h O_h
+  for (i64 s = 0; s < TS; ++s) {
+    const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
+    S* a = C + s * w;
+    for (i64 b = 0; b < B; ++b) std::memcpy(a + b * lc, A + (s / L) * w + b * la, w * sizeof(S));
+    if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, lc);     // w += h O_h
     for (i64 c = 0; c < nc; ++c) {
       i64 b = 0;
-      for (; b + ROWS <= B; b += ROWS) synapse_rows_fwd<S, ROWS>(m, c, P.data(), hp + b * lp, lp, a + b * la, la);
-      for (; b < B; ++b) synapse_rows_fwd<S, 1>(m, c, P.data(), hp + b * lp, lp, a + b * la, la);
+      for (; b + ROWS <= B; b += ROWS) synapse_rows_fwd<S, ROWS>(m, c, P.data(), hp + b * lp, lp, a + b * lc, lc);
+      for (; b < B; ++b) synapse_rows_fwd<S, 1>(m, c, P.data(), hp + b * lp, lp, a + b * lc, lc);
     }
     for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ f = a + b * la; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
-      const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + n * m + b * ls;
+      const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
+      const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + s * m + b * ls;
       if (kind == 0) for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (u[i] * el[i])) / (S(1) + h * f[i]);
       else if (kind == 1)
         for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (tanh_(u[i]) * el[i])) / (S(1) + h * sigmoid(f[i]));
@@ -730,26 +733,31 @@ void synapse_column_bwd(i64 B, i64 m, i64 j, const S* __restrict__ P, const S* _
   }
 }
 
-// gh: in dL/dh_T, out dL/dh_0. dA (B·T, w): gradients of [f | u | w]. dG, dAa, dBb, dK (m x m), del, dksh (m):
-// outputs, accumulated in double over steps (each sub-step's batch sum in S first).
+// gh: in dL/dh_T, out dL/dh_0. dY (B, T, m; or null): the gradients of the sample states (sub-steps L-1, 2L-1,
+// ...). dA (B·T, w), zeroed: gradients of A, [f | u | w] summed over each sample's sub-steps. dG, dAa, dBb, dK
+// (m x m), del, dksh (m): outputs, accumulated in double over sub-steps (each sub-step's batch sum in S first).
+// dOh (m x m, zeroed; or null): LRC's dL/dO_h = Σ h^T dw.
 template <typename S>
-void liquid_bwd(int kind, i64 B, i64 T, i64 m, const S* A, const S* h0, const S* G, const S* Aa, const S* Bb,
-                const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H, const S* dY, S* gh, S* dA,
-                S* dG, S* dAa, S* dBb, S* dK, S* del, S* dksh) {
+void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* C, const S* h0, const S* G, const S* Aa,
+                const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H, const S* dY,
+                S* gh, S* dA, S* dG, S* dAa, S* dBb, S* dK, S* del, S* dksh, S* dOh) {
   const S h = S(hd);
-  const i64 ls = T * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
+  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, lc = TS * w, ly = T * m;
+  const i64 nc = (m + LANES - 1) / LANES, mp = nc * LANES;
   const std::vector<S> P = pack_synapses(m, G, Aa, Bb, K);
   std::vector<double> aG(m * m, 0.0), aA(m * m, 0.0), aB(m * m, 0.0), aK(m * m, 0.0), aE(m, 0.0), aS(m, 0.0);
   double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
-  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), XT(m * B), scratch(B * LANES);
-  for (i64 n = T - 1; n >= 0; --n) {
-    const S* hp = n ? H + (n - 1) * m : h0; const i64 lp = n ? ls : m;
-    const S* a = A + n * w; S* da = dA + n * w;
+  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), scratch(B * LANES);
+  for (i64 s = TS - 1; s >= 0; --s) {
+    const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
+    const i64 n = s / L;
+    const S* a = C + s * w; S* da = dA + n * w;
     for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ f = a + b * la; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
-      const S* __restrict__ x = hp + b * lp; const S* __restrict__ hn = H + n * m + b * ls;
-      const S* __restrict__ dy = dY ? dY + b * ls + n * m : nullptr;
-      S* __restrict__ df = da + b * la; S* __restrict__ du = df + m; S* __restrict__ dw = df + 2 * m;
+      const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
+      const S* __restrict__ x = hp + b * lp; const S* __restrict__ hn = H + s * m + b * ls;
+      const S* __restrict__ dy = dY && s % L == L - 1 ? dY + b * ly + n * m : nullptr;
+      S* __restrict__ df = D.data() + b * 2 * mp; S* __restrict__ du = df + mp;
+      S* __restrict__ dw = kind >= 2 ? Dw.data() + b * m : nullptr;
       S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
       for (i64 i = 0; i < m; ++i) {
         const S G0 = g[i] + (dy ? dy[i] : S(0));
@@ -782,14 +790,18 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, const S* A, const S* h0, const S*
           aS[i] += double(ge * de_dk);
         }
       }
-      std::memcpy(D.data() + b * 2 * mp, df, m * sizeof(S));
-      std::memcpy(D.data() + b * 2 * mp + mp, du, m * sizeof(S));
+      S* __restrict__ ga = da + b * la;
+      for (i64 i = 0; i < m; ++i) { ga[i] += df[i]; ga[m + i] += du[i]; }
+      if (kind >= 2) for (i64 i = 0; i < m; ++i) ga[2 * m + i] += dw[i];
       for (i64 j = 0; j < m; ++j) XT[j * B + b] = x[j];
     }
     for (i64 j = 0; j < m; ++j)
       synapse_column_bwd(B, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
     std::memcpy(gh, Gn.data(), B * m * sizeof(S));
-    if (kind >= 2) mm(B, m, m, da + 2 * m, la, OhT, m, S(1), gh, m);      // += dw O_h^T
+    if (kind >= 2) {
+      mm(B, m, m, Dw.data(), m, OhT, m, S(1), gh, m);                        // += dw O_h^T
+      if (dOh) mm(m, m, B, XT.data(), B, Dw.data(), m, S(1), dOh, m);      // dO_h += h^T dw
+    }
   }
   for (i64 i = 0; i < m * m; ++i) { dG[i] = S(aG[i]); dAa[i] = S(aA[i]); dBb[i] = S(aB[i]); dK[i] = S(aK[i]); }
   for (i64 i = 0; i < m; ++i) { del[i] = S(aE[i]); dksh[i] = S(aS[i]); }
@@ -851,11 +863,12 @@ ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], P
 // sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend; scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
-// sizes (kind, B, T, m); pointers A h0 G Aa Bb K e_l O_h k_shift H; scalars δ
-ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5),
-                                            PTR(6), PTR(7), PTR(8), s[0], PTR(9)))
-// sizes (kind, B, T, m); pointers A h0 G Aa Bb K e_l O_h^T k_shift H dY gh dA dG dAa dBb dK de_l dk_shift; scalars δ
-ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4),
+// sizes (kind, B, T, m, L); pointers A h0 G Aa Bb K e_l O_h k_shift C H; scalars δ
+ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4),
+                                            PTR(5), PTR(6), PTR(7), PTR(8), s[0], PTR(9), PTR(10)))
+// sizes (kind, B, T, m, L); pointers C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dA dG dAa dBb dK de_l dk_shift dO_h;
+// scalars δ
+ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4),
                                              PTR(5), PTR(6), PTR(7), PTR(8), s[0], PTR(9), PTR(10), PTR(11), PTR(12),
-                                             PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18)))
+                                             PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18), PTR(19)))
 """
