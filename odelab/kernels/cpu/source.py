@@ -83,6 +83,12 @@ void mm(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S beta, S
   }
 }
 
+// Ask for the cache lines of p[0, n) ahead of their use (rows that the loops reach strided far apart).
+template <typename S>
+inline void prefetch(const S* p, i64 n) {
+  for (i64 k = 0; k < n; k += 64 / sizeof(S)) __builtin_prefetch(p + k);
+}
+
 // ---- gate nonlinearities ------------------------------------------------------------------------------
 // float: branch-free exp (Cephes expf: range reduction to |r| <= ln2/2, degree-7 polynomial, 2^k from the
 // exponent bits) and tanh built on it, so that GCC vectorises the gate loops (std::exp/std::tanh are scalar
@@ -673,7 +679,10 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* A, const S* h0, c
   for (i64 s = 0; s < TS; ++s) {
     const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
     S* a = C + s * w;
-    for (i64 b = 0; b < B; ++b) std::memcpy(a + b * lc, A + (s / L) * w + b * la, w * sizeof(S));
+    for (i64 b = 0; b < B; ++b) {
+      std::memcpy(a + b * lc, A + (s / L) * w + b * la, w * sizeof(S));
+      if (s + 1 < TS && (s + 1) % L == 0) prefetch(A + ((s + 1) / L) * w + b * la, w);  // the next sample's row
+    }
     if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, lc);     // w += h O_h
     for (i64 c = 0; c < nc; ++c) {
       i64 b = 0;
@@ -733,6 +742,46 @@ void synapse_column_bwd(i64 B, i64 m, i64 j, const S* __restrict__ P, const S* _
   }
 }
 
+// The update's backward for one batch row: go = dL/dh (through the update's explicit h) from g = dL/dh' (+ dy,
+// the sample state's gradient), df, du (and dw) = dL/d(f, u, w), and the sums of dL/de_l, dL/dk_shift.
+template <typename S>
+void liquid_update_bwd(int kind, i64 m, S h, const S* __restrict__ f, const S* __restrict__ u,
+                       const S* __restrict__ wv, const S* __restrict__ x, const S* __restrict__ hn,
+                       const S* __restrict__ g, const S* __restrict__ dy, const S* __restrict__ el,
+                       const S* __restrict__ ksh, S* __restrict__ go, S* __restrict__ df, S* __restrict__ du,
+                       S* __restrict__ dw, double* __restrict__ aE, double* __restrict__ aS) {
+  if (dy) for (i64 i = 0; i < m; ++i) go[i] = g[i] + dy[i];
+  else for (i64 i = 0; i < m; ++i) go[i] = g[i];
+  if (kind == 0) for (i64 i = 0; i < m; ++i) {
+    const S G0 = go[i], den = S(1) + h * f[i];
+    go[i] = G0 / den;
+    du[i] = G0 * h * el[i] / den;
+    aE[i] += double(G0 * h * u[i] / den);
+    df[i] = -(G0 * hn[i] * h / den);
+  } else if (kind == 1) for (i64 i = 0; i < m; ++i) {
+    const S G0 = go[i], sf = sigmoid(f[i]), t = tanh_(u[i]), den = S(1) + h * sf;
+    go[i] = G0 / den;
+    du[i] = G0 * h * el[i] / den * (S(1) - t * t);
+    aE[i] += double(G0 * h * t / den);
+    df[i] = -(G0 * hn[i] * h / den) * sf * (S(1) - sf);
+  } else for (i64 i = 0; i < m; ++i) {
+    const S G0 = go[i], sf = sigmoid(f[i]), t = tanh_(u[i]);
+    S e, de_dw, de_dk = S(0);
+    if (kind == 2) { e = sigmoid(wv[i]); de_dw = e * (S(1) - e); }
+    else {
+      const S s1 = sigmoid(wv[i] + ksh[i]), s2 = sigmoid(wv[i] - ksh[i]);
+      e = s1 - s2; de_dw = s1 * (S(1) - s1) - s2 * (S(1) - s2); de_dk = s1 * (S(1) - s1) + s2 * (S(1) - s2);
+    }
+    const S ge = G0 * h * (t * el[i] - sf * x[i]);
+    go[i] = G0 - G0 * h * e * sf;
+    du[i] = G0 * h * e * el[i] * (S(1) - t * t);
+    df[i] = -(G0 * h * e * x[i]) * sf * (S(1) - sf);
+    dw[i] = ge * de_dw;
+    aE[i] += double(G0 * h * e * t);
+    aS[i] += double(ge * de_dk);
+  }
+}
+
 // gh: in dL/dh_T, out dL/dh_0. dY (B, T, m; or null): the gradients of the sample states (sub-steps L-1, 2L-1,
 // ...). dA (B·T, w), zeroed: gradients of A, [f | u | w] summed over each sample's sub-steps. dG, dAa, dBb, dK
 // (m x m), del, dksh (m): outputs, accumulated in double over sub-steps (each sub-step's batch sum in S first).
@@ -756,40 +805,12 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* C, const S* h0, c
       const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
       const S* __restrict__ x = hp + b * lp; const S* __restrict__ hn = H + s * m + b * ls;
       const S* __restrict__ dy = dY && s % L == L - 1 ? dY + b * ly + n * m : nullptr;
+      if (s > 1) { prefetch(f - w, w); prefetch(x - m, m); }  // the next (earlier) sub-step's rows
+      if (n > 0 && s % L == 0) prefetch(da + b * la - w, w);
       S* __restrict__ df = D.data() + b * 2 * mp; S* __restrict__ du = df + mp;
       S* __restrict__ dw = kind >= 2 ? Dw.data() + b * m : nullptr;
       S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
-      for (i64 i = 0; i < m; ++i) {
-        const S G0 = g[i] + (dy ? dy[i] : S(0));
-        if (kind == 0) {
-          const S den = S(1) + h * f[i];
-          go[i] = G0 / den;
-          du[i] = G0 * h * el[i] / den;
-          aE[i] += double(G0 * h * u[i] / den);
-          df[i] = -(G0 * hn[i] * h / den);
-        } else if (kind == 1) {
-          const S sf = sigmoid(f[i]), t = tanh_(u[i]), den = S(1) + h * sf;
-          go[i] = G0 / den;
-          du[i] = G0 * h * el[i] / den * (S(1) - t * t);
-          aE[i] += double(G0 * h * t / den);
-          df[i] = -(G0 * hn[i] * h / den) * sf * (S(1) - sf);
-        } else {
-          const S sf = sigmoid(f[i]), t = tanh_(u[i]);
-          S e, de_dw, de_dk = S(0);
-          if (kind == 2) { e = sigmoid(wv[i]); de_dw = e * (S(1) - e); }
-          else {
-            const S s1 = sigmoid(wv[i] + ksh[i]), s2 = sigmoid(wv[i] - ksh[i]);
-            e = s1 - s2; de_dw = s1 * (S(1) - s1) - s2 * (S(1) - s2); de_dk = s1 * (S(1) - s1) + s2 * (S(1) - s2);
-          }
-          const S ge = G0 * h * (t * el[i] - sf * x[i]);
-          go[i] = G0 - G0 * h * e * sf;
-          du[i] = G0 * h * e * el[i] * (S(1) - t * t);
-          df[i] = -(G0 * h * e * x[i]) * sf * (S(1) - sf);
-          dw[i] = ge * de_dw;
-          aE[i] += double(G0 * h * e * t);
-          aS[i] += double(ge * de_dk);
-        }
-      }
+      liquid_update_bwd(kind, m, h, f, u, wv, x, hn, g, dy, el, ksh, go, df, du, dw, aE.data(), aS.data());
       S* __restrict__ ga = da + b * la;
       for (i64 i = 0; i < m; ++i) { ga[i] += df[i]; ga[m + i] += du[i]; }
       if (kind >= 2) for (i64 i = 0; i < m; ++i) ga[2 * m + i] += dw[i];
