@@ -127,6 +127,15 @@ def test_fused_equals_generic(name, size, dtype):
         check(model, x, None)  # the default zero initial state
 
 
+@pytest.mark.parametrize("name", ["ltc", "lrcu-s"])
+def test_liquid_without_inputs(name):
+    """A liquid network with no inputs (n = 0: only the neurons' synapses and the leak) runs in the kernel."""
+    torch.manual_seed(3)
+    model = CELLS[name](0, 6).double()
+    x = torch.zeros(3, 5, 0, dtype=torch.float64)
+    check(model, x, (0.5 * torch.randn(3, 6, dtype=torch.float64),))
+
+
 def test_no_grad_and_frozen_parameters():
     model = cells.LEM(2, 5)
     model.system.W2.requires_grad_(False)

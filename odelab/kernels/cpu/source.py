@@ -601,24 +601,24 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
 }
 
 // =====================================================================================================
-// Liquid cells (004 eqs. 1-5): chemical synapses over y = [h, x]. The input synapses (and the leak) are
-// computed for the whole sequence in torch, once a sample: A (B·T, w) = [f_in | u_in | w_in] (w_in: LRC only),
-// f_in = Σ_{input j} g σ(a x + b) + g_l, u_in = Σ_{input j} k σ(a x + b) + g_l, w_in = O_x^T x + p.
-// Each of the L sub-steps s = n L + q of sample n adds the hidden synapses to sample n's row, into the stored
-// conductances C (B·T·L, w): f = f_in + Σ_{j<m} g_ji σ(a_ji h_j + b_ji) (u alike, with k), and for LRC
-// w = w_in + O_h^T h. H (B, T·L, m) holds every sub-step's state. Update of h (δ = the sub-step):
+// Liquid cells (004 eqs. 1-5): one chemical synapse from every presynaptic y_j, y = [h, x] (m neurons, then the
+// n inputs), to every neuron i:
+//   f_i = Σ_j g_ji σ(a_ji y_j + b_ji) + g_li,   u_i = Σ_j k_ji σ(a_ji y_j + b_ji) + g_li,
+// and for LRC w_i = Σ_j o_ji y_j + p_i, whose input part w_in = O_x^T x + p (B·T, m) comes from torch. The L
+// sub-steps s = n L + q of sample n (input x_n) store their conductances [f | u | w] in C (B·T·L, w = 2m or 3m)
+// and their states in H (B, T·L, m). Update of h (δ = the sub-step):
 //   kind 0, LTC  + semi-implicit Euler:  h' = (h + δ u e_l) / (1 + δ f)
 //   kind 1, STC  + semi-implicit Euler:  h' = (h + δ tanh(u) e_l) / (1 + δ σ(f))
 //   kind 2/3, LRC (asymmetric / symmetric elastance) + Euler:
 //            h' = h + δ (ε tanh(u) e_l − ε σ(f) h),  ε = σ(w)  or  σ(w + k) − σ(w − k)
-// Synapse matrices G, Aa, Bb, K are the hidden rows (m x m, presynaptic index first) of g, a, b, k.
+// Synapse matrices G, Aa, Bb, K: (m + n) x m, presynaptic index first (the neurons' rows, then the inputs').
 //
-// The hidden synapses (B·m² sigmoids a sub-step, the whole cost) run over chunks of LANES postsynaptic neurons
-// i, one float vector register, with the four matrices packed chunk-major and zero-padded past m
-// (pack_synapses): the forward holds ROWS batch rows' f and u of one chunk in registers while it runs over the
-// presynaptic j; the backward holds a chunk's four parameter-gradient sums in registers while it runs over the
-// batch, and adds them into the double accumulators once a sub-step. Padded lanes see a = b = g = k = 0 and
-// zero gradients, so they add nothing.
+// The synapses (B·m² sigmoids a sub-step from the neurons, the whole cost) run over chunks of LANES
+// postsynaptic neurons i, one float vector register, with the four matrices packed chunk-major and zero-padded
+// past m (pack_synapses): the forward holds ROWS batch rows' f and u of one chunk in registers while it runs over
+// the presynaptic j; the backward holds a chunk's four parameter-gradient sums in registers while it runs over
+// the batch, and adds them into the double accumulators once a sub-step. Padded lanes see a = b = g = k = 0 and
+// zero gradients, so they add nothing. The inputs' synapses are summed once a sample (shared by its sub-steps).
 // =====================================================================================================
 #if defined(__AVX512F__)
 constexpr i64 LANES = 16;
@@ -627,14 +627,15 @@ constexpr i64 LANES = 8;
 #endif
 constexpr int ROWS = 4;
 
-// P[c][j][q][l] = (a, b, g, k)[q] of the synapse j -> c LANES + l (0 past m)
+// P[c][j][q][l] = (a, b, g, k)[q] of the synapse j -> c LANES + l, for the J rows j of the (J x m) matrices
+// (0 past m)
 template <typename S>
-std::vector<S> pack_synapses(i64 m, const S* G, const S* Aa, const S* Bb, const S* K) {
+std::vector<S> pack_synapses(i64 J, i64 m, const S* G, const S* Aa, const S* Bb, const S* K) {
   const i64 nc = (m + LANES - 1) / LANES;
-  std::vector<S> P(nc * m * 4 * LANES, S(0));
+  std::vector<S> P(nc * J * 4 * LANES, S(0));
   for (i64 c = 0; c < nc; ++c)
-    for (i64 j = 0; j < m; ++j) {
-      S* p = P.data() + (c * m + j) * 4 * LANES;
+    for (i64 j = 0; j < J; ++j) {
+      S* p = P.data() + (c * J + j) * 4 * LANES;
       for (i64 l = 0; l < LANES && c * LANES + l < m; ++l) {
         const i64 ji = j * m + c * LANES + l;
         p[l] = Aa[ji]; p[LANES + l] = Bb[ji]; p[2 * LANES + l] = G[ji]; p[3 * LANES + l] = K[ji];
@@ -643,20 +644,20 @@ std::vector<S> pack_synapses(i64 m, const S* G, const S* Aa, const S* Bb, const 
   return P;
 }
 
-// R rows (stride ly of y, la of the conductances f; u = f + m), chunk c: f_i += Σ_j g_ji σ(a_ji y_j + b_ji),
-// u_i += Σ_j k_ji σ(a_ji y_j + b_ji), summed in the order j = 0, 1, ... onto the input part.
+// R rows (stride ly of y, lf of the conductances f; u = f + m), chunk c of the J presynaptic rows packed in P:
+// f_i += Σ_j g_ji σ(a_ji y_j + b_ji), u_i += Σ_j k_ji σ(a_ji y_j + b_ji), in the order j = 0, 1, ...
 template <typename S, int R>
-void synapse_rows_fwd(i64 m, i64 c, const S* __restrict__ P, const S* __restrict__ y, i64 ly, S* __restrict__ f,
-                      i64 la) {
+void synapse_rows_fwd(i64 J, i64 m, i64 c, const S* __restrict__ P, const S* __restrict__ y, i64 ly,
+                      S* __restrict__ f, i64 lf) {
   const i64 i0 = c * LANES, len = std::min(LANES, m - i0);
   S F[R][LANES], U[R][LANES];
   for (int r = 0; r < R; ++r)
     for (i64 l = 0; l < LANES; ++l) {
-      F[r][l] = l < len ? f[r * la + i0 + l] : S(0);
-      U[r][l] = l < len ? f[r * la + m + i0 + l] : S(0);
+      F[r][l] = l < len ? f[r * lf + i0 + l] : S(0);
+      U[r][l] = l < len ? f[r * lf + m + i0 + l] : S(0);
     }
-  const S* __restrict__ p = P + c * m * 4 * LANES;
-  for (i64 j = 0; j < m; ++j, p += 4 * LANES)
+  const S* __restrict__ p = P + c * J * 4 * LANES;
+  for (i64 j = 0; j < J; ++j, p += 4 * LANES)
     for (int r = 0; r < R; ++r) {
       const S yj = y[r * ly + j];
       for (i64 l = 0; l < LANES; ++l) {
@@ -666,29 +667,48 @@ void synapse_rows_fwd(i64 m, i64 c, const S* __restrict__ P, const S* __restrict
       }
     }
   for (int r = 0; r < R; ++r)
-    for (i64 l = 0; l < len; ++l) { f[r * la + i0 + l] = F[r][l]; f[r * la + m + i0 + l] = U[r][l]; }
+    for (i64 l = 0; l < len; ++l) { f[r * lf + i0 + l] = F[r][l]; f[r * lf + m + i0 + l] = U[r][l]; }
 }
 
+// The B rows of y (stride ly) through the J presynaptic rows packed in P, into f, u (stride lf)
 template <typename S>
-void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* A, const S* h0, const S* G, const S* Aa,
-                const S* Bb, const S* K, const S* el, const S* Oh, const S* ksh, double hd, S* C, S* H) {
+void synapses_fwd(i64 B, i64 J, i64 m, const S* P, const S* y, i64 ly, S* f, i64 lf) {
+  if (J == 0) return;
+  for (i64 c = 0; c < (m + LANES - 1) / LANES; ++c) {
+    i64 b = 0;
+    for (; b + ROWS <= B; b += ROWS) synapse_rows_fwd<S, ROWS>(J, m, c, P, y + b * ly, ly, f + b * lf, lf);
+    for (; b < B; ++b) synapse_rows_fwd<S, 1>(J, m, c, P, y + b * ly, ly, f + b * lf, lf);
+  }
+}
+
+// X (B, T, n); gl: g_l (m); Win (B·T, m): LRC's input part of w, else null
+template <typename S>
+void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S* h0, const S* G, const S* Aa,
+                const S* Bb, const S* K, const S* gl, const S* el, const S* Oh, const S* ksh, const S* Win,
+                double hd, S* C, S* H) {
   const S h = S(hd);
-  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, lc = TS * w;
-  const i64 nc = (m + LANES - 1) / LANES;
-  const std::vector<S> P = pack_synapses(m, G, Aa, Bb, K);
+  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, lx = T * n, mm_ = m * m;
+  const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
+  const std::vector<S> Pin = pack_synapses(n, m, G + mm_, Aa + mm_, Bb + mm_, K + mm_);
+  std::vector<S> In(B * 2 * m);  // the sample's leak + input synapses [f_in | u_in], rows of 2m
   for (i64 s = 0; s < TS; ++s) {
     const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
+    const i64 ns = s / L;
+    if (s % L == 0) {
+      for (i64 b = 0; b < B; ++b)
+        for (i64 i = 0; i < m; ++i) In[b * 2 * m + i] = In[b * 2 * m + m + i] = gl[i];
+      synapses_fwd(B, n, m, Pin.data(), X + ns * n, lx, In.data(), 2 * m);
+    }
     S* a = C + s * w;
     for (i64 b = 0; b < B; ++b) {
-      std::memcpy(a + b * lc, A + (s / L) * w + b * la, w * sizeof(S));
-      if (s + 1 < TS && (s + 1) % L == 0) prefetch(A + ((s + 1) / L) * w + b * la, w);  // the next sample's row
+      std::memcpy(a + b * lc, In.data() + b * 2 * m, 2 * m * sizeof(S));
+      if (kind >= 2) {
+        std::memcpy(a + b * lc + 2 * m, Win + (b * T + ns) * m, m * sizeof(S));
+        if (ns + 1 < T && (s + 1) % L == 0) prefetch(Win + (b * T + ns + 1) * m, m);  // the next sample's row
+      }
     }
     if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, lc);     // w += h O_h
-    for (i64 c = 0; c < nc; ++c) {
-      i64 b = 0;
-      for (; b + ROWS <= B; b += ROWS) synapse_rows_fwd<S, ROWS>(m, c, P.data(), hp + b * lp, lp, a + b * lc, lc);
-      for (; b < B; ++b) synapse_rows_fwd<S, 1>(m, c, P.data(), hp + b * lp, lp, a + b * lc, lc);
-    }
+    synapses_fwd(B, m, m, P.data(), hp, lp, a, lc);
     for (i64 b = 0; b < B; ++b) {
       const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
       const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + s * m + b * ls;
@@ -703,17 +723,17 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* A, const S* h0, c
   }
 }
 
-// One sub-step of the hidden synapses' backward, presynaptic j: o_ji = σ(a_ji y_j + b_ji) feeds f_i (weight g_ji)
-// and u_i (weight k_ji). D (B x 2 mp, mp = nc LANES): [df | du] zero-padded; yT: y_j over the batch; gy (stride
-// lg): += Σ_i ds_ji a_ji; acc: the double sums of dL/d(g, a, b, k); scratch: B x LANES.
+// One sub-step of the synapses' backward, presynaptic row j of the J packed in P: o_ji = σ(a_ji y_j + b_ji) feeds
+// f_i (weight g_ji) and u_i (weight k_ji). D (B x 2 mp, mp = nc LANES): [df | du] zero-padded; yT: y_j over the
+// batch; gy (stride lg): += Σ_i ds_ji a_ji; acc: the double sums of dL/d(g, a, b, k) (J x m); scratch: B x LANES.
 template <typename S>
-void synapse_column_bwd(i64 B, i64 m, i64 j, const S* __restrict__ P, const S* __restrict__ D,
+void synapse_column_bwd(i64 B, i64 J, i64 m, i64 j, const S* __restrict__ P, const S* __restrict__ D,
                         const S* __restrict__ yT, S* __restrict__ gy, i64 lg, double* const* acc,
                         S* __restrict__ scratch) {
   const i64 nc = (m + LANES - 1) / LANES, ld = 2 * nc * LANES;
   for (i64 k = 0; k < B * LANES; ++k) scratch[k] = S(0);
   for (i64 c = 0; c < nc; ++c) {
-    const S* __restrict__ p = P + (c * m + j) * 4 * LANES;
+    const S* __restrict__ p = P + (c * J + j) * 4 * LANES;
     S pa[LANES], pb[LANES], pg[LANES], pk[LANES], sG[LANES], sA[LANES], sB[LANES], sK[LANES];
     for (i64 l = 0; l < LANES; ++l) {
       pa[l] = p[l]; pb[l] = p[LANES + l]; pg[l] = p[2 * LANES + l]; pk[l] = p[3 * LANES + l];
@@ -783,49 +803,59 @@ void liquid_update_bwd(int kind, i64 m, S h, const S* __restrict__ f, const S* _
 }
 
 // gh: in dL/dh_T, out dL/dh_0. dY (B, T, m; or null): the gradients of the sample states (sub-steps L-1, 2L-1,
-// ...). dA (B·T, w), zeroed: gradients of A, [f | u | w] summed over each sample's sub-steps. dG, dAa, dBb, dK
-// (m x m), del, dksh (m): outputs, accumulated in double over sub-steps (each sub-step's batch sum in S first).
-// dOh (m x m, zeroed; or null): LRC's dL/dO_h = Σ h^T dw.
+// ...). dX (B, T, n), zeroed: dL/dx. dG, dAa, dBb, dK ((m + n) x m), dgl, del, dksh (m): outputs, accumulated in
+// double over sub-steps (each sub-step's batch sum in S first). dOh (m x m, zeroed; or null): LRC's
+// dL/dO_h = Σ h^T dL/dw; dWin (B·T, m), zeroed (LRC; else null): dL/dw summed over each sample's sub-steps.
 template <typename S>
-void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 L, const S* C, const S* h0, const S* G, const S* Aa,
-                const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H, const S* dY,
-                S* gh, S* dA, S* dG, S* dAa, S* dBb, S* dK, S* del, S* dksh, S* dOh) {
+void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S* C, const S* h0, const S* G,
+                const S* Aa, const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H,
+                const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh, S* dWin) {
   const S h = S(hd);
-  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, la = T * w, lc = TS * w, ly = T * m;
-  const i64 nc = (m + LANES - 1) / LANES, mp = nc * LANES;
-  const std::vector<S> P = pack_synapses(m, G, Aa, Bb, K);
-  std::vector<double> aG(m * m, 0.0), aA(m * m, 0.0), aB(m * m, 0.0), aK(m * m, 0.0), aE(m, 0.0), aS(m, 0.0);
+  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
+  const i64 J = m + n, mm_ = m * m, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
+  const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
+  const std::vector<S> Pin = pack_synapses(n, m, G + mm_, Aa + mm_, Bb + mm_, K + mm_);
+  std::vector<double> aG(J * m, 0.0), aA(J * m, 0.0), aB(J * m, 0.0), aK(J * m, 0.0), aL(m, 0.0), aE(m, 0.0),
+      aS(m, 0.0);
   double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
-  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), scratch(B * LANES);
+  double* const acc_in[4] = {aG.data() + mm_, aA.data() + mm_, aB.data() + mm_, aK.data() + mm_};
+  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), XinT(n * B),
+      scratch(B * LANES);
   for (i64 s = TS - 1; s >= 0; --s) {
     const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
-    const i64 n = s / L;
-    const S* a = C + s * w; S* da = dA + n * w;
+    const i64 ns = s / L;
+    const S* a = C + s * w;
     for (i64 b = 0; b < B; ++b) {
       const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
       const S* __restrict__ x = hp + b * lp; const S* __restrict__ hn = H + s * m + b * ls;
-      const S* __restrict__ dy = dY && s % L == L - 1 ? dY + b * ly + n * m : nullptr;
+      const S* __restrict__ dy = dY && s % L == L - 1 ? dY + b * ly + ns * m : nullptr;
       if (s > 1) { prefetch(f - w, w); prefetch(x - m, m); }  // the next (earlier) sub-step's rows
-      if (n > 0 && s % L == 0) prefetch(da + b * la - w, w);
       S* __restrict__ df = D.data() + b * 2 * mp; S* __restrict__ du = df + mp;
       S* __restrict__ dw = kind >= 2 ? Dw.data() + b * m : nullptr;
       S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
       liquid_update_bwd(kind, m, h, f, u, wv, x, hn, g, dy, el, ksh, go, df, du, dw, aE.data(), aS.data());
-      S* __restrict__ ga = da + b * la;
-      for (i64 i = 0; i < m; ++i) { ga[i] += df[i]; ga[m + i] += du[i]; }
-      if (kind >= 2) for (i64 i = 0; i < m; ++i) ga[2 * m + i] += dw[i];
+      for (i64 i = 0; i < m; ++i) aL[i] += double(df[i] + du[i]);
+      if (kind >= 2) {
+        S* __restrict__ gw = dWin + (b * T + ns) * m;
+        for (i64 i = 0; i < m; ++i) gw[i] += dw[i];
+        if (ns > 0 && s % L == 0) prefetch(gw - m, m);
+      }
       for (i64 j = 0; j < m; ++j) XT[j * B + b] = x[j];
+      for (i64 j = 0; j < n; ++j) XinT[j * B + b] = X[b * lx + ns * n + j];
     }
     for (i64 j = 0; j < m; ++j)
-      synapse_column_bwd(B, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
+      synapse_column_bwd(B, m, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
+    for (i64 j = 0; j < n; ++j)
+      synapse_column_bwd(B, n, m, j, Pin.data(), D.data(), XinT.data() + j * B, dX + ns * n, lx, acc_in,
+                         scratch.data());
     std::memcpy(gh, Gn.data(), B * m * sizeof(S));
     if (kind >= 2) {
       mm(B, m, m, Dw.data(), m, OhT, m, S(1), gh, m);                        // += dw O_h^T
       if (dOh) mm(m, m, B, XT.data(), B, Dw.data(), m, S(1), dOh, m);      // dO_h += h^T dw
     }
   }
-  for (i64 i = 0; i < m * m; ++i) { dG[i] = S(aG[i]); dAa[i] = S(aA[i]); dBb[i] = S(aB[i]); dK[i] = S(aK[i]); }
-  for (i64 i = 0; i < m; ++i) { del[i] = S(aE[i]); dksh[i] = S(aS[i]); }
+  for (i64 i = 0; i < J * m; ++i) { dG[i] = S(aG[i]); dAa[i] = S(aA[i]); dBb[i] = S(aB[i]); dK[i] = S(aK[i]); }
+  for (i64 i = 0; i < m; ++i) { dgl[i] = S(aL[i]); del[i] = S(aE[i]); dksh[i] = S(aS[i]); }
 }
 
 }  // namespace
@@ -884,12 +914,14 @@ ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], P
 // sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend; scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
-// sizes (kind, B, T, m, L); pointers A h0 G Aa Bb K e_l O_h k_shift C H; scalars δ
-ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4),
-                                            PTR(5), PTR(6), PTR(7), PTR(8), s[0], PTR(9), PTR(10)))
-// sizes (kind, B, T, m, L); pointers C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dA dG dAa dBb dK de_l dk_shift dO_h;
-// scalars δ
-ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4),
-                                             PTR(5), PTR(6), PTR(7), PTR(8), s[0], PTR(9), PTR(10), PTR(11), PTR(12),
-                                             PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18), PTR(19)))
+// sizes (kind, B, T, m, n, L); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H; scalars δ
+ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], PTR(0), PTR(1), PTR(2), PTR(3),
+                                            PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0], PTR(11),
+                                            PTR(12)))
+// sizes (kind, B, T, m, n, L); pointers X C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dX dG dAa dBb dK dg_l de_l
+// dk_shift dO_h dW_in; scalars δ
+ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], PTR(0), PTR(1), PTR(2), PTR(3),
+                                             PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), s[0], PTR(10), PTR(11),
+                                             PTR(12), PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18), PTR(19),
+                                             PTR(20), PTR(21), PTR(22)))
 """
