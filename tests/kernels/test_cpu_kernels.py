@@ -136,6 +136,30 @@ def test_liquid_without_inputs(name):
     check(model, x, (0.5 * torch.randn(3, 6, dtype=torch.float64),))
 
 
+@pytest.mark.parametrize("name", ["ltc", "lrcu-a"])
+def test_liquid_threads_give_the_same_bits(name):
+    """Above PARALLEL_SYNAPSES the liquid kernels split their synapse loops between torch's threads; every sum
+    stays in one thread, so 1 and 3 threads give the same outputs and gradients, bit for bit."""
+    torch.manual_seed(5)
+    model = CELLS[name](2, 70)  # 16 x 72 x 70 synapses a sub-step: above the threshold
+    model.engine = "fused"
+    x = torch.randn(16, 4, 2)
+    results = []
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            model.zero_grad()
+            xs = x.clone().requires_grad_(True)
+            out, _ = model(xs)
+            (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+            results.append([out.detach(), xs.grad, *[p.grad.clone() for p in model.parameters()]])
+    finally:
+        torch.set_num_threads(previous)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_no_grad_and_frozen_parameters():
     model = cells.LEM(2, 5)
     model.system.W2.requires_grad_(False)

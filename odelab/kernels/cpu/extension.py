@@ -15,7 +15,7 @@ import ctypes
 from ...solvers.native import NativeLibrary
 from .source import SOURCE
 
-LIBRARY = NativeLibrary("odelab_cpu", SOURCE, link_torch=True)
+LIBRARY = NativeLibrary("odelab_cpu", SOURCE, link_torch=True, optional_flags=("-fopenmp",))
 
 
 def available() -> bool:

@@ -32,7 +32,8 @@ class LiquidFunction(torch.autograd.Function):
         (B, T, n), m = x.shape, h0.shape[1]
         C = h0.new_empty(B * T * unfolds, 3 * m if kind >= 2 else 2 * m)  # every sub-step's [f | u | w]
         H = h0.new_empty(B, T * unfolds, m)
-        call("liquid_forward", [x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, C, H], (kind, B, T, m, n, unfolds), (h,))
+        sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())  # the synapse loops split between torch's threads
+        call("liquid_forward", [x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, C, H], sizes, (h,))
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, C, h0, G, Aa, Bb, K, el, Oh, ksh, H)
         ctx.args = (h, kind, unfolds)
@@ -49,8 +50,9 @@ class LiquidFunction(torch.autograd.Function):
         dgl, del_, dksh = (h0.new_empty(m) for _ in range(3))
         dOh = h0.new_zeros(m, m) if kind >= 2 and ctx.needs_input_grad[8] else None
         dw_in = h0.new_zeros(B * T, m) if kind >= 2 else None
+        sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())
         call("liquid_backward", [x, C, h0, G, Aa, Bb, K, el, Oh.t().contiguous(), ksh, H, dY, gh, dx, dG, dAa, dBb, dK,
-                                 dgl, del_, dksh, dOh, dw_in], (kind, B, T, m, n, unfolds), (h,))
+                                 dgl, del_, dksh, dOh, dw_in], sizes, (h,))
         return dx, gh, dG, dAa, dBb, dK, dgl, del_, dOh, dksh if kind == 3 else None, dw_in, None, None, None
 
 

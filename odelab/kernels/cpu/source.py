@@ -670,22 +670,29 @@ void synapse_rows_fwd(i64 J, i64 m, i64 c, const S* __restrict__ P, const S* __r
     for (i64 l = 0; l < len; ++l) { f[r * lf + i0 + l] = F[r][l]; f[r * lf + m + i0 + l] = U[r][l]; }
 }
 
-// The B rows of y (stride ly) through the J presynaptic rows packed in P, into f, u (stride lf)
+// Synapses a sub-step from which the loops split between OpenMP threads (below, a fork and join would cost
+// more than the work; the split never changes a result: every sum stays in one thread, in the same order).
+constexpr i64 PARALLEL_SYNAPSES = 1 << 15;
+
+// The B rows of y (stride ly) through the J presynaptic rows packed in P, into f, u (stride lf): tasks of
+// (chunk, ROWS batch rows), chunk-major, shared between the threads.
 template <typename S>
-void synapses_fwd(i64 B, i64 J, i64 m, const S* P, const S* y, i64 ly, S* f, i64 lf) {
+void synapses_fwd(i64 B, i64 J, i64 m, const S* P, const S* y, i64 ly, S* f, i64 lf, int threads) {
   if (J == 0) return;
-  for (i64 c = 0; c < (m + LANES - 1) / LANES; ++c) {
-    i64 b = 0;
-    for (; b + ROWS <= B; b += ROWS) synapse_rows_fwd<S, ROWS>(J, m, c, P, y + b * ly, ly, f + b * lf, lf);
-    for (; b < B; ++b) synapse_rows_fwd<S, 1>(J, m, c, P, y + b * ly, ly, f + b * lf, lf);
+  const i64 blocks = (B + ROWS - 1) / ROWS, tasks = (m + LANES - 1) / LANES * blocks;
+#pragma omp parallel for num_threads(threads) if (threads > 1 && B * J * m >= PARALLEL_SYNAPSES) schedule(static)
+  for (i64 t = 0; t < tasks; ++t) {
+    const i64 c = t / blocks, b0 = t % blocks * ROWS;
+    if (b0 + ROWS <= B) synapse_rows_fwd<S, ROWS>(J, m, c, P, y + b0 * ly, ly, f + b0 * lf, lf);
+    else for (i64 b = b0; b < B; ++b) synapse_rows_fwd<S, 1>(J, m, c, P, y + b * ly, ly, f + b * lf, lf);
   }
 }
 
 // X (B, T, n); gl: g_l (m); Win (B·T, m): LRC's input part of w, else null
 template <typename S>
-void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S* h0, const S* G, const S* Aa,
-                const S* Bb, const S* K, const S* gl, const S* el, const S* Oh, const S* ksh, const S* Win,
-                double hd, S* C, S* H) {
+void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* h0, const S* G,
+                const S* Aa, const S* Bb, const S* K, const S* gl, const S* el, const S* Oh, const S* ksh,
+                const S* Win, double hd, S* C, S* H) {
   const S h = S(hd);
   const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, lx = T * n, mm_ = m * m;
   const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
@@ -697,7 +704,7 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S
     if (s % L == 0) {
       for (i64 b = 0; b < B; ++b)
         for (i64 i = 0; i < m; ++i) In[b * 2 * m + i] = In[b * 2 * m + m + i] = gl[i];
-      synapses_fwd(B, n, m, Pin.data(), X + ns * n, lx, In.data(), 2 * m);
+      synapses_fwd(B, n, m, Pin.data(), X + ns * n, lx, In.data(), 2 * m, threads);
     }
     S* a = C + s * w;
     for (i64 b = 0; b < B; ++b) {
@@ -708,7 +715,7 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S
       }
     }
     if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, lc);     // w += h O_h
-    synapses_fwd(B, m, m, P.data(), hp, lp, a, lc);
+    synapses_fwd(B, m, m, P.data(), hp, lp, a, lc, threads);
     for (i64 b = 0; b < B; ++b) {
       const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
       const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + s * m + b * ls;
@@ -807,7 +814,8 @@ void liquid_update_bwd(int kind, i64 m, S h, const S* __restrict__ f, const S* _
 // double over sub-steps (each sub-step's batch sum in S first). dOh (m x m, zeroed; or null): LRC's
 // dL/dO_h = Σ h^T dL/dw; dWin (B·T, m), zeroed (LRC; else null): dL/dw summed over each sample's sub-steps.
 template <typename S>
-void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S* C, const S* h0, const S* G,
+void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* C, const S* h0,
+                const S* G,
                 const S* Aa, const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H,
                 const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh, S* dWin) {
   const S h = S(hd);
@@ -819,8 +827,7 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S
       aS(m, 0.0);
   double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
   double* const acc_in[4] = {aG.data() + mm_, aA.data() + mm_, aB.data() + mm_, aK.data() + mm_};
-  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), XinT(n * B),
-      scratch(B * LANES);
+  std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), XinT(n * B);
   for (i64 s = TS - 1; s >= 0; --s) {
     const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
     const i64 ns = s / L;
@@ -843,11 +850,19 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, const S* X, const S
       for (i64 j = 0; j < m; ++j) XT[j * B + b] = x[j];
       for (i64 j = 0; j < n; ++j) XinT[j * B + b] = X[b * lx + ns * n + j];
     }
-    for (i64 j = 0; j < m; ++j)
-      synapse_column_bwd(B, m, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
-    for (i64 j = 0; j < n; ++j)
-      synapse_column_bwd(B, n, m, j, Pin.data(), D.data(), XinT.data() + j * B, dX + ns * n, lx, acc_in,
-                         scratch.data());
+    // presynaptic rows j (the neurons', then the inputs'): each owns its parameter sums and its gradient column
+#pragma omp parallel num_threads(threads) if (threads > 1 && B * J * m >= PARALLEL_SYNAPSES)
+    {
+      std::vector<S> scratch(B * LANES);
+#pragma omp for schedule(static)
+      for (i64 j = 0; j < J; ++j) {
+        if (j < m)
+          synapse_column_bwd(B, m, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
+        else
+          synapse_column_bwd(B, n, m, j - m, Pin.data(), D.data(), XinT.data() + (j - m) * B, dX + ns * n, lx,
+                             acc_in, scratch.data());
+      }
+    }
     std::memcpy(gh, Gn.data(), B * m * sizeof(S));
     if (kind >= 2) {
       mm(B, m, m, Dw.data(), m, OhT, m, S(1), gh, m);                        // += dw O_h^T
@@ -914,14 +929,14 @@ ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], P
 // sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend; scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
-// sizes (kind, B, T, m, n, L); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H; scalars δ
-ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], PTR(0), PTR(1), PTR(2), PTR(3),
-                                            PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0], PTR(11),
-                                            PTR(12)))
-// sizes (kind, B, T, m, n, L); pointers X C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dX dG dAa dBb dK dg_l de_l
-// dk_shift dO_h dW_in; scalars δ
-ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], PTR(0), PTR(1), PTR(2), PTR(3),
-                                             PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), s[0], PTR(10), PTR(11),
-                                             PTR(12), PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18), PTR(19),
-                                             PTR(20), PTR(21), PTR(22)))
+// sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H; scalars δ
+ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
+                                            PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],
+                                            PTR(11), PTR(12)))
+// sizes (kind, B, T, m, n, L, threads); pointers X C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dX dG dAa dBb dK dg_l
+// de_l dk_shift dO_h dW_in; scalars δ
+ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
+                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), s[0], PTR(10),
+                                             PTR(11), PTR(12), PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18),
+                                             PTR(19), PTR(20), PTR(21), PTR(22)))
 """
