@@ -160,6 +160,21 @@ def test_liquid_threads_give_the_same_bits(name):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+def test_liquid_without_backward_keeps_sample_states_only(name):
+    """With no gradient wanted, the liquid kernels run the sub-steps in scratch rows and store the sample states
+    only; the outputs are the same bits as the training forward's."""
+    torch.manual_seed(7)
+    model = CELLS[name](2, 17)
+    model.engine = "fused"
+    x = torch.randn(3, 7, 2)
+    trained, _ = model(x)
+    with torch.no_grad():
+        inferred, (final,) = model(x)
+    assert torch.equal(inferred, trained.detach())
+    assert torch.equal(final, inferred[:, -1])
+
+
 def test_no_grad_and_frozen_parameters():
     model = cells.LEM(2, 5)
     model.system.W2.requires_grad_(False)

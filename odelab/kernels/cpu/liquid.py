@@ -19,25 +19,35 @@ from .common import contiguous, every_sample
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
+def _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store):
+    """The C++ forward: (sample states (B, T, m), conductances C, sub-step states H), C and H None unless
+    ``store`` (for the backward; without it the sub-steps run in scratch rows)."""
+    (B, T, n), m = x.shape, h0.shape[1]
+    sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())  # the synapse loops split between torch's threads
+    tensors = [x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in]
+    if not store:
+        Y = h0.new_empty(B, T, m)
+        call("liquid_forward", [*tensors, None, Y], sizes, (h,))
+        return Y, None, None
+    C = h0.new_empty(B * T * unfolds, 3 * m if kind >= 2 else 2 * m)  # every sub-step's [f | u | w]
+    H = h0.new_empty(B, T * unfolds, m)
+    call("liquid_forward", [*tensors, C, H], sizes, (h,))
+    return every_sample(H, unfolds), C, H
+
+
 class LiquidFunction(torch.autograd.Function):
     """(x, h0, G, Aa, Bb, K, g_l, e_l, O_h, k_shift, w_in, δ, kind, L) -> the sample states (B, T, m).
 
     x (B, T, n); G, Aa, Bb, K: the (m + n, m) synapse matrices g, a, b, k (the neurons' rows, then the inputs');
-    w_in (B·T, m): LRC's input part O_x^T x + p of w (None for LTC, STC)."""
+    w_in (B·T, m): LRC's input part O_x^T x + p of w (None for LTC, STC); all contiguous."""
 
     @staticmethod
     def forward(ctx, x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds):
-        x, h0, G, Aa, Bb, K, gl, el, Oh, ksh = contiguous(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh)
-        w_in = w_in.contiguous() if w_in is not None else None
-        (B, T, n), m = x.shape, h0.shape[1]
-        C = h0.new_empty(B * T * unfolds, 3 * m if kind >= 2 else 2 * m)  # every sub-step's [f | u | w]
-        H = h0.new_empty(B, T * unfolds, m)
-        sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())  # the synapse loops split between torch's threads
-        call("liquid_forward", [x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, C, H], sizes, (h,))
+        Y, C, H = _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store=True)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, C, h0, G, Aa, Bb, K, el, Oh, ksh, H)
         ctx.args = (h, kind, unfolds)
-        return every_sample(H, unfolds)
+        return Y
 
     @staticmethod
     def backward(ctx, dY):
@@ -62,8 +72,12 @@ def _run(system, x: Tensor, state, dt: float, unfolds: int, kind: int):
     w_in = system.encode(x.reshape(x.shape[0] * x.shape[1], n))[:, n:] if kind >= 2 else None  # LRC: O_x^T x + p
     Oh = system.o_hidden if kind >= 2 else h0.new_zeros(1)
     ksh = F.softplus(system.raw_k_shift) if kind == 3 else h0.new_zeros(1)
-    Y = LiquidFunction.apply(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k,
-                             F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh, w_in, dt / unfolds, kind, unfolds)
+    args = contiguous(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k, F.softplus(system.raw_g_leak),
+                      system.e_leak, Oh, ksh) + (None if w_in is None else w_in.contiguous(), dt / unfolds, kind, unfolds)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in args[:11] if t is not None):
+        Y = LiquidFunction.apply(*args)
+    else:  # no backward (e.g. under torch.no_grad()): the sample states only
+        Y = _forward(*args, store=False)[0]
     return Y, (Y[:, -1],)
 
 

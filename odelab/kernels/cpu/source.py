@@ -688,25 +688,33 @@ void synapses_fwd(i64 B, i64 J, i64 m, const S* P, const S* y, i64 ly, S* f, i64
   }
 }
 
-// X (B, T, n); gl: g_l (m); Win (B·T, m): LRC's input part of w, else null
+// X (B, T, n); gl: g_l (m); Win (B·T, m): LRC's input part of w, else null. With C, the stored sub-steps for the
+// backward: C (B·T·L, w) and H (B, T·L, m) as above; C null (no backward, e.g. under torch.no_grad()): H (B, T, m)
+// receives the sample states only, the sub-steps run in scratch rows.
 template <typename S>
 void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* h0, const S* G,
                 const S* Aa, const S* Bb, const S* K, const S* gl, const S* el, const S* Oh, const S* ksh,
                 const S* Win, double hd, S* C, S* H) {
   const S h = S(hd);
-  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, lx = T * n, mm_ = m * m;
+  const bool store = C != nullptr;
+  const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = store ? TS * w : w, lx = T * n, mm_ = m * m;
+  const i64 ls = store ? TS * m : T * m;
   const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
   const std::vector<S> Pin = pack_synapses(n, m, G + mm_, Aa + mm_, Bb + mm_, K + mm_);
   std::vector<S> In(B * 2 * m);  // the sample's leak + input synapses [f_in | u_in], rows of 2m
+  std::vector<S> Cs(store ? 0 : B * w), Ring(store ? 0 : 2 * B * m);
+  const S* hp = h0; i64 lp = m;  // the state before sub-step s: rows of stride lp
   for (i64 s = 0; s < TS; ++s) {
-    const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
     const i64 ns = s / L;
+    // this sub-step's state: stored, a sample state (H), or a scratch row
+    S* out = store ? H + s * m : s % L == L - 1 ? H + ns * m : Ring.data() + s % 2 * B * m;
+    const i64 lo = store || s % L == L - 1 ? ls : m;
     if (s % L == 0) {
       for (i64 b = 0; b < B; ++b)
         for (i64 i = 0; i < m; ++i) In[b * 2 * m + i] = In[b * 2 * m + m + i] = gl[i];
       synapses_fwd(B, n, m, Pin.data(), X + ns * n, lx, In.data(), 2 * m, threads);
     }
-    S* a = C + s * w;
+    S* a = store ? C + s * w : Cs.data();
     for (i64 b = 0; b < B; ++b) {
       std::memcpy(a + b * lc, In.data() + b * 2 * m, 2 * m * sizeof(S));
       if (kind >= 2) {
@@ -718,7 +726,7 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
     synapses_fwd(B, m, m, P.data(), hp, lp, a, lc, threads);
     for (i64 b = 0; b < B; ++b) {
       const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
-      const S* __restrict__ x = hp + b * lp; S* __restrict__ o = H + s * m + b * ls;
+      const S* __restrict__ x = hp + b * lp; S* __restrict__ o = out + b * lo;
       if (kind == 0) for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (u[i] * el[i])) / (S(1) + h * f[i]);
       else if (kind == 1)
         for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (tanh_(u[i]) * el[i])) / (S(1) + h * sigmoid(f[i]));
@@ -727,6 +735,7 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
         o[i] = x[i] + h * (e * tanh_(u[i]) * el[i] - e * sigmoid(f[i]) * x[i]);
       }
     }
+    hp = out; lp = lo;
   }
 }
 
