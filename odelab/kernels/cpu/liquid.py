@@ -7,7 +7,8 @@ leak and the update, storing every sub-step's state and conductances f, u (and L
 O_x^T x + p is one product in torch). The backward in C++ recomputes the sigmoids, sums the gradients of the
 synapse parameters over the batch in registers (float32 or float64, as the tensors) and over the sub-steps in
 double, and writes dL/dx (and LRC's dL/dO_h = Σ h^T dL/dw and dL/dw_in). Both loops run the synapses in chunks of
-one vector register of postsynaptic neurons (see the source's liquid section).
+one vector register of postsynaptic neurons (see the source's liquid section). Without a backward (no gradient
+enabled or wanted) the forward keeps the sample states only.
 """
 from __future__ import annotations
 

@@ -697,10 +697,11 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
                 const S* Win, double hd, S* C, S* H) {
   const S h = S(hd);
   const bool store = C != nullptr;
-  const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = store ? TS * w : w, lx = T * n, mm_ = m * m;
+  const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = store ? TS * w : w, lx = T * n;
+  const i64 inputs = m * m;  // offset of the inputs' rows in the synapse matrices
   const i64 ls = store ? TS * m : T * m;
   const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
-  const std::vector<S> Pin = pack_synapses(n, m, G + mm_, Aa + mm_, Bb + mm_, K + mm_);
+  const std::vector<S> Pin = pack_synapses(n, m, G + inputs, Aa + inputs, Bb + inputs, K + inputs);
   std::vector<S> In(B * 2 * m);  // the sample's leak + input synapses [f_in | u_in], rows of 2m
   std::vector<S> Cs(store ? 0 : B * w), Ring(store ? 0 : 2 * B * m);
   const S* hp = h0; i64 lp = m;  // the state before sub-step s: rows of stride lp
@@ -829,13 +830,13 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
                 const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh, S* dWin) {
   const S h = S(hd);
   const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
-  const i64 J = m + n, mm_ = m * m, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
+  const i64 J = m + n, inputs = m * m /* the inputs' rows */, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
   const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
-  const std::vector<S> Pin = pack_synapses(n, m, G + mm_, Aa + mm_, Bb + mm_, K + mm_);
+  const std::vector<S> Pin = pack_synapses(n, m, G + inputs, Aa + inputs, Bb + inputs, K + inputs);
   std::vector<double> aG(J * m, 0.0), aA(J * m, 0.0), aB(J * m, 0.0), aK(J * m, 0.0), aL(m, 0.0), aE(m, 0.0),
       aS(m, 0.0);
   double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
-  double* const acc_in[4] = {aG.data() + mm_, aA.data() + mm_, aB.data() + mm_, aK.data() + mm_};
+  double* const acc_in[4] = {aG.data() + inputs, aA.data() + inputs, aB.data() + inputs, aK.data() + inputs};
   std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), XinT(n * B);
   for (i64 s = TS - 1; s >= 0; --s) {
     const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
