@@ -825,9 +825,9 @@ void liquid_update_bwd(int kind, i64 m, S h, const S* __restrict__ f, const S* _
 // dL/dO_h = Σ h^T dL/dw; dWin (B·T, m), zeroed (LRC; else null): dL/dw summed over each sample's sub-steps.
 template <typename S>
 void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* C, const S* h0,
-                const S* G,
-                const S* Aa, const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd, const S* H,
-                const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh, S* dWin) {
+                const S* G, const S* Aa, const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd,
+                const S* H, const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh,
+                S* dWin) {
   const S h = S(hd);
   const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
   const i64 J = m + n, inputs = m * m /* the inputs' rows */, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
