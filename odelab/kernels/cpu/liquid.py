@@ -73,9 +73,11 @@ def _run(system, x: Tensor, state, dt: float, unfolds: int, kind: int):
     w_in = system.encode(x.reshape(x.shape[0] * x.shape[1], n))[:, n:] if kind >= 2 else None  # LRC: O_x^T x + p
     Oh = system.o_hidden if kind >= 2 else h0.new_zeros(1)
     ksh = F.softplus(system.raw_k_shift) if kind == 3 else h0.new_zeros(1)
-    args = contiguous(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k, F.softplus(system.raw_g_leak),
-                      system.e_leak, Oh, ksh) + (None if w_in is None else w_in.contiguous(), dt / unfolds, kind, unfolds)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in args[:11] if t is not None):
+    tensors = contiguous(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k,
+                         F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh)
+    tensors += (None if w_in is None else w_in.contiguous(),)
+    args = (*tensors, dt / unfolds, kind, unfolds)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors if t is not None):
         Y = LiquidFunction.apply(*args)
     else:  # no backward (e.g. under torch.no_grad()): the sample states only
         Y = _forward(*args, store=False)[0]
