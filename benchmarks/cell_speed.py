@@ -9,10 +9,11 @@ one input matmul, unbind, stack) as the yardstick of the generic path.
 
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
 of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step (CUDA:
-``torch.cuda.max_memory_allocated`` above what was allocated before the step; CPU: not measured -- the CPU
-allocator keeps no peak statistic, and process-level figures such as the peak RSS never go down, so they would
-measure the largest model run so far rather than this one). The models are interleaved over the repeats so that
-machine noise hits all of them alike. Prints one table per size with ratios to nn.LSTM and writes JSON
+``torch.cuda.max_memory_allocated`` above what was allocated before the step; CPU, with ``--cpu-memory``: the growth
+of the peak RSS (Linux's VmHWM, reset before the step) over one training step in a fresh process per row, after a
+one-step training step has loaded the kernels and paged in the code: the CPU allocator keeps no peak statistic,
+and memory it kept from an earlier row would hide a step's growth). The models are interleaved over the repeats
+so that machine noise hits all of them alike. Prints one table per size with ratios to nn.LSTM and writes JSON
 (``benchmarks/results/cell_speed.json`` by default).
 
 The generic engine's yardstick is the hand-written LEM loop: when both ``lem`` and ``lem-handwritten`` run, the
@@ -38,6 +39,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -223,8 +226,49 @@ def peak_memory_in(name: str, model: nn.Module, x: torch.Tensor) -> int | None:
         return peak_memory(model, x)
 
 
+def build(name: str, hidden: int, device: str) -> nn.Module:
+    return (ANCHORS[name] if name in ANCHORS else MODELS[name])(1, hidden).to(device)
+
+
+def _status_bytes(field: str) -> int:
+    """A ``kB`` line of /proc/self/status (Linux), in bytes."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def peak_rss_growth(name: str, engine: str | None, batch: int, steps: int, hidden: int) -> int | None:
+    """Bytes by which one CPU training step raises the peak RSS above the RSS before it (Linux: the high-water mark
+    VmHWM, reset to the current RSS through /proc/self/clear_refs; None where there is no /proc). Run by
+    :func:`cpu_peak_memory` in a process of its own."""
+    torch.manual_seed(0)
+    model = build(name, hidden, "cpu")
+    x = torch.randn(batch, steps, 1)
+    if engine:
+        set_engine(model, engine)
+    with scheduled(name):  # loads the kernels and pages in the code of a training step, at a one-step size
+        training_step(model, x[:, :1])
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_bytes("VmRSS")
+    except (OSError, StopIteration):
+        return None
+    with scheduled(name):
+        training_step(model, x)
+    return _status_bytes("VmHWM") - before
+
+
+def cpu_peak_memory(name: str, engine: str | None, batch: int, steps: int, hidden: int) -> int | None:
+    """:func:`peak_rss_growth` of one row in a fresh process (with this process's thread count): freed memory that
+    the allocator keeps from earlier rows would hide a step's growth."""
+    spec = f"{name},{engine or ''},{batch}x{steps}x{hidden}"
+    out = subprocess.run([sys.executable, __file__, "--peak-rss", spec, "--threads", str(torch.get_num_threads())],
+                         capture_output=True, text=True, check=True).stdout.split()[-1]
+    return None if out == "None" else int(out)
+
+
 def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str], repeats: int,
-               forward: bool, engines: tuple[str, ...] = ("fused", "generic")) -> list[dict]:
+               forward: bool, engines: tuple[str, ...] = ("fused", "generic"), cpu_memory: bool = False) -> list[dict]:
     torch.manual_seed(0)
     x = torch.randn(batch, steps, 1, device=device)
     entries = []  # (label, model, engine)
@@ -233,13 +277,13 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             continue
         if name in ANCHORS:
             try:
-                entries.append((name, ANCHORS[name](1, hidden).to(device), None))
+                entries.append((name, build(name, hidden, device), None))
             except Exception as err:  # an optional anchor's package missing
                 if name not in OPTIONAL:
                     raise
                 print(f"  ({name}: not run: {type(err).__name__}: {err})")
             continue
-        model = MODELS[name](1, hidden).to(device)
+        model = build(name, hidden, device)
         fused = has_fused(model, x)
         if fused and "fused" in engines:
             entries.append((name, model, "fused"))
@@ -284,7 +328,8 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "fwd_bwd_samples_s": samples[i]["fwd_bwd"], "fwd_samples_s": samples[i]["fwd"],
             "fwd_bwd_thread_cpu_median_s": statistics.median(samples[i]["fwd_bwd_cpu"]),
             "fwd_bwd_thread_cpu_samples_s": samples[i]["fwd_bwd_cpu"],
-            "peak_memory_bytes": peak_memory_in(name, model, x),
+            "peak_memory_bytes": (cpu_peak_memory(name, engine, batch, steps, hidden) if device == "cpu" and cpu_memory
+                                  else peak_memory_in(name, model, x)),
             "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)
@@ -339,10 +384,17 @@ def main() -> None:
                              "(TF32 by default)")
     parser.add_argument("--engines", default="fused,generic",
                         help="comma separated: fused, generic (a cell without a fused kernel always runs generic)")
+    parser.add_argument("--cpu-memory", action="store_true",
+                        help="CPU rows: the peak RSS growth of one training step, in a fresh process per row")
+    parser.add_argument("--peak-rss", help=argparse.SUPPRESS)  # MODEL,ENGINE,BxTxH: one row's, in this process
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_speed.json"))
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.peak_rss:
+        name, engine, spec = args.peak_rss.split(",")
+        print(peak_rss_growth(name, engine or None, *map(int, spec.split("x"))))
+        return
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in MODELS and n not in ANCHORS]
     if unknown:
@@ -365,7 +417,8 @@ def main() -> None:
     for device in devices:
         for spec in args.sizes.split(","):
             batch, steps, hidden = map(int, spec.split("x"))
-            size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward, engines)
+            size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward, engines,
+                                   args.cpu_memory)
             print_table(size_rows, args.repeats, torch.get_num_threads())
             rows.extend(size_rows)
             write(args, devices, load_before, rows)  # after every size: a run stopped midway keeps what it measured
@@ -377,7 +430,9 @@ def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> Non
             "threads": torch.get_num_threads(), "machine": platform.machine(), "processor": platform.processor(),
             "repeats": args.repeats, "dtype": "float32", "input_size": 1,
             "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()}, "cpu_count": os.cpu_count(),
-            "forward_only": "under torch.no_grad()", "cpu_peak_memory": "not measured",
+            "forward_only": "under torch.no_grad()",
+            "cpu_peak_memory": ("peak RSS growth of one training step, a fresh process per row" if args.cpu_memory
+                                else "not measured"),
             "matmul_fp32_precision": "tf32" if args.tf32 else "ieee (torch's default)",
             "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
