@@ -16,24 +16,19 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .common import contiguous, every_sample
+from .common import contiguous
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
 def _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store):
-    """The C++ forward: (sample states (B, T, m), conductances C, sub-step states H), C and H None unless
-    ``store`` (for the backward; without it the sub-steps run in scratch rows)."""
+    """The C++ forward: (sample states (B, T, m), every sub-step's conductances C or None unless ``store``, for the
+    backward, which recomputes a sample's other sub-step states from its first state and C)."""
     (B, T, n), m = x.shape, h0.shape[1]
     sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())  # the synapse loops split between torch's threads
-    tensors = [x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in]
-    if not store:
-        Y = h0.new_empty(B, T, m)
-        call("liquid_forward", [*tensors, None, Y], sizes, (h,))
-        return Y, None, None
-    C = h0.new_empty(B * T * unfolds, 3 * m if kind >= 2 else 2 * m)  # every sub-step's [f | u | w]
-    H = h0.new_empty(B, T * unfolds, m)
-    call("liquid_forward", [*tensors, C, H], sizes, (h,))
-    return every_sample(H, unfolds), C, H
+    Y = h0.new_empty(B, T, m)
+    C = h0.new_empty(B * T * unfolds, 3 * m if kind >= 2 else 2 * m) if store else None  # [f | u | w]
+    call("liquid_forward", [x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, C, Y], sizes, (h,))
+    return Y, C
 
 
 class LiquidFunction(torch.autograd.Function):
@@ -44,15 +39,15 @@ class LiquidFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds):
-        Y, C, H = _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store=True)
+        Y, C = _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store=True)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, C, h0, G, Aa, Bb, K, el, Oh, ksh, H)
+        ctx.save_for_backward(x, C, h0, G, Aa, Bb, K, el, Oh, ksh, Y)
         ctx.args = (h, kind, unfolds)
         return Y
 
     @staticmethod
     def backward(ctx, dY):
-        x, C, h0, G, Aa, Bb, K, el, Oh, ksh, H = ctx.saved_tensors
+        x, C, h0, G, Aa, Bb, K, el, Oh, ksh, Y = ctx.saved_tensors
         h, kind, unfolds = ctx.args
         (B, T, n), m = x.shape, h0.shape[1]
         dY = dY.contiguous() if dY is not None else None
@@ -62,7 +57,7 @@ class LiquidFunction(torch.autograd.Function):
         dOh = h0.new_zeros(m, m) if kind >= 2 and ctx.needs_input_grad[8] else None
         dw_in = h0.new_zeros(B * T, m) if kind >= 2 else None
         sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())
-        call("liquid_backward", [x, C, h0, G, Aa, Bb, K, el, Oh.t().contiguous(), ksh, H, dY, gh, dx, dG, dAa, dBb, dK,
+        call("liquid_backward", [x, C, h0, G, Aa, Bb, K, el, Oh.t().contiguous(), ksh, Y, dY, gh, dx, dG, dAa, dBb, dK,
                                  dgl, del_, dksh, dOh, dw_in], sizes, (h,))
         return dx, gh, dG, dAa, dBb, dK, dgl, del_, dOh, dksh if kind == 3 else None, dw_in, None, None, None
 

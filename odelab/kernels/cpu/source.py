@@ -688,28 +688,41 @@ void synapses_fwd(i64 B, i64 J, i64 m, const S* P, const S* y, i64 ly, S* f, i64
   }
 }
 
-// X (B, T, n); gl: g_l (m); Win (B·T, m): LRC's input part of w, else null. With C, the stored sub-steps for the
-// backward: C (B·T·L, w) and H (B, T·L, m) as above; C null (no backward, e.g. under torch.no_grad()): H (B, T, m)
-// receives the sample states only, the sub-steps run in scratch rows.
+// One batch row's update h -> o from its conductances f, u (and w): the forward's, and the backward's recomputation
+// of a sample's sub-step states (the same code, the same bits).
+template <typename S>
+void liquid_update(int kind, i64 m, S h, const S* __restrict__ f, const S* __restrict__ u, const S* __restrict__ wv,
+                   const S* __restrict__ x, const S* __restrict__ el, const S* __restrict__ ksh, S* __restrict__ o) {
+  if (kind == 0) for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (u[i] * el[i])) / (S(1) + h * f[i]);
+  else if (kind == 1)
+    for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (tanh_(u[i]) * el[i])) / (S(1) + h * sigmoid(f[i]));
+  else for (i64 i = 0; i < m; ++i) {
+    const S e = kind == 2 ? sigmoid(wv[i]) : sigmoid(wv[i] + ksh[i]) - sigmoid(wv[i] - ksh[i]);
+    o[i] = x[i] + h * (e * tanh_(u[i]) * el[i] - e * sigmoid(f[i]) * x[i]);
+  }
+}
+
+// X (B, T, n); gl: g_l (m); Win (B·T, m): LRC's input part of w, else null. H (B, T, m) receives the sample states;
+// a sample's other sub-steps run in scratch rows. C: every sub-step's conductances, stored for the backward (null
+// when there is none, e.g. under torch.no_grad()).
 template <typename S>
 void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* h0, const S* G,
                 const S* Aa, const S* Bb, const S* K, const S* gl, const S* el, const S* Oh, const S* ksh,
                 const S* Win, double hd, S* C, S* H) {
   const S h = S(hd);
   const bool store = C != nullptr;
-  const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = store ? TS * w : w, lx = T * n;
+  const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = store ? TS * w : w, lx = T * n, ls = T * m;
   const i64 inputs = m * m;  // offset of the inputs' rows in the synapse matrices
-  const i64 ls = store ? TS * m : T * m;
   const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
   const std::vector<S> Pin = pack_synapses(n, m, G + inputs, Aa + inputs, Bb + inputs, K + inputs);
   std::vector<S> In(B * 2 * m);  // the sample's leak + input synapses [f_in | u_in], rows of 2m
-  std::vector<S> Cs(store ? 0 : B * w), Ring(store ? 0 : 2 * B * m);
+  std::vector<S> Cs(store ? 0 : B * w), Ring(L > 1 ? 2 * B * m : 0);
   const S* hp = h0; i64 lp = m;  // the state before sub-step s: rows of stride lp
   for (i64 s = 0; s < TS; ++s) {
     const i64 ns = s / L;
-    // this sub-step's state: stored, a sample state (H), or a scratch row
-    S* out = store ? H + s * m : s % L == L - 1 ? H + ns * m : Ring.data() + s % 2 * B * m;
-    const i64 lo = store || s % L == L - 1 ? ls : m;
+    // this sub-step's state: a sample state (H) or a scratch row
+    S* out = s % L == L - 1 ? H + ns * m : Ring.data() + s % 2 * B * m;
+    const i64 lo = s % L == L - 1 ? ls : m;
     if (s % L == 0) {
       for (i64 b = 0; b < B; ++b)
         for (i64 i = 0; i < m; ++i) In[b * 2 * m + i] = In[b * 2 * m + m + i] = gl[i];
@@ -726,15 +739,8 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
     if (kind >= 2) mm(B, m, m, hp, lp, Oh, m, S(1), a + 2 * m, lc);     // w += h O_h
     synapses_fwd(B, m, m, P.data(), hp, lp, a, lc, threads);
     for (i64 b = 0; b < B; ++b) {
-      const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
-      const S* __restrict__ x = hp + b * lp; S* __restrict__ o = out + b * lo;
-      if (kind == 0) for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (u[i] * el[i])) / (S(1) + h * f[i]);
-      else if (kind == 1)
-        for (i64 i = 0; i < m; ++i) o[i] = (x[i] + h * (tanh_(u[i]) * el[i])) / (S(1) + h * sigmoid(f[i]));
-      else for (i64 i = 0; i < m; ++i) {
-        const S e = kind == 2 ? sigmoid(wv[i]) : sigmoid(wv[i] + ksh[i]) - sigmoid(wv[i] - ksh[i]);
-        o[i] = x[i] + h * (e * tanh_(u[i]) * el[i] - e * sigmoid(f[i]) * x[i]);
-      }
+      const S* f = a + b * lc;
+      liquid_update(kind, m, h, f, f + m, f + 2 * m, hp + b * lp, el, ksh, out + b * lo);
     }
     hp = out; lp = lo;
   }
@@ -819,6 +825,7 @@ void liquid_update_bwd(int kind, i64 m, S h, const S* __restrict__ f, const S* _
   }
 }
 
+// H (B, T, m): the sample states; a sample's other sub-step states are recomputed from its first state and C.
 // gh: in dL/dh_T, out dL/dh_0. dY (B, T, m; or null): the gradients of the sample states (sub-steps L-1, 2L-1,
 // ...). dX (B, T, n), zeroed: dL/dx. dG, dAa, dBb, dK ((m + n) x m), dgl, del, dksh (m): outputs, accumulated in
 // double over sub-steps (each sub-step's batch sum in S first). dOh (m x m, zeroed; or null): LRC's
@@ -829,7 +836,7 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
                 const S* H, const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh,
                 S* dWin) {
   const S h = S(hd);
-  const i64 TS = T * L, ls = TS * m, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
+  const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
   const i64 J = m + n, inputs = m * m /* the inputs' rows */, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
   const std::vector<S> P = pack_synapses(m, m, G, Aa, Bb, K);
   const std::vector<S> Pin = pack_synapses(n, m, G + inputs, Aa + inputs, Bb + inputs, K + inputs);
@@ -838,15 +845,27 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
   double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
   double* const acc_in[4] = {aG.data() + inputs, aA.data() + inputs, aB.data() + inputs, aK.data() + inputs};
   std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), XinT(n * B);
+  std::vector<S> Hs((L + 1) * B * m);  // the current sample's states before its sub-steps and after each
   for (i64 s = TS - 1; s >= 0; --s) {
-    const S* hp = s ? H + (s - 1) * m : h0; const i64 lp = s ? ls : m;
-    const i64 ns = s / L;
+    const i64 ns = s / L, q = s % L;
+    if (q == L - 1) {  // a new sample: its sub-step states from its first state and the stored conductances
+      const S* first = ns ? H + (ns - 1) * m : h0; const i64 lf = ns ? ly : m;
+      for (i64 b = 0; b < B; ++b) std::memcpy(Hs.data() + b * m, first + b * lf, m * sizeof(S));
+      for (i64 r = 0; r + 1 < L; ++r)
+        for (i64 b = 0; b < B; ++b) {
+          const S* f = C + (ns * L + r) * w + b * lc;
+          liquid_update(kind, m, h, f, f + m, f + 2 * m, Hs.data() + (r * B + b) * m, el, ksh,
+                        Hs.data() + ((r + 1) * B + b) * m);
+        }
+      for (i64 b = 0; b < B; ++b) std::memcpy(Hs.data() + (L * B + b) * m, H + ns * m + b * ly, m * sizeof(S));
+    }
     const S* a = C + s * w;
     for (i64 b = 0; b < B; ++b) {
       const S* __restrict__ f = a + b * lc; const S* __restrict__ u = f + m; const S* __restrict__ wv = f + 2 * m;
-      const S* __restrict__ x = hp + b * lp; const S* __restrict__ hn = H + s * m + b * ls;
-      const S* __restrict__ dy = dY && s % L == L - 1 ? dY + b * ly + ns * m : nullptr;
-      if (s > 1) { prefetch(f - w, w); prefetch(x - m, m); }  // the next (earlier) sub-step's rows
+      const S* __restrict__ x = Hs.data() + (q * B + b) * m; const S* __restrict__ hn = x + B * m;
+      const S* __restrict__ dy = dY && q == L - 1 ? dY + b * ly + ns * m : nullptr;
+      if (s > 1) prefetch(f - w, w);  // the next (earlier) sub-step's conductances
+      if (q == 0 && ns > 1) prefetch(H + (ns - 2) * m + b * ly, m);  // the next sample's first state
       S* __restrict__ df = D.data() + b * 2 * mp; S* __restrict__ du = df + mp;
       S* __restrict__ dw = kind >= 2 ? Dw.data() + b * m : nullptr;
       S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
