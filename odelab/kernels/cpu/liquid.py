@@ -3,12 +3,13 @@ LRC + Euler, fused on CPU.
 
 The C++ loop runs the ``unfolds`` sub-steps of each sample: every synapse, from the neurons and from the inputs
 (B × (m + n) × m sigmoids per sub-step, the inputs' once a sample, as the generic einsum over y = [h, x]), the
-leak and the update, storing every sub-step's state and conductances f, u (and LRC's w, whose input part
-O_x^T x + p is one product in torch). The backward in C++ recomputes the sigmoids, sums the gradients of the
-synapse parameters over the batch in registers (float32 or float64, as the tensors) and over the sub-steps in
-double, and writes dL/dx (and LRC's dL/dO_h = Σ h^T dL/dw and dL/dw_in). Both loops run the synapses in chunks of
-one vector register of postsynaptic neurons (see the source's liquid section). Without a backward (no gradient
-enabled or wanted) the forward keeps the sample states only.
+leak and the update, storing the sample states and every sub-step's conductances f, u (and LRC's w, whose input
+part O_x^T x + p is one product in torch). The backward in C++ recomputes a sample's other sub-step states from
+its first state and those conductances (elementwise, the forward's update code) and the sigmoids, sums the
+gradients of the synapse parameters over the batch in registers (float32 or float64, as the tensors) and over the
+sub-steps in double, and writes dL/dx (and LRC's dL/dO_h = Σ h^T dL/dw and dL/dw_in). Both loops run the synapses
+in chunks of one vector register of postsynaptic neurons (see the source's liquid section). Without a backward
+(no gradient enabled or wanted) the forward stores no conductances.
 """
 from __future__ import annotations
 

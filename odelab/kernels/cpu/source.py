@@ -605,8 +605,8 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
 // n inputs), to every neuron i:
 //   f_i = Σ_j g_ji σ(a_ji y_j + b_ji) + g_li,   u_i = Σ_j k_ji σ(a_ji y_j + b_ji) + g_li,
 // and for LRC w_i = Σ_j o_ji y_j + p_i, whose input part w_in = O_x^T x + p (B·T, m) comes from torch. The L
-// sub-steps s = n L + q of sample n (input x_n) store their conductances [f | u | w] in C (B·T·L, w = 2m or 3m)
-// and their states in H (B, T·L, m). Update of h (δ = the sub-step):
+// sub-steps s = n L + q of sample n (input x_n) store their conductances [f | u | w] in C (B·T·L, w = 2m or 3m);
+// H (B, T, m) holds the sample states (sub-steps L-1, 2L-1, ...). Update of h (δ = the sub-step):
 //   kind 0, LTC  + semi-implicit Euler:  h' = (h + δ u e_l) / (1 + δ f)
 //   kind 1, STC  + semi-implicit Euler:  h' = (h + δ tanh(u) e_l) / (1 + δ σ(f))
 //   kind 2/3, LRC (asymmetric / symmetric elastance) + Euler:
