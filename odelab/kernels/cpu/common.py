@@ -1,8 +1,11 @@
-"""Helpers shared by the CPU kernels: the encoded input buffer, sub-step unfolding, the generic fallback."""
+"""Helpers shared by the CPU kernels: the encoded input buffer, sub-step unfolding, the weight gradients over the
+states, the generic fallback."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from .extension import call
 
 
 def encode_flat(system, x: Tensor, unfolds: int = 1) -> Tensor:
@@ -22,9 +25,16 @@ def every_sample(seq: Tensor, unfolds: int) -> Tensor:
     return seq if unfolds == 1 else seq[:, unfolds - 1::unfolds].contiguous()
 
 
-def previous(seq: Tensor, first: Tensor) -> Tensor:
-    """``(B, T, k)``: the state before each step, ``[first, seq[:, :-1]]``, flattened to ``(B·T, k)``."""
-    return torch.cat((first.unsqueeze(1), seq[:, :-1]), dim=1).reshape(-1, seq.shape[-1])
+def state_products(dA: Tensor, columns: tuple[int, int], H: Tensor, h0: Tensor, lag: int = 0) -> Tensor:
+    """The gradient of a weight W in the products ``W state_{n−lag}`` of every step n: Σ over the batch and the
+    steps n ≥ lag of ``dA[b, n, c0:c1]ᵀ state_{n−lag}[b]``, ``(c1 − c0, d)``, for dA ``(B·T, w)`` and the states
+    ``state_0 = h0`` ``(B, d)``, ``state_k = H[:, k−1]`` ``(B, T, d)`` (zero before 0). lag 0: the state before
+    each step; τ-GRU's lag m: the delayed state. Computed from H in place (no shifted copy of the sequence)."""
+    B, T, d = H.shape
+    c0, c1 = columns
+    out = dA.new_empty(c1 - c0, d)
+    call("state_products", [dA, H.contiguous(), h0.contiguous(), out], (B, T, dA.shape[1], c0, c1 - c0, d, lag))
+    return out
 
 
 def contiguous(*tensors: Tensor) -> tuple[Tensor, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, generic, previous
+from .common import contiguous, encode_flat, every_sample, generic, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -42,8 +42,8 @@ class CoRNNFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
         call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA], (B, T, d, implicit), (h, gamma, epsilon))
-        dWc = dA.t() @ previous(Z, z0) if ctx.needs_input_grad[3] else None
-        dWy = dA.t() @ previous(Y, y0) if ctx.needs_input_grad[4] else None
+        dWc = state_products(dA, (0, d), Z, z0) if ctx.needs_input_grad[3] else None
+        dWy = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[4] else None
         return dA, gz, gy, dWc, dWy, None, None, None, None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, generic, previous
+from .common import contiguous, encode_flat, every_sample, generic, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -39,9 +39,8 @@ class GRUFunction(torch.autograd.Function):
         dH = dH.contiguous() if dH is not None else None
         dA, dC = A.new_empty(B * T, 3 * d), A.new_empty(B * T, d)
         call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC], (B, T, d), (ctx.h,))
-        hp = previous(H, h0) if (ctx.needs_input_grad[2] or ctx.needs_input_grad[3]) else None
-        dWrf = dA[:, :2 * d].t() @ hp if ctx.needs_input_grad[2] else None
-        dWu = dC.t() @ hp if ctx.needs_input_grad[3] else None
+        dWrf = state_products(dA, (0, 2 * d), H, h0) if ctx.needs_input_grad[2] else None
+        dWu = state_products(dC, (0, d), H, h0) if ctx.needs_input_grad[3] else None
         dbhu = dC.sum(0) if ctx.needs_input_grad[4] else None
         return dA, gh, dWrf, dWu, dbhu, None
 

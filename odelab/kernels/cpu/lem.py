@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, previous
+from .common import contiguous, encode_flat, every_sample, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -44,9 +44,8 @@ class LEMFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, 4 * d)
         call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA], (B, T, d), (ctx.h,))
-        flat = dA
-        dWg = flat[:, :3 * d].t() @ previous(Y, y0) if ctx.needs_input_grad[3] else None
-        dWy = flat[:, 3 * d:].t() @ Z.view(B * T, d) if ctx.needs_input_grad[4] else None
+        dWg = state_products(dA, (0, 3 * d), Y, y0) if ctx.needs_input_grad[3] else None
+        dWy = dA[:, 3 * d:].t() @ Z.view(B * T, d) if ctx.needs_input_grad[4] else None
         return dA, gz, gy, dWg, dWy, None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, previous
+from .common import contiguous, encode_flat, every_sample, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -35,7 +35,7 @@ class OscillatorFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
         call("osc_backward", [A, W, dY, gz, gy, dA], (B, T, d), (ctx.h,))
-        dW = dA.t() @ previous(Y, y0) if ctx.needs_input_grad[3] else None
+        dW = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[3] else None
         return dA, gz, gy, dW, None
 
 

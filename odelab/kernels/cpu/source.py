@@ -66,6 +66,17 @@ inline void blas(int m, int n, int k, const double* a, int lda, const double* b,
   const char t = 'N'; const double one = 1.0;
   dgemm_(&t, &t, &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
 }
+// Column-major C^T = B^T A: the row-major C (M x N, ldc) = beta C + A^T B for A (K x M, lda), B (K x N, ldb).
+inline void blas_tn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                    int ldc) {
+  const char nt = 'N', tt = 'T'; const float one = 1.0f;
+  sgemm_(&nt, &tt, &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+inline void blas_tn(int m, int n, int k, const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                    int ldc) {
+  const char nt = 'N', tt = 'T'; const double one = 1.0;
+  dgemm_(&nt, &tt, &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c, &ldc);
+}
 inline bool have_blas(float*) { return sgemm_ != nullptr; }
 inline bool have_blas(double*) { return dgemm_ != nullptr; }
 
@@ -87,6 +98,38 @@ void mm(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S beta, S
 template <typename S>
 inline void prefetch(const S* p, i64 n) {
   for (i64 k = 0; k < n; k += 64 / sizeof(S)) __builtin_prefetch(p + k);
+}
+
+// Row-major C (M x N, ldc) += A^T B, A (K x M, lda), B (K x N, ldb): a weight gradient summed over K steps.
+template <typename S>
+void mm_tn(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S* C, i64 ldc) {
+  if (M == 0 || N == 0 || K == 0) return;
+  if (M * N * K >= blas_threshold && have_blas((S*)nullptr) && lda < (1LL << 31) && ldb < (1LL << 31)
+      && ldc < (1LL << 31) && K < (1LL << 31)) {
+    blas_tn((int)M, (int)N, (int)K, A, (int)lda, B, (int)ldb, S(1), C, (int)ldc);
+    return;
+  }
+  for (i64 k = 0; k < K; ++k)
+    for (i64 i = 0; i < M; ++i) {
+      const S a = A[k * lda + i];
+      const S* __restrict__ b = B + k * ldb;
+      S* __restrict__ c = C + i * ldc;
+      for (i64 j = 0; j < N; ++j) c[j] += a * b[j];
+    }
+}
+
+// The gradient of a weight W in the products W state_{n−s} of steps n = s … T−1 (state 0 = h0, state k >= 1 =
+// H[:, k−1], zero before 0): O (nc x d) = Σ_b Σ_n dA[b, n, c0 : c0 + nc]^T state_{n−s}[b], dA (B, T, w). Per
+// sample one product over its steps (their states are rows of H: no copy of the shifted sequence), and one over
+// the batch for h0.
+template <typename S>
+void state_products(i64 B, i64 T, i64 w, i64 c0, i64 nc, i64 d, i64 s, const S* dA, const S* H, const S* h0,
+                    S* O) {
+  std::fill(O, O + nc * d, S(0));
+  if (s >= T) return;
+  mm_tn(nc, d, B, dA + s * w + c0, T * w, h0, d, O, d);
+  for (i64 b = 0; b < B; ++b)
+    mm_tn(nc, d, T - 1 - s, dA + (b * T + s + 1) * w + c0, w, H + b * T * d, d, O, d);
 }
 
 // ---- gate nonlinearities ------------------------------------------------------------------------------
@@ -515,6 +558,10 @@ void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY
 //       s_a = W4 h + a_a;  target = β tanh(s_u) + α σ(s_a) tanh(s_z);  h' = h + Δ (σ(s_g) target − σ(s_g) h)
 //   Wht = weight_h^T (d x kd: [W1; W3] or [W1; W3; W4]), W2t = W2^T.
 // =====================================================================================================
+// The backward's ring of pending delayed gradients: state k's arrives at step k + m and is read at step k − 1,
+// so m + 2 slots (no more than the T + 1 states) hold every one that is still to be read.
+inline i64 pending_slots(i64 T, i64 m) { return std::min(m + 2, T + 1); }
+
 template <typename S>
 inline const S* delay_state(const S* H, const S* h0, i64 k, i64 d, i64 ls, i64* ld) {
   if (k < 0) return nullptr;
@@ -574,27 +621,30 @@ template <typename S>
 void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
                 double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w;
+  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w, R = pending_slots(T, m);
   std::vector<S> G(B * d);
   for (i64 n = T - 1; n >= 0; --n) {
     i64 lp = d;
     const S* hp = delay_state(H, h0, n, d, ls, &lp);
     const S* a = A + n * w; S* da = dA + n * w;
-    // gh: dL/d state_{n+1} = what came back + the output gradient + the delayed reads of it
+    // gh: dL/d state_{n+1} = what came back + the output gradient + the delayed reads of it (its slot is then
+    // free for state n − m − 1, which step n − 1 writes)
     add_step(B, d, gh, dY, n, ls);
-    add_step(B, d, gh, Pend + (n + 1) * B * d, 0, d);
+    S* pend = Pend + (n + 1) % R * B * d;
+    add_step(B, d, gh, pend, 0, d);
+    std::fill(pend, pend + B * d, S(0));
     if (kind == 0) {
       for (i64 b = 0; b < B; ++b)
         relax_bwd(d, h, a + b * la + d, a + b * la, hp + b * lp, gh + b * d, G.data() + b * d, da + b * la + d,
                   da + b * la);
       std::memcpy(gh, G.data(), B * d * sizeof(S));
       mm(B, d, 2 * d, da, la, Wh, d, S(1), gh, d);                       // += [ds_c ds_g] [W1; W3]
-      if (n - m >= 0) mm(B, d, d, da, la, W2, d, S(1), Pend + (n - m) * B * d, d);
+      if (n - m >= 0) mm(B, d, d, da, la, W2, d, S(1), Pend + (n - m) % R * B * d, d);
     } else {
       for (i64 b = 0; b < B; ++b) tau_step_bwd(d, h, alpha, beta, a + b * la, hp + b * lp, da + b * la, gh + b * d);
       mm(B, d, d, da, la, Wh, d, S(1), gh, d);                           // += ds_u W1
       mm(B, d, 2 * d, da + 2 * d, la, Wh + d * d, d, S(1), gh, d);       // += [ds_g ds_a] [W3; W4]
-      if (n - m >= 0) mm(B, d, d, da + d, la, W2, d, S(1), Pend + (n - m) * B * d, d);
+      if (n - m >= 0) mm(B, d, d, da + d, la, W2, d, S(1), Pend + (n - m) % R * B * d, d);
     }
   }
   for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += Pend[b * d + j];  // state 0 = h0
@@ -955,9 +1005,12 @@ ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], P
 // sizes (kind, B, T, d, m); pointers A h0 weight_h^T W2^T H; scalars Δ α β
 ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                             s[1], s[2], PTR(4)))
-// sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend; scalars Δ α β
+// sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see pending_slots); scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
+// sizes (B, T, w, c0, nc, d, s); pointers dA H h0 O
+ODELAB_EXPORT(state_products, state_products<S>(n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
+                                                PTR(3)))
 // sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H; scalars δ
 ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],

@@ -11,19 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, generic, previous
+from .common import contiguous, encode_flat, every_sample, generic, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
-
-
-def delayed_states(H: Tensor, h0: Tensor, m: int) -> Tensor:
-    """(B·T, d): the delayed state h_{n−m} read by step n (state 0 = h0, zero before it)."""
-    B, T, d = H.shape
-    states = torch.cat((h0.unsqueeze(1), H), dim=1)  # state k at index k
-    lead = min(m, T)
-    parts = [H.new_zeros(B, lead, d)] if lead else []
-    if T - m > 0:
-        parts.append(states[:, :T - m])
-    return torch.cat(parts, dim=1).reshape(B * T, d)
 
 
 class GatedDelayFunction(torch.autograd.Function):
@@ -53,14 +42,14 @@ class GatedDelayFunction(torch.autograd.Function):
         gh = A.new_zeros(B, d)
         dH = dH.contiguous() if dH is not None else None
         dA = A.new_empty(A.shape)
-        pending = A.new_zeros(T + 1, B, d)
+        pending = A.new_zeros(min(m + 2, T + 1), B, d)  # a ring (source.py: pending_slots)
         call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending], (kind, B, T, d, m), (h, alpha, beta))
         dWh = dW2 = None
         if ctx.needs_input_grad[2]:
-            hp = previous(H, h0)
-            dWh = dA.t() @ hp if kind == 0 else torch.cat((dA[:, :d].t() @ hp, dA[:, 2 * d:].t() @ hp))
+            dWh = (state_products(dA, (0, 2 * d), H, h0) if kind == 0 else
+                   torch.cat((state_products(dA, (0, d), H, h0), state_products(dA, (2 * d, 4 * d), H, h0))))
         if ctx.needs_input_grad[3]:
-            dW2 = dA[:, kind * d:(kind + 1) * d].t() @ delayed_states(H, h0, m)
+            dW2 = state_products(dA, (kind * d, (kind + 1) * d), H, h0, lag=m)
         return dA, gh, dWh, dW2, None, None, None, None, None
 
 
