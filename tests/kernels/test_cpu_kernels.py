@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from odelab import cells
-from odelab.kernels.cpu import extension
+from odelab.kernels.cpu import common, extension
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
 
@@ -173,6 +173,34 @@ def test_liquid_without_backward_keeps_sample_states_only(name):
         inferred, (final,) = model(x)
     assert torch.equal(inferred, trained.detach())
     assert torch.equal(final, inferred[:, -1])
+
+
+@pytest.mark.parametrize("name", ["lem", "lem-unfolds", "cornn", "cornn-implicit", "unicornn", "gru-ode",
+                                  "oscillator"])
+def test_without_backward_runs_in_chunks(name, monkeypatch):
+    """With no gradient wanted, the kernels encode and run the sequence a chunk of samples at a time (here 2 samples
+    a chunk, the last one ragged), never the whole sequence's encoding at once: the outputs and the final state are
+    the training forward's (checked against the generic loop above) to round-off (1e-16 here: the BLAS may round a
+    chunk's encoding GEMM differently from the whole sequence's)."""
+    torch.manual_seed(11)
+    model = CELLS[name](2, 9).double()
+    model.engine = "fused"
+    x = torch.randn(3, 7, 2, dtype=torch.float64)
+    state = tuple(0.5 * torch.randn(3, n, dtype=torch.float64) for n in model.system.block_sizes())
+    trained, trained_final = model(x, state)
+    width = model.system.encode(x[:1, :1]).shape[-1]
+    unfolds = model.unfolds
+    monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 3 * unfolds * width * 8)
+    encoded = []
+    encode = common.encode_flat
+    monkeypatch.setattr(common, "encode_flat", lambda system, x, unfolds: encoded.append(x.shape[1]) or
+                        encode(system, x, unfolds))
+    with torch.no_grad():
+        inferred, final = model(x, state)
+    assert encoded == [2, 2, 2, 1]
+    assert relative(inferred, trained.detach()) <= 1e-14
+    for a, b in zip(final, trained_final, strict=True):
+        assert relative(a, b.detach()) <= 1e-14
 
 
 def test_no_grad_and_frozen_parameters():

@@ -19,6 +19,31 @@ def encode_flat(system, x: Tensor, unfolds: int = 1) -> Tensor:
     return A
 
 
+# the encoding of one chunk of steps in :func:`forward_in_chunks` (about an L2 cache)
+CHUNK_BYTES = 1 << 22
+
+
+def needs_backward(system, x: Tensor, state) -> bool:
+    """Whether autograd may ask for a backward: gradients enabled and x, the state or a parameter requiring one."""
+    return torch.is_grad_enabled() and (x.requires_grad or any(s.requires_grad for s in state)
+                                        or any(p.requires_grad for p in system.parameters()))
+
+
+def forward_in_chunks(system, x: Tensor, unfolds: int, width: int, state, step):
+    """A kernel's forward with no backward to come, chunk by chunk over the samples: each chunk's encoding (about
+    :data:`CHUNK_BYTES`, ``width`` values a sub-step) is computed, run by ``step(A, state) -> (outputs of every
+    sub-step (B, steps, d), final state)`` and dropped. The whole sequence's ``(B·T·L, width)`` buffer, which the
+    training forward keeps as pre-activations, is never allocated: its pages (a fault each on first touch) cost more
+    than the recurrence at small sizes. Returns (outputs at the samples (B, T, d), final state)."""
+    B, T = x.shape[:2]
+    chunk = max(1, CHUNK_BYTES // (max(B * unfolds * width, 1) * x.element_size()))
+    outputs = []
+    for t0 in range(0, T, chunk):
+        Y, state = step(encode_flat(system, x[:, t0:t0 + chunk], unfolds), state)
+        outputs.append(every_sample(Y, unfolds))
+    return (outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)), state
+
+
 def every_sample(seq: Tensor, unfolds: int) -> Tensor:
     """The sub-step sequence ``(B, T·L, k)`` at the sample times (every L-th sub-step), contiguous as the
     generic loop's outputs."""

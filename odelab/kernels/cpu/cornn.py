@@ -1,7 +1,8 @@
 """coRNN (002 eq. 2.3) = CoRNN field (eq. 2.2) + partitioned Euler, z then y, damping explicit ("imex") or
 implicit ("imex-implicit"), fused on CPU. As :mod:`.lem`: the encoding in one GEMM, the time loop in C++ adding
 𝒲 z + W y into the encoding buffer in place (it ends up holding the pre-activations), BPTT in C++ writing the
-pre-activation gradients, the recurrent weight gradients as one GEMM each over all steps.
+pre-activation gradients, the recurrent weight gradients as products over the steps (``state_products``); no
+backward to come: the forward in chunks of steps.
 
 Learned γ, ε (``learn_coefficients=True``) run the generic loop (their gradients are not derived here).
 """
@@ -10,8 +11,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, generic, state_products
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, generic, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+def _forward(A, z0, y0, Wct, Wyt, h, gamma, epsilon, implicit):
+    """The time loop over A (B·T, d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as s."""
+    B, d = z0.shape
+    T = A.shape[0] // B
+    Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+    call("cornn_forward", [A, z0, y0, Wct, Wyt, Z, Y], (B, T, d, int(implicit)), (h, gamma, epsilon))
+    return Z, Y
 
 
 class CoRNNFunction(torch.autograd.Function):
@@ -20,11 +30,7 @@ class CoRNNFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, z0, y0, Wc, Wy, h, gamma, epsilon, implicit):
         z0, y0, Wc, Wy = contiguous(z0, y0, Wc, Wy)
-        B, d = z0.shape
-        T = A.shape[0] // B
-        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
-        call("cornn_forward", [A, z0, y0, Wc.t().contiguous(), Wy.t().contiguous(), Z, Y], (B, T, d, int(implicit)),
-             (h, gamma, epsilon))
+        Z, Y = _forward(A, z0, y0, Wc.t().contiguous(), Wy.t().contiguous(), h, gamma, epsilon, implicit)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, z0, y0, Wc, Wy, Z, Y)
@@ -53,8 +59,16 @@ def _run(system, x: Tensor, state, dt: float, unfolds: int, implicit: bool):
     z0, y0 = state
     m, d = system.input_size, system.hidden_size
     gamma, epsilon = (float(v) for v in system.coefficients.tolist())
-    A = encode_flat(system, x, unfolds)
     Wc, Wy = system.weight[:, m:m + d], system.weight[:, m + d:]
+    if not needs_backward(system, x, state):
+        Wct, Wyt = Wc.t().contiguous(), Wy.t().contiguous()
+
+        def step(A, state):
+            Z, Y = _forward(A, *state, Wct, Wyt, dt / unfolds, gamma, epsilon, implicit)
+            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+
+        return forward_in_chunks(system, x, unfolds, d, contiguous(z0, y0), step)
+    A = encode_flat(system, x, unfolds)
     Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, dt / unfolds, gamma, epsilon, implicit)
     return every_sample(Y, unfolds), (zT, Y[:, -1])
 

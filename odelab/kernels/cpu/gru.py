@@ -3,15 +3,26 @@ convention (``reset_after=True``, the default; the reset-before variant runs the
 
 Forward in C++ per step: [W_r; W_f] h added into the encoding buffer in place, c = W_u h + b_hu stored, and
 one fused gate loop; backward in C++ writes the pre-activation gradients and dL/dc of every step, after which
-the recurrent weight gradients are one GEMM each over all steps.
+the recurrent weight gradients are products over the steps (``state_products``). No backward to come: the forward
+runs in chunks of steps (``forward_in_chunks``).
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, generic, state_products
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, generic, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+def _forward(A, h0, Wrft, Wut, bhu, h):
+    """The time loop over A (B·T, 3d) from h0 (contiguous): (H (B, T, d), C (B·T, d) the candidates'
+    pre-activations); A ends as the pre-activations."""
+    B, d = h0.shape
+    T = A.shape[0] // B
+    H, C = A.new_empty(B, T, d), A.new_empty(B * T, d)
+    call("gru_forward", [A, C, h0, Wrft, Wut, bhu, H], (B, T, d), (h,))
+    return H, C
 
 
 class GRUFunction(torch.autograd.Function):
@@ -20,10 +31,7 @@ class GRUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, h0, Wrf, Wu, bhu, h):
         h0, Wrf, Wu, bhu = contiguous(h0, Wrf, Wu, bhu)
-        B, d = h0.shape
-        T = A.shape[0] // B
-        H, C = A.new_empty(B, T, d), A.new_empty(B * T, d)
-        call("gru_forward", [A, C, h0, Wrf.t().contiguous(), Wu.t().contiguous(), bhu, H], (B, T, d), (h,))
+        H, C = _forward(A, h0, Wrf.t().contiguous(), Wu.t().contiguous(), bhu, h)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, C, h0, Wrf, Wu, H)
@@ -51,7 +59,15 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
         return generic(system, "euler", x, state, dt, unfolds)
     (h0,) = state
     d = system.hidden_size
+    Wrf, Wu, bhu = system.weight_hidden[:2 * d], system.weight_hidden[2 * d:], system.bias_hidden_candidate
+    if not needs_backward(system, x, state):
+        Wrft, Wut, bhu = Wrf.t().contiguous(), Wu.t().contiguous(), bhu.contiguous()
+
+        def step(A, state):
+            H, _ = _forward(A, *state, Wrft, Wut, bhu, dt / unfolds)
+            return H, (H[:, -1].contiguous(),)
+
+        return forward_in_chunks(system, x, unfolds, 3 * d, contiguous(h0), step)
     A = encode_flat(system, x, unfolds)
-    H, _ = GRUFunction.apply(A, h0, system.weight_hidden[:2 * d], system.weight_hidden[2 * d:],
-                             system.bias_hidden_candidate, dt / unfolds)
+    H, _ = GRUFunction.apply(A, h0, Wrf, Wu, bhu, dt / unfolds)
     return every_sample(H, unfolds), (H[:, -1],)

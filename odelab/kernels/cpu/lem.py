@@ -5,16 +5,26 @@ Forward: the input encoding for all steps in one GEMM (``system.encode``), then 
 products into the encoding buffer in place, so that it ends up holding the gates' pre-activations; it stores
 the states z, y. Backward: ``lem_backward`` runs BPTT in C++ from the stored states and pre-activations
 (gates recomputed elementwise, no matrix product recomputed) and writes the pre-activation gradients ``dA`` of
-every step; the recurrent weight gradients are then one GEMM each over all steps, and autograd takes ``dA``
-through ``encode`` (V, b, x).
+every step; the recurrent weight gradients are then products over the steps (``state_products``), and autograd
+takes ``dA`` through ``encode`` (V, b, x). With no backward to come (``torch.no_grad()``, or nothing requiring
+grad) the forward runs in chunks of steps (``forward_in_chunks``): no encoding buffer of the whole sequence.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, state_products
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+def _forward(A, z0, y0, Wgt, Wyt, h):
+    """The time loop over A (B·T, 4d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as the pre-activations."""
+    B, d = z0.shape
+    T = A.shape[0] // B
+    Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+    call("lem_forward", [A, z0, y0, Wgt, Wyt, Z, Y], (B, T, d), (h,))
+    return Z, Y
 
 
 class LEMFunction(torch.autograd.Function):
@@ -24,10 +34,7 @@ class LEMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, z0, y0, Wg, Wy, h):
         z0, y0, Wg, Wy = contiguous(z0, y0, Wg, Wy)
-        B, d = z0.shape
-        T = A.shape[0] // B
-        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
-        call("lem_forward", [A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), Z, Y], (B, T, d), (h,))
+        Z, Y = _forward(A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), h)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, z0, y0, Wg, Wy, Z, Y)
@@ -52,7 +59,15 @@ class LEMFunction(torch.autograd.Function):
 def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
     """The LEM cell over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop."""
     z0, y0 = state
-    A = encode_flat(system, x, unfolds)
     Wg = torch.cat((system.weight_y, system.W2), dim=0)
+    if not needs_backward(system, x, state):
+        Wgt, Wyt = Wg.t().contiguous(), system.Wy.t().contiguous()
+
+        def step(A, state):
+            Z, Y = _forward(A, *state, Wgt, Wyt, dt / unfolds)
+            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+
+        return forward_in_chunks(system, x, unfolds, 4 * system.hidden_size, contiguous(z0, y0), step)
+    A = encode_flat(system, x, unfolds)
     Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, dt / unfolds)
     return every_sample(Y, unfolds), (zT, Y[:, -1])

@@ -1,12 +1,22 @@
 """Neural oscillator (002 eq. 4.1) + symplectic Euler (z' = z + h tanh(W y + V u + b), y' = y + h z'), fused on
-CPU: one product per step in C++ (added into the encoding buffer in place), BPTT in C++, dW as one GEMM."""
+CPU: one product per step in C++ (added into the encoding buffer in place), BPTT in C++, dW as products over the
+steps (``state_products``); no backward to come: the forward in chunks of steps."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, state_products
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+def _forward(A, z0, y0, Wt, h):
+    """The time loop over A (B·T, d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as s."""
+    B, d = z0.shape
+    T = A.shape[0] // B
+    Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+    call("osc_forward", [A, z0, y0, Wt, Z, Y], (B, T, d), (h,))
+    return Z, Y
 
 
 class OscillatorFunction(torch.autograd.Function):
@@ -15,10 +25,7 @@ class OscillatorFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, z0, y0, W, h):
         z0, y0, W = contiguous(z0, y0, W)
-        B, d = z0.shape
-        T = A.shape[0] // B
-        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
-        call("osc_forward", [A, z0, y0, W.t().contiguous(), Z, Y], (B, T, d), (h,))
+        Z, Y = _forward(A, z0, y0, W.t().contiguous(), h)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, y0, W, Y)
@@ -42,6 +49,15 @@ class OscillatorFunction(torch.autograd.Function):
 def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
     """The neural oscillator over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop."""
     z0, y0 = state
+    W = system.weight[:, system.input_size:]
+    if not needs_backward(system, x, state):
+        Wt = W.t().contiguous()
+
+        def step(A, state):
+            Z, Y = _forward(A, *state, Wt, dt / unfolds)
+            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+
+        return forward_in_chunks(system, x, unfolds, system.hidden_size, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)
-    Y, zT, _ = OscillatorFunction.apply(A, z0, y0, system.weight[:, system.input_size:], dt / unfolds)
+    Y, zT, _ = OscillatorFunction.apply(A, z0, y0, W, dt / unfolds)
     return every_sample(Y, unfolds), (zT, Y[:, -1])

@@ -10,8 +10,10 @@ products, writing the pre-activations into the buffer that held the input encodi
 all steps in one GEMM by torch): the memory the backward keeps is the states plus that buffer, as for a
 backward that would recompute the products, and the backward needs no product recomputed. The backward (BPTT)
 recomputes the gates elementwise from the stored pre-activations and states and writes the per-step
-pre-activation gradients; weight gradients are then one GEMM over all steps in torch (or, for diagonal and
-per-synapse parameters, accumulated here in double).
+pre-activation gradients; weight gradients are then products over the steps read from the stored states in
+place (``state_products``: one per sample, no shifted copy of the sequence) or, for diagonal and per-synapse
+parameters, accumulated here in double. Without a backward to come, the Python side runs a forward over chunks
+of steps, so the whole sequence's encoding is never allocated.
 
 Layout: batch first, as odelab's sequences, ``(B, T, k)`` contiguous; one step is a ``(B, k)`` matrix with
 row stride ``T k``. Each kernel is a template on the scalar type, exported as ``NAME(f64, sizes, pointers,

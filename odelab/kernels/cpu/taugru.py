@@ -1,7 +1,8 @@
 """τ-GRU (eq. 14) and Delay GRU (eq. 12) + Euler with the delayed state h_{n−m}, m = ⌊τ/h⌋, zero history,
 fused on CPU. The C++ loop reads h_{n−m} straight from the stored states (the ring buffer of the generic loop
 is the state sequence itself); the backward keeps a buffer of the gradients that later steps send back to
-h_{n−m} through W2. Weight gradients are one GEMM each over all steps (W2's against the delayed states).
+h_{n−m} through W2 (a ring of m + 2 steps). Weight gradients are products over the steps (``state_products``;
+W2's against the delayed states).
 
 τ-GRU: the published cell (α, β any nonzero constants, weighting and gating on); the ablations without a
 branch (``alpha=0``, ``beta=0``, ``weighting=False``, ``gating=False``) run the generic loop.

@@ -7,7 +7,8 @@ through σ̂ to c.
 
 The reversible variant (:class:`ReversibleUnICORNNFunction`, eq. 3.7) stores no per-step state: its forward
 writes the outputs and the final state only, its backward recomputes V u + b (one GEMM) and rebuilds the states
-backwards with the exact inverse step while it runs the adjoint recursion.
+backwards with the exact inverse step while it runs the adjoint recursion. With no backward to come, the stored
+variant's forward runs in chunks of steps (``forward_in_chunks``).
 """
 from __future__ import annotations
 
@@ -15,8 +16,17 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .common import contiguous, encode_flat, every_sample
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
+
+
+def _forward(A, z0, y0, w, k, h, alpha):
+    """The time loop over A (B·T, d) from (z0, y0) (all contiguous): (Z, Y) (B, T, d)."""
+    B, d = z0.shape
+    T = A.shape[0] // B
+    Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
+    call("unicornn_forward", [A, z0, y0, w, k, Z, Y], (B, T, d), (h, alpha))
+    return Z, Y
 
 
 class UnICORNNFunction(torch.autograd.Function):
@@ -25,10 +35,7 @@ class UnICORNNFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, z0, y0, w, k, h, alpha):
         A, z0, y0, w, k = contiguous(A, z0, y0, w, k)
-        B, d = z0.shape
-        T = A.shape[0] // B
-        Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
-        call("unicornn_forward", [A, z0, y0, w, k, Z, Y], (B, T, d), (h, alpha))
+        Z, Y = _forward(A, z0, y0, w, k, h, alpha)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, z0, y0, w, k, Z, Y)
         ctx.args = (h, alpha)
@@ -50,6 +57,14 @@ class UnICORNNFunction(torch.autograd.Function):
 def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
     """The UnICORNN layer over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop."""
     z0, y0 = state
+    if not needs_backward(system, x, state):
+        w, k = contiguous(system.w, torch.sigmoid(system.c))
+
+        def step(A, state):
+            Z, Y = _forward(A, *state, w, k, dt / unfolds, system.alpha)
+            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+
+        return forward_in_chunks(system, x, unfolds, system.hidden_size, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)
     Y, zT = UnICORNNFunction.apply(A, z0, y0, system.w, torch.sigmoid(system.c), dt / unfolds, system.alpha)
     return every_sample(Y, unfolds), (zT, Y[:, -1])
