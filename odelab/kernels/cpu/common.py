@@ -37,11 +37,16 @@ def forward_in_chunks(system, x: Tensor, unfolds: int, width: int, state, step):
     than the recurrence at small sizes. Returns (outputs at the samples (B, T, d), final state)."""
     B, T = x.shape[:2]
     chunk = max(1, CHUNK_BYTES // (max(B * unfolds * width, 1) * x.element_size()))
-    outputs = []
+    if chunk >= T:
+        Y, state = step(encode_flat(system, x, unfolds), state)
+        return every_sample(Y, unfolds), state
+    out = None
     for t0 in range(0, T, chunk):
         Y, state = step(encode_flat(system, x[:, t0:t0 + chunk], unfolds), state)
-        outputs.append(every_sample(Y, unfolds))
-    return (outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)), state
+        if out is None:
+            out = Y.new_empty(B, T, Y.shape[-1])
+        out[:, t0:t0 + chunk] = Y[:, unfolds - 1::unfolds]
+    return out, state
 
 
 def every_sample(seq: Tensor, unfolds: int) -> Tensor:
