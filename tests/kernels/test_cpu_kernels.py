@@ -176,12 +176,13 @@ def test_liquid_without_backward_keeps_sample_states_only(name):
 
 
 @pytest.mark.parametrize("name", ["lem", "lem-unfolds", "cornn", "cornn-implicit", "unicornn", "gru-ode",
-                                  "oscillator"])
+                                  "oscillator", "taugru", "delaygru", "delaygru-lag1-unfolds"])
 def test_without_backward_runs_in_chunks(name, monkeypatch):
     """With no gradient wanted, the kernels encode and run the sequence a chunk of samples at a time (here 2 samples
-    a chunk, the last one ragged), never the whole sequence's encoding at once: the outputs and the final state are
-    the training forward's (checked against the generic loop above) to round-off (1e-16 here: the BLAS may round a
-    chunk's encoding GEMM differently from the whole sequence's)."""
+    a chunk, the last one ragged; the delay cells' delayed reads reach into earlier chunks), never the whole
+    sequence's encoding at once: the outputs and the final state are the training forward's (checked against the
+    generic loop above) to round-off (1e-16 here: the BLAS may round a chunk's encoding GEMM differently from the
+    whole sequence's)."""
     torch.manual_seed(11)
     model = CELLS[name](2, 9).double()
     model.engine = "fused"
@@ -191,13 +192,12 @@ def test_without_backward_runs_in_chunks(name, monkeypatch):
     width = model.system.encode(x[:1, :1]).shape[-1]
     unfolds = model.unfolds
     monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 3 * unfolds * width * 8)
-    encoded = []
-    encode = common.encode_flat
-    monkeypatch.setattr(common, "encode_flat", lambda system, x, unfolds: encoded.append(x.shape[1]) or
-                        encode(system, x, unfolds))
+    encoded = []  # rows of each encoding: batch × sub-steps
+    encode = model.system.encode
+    monkeypatch.setattr(model.system, "encode", lambda u: encoded.append(u.shape[0]) or encode(u))
     with torch.no_grad():
         inferred, final = model(x, state)
-    assert encoded == [2, 2, 2, 1]
+    assert encoded == [3 * unfolds * n for n in (2, 2, 2, 1)]
     assert relative(inferred, trained.detach()) <= 1e-14
     for a, b in zip(final, trained_final, strict=True):
         assert relative(a, b.detach()) <= 1e-14

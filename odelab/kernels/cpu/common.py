@@ -29,6 +29,12 @@ def needs_backward(system, x: Tensor, state) -> bool:
                                         or any(p.requires_grad for p in system.parameters()))
 
 
+def chunk_samples(x: Tensor, unfolds: int, width: int) -> int:
+    """Samples of x (B, T, n) per chunk of a forward without a backward: about :data:`CHUNK_BYTES` of encoding,
+    ``width`` values a sub-step."""
+    return max(1, CHUNK_BYTES // (max(x.shape[0] * unfolds * width, 1) * x.element_size()))
+
+
 def forward_in_chunks(system, x: Tensor, unfolds: int, width: int, state, step):
     """A kernel's forward with no backward to come, chunk by chunk over the samples: each chunk's encoding (about
     :data:`CHUNK_BYTES`, ``width`` values a sub-step) is computed, run by ``step(A, state) -> (outputs of every
@@ -36,7 +42,7 @@ def forward_in_chunks(system, x: Tensor, unfolds: int, width: int, state, step):
     training forward keeps as pre-activations, is never allocated: its pages (a fault each on first touch) cost more
     than the recurrence at small sizes. Returns (outputs at the samples (B, T, d), final state)."""
     B, T = x.shape[:2]
-    chunk = max(1, CHUNK_BYTES // (max(B * unfolds * width, 1) * x.element_size()))
+    chunk = chunk_samples(x, unfolds, width)
     if chunk >= T:
         Y, state = step(encode_flat(system, x, unfolds), state)
         return every_sample(Y, unfolds), state

@@ -595,16 +595,18 @@ void tau_step_bwd(i64 d, S h, S alpha, S beta, const S* __restrict__ sb, const S
   }
 }
 
+// Steps n0 … n0 + TA − 1 of the T (A holds their TA encodings: the whole sequence, or a chunk of it when no
+// backward follows); H (B, T, d) holds the states before n0.
 template <typename S>
-void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, S* A, const S* h0, const S* Wht, const S* W2t, double hd,
-                double al, double be, S* H) {
+void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, const S* h0, const S* Wht, const S* W2t,
+                double hd, double al, double be, S* H) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w;
-  for (i64 n = 0; n < T; ++n) {
+  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = TA * w;
+  for (i64 n = n0; n < n0 + TA; ++n) {
     i64 lp = d, lq = d;
     const S* hp = delay_state(H, h0, n, d, ls, &lp);
     const S* hq = delay_state(H, h0, n - m, d, ls, &lq);
-    S* a = A + n * w;
+    S* a = A + (n - n0) * w;
     if (kind == 0) {
       mm(B, 2 * d, d, hp, lp, Wht, 2 * d, S(1), a, la);                  // [s_c s_g] += h [W1; W3]^T
       if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a, la);                  // s_c += h_{n−m} W2^T
@@ -618,7 +620,8 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, S* A, const S* h0, const S
   }
 }
 
-// Pend (B·(T+1)... here (T+1) x B x d, zeroed): gradients waiting for state k from later steps' delayed reads.
+// Pend (pending_slots(T, m) x B x d, zeroed): a ring of the gradients that later steps' delayed reads send back to
+// the states still to be reached.
 template <typename S>
 void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
                 double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend) {
@@ -1004,9 +1007,9 @@ ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2),
 ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5)))
 // sizes (B, T, d); pointers A W dY gz gy dA; scalars h
 ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5)))
-// sizes (kind, B, T, d, m); pointers A h0 weight_h^T W2^T H; scalars Δ α β
-ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
-                                            s[1], s[2], PTR(4)))
+// sizes (kind, B, T, d, m, n0, TA); pointers A h0 weight_h^T W2^T H; scalars Δ α β
+ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
+                                            PTR(3), s[0], s[1], s[2], PTR(4)))
 // sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see pending_slots); scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, generic, state_products
+from .common import chunk_samples, contiguous, encode_flat, every_sample, generic, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -26,7 +26,7 @@ class GatedDelayFunction(torch.autograd.Function):
         B, d = h0.shape
         T = A.shape[0] // B
         H = A.new_empty(B, T, d)
-        call("gdelay_forward", [A, h0, Wh.t().contiguous(), W2.t().contiguous(), H], (kind, B, T, d, m),
+        call("gdelay_forward", [A, h0, Wh.t().contiguous(), W2.t().contiguous(), H], (kind, B, T, d, m, 0, T),
              (h, alpha, beta))
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
@@ -56,8 +56,19 @@ class GatedDelayFunction(torch.autograd.Function):
 
 def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0):
     (h0,) = state
-    A = encode_flat(system, x, unfolds)
     m = int(lags[0]) if lags else 0
+    if not needs_backward(system, x, state):  # chunks of samples (the delayed reads reach back into H)
+        (h0,) = contiguous(h0)
+        B, T, d, L = x.shape[0], x.shape[1], system.hidden_size, unfolds
+        H = h0.new_empty(B, T * L, d)
+        weights = contiguous(system.weight_h.t(), system.W2.t())
+        chunk = chunk_samples(x, L, (4 if kind else 2) * d)
+        for t0 in range(0, T, chunk):
+            A = encode_flat(system, x[:, t0:t0 + chunk], L)
+            call("gdelay_forward", [A, h0, *weights, H], (kind, B, T * L, d, m, t0 * L, A.shape[0] // B),
+                 (dt / L, alpha, beta))
+        return every_sample(H, L), (H[:, -1],)
+    A = encode_flat(system, x, unfolds)
     H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta)
     return every_sample(H, unfolds), (H[:, -1],)
 
