@@ -236,10 +236,11 @@ def _status_bytes(field: str) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 
-def peak_rss_growth(name: str, engine: str | None, batch: int, steps: int, hidden: int) -> int | None:
+def peak_rss_growth(name: str, engine: str | None, batch: int, steps: int, hidden: int,
+                    forward: bool = False) -> int | None:
     """Bytes by which one CPU training step raises the peak RSS above the RSS before it (Linux: the high-water mark
     VmHWM, reset to the current RSS through /proc/self/clear_refs; None where there is no /proc). Run by
-    :func:`cpu_peak_memory` in a process of its own."""
+    :func:`cpu_peak_memory` in a process of its own. ``forward``: of one forward under ``torch.no_grad()`` instead."""
     torch.manual_seed(0)
     model = build(name, hidden, "cpu")
     x = torch.randn(batch, steps, 1)
@@ -254,14 +255,15 @@ def peak_rss_growth(name: str, engine: str | None, batch: int, steps: int, hidde
     except (OSError, StopIteration):
         return None
     with scheduled(name):
-        training_step(model, x)
+        (forward_only if forward else training_step)(model, x)
     return _status_bytes("VmHWM") - before
 
 
-def cpu_peak_memory(name: str, engine: str | None, batch: int, steps: int, hidden: int) -> int | None:
+def cpu_peak_memory(name: str, engine: str | None, batch: int, steps: int, hidden: int,
+                    forward: bool = False) -> int | None:
     """:func:`peak_rss_growth` of one row in a fresh process (with this process's thread count): freed memory that
     the allocator keeps from earlier rows would hide a step's growth."""
-    spec = f"{name},{engine or ''},{batch}x{steps}x{hidden}"
+    spec = f"{name},{engine or ''},{batch}x{steps}x{hidden}{',forward' if forward else ''}"
     out = subprocess.run([sys.executable, __file__, "--peak-rss", spec, "--threads", str(torch.get_num_threads())],
                          capture_output=True, text=True, check=True).stdout.split()[-1]
     return None if out == "None" else int(out)
@@ -330,6 +332,8 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "fwd_bwd_thread_cpu_samples_s": samples[i]["fwd_bwd_cpu"],
             "peak_memory_bytes": (cpu_peak_memory(name, engine, batch, steps, hidden) if device == "cpu" and cpu_memory
                                   else peak_memory_in(name, model, x)),
+            "fwd_peak_memory_bytes": (cpu_peak_memory(name, engine, batch, steps, hidden, forward=True)
+                                      if device == "cpu" and cpu_memory and forward else None),
             "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)
@@ -353,13 +357,16 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
     r0 = rows[0]
     print(f"\nbatch {r0['batch']}, time {r0['time']}, hidden {r0['hidden']} ({r0['device']}, {threads} thread(s), "
           f"median of {repeats})")
-    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s}")
+    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s}"
+          f" {'fwd MiB':>8s}")
     for r in rows:
         fwd = f"{r['fwd_median_s'] * 1e3:9.1f}" if r["fwd_median_s"] is not None else f"{'-':>9s}"
         mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] is not None else f"{'n/m':>9s}"
         ratio = f"{r['fwd_bwd_over_lstm']:7.2f}" if "fwd_bwd_over_lstm" in r else f"{'-':>7s}"
         fratio = f"{r['fwd_over_lstm']:7.2f}" if "fwd_over_lstm" in r else f"{'-':>7s}"
-        print(f"  {r['model']:19s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem}")
+        fmem = f"{r['fwd_peak_memory_bytes'] / 2**20:8.1f}" if r.get("fwd_peak_memory_bytes") is not None else ""
+        print(f"  {r['model']:19s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem} "
+              f"{fmem}")
     for r in rows:
         if "fwd_bwd_over_handwritten" in r:
             wall, cpu = "fwd_bwd_over_handwritten", "fwd_bwd_over_handwritten_thread_cpu"
@@ -385,15 +392,16 @@ def main() -> None:
     parser.add_argument("--engines", default="fused,generic",
                         help="comma separated: fused, generic (a cell without a fused kernel always runs generic)")
     parser.add_argument("--cpu-memory", action="store_true",
-                        help="CPU rows: the peak RSS growth of one training step, in a fresh process per row")
-    parser.add_argument("--peak-rss", help=argparse.SUPPRESS)  # MODEL,ENGINE,BxTxH: one row's, in this process
+                        help="CPU rows: the peak RSS growth of one training step (and of one forward under "
+                             "torch.no_grad() where forward-only is timed), in a fresh process per row and kind")
+    parser.add_argument("--peak-rss", help=argparse.SUPPRESS)  # MODEL,ENGINE,BxTxH[,forward]: one row's, here
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_speed.json"))
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.peak_rss:
-        name, engine, spec = args.peak_rss.split(",")
-        print(peak_rss_growth(name, engine or None, *map(int, spec.split("x"))))
+        name, engine, spec, *forward = args.peak_rss.split(",")
+        print(peak_rss_growth(name, engine or None, *map(int, spec.split("x")), forward=bool(forward)))
         return
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in MODELS and n not in ANCHORS]
@@ -431,8 +439,9 @@ def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> Non
             "repeats": args.repeats, "dtype": "float32", "input_size": 1,
             "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()}, "cpu_count": os.cpu_count(),
             "forward_only": "under torch.no_grad()",
-            "cpu_peak_memory": ("peak RSS growth of one training step, a fresh process per row" if args.cpu_memory
-                                else "not measured"),
+            "cpu_peak_memory": ("peak RSS growth of one training step (peak_memory_bytes) and of one forward "
+                                "under torch.no_grad() (fwd_peak_memory_bytes), a fresh process each"
+                                if args.cpu_memory else "not measured"),
             "matmul_fp32_precision": "tf32" if args.tf32 else "ieee (torch's default)",
             "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
