@@ -19,7 +19,8 @@ def encode_flat(system, x: Tensor, unfolds: int = 1) -> Tensor:
     return A
 
 
-# the encoding of one chunk of steps in :func:`forward_in_chunks` (about an L2 cache)
+# the encoding of one chunk of samples in :func:`forward_in_chunks`: a few MB, so that its pages are reused from chunk
+# to chunk and the Python work per chunk stays negligible
 CHUNK_BYTES = 1 << 22
 
 
