@@ -357,8 +357,8 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
     r0 = rows[0]
     print(f"\nbatch {r0['batch']}, time {r0['time']}, hidden {r0['hidden']} ({r0['device']}, {threads} thread(s), "
           f"median of {repeats})")
-    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s}"
-          f" {'fwd MiB':>8s}")
+    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} "
+          f"{'peak MiB':>9s} {'fwd MiB':>8s}")
     for r in rows:
         fwd = f"{r['fwd_median_s'] * 1e3:9.1f}" if r["fwd_median_s"] is not None else f"{'-':>9s}"
         mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] is not None else f"{'n/m':>9s}"

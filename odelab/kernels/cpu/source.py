@@ -176,7 +176,8 @@ inline double tanh_(double x) { return std::tanh(x); }
 // =====================================================================================================
 // The gated relaxation x' = x + h (σ(s) tanh(t) − σ(s) x) -- both LEM updates and the GRU-ODE Euler step.
 template <typename S>
-inline __attribute__((always_inline)) void relax_fwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, const S* __restrict__ z,
+inline __attribute__((always_inline))
+void relax_fwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, const S* __restrict__ z,
                S* __restrict__ out) {
   for (i64 j = 0; j < d; ++j) {
     const S g = sigmoid(s1[j]), t = tanh_(sz[j]);
@@ -185,7 +186,8 @@ inline __attribute__((always_inline)) void relax_fwd(i64 d, S h, const S* __rest
 }
 // g: in = dL/dz', out = dL/dz (through the explicit term); d1, dt: dL/ds1, dL/dsz
 template <typename S>
-inline __attribute__((always_inline)) void relax_bwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, const S* __restrict__ z,
+inline __attribute__((always_inline))  // (GCC left relax_bwd out of line: a call per batch row)
+void relax_bwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, const S* __restrict__ z,
                const S* __restrict__ gin, S* __restrict__ gout, S* __restrict__ d1, S* __restrict__ dt) {
   for (i64 j = 0; j < d; ++j) {
     const S g = sigmoid(s1[j]), t = tanh_(sz[j]), gj = gin[j];
