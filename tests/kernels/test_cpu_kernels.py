@@ -203,6 +203,26 @@ def test_without_backward_runs_in_chunks(name, monkeypatch):
         assert relative(a, b.detach()) <= 1e-14
 
 
+def test_reversible_unicornn_without_backward_runs_in_chunks(monkeypatch):
+    """The reversible UnICORNN layer's forward with no gradient wanted: in chunks too, the training forward's
+    outputs and final state to round-off."""
+    torch.manual_seed(12)
+    model = cells.UnICORNN(2, 9, dt=1.3, alpha=0.7, reversible=True).double()
+    x = torch.randn(3, 7, 2, dtype=torch.float64)
+    trained, trained_states = model(x)
+    system = _layer(model).system
+    monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 3 * 9 * 8)
+    encoded = []
+    encode = system.encode
+    monkeypatch.setattr(system, "encode", lambda u: encoded.append(u.shape[0]) or encode(u))
+    with torch.no_grad():
+        inferred, states = model(x)
+    assert encoded == [3 * n for n in (2, 2, 2, 1)]
+    assert relative(inferred, trained.detach()) <= 1e-14
+    for a, b in zip([t for s in states for t in s], [t for s in trained_states for t in s], strict=True):
+        assert relative(a, b.detach()) <= 1e-14
+
+
 def test_no_grad_and_frozen_parameters():
     model = cells.LEM(2, 5)
     model.system.W2.requires_grad_(False)

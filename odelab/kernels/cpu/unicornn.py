@@ -7,7 +7,7 @@ through σ̂ to c.
 
 The reversible variant (:class:`ReversibleUnICORNNFunction`, eq. 3.7) stores no per-step state: its forward
 writes the outputs and the final state only, its backward recomputes V u + b (one GEMM) and rebuilds the states
-backwards with the exact inverse step while it runs the adjoint recursion. With no backward to come, the stored
+backwards with the exact inverse step while it runs the adjoint recursion. With no backward to come, either
 variant's forward runs in chunks of steps (``forward_in_chunks``).
 """
 from __future__ import annotations
@@ -109,6 +109,16 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
 
 def run_reversible(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
     """The UnICORNN layer over x with the reversible backward (3.7): (outputs (B, T, d), (z_T, y_T))."""
+    if not needs_backward(system, x, state):  # the same forward, in chunks; z, y carried in place
+        w, k = contiguous(system.w, torch.sigmoid(system.c))
+
+        def step(A, state):
+            ys = A.new_empty(x.shape[0], A.shape[0] // x.shape[0], system.hidden_size)
+            call("unicornn_reversible_forward", [A, w, k, *state, ys], (*ys.shape,), (dt / unfolds, system.alpha))
+            return ys, state
+
+        start = tuple(s.contiguous().clone() for s in state)
+        return forward_in_chunks(system, x, unfolds, system.hidden_size, start, step)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = ReversibleUnICORNNFunction.apply(x, system.weight_input, system.bias, system.w, system.c, state[0],
