@@ -56,6 +56,11 @@ def forward_in_chunks(system, x: Tensor, unfolds: int, width: int, state, step):
     return out, state
 
 
+def last_states(*sequences: Tensor) -> tuple[Tensor, ...]:
+    """The last step of each ``(B, T, k)`` sequence, contiguous: a chunk's final state, the next chunk's first."""
+    return tuple(seq[:, -1].contiguous() for seq in sequences)
+
+
 def every_sample(seq: Tensor, unfolds: int) -> Tensor:
     """The sub-step sequence ``(B, T·L, k)`` at the sample times (every L-th sub-step), contiguous as the
     generic loop's outputs."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, forward_in_chunks, generic, needs_backward, state_products
+from .common import (
+    contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -65,7 +66,7 @@ def _run(system, x: Tensor, state, dt: float, unfolds: int, implicit: bool):
 
         def step(A, state):
             Z, Y = _forward(A, *state, Wct, Wyt, dt / unfolds, gamma, epsilon, implicit)
-            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+            return Y, last_states(Z, Y)
 
         return forward_in_chunks(system, x, unfolds, d, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, forward_in_chunks, generic, needs_backward, state_products
+from .common import (
+    contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -65,7 +66,7 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
 
         def step(A, state):
             H, _ = _forward(A, *state, Wrft, Wut, bhu, dt / unfolds)
-            return H, (H[:, -1].contiguous(),)
+            return H, last_states(H)
 
         return forward_in_chunks(system, x, unfolds, 3 * d, contiguous(h0), step)
     A = encode_flat(system, x, unfolds)

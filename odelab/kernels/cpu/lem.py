@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import contiguous, encode_flat, every_sample, forward_in_chunks, needs_backward, state_products
+from .common import (
+    contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -65,7 +66,7 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
 
         def step(A, state):
             Z, Y = _forward(A, *state, Wgt, Wyt, dt / unfolds)
-            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+            return Y, last_states(Z, Y)
 
         return forward_in_chunks(system, x, unfolds, 4 * system.hidden_size, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .common import contiguous
+from .common import contiguous, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -73,7 +73,7 @@ def _run(system, x: Tensor, state, dt: float, unfolds: int, kind: int):
                          F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh)
     tensors += (None if w_in is None else w_in.contiguous(),)
     args = (*tensors, dt / unfolds, kind, unfolds)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors if t is not None):
+    if needs_backward(system, x, state):
         Y = LiquidFunction.apply(*args)
     else:  # no backward (e.g. under torch.no_grad()): the sample states only
         Y = _forward(*args, store=False)[0]

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .common import contiguous, encode_flat, every_sample, forward_in_chunks, needs_backward
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -62,7 +62,7 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
 
         def step(A, state):
             Z, Y = _forward(A, *state, w, k, dt / unfolds, system.alpha)
-            return Y, (Z[:, -1].contiguous(), Y[:, -1].contiguous())
+            return Y, last_states(Z, Y)
 
         return forward_in_chunks(system, x, unfolds, system.hidden_size, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)
