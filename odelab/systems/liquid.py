@@ -168,7 +168,11 @@ class LRC(_ChemicalSynapses):
         return symbols
 
     def encode(self, u: Tensor) -> Tensor:
-        return torch.cat((u, u @ self.o_input + self.p), dim=-1)
+        return torch.cat((u, self.input_drive(u)), dim=-1)
+
+    def input_drive(self, u: Tensor) -> Tensor:
+        """O_x^T x + p, the input part of w (eq. 3), for inputs ``(..., n)``."""
+        return u @ self.o_input + self.p
 
     def elastance_of(self, w: Tensor) -> Tensor:
         """ε(w): eq. 4 (asymmetric) or eq. 5 (symmetric)."""

@@ -395,6 +395,36 @@ def test_liquid_synapse_sums_in_threads(name, schedule, monkeypatch):
     assert errors[worst] <= 1e-10, (worst, errors[worst])
 
 
+@pytest.mark.parametrize("inputs", [1, 3])
+def test_input_synapses_in_chunks(inputs, monkeypatch):
+    """The input synapses of eq. 1 with the leak, f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l (u_in with k_ji), in
+    chunks of 4 rows of x over 23 (a ragged last one): values, and the gradients of a loss that weights f_in and
+    u_in differently w.r.t. x, a, b, raw g, k and raw g_l, against autograd through the formula (float64,
+    1e-12)."""
+    from torch.nn import functional as F
+
+    from odelab.kernels.cuda import liquid
+
+    system = systems.LTC(inputs, 5).double()
+    m = 5
+    monkeypatch.setattr(liquid, "INPUT_CHUNK_BYTES", 4 * inputs * m * 8)
+    x = torch.randn(23, inputs, dtype=torch.float64, requires_grad=True)
+    wf, wu = torch.randn(23, m, dtype=torch.float64), torch.randn(23, m, dtype=torch.float64)
+    leaves = [x, system.a, system.b, system.raw_g, system.k, system.raw_g_leak]
+
+    def loss_and_grads(f, u):
+        values = (f.detach().clone(), u.detach().clone())
+        return values, torch.autograd.grad((f * wf).sum() + (u * wu).sum(), leaves)
+
+    opening = torch.sigmoid(system.a[m:] * x[:, :, None] + system.b[m:])  # (rows, j, i)
+    g_leak = F.softplus(system.raw_g_leak)
+    expected = loss_and_grads((opening * F.softplus(system.raw_g[m:])).sum(1) + g_leak,
+                              (opening * system.k[m:]).sum(1) + g_leak)
+    got = loss_and_grads(*liquid.input_conductances(system, x))
+    for a, b in zip((*expected[0], *expected[1]), (*got[0], *got[1])):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
 def test_liquid_synapse_choice(monkeypatch):
     """The synapse loop is read from $ODELAB_LIQUID_SYNAPSES once, at import: "blocks" unless "threads" (any case)."""
     import importlib.util

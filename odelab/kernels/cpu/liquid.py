@@ -66,12 +66,12 @@ class LiquidFunction(torch.autograd.Function):
 def _run(system, x: Tensor, state, dt: float, unfolds: int, kind: int):
     (h0,) = state
     n = system.input_size
-    w_in = system.encode(x.reshape(x.shape[0] * x.shape[1], n))[:, n:] if kind >= 2 else None  # LRC: O_x^T x + p
+    w_in = system.input_drive(x.reshape(x.shape[0] * x.shape[1], n)) if kind >= 2 else None
     Oh = system.o_hidden if kind >= 2 else h0.new_zeros(1)
     ksh = F.softplus(system.raw_k_shift) if kind == 3 else h0.new_zeros(1)
     tensors = contiguous(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k,
                          F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh)
-    tensors += (None if w_in is None else w_in.contiguous(),)
+    tensors += (w_in,)
     args = (*tensors, dt / unfolds, kind, unfolds)
     if needs_backward(system, x, state):
         Y = LiquidFunction.apply(*args)

@@ -7,7 +7,8 @@ o_ji = σ(a_ji y_j + b_ji):
     LRC:  h ← h + δ ε(w) (tanh(u) e_l − σ(f) h),  w = O_hᵀ h + (O_xᵀ x + p),  ε = σ(w) or σ(w+k) − σ(w−k)
 
 The input synapses and the leak (``system.input_conductances``: f_in, u_in) and LRC's O_xᵀ x + p do not depend
-on h: torch computes them for the whole sequence, once per sample (autograd differentiates them), and the kernels
+on h: torch computes them for the whole sequence, once per sample (:class:`InputSynapses` for the synapses, in
+chunks, recomputing their openings in the backward; autograd for the rest), and the kernels
 add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
 (batch, j, i)): a tile computes (BB, BJ, BH) blocks of openings and reduces over j. What is stored for the
 backward: the states of every sub-step. The backward recomputes the openings from them; it writes ∂L/∂f_in,
@@ -554,20 +555,74 @@ class LiquidSequence(torch.autograd.Function):
                                  num_warps=warps(BH), **meta)
         d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
         d_e_leak, d_shift = AE.sum(1).unbind(0)
-        d_w_in = GW.view(B, T, unfolds, H).sum(2) if lrc else None
+        d_w_in = (GW if unfolds == 1 else GW.view(B, T, unfolds, H).sum(2)) if lrc else None
         d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
         d_shift = d_shift if mode == LRC_SYMMETRIC else None
         return (GF, GU, d_w_in, d_g, d_a, d_b, d_k, d_e_leak, d_o_hidden, d_shift, LAM[0].clone(),
                 None, None, None, None, None)
 
 
+INPUT_CHUNK_BYTES = 1 << 24  # the most of the input synapses' openings (rows, n, m) that InputSynapses holds
+
+
+class InputSynapses(torch.autograd.Function):
+    """``apply(x, a, b, g, k, g_leak) -> (f_in, u_in)``: ``system.input_conductances`` for x (R, n), the input
+    synapses' a, b, g, k (n, m) and g_leak (m,): f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l (u_in with k), computed
+    :data:`INPUT_CHUNK_BYTES` of openings at a time. The backward recomputes the openings; autograd through the
+    formula would keep all of them, (R, n, m): n of the (B, T, m) tensors the cell stores, through the backward."""
+
+    @staticmethod
+    def forward(ctx, x, a, b, g, k, g_leak):
+        f, u = (x.new_empty(x.shape[0], a.shape[1]) for _ in range(2))
+        for rows, opening in _openings(x, a, b):
+            f[rows] = torch.einsum("rjm,jm->rm", opening, g) + g_leak
+            u[rows] = torch.einsum("rjm,jm->rm", opening, k) + g_leak
+        ctx.save_for_backward(x, a, b, g, k)
+        return f, u
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_f, grad_u):
+        x, a, b, g, k = ctx.saved_tensors
+        d_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        d_a, d_b, d_g, d_k = (torch.zeros_like(a) for _ in range(4))
+        for rows, opening in _openings(x, a, b):
+            df, du = grad_f[rows], grad_u[rows]
+            d_g += torch.einsum("rm,rjm->jm", df, opening)
+            d_k += torch.einsum("rm,rjm->jm", du, opening)
+            d_pre = (df[:, None, :] * g + du[:, None, :] * k) * opening * (1.0 - opening)  # ∂L/∂(a x + b)
+            d_a += torch.einsum("rj,rjm->jm", x[rows], d_pre)
+            d_b += d_pre.sum(0)
+            if d_x is not None:
+                d_x[rows] = torch.einsum("rjm,jm->rj", d_pre, a)
+        return d_x, d_a, d_b, d_g, d_k, grad_f.sum(0) + grad_u.sum(0)
+
+
+def _openings(x, a, b):
+    """(row slice, σ(a_ji x_j + b_ji) of its rows) over x's rows, :data:`INPUT_CHUNK_BYTES` of openings a slice."""
+    per_row = max(1, a.numel() * x.element_size())
+    step = max(1, INPUT_CHUNK_BYTES // per_row)
+    for r0 in range(0, x.shape[0], step):
+        rows = slice(r0, r0 + step)
+        yield rows, torch.sigmoid(torch.addcmul(b, x[rows, :, None], a))
+
+
+def input_conductances(system, x):
+    """(f_in, u_in) = ``system.input_conductances(x)`` for x (..., n), by :class:`InputSynapses` (n > 0)."""
+    m, n = system.hidden_size, system.input_size
+    if n == 0:
+        return system.input_conductances(x)
+    f, u = InputSynapses.apply(x.reshape(-1, n), system.a[m:], system.b[m:], F.softplus(system.raw_g[m:]),
+                               system.k[m:], F.softplus(system.raw_g_leak))
+    return f.view(*x.shape[:-1], m), u.view(*x.shape[:-1], m)
+
+
 def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
-    m, H = system.input_size, system.hidden_size
-    inp = system.encode(x)  # LTC/STC: x; LRC: [x, O_xᵀ x + p]
-    f_in, u_in = system.input_conductances(inp[..., :m])
+    H = system.hidden_size
+    f_in, u_in = input_conductances(system, x)
     w_in = o_hidden = shift = None
-    if mode >= LRC_ASYMMETRIC:
-        w_in, o_hidden = inp[..., m:], system.o_hidden
+    if mode >= LRC_ASYMMETRIC:  # the input part of w, O_xᵀ x + p (not through encode: no concatenated copy)
+        w_in, o_hidden = system.input_drive(x), system.o_hidden
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
     g = F.softplus(system.raw_g[:H])
