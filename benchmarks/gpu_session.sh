@@ -8,9 +8,9 @@
 #   bash benchmarks/gpu_session.sh grid tests cells   # THERE (carry .whl and benchmarks/results): the grid
 #                                                     #   schedule's tests (the barrier fix, LRCU-S's tolerance),
 #                                                     #   the gpu tests, every cell under the new default
-#   bash benchmarks/gpu_session.sh barrier slowcells liquidthreads fit   # a second command: a grid phase's
-#                                                     #   parts, the liquid cells' two synapse loops, the FHN
-#                                                     #   paper run, about 6 minutes
+#   bash benchmarks/gpu_session.sh barrier slowcells liquidrows liquidthreads fit   # a second command: a grid
+#                                                     #   phase's parts, the liquid cells' rows a program and two
+#                                                     #   synapse loops, the FHN paper run, about 8 minutes
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -22,6 +22,8 @@
 #              (SIZES=B×T×H,... narrows), 160 s
 #   liquidthreads  LTC and LRCU-A/S with ODELAB_LIQUID_SYNAPSES=threads (the synapse sums without cross-thread
 #              reductions; opt-in until measured), the sizes of `slowcells`, 120 s
+#   liquidrows LTC and STC under their one-launch kernels with ODELAB_LIQUID_ROWS=1 and 4 batch rows a program
+#              (LIQUID_ROWS="1 2 4 8" for more), the sizes of `slowcells`, 60 s each
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
 #              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
 #              step with ODELAB_LEM_GRID=one-barrier at hidden 128, 40 s
@@ -166,6 +168,16 @@ liquidthreads() {  # the liquid cells with ODELAB_LIQUID_SYNAPSES=threads (each 
         --out "$RESULTS/cell_speed_${DEVICE}_liquid_threads.json"
 }
 
+liquidrows() {  # LTC's and STC's one-launch kernels with fewer batch rows a program (ODELAB_LIQUID_ROWS; 16, the
+    # default, leaves 2 programs at batch 32 and 8 at 128), the sizes of `slowcells`, one repeat each
+    local rows
+    for rows in ${LIQUID_ROWS:-1 4}; do
+        step "liquidrows$rows" 60 env ODELAB_LIQUID_ROWS="$rows" $PY benchmarks/cell_speed.py --device "$DEVICE" \
+            --models ltc-persistent,stc-persistent,lstm --engines fused --sizes "$SLOW_SIZES" --repeats 1 --no-forward \
+            --out "$RESULTS/cell_speed_${DEVICE}_liquid_rows$rows.json"
+    done
+}
+
 barrier() {  # where a grid phase's time goes: the barrier alone, with the state exchange, the loads alone, LEM
     local smoke=()
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
@@ -272,7 +284,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|slowcells|liquidthreads|barrier|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, barrier, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|slowcells|liquidthreads|liquidrows|barrier|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, liquidrows, barrier, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

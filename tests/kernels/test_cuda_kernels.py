@@ -395,6 +395,54 @@ def test_liquid_synapse_sums_in_threads(name, schedule, monkeypatch):
     assert errors[worst] <= 1e-10, (worst, errors[worst])
 
 
+@pytest.mark.parametrize("rows", ["1", "4"])
+@pytest.mark.parametrize("hidden, block_h", [(5, None), (17, 16)])
+@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a"])
+def test_liquid_one_launch_with_fewer_rows(name, hidden, block_h, rows, monkeypatch):
+    """``ODELAB_LIQUID_ROWS`` (batch rows a program of the one-launch kernels; LRC keeps 16): outputs, final state
+    and every gradient against the generic loop in float64 to 1e-10, batch 5 (a ragged last program with 4 rows),
+    in registers (hidden 5) and in 16-wide tiles (hidden 17)."""
+    from odelab.kernels.cuda import liquid
+
+    monkeypatch.setenv(liquid.ROWS_ENV, rows)
+    launched = []
+    for kernel_name in ("_forward", "_forward_resident", "_backward", "_backward_resident"):
+        original = getattr(liquid, kernel_name)
+        monkeypatch.setattr(liquid, kernel_name, _RecordGrid(original, launched))
+    build, target = PRESETS[name]
+    run = lambda *args, **kw: kernel(target)(*args, schedule="persistent", **kw)
+    errors = relative_errors(build(3, hidden), run, 5, 3, hidden, torch.float64, block_h=block_h)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-10, (worst, errors[worst])
+    expected = 1 if name == "lrcu-a" else -(-5 // int(rows))  # programs: ⌈5 / rows⌉, LRC's one 16-row block
+    assert launched and all(programs == expected for programs in launched), launched
+
+
+class _RecordGrid:
+    """A Triton kernel whose launches record their number of programs on axis 0."""
+
+    def __init__(self, kernel, launched):
+        self.kernel, self.launched = kernel, launched
+
+    def __getitem__(self, grid):
+        self.launched.append(grid[0])
+        return self.kernel[grid]
+
+
+def test_liquid_rows_choice(monkeypatch):
+    """``ODELAB_LIQUID_ROWS``: 16 unless set; 1, 2, 4, 8 or 16 for LTC and STC, LRC always 16; anything else is a
+    clear error."""
+    from odelab.kernels.cuda import liquid
+
+    monkeypatch.delenv(liquid.ROWS_ENV, raising=False)
+    assert liquid.persistent_rows(liquid.LTC) == 16
+    monkeypatch.setenv(liquid.ROWS_ENV, " 2 ")
+    assert (liquid.persistent_rows(liquid.STC), liquid.persistent_rows(liquid.LRC_SYMMETRIC)) == (2, 16)
+    monkeypatch.setenv(liquid.ROWS_ENV, "3")
+    with pytest.raises(ValueError, match="ODELAB_LIQUID_ROWS"):
+        liquid.persistent_rows(liquid.LTC)
+
+
 @pytest.mark.parametrize("inputs", [1, 3])
 def test_input_synapses_in_chunks(inputs, monkeypatch):
     """The input synapses of eq. 1 with the leak, f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l (u_in with k_ji), in

@@ -65,6 +65,20 @@ def _synapses(GS, AS, BS, KS, js, cols, H):
             tl.load(BS + off, mask=pm, other=0.0), tl.load(KS + off, mask=pm, other=0.0))
 
 
+ROWS_ENV = "ODELAB_LIQUID_ROWS"
+
+
+def persistent_rows(mode: int) -> int:
+    """Batch rows per program of LTC's and STC's one-launch kernels: ``$ODELAB_LIQUID_ROWS`` (1, 2, 4, 8 or 16),
+    16 by default. Fewer rows, more programs, each summing its rows' synapses alone: at (128, 1000, 128) 16 rows
+    leave 8 programs on a GPU of 132 SMs (the grid schedule: 32). Their GPU speed is not measured yet. LRC keeps 16
+    (its O_hᵀ h products are tl.dot, which asks for 16 rows)."""
+    value = os.environ.get(ROWS_ENV, "").strip() or "16"
+    if value not in ("1", "2", "4", "8", "16"):
+        raise ValueError(f"${ROWS_ENV}: expected 1, 2, 4, 8 or 16 batch rows a program, got {value!r}")
+    return 16 if mode >= LRC_ASYMMETRIC else int(value)
+
+
 SYNAPSES_ENV = "ODELAB_LIQUID_SYNAPSES"
 # how a tile sums its hidden synapses (read once, at import): "blocks" (the default) or "threads" (below)
 SYNAPSES_IN_THREADS: tl.constexpr = tl.constexpr(os.environ.get(SYNAPSES_ENV, "blocks").strip().lower() == "threads")
@@ -503,6 +517,8 @@ class LiquidSequence(torch.autograd.Function):
         S[:, 0] = h0
         consts = on_device([dt], like.dtype, like.device)
         BB, BH = block_sizes(B, H, block_h)
+        if schedule not in ("grid", "stepwise"):
+            BB = persistent_rows(mode)
         meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
         if schedule == "grid":
@@ -528,6 +544,8 @@ class LiquidSequence(torch.autograd.Function):
         unfolds, mode = ctx.unfolds, ctx.mode
         TS = T * unfolds
         BB, BH = block_sizes(B, H, ctx.block_h)
+        if ctx.schedule not in ("grid", "stepwise"):
+            BB = persistent_rows(mode)
         blocks = triton.cdiv(B, BB)
         grad_hs = grad_hs.contiguous()
         GF, GU = torch.zeros_like(f_in), torch.zeros_like(f_in)
