@@ -870,6 +870,8 @@ for bh in (16, 32):
     dense += [(k, c) for c in liquid_modes for k in (liquid._forward, liquid._backward)]
     dense += [(k, dict(c, num_warps=liquid.RESIDENT_WARPS)) for c in liquid_modes
               for k in (liquid._forward_resident, liquid._backward_resident) if bh == liquid.RESIDENT_H]
+    dense += [(k, dict(MODE=mode, BB=rows, BH=bh, BJ=liquid.block_j(bh, rows), L=6)) for mode in (0, 1)
+              for rows in (1, 4) for k in (liquid._forward, liquid._backward)]  # ODELAB_LIQUID_ROWS
     dense += [(liquid._step, dict(c, PHASE=0)) for c in liquid_modes]
     dense += [(liquid._step_backward, dict(c, PHASE=phase)) for c in liquid_modes for phase in (0, 1)]
     jobs += [(fn, dict(dict(num_warps=warps(bh)), **constexprs)) for fn, constexprs in dense]

@@ -48,11 +48,19 @@ def resident(hidden: int, block_h: int | None) -> bool:
     return block_h is None and hidden <= RESIDENT_H
 
 
-def block_j(block_h: int) -> int:
-    """Presynaptic rows per (BB, BJ, BH) block: 8 with 16-wide tiles, 4 with 32 (8 spills there on sm_90);
-    16 under Triton's interpreter (no registers to spill; fewer interpreted steps)."""
+# presynaptic rows a block for fewer than 16 batch rows a program (ODELAB_LIQUID_ROWS), 16- or 32-wide tiles: the
+# largest whose one-launch forward and backward do not spill (ptxas of Triton 3.6, sm_90, float32)
+FEWER_ROWS_BJ = {8: 16, 4: 16, 2: 32, 1: 64}
+
+
+def block_j(block_h: int, rows: int = 16, hidden: int | None = None) -> int:
+    """Presynaptic rows per (BB, BJ, BH) block: with 16 batch rows, 8 with 16-wide tiles and 4 with 32 (8 spills
+    there on sm_90); with fewer, :data:`FEWER_ROWS_BJ`, at most ``hidden`` rounded up to a power of two; 16 under
+    Triton's interpreter (no registers to spill; fewer interpreted steps)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return 16
+    if rows < 16:
+        return min(FEWER_ROWS_BJ[rows], triton.next_power_of_2(hidden or 1 << 30))
     return 8 if block_h <= 16 else 4
 
 
@@ -519,7 +527,7 @@ class LiquidSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         if schedule not in ("grid", "stepwise"):
             BB = persistent_rows(mode)
-        meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
+        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds)
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
         if schedule == "grid":
             grid.launch(_grid, tensors, consts, B, TS, H, block_h, ctx.precision, False, **meta)
@@ -556,7 +564,7 @@ class LiquidSequence(torch.autograd.Function):
         FU = S.new_empty(2, B, H)
         AE = S.new_zeros(2, B, H)
         ACC = S.new_zeros(blocks, 4, H, H)
-        meta = dict(MODE=mode, BJ=block_j(BH), L=unfolds)
+        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds)
         grads = [grad_hs, GF, GU, GW, LAM, FU, AE, ACC]
         if ctx.schedule == "grid":
             grid.launch(_grid, [*tensors, *grads], tensors[10], B, TS, H, ctx.block_h, ctx.precision, True, **meta)
