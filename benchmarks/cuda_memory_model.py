@@ -6,10 +6,9 @@ The CUDA cells' Python side (the autograd Functions of ``odelab/kernels/cuda``) 
 have shapes and no memory; the Triton launches are skipped (they only write into buffers the Functions allocate).
 Every storage a training step creates is counted from its allocation to its release, and the largest sum is the
 step's peak, the figure that ``cell_speed.py`` reads from ``torch.cuda.max_memory_allocated`` on a GPU. What the
-model leaves out: the CUDA caching allocator's rounding of each block and cuDNN's workspace (nn.LSTM is
-not modelled). The kernels take the schedule they take on a GPU: the grid-synchronised one from hidden 33 (its
-variant that streams the weights), the
-one-launch persistent one below.
+model leaves out: the CUDA caching allocator's rounding of each block and cuDNN's workspace (nn.LSTM is not
+modelled). The kernels take the schedule they take on a GPU: the grid-synchronised one from hidden 33 (its variant
+that streams the weights), the one-launch persistent one below.
 
 Checked against the H200's figures of 2026-11-26 (``benchmarks/results/h200_2026-11-26_s7*``), run with the code
 of that lease: 56 of the 60 fused rows that ran the model's schedule agree to 2.5 %; the GPU measured more for
