@@ -540,7 +540,7 @@ class LiquidSequence(torch.autograd.Function):
             forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
                                            num_warps=RESIDENT_WARPS if on_chip else warps(BH), **meta)
         ctx.save_for_backward(*tensors)
-        ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule = unfolds, mode, block_h, schedule
+        ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule, ctx.rows = unfolds, mode, block_h, schedule, BB
         return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
@@ -551,9 +551,7 @@ class LiquidSequence(torch.autograd.Function):
         B, T, H = f_in.shape
         unfolds, mode = ctx.unfolds, ctx.mode
         TS = T * unfolds
-        BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.schedule not in ("grid", "stepwise"):
-            BB = persistent_rows(mode)
+        BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
         blocks = triton.cdiv(B, BB)
         grad_hs = grad_hs.contiguous()
         GF, GU = torch.zeros_like(f_in), torch.zeros_like(f_in)
