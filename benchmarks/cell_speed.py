@@ -7,6 +7,9 @@ one input matmul, unbind, stack) as the yardstick of the generic path.
                                     [--device cpu,cuda] [--engines fused,generic] [--tf32] [--repeats 7]
                                     [--threads 1] [--out FILE]
 
+(``ODELAB_FLOAT32_PRODUCTS=tf32x3`` in the environment: the CUDA kernels' float32 products as three TF32 products;
+recorded in the JSON's meta.)
+
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
 of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step (CUDA:
 ``torch.cuda.max_memory_allocated`` above what was allocated before the step; CPU, with ``--cpu-memory``: the growth
@@ -443,6 +446,7 @@ def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> Non
                                 "under torch.no_grad() (fwd_peak_memory_bytes), a fresh process each"
                                 if args.cpu_memory else "not measured"),
             "matmul_fp32_precision": "tf32" if args.tf32 else "ieee (torch's default)",
+            "kernel_float32_products": os.environ.get("ODELAB_FLOAT32_PRODUCTS", "").strip() or "torch's switch",
             "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

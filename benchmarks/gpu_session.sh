@@ -34,6 +34,8 @@
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
 #              the torch path on CUDA: 1.2-1.6 s on the 2026-11-26 lease), torchdde on 1024 of them, 150 s
 #   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
+#   tf32x3     float32 products as three TF32 products (ODELAB_FLOAT32_PRODUCTS=tf32x3, opt-in until measured): its
+#              gpu tests (the IEEE float32 criterion at T = 1000), 60 s; LEM, coRNN, τ-GRU and GRU-ODE, 70 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
@@ -193,6 +195,21 @@ tf32() {
         --tf32 --sizes "$SIZES" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
 }
 
+tf32x3() {  # float32 products as three TF32 products (opt-in): the float32 criterion on the GPU, then the speed
+    if [ "$SMOKE" = 1 ]; then
+        step tf32x3-tests 120 env ODELAB_FLOAT32_PRODUCTS=tf32x3 $PY -m pytest -q -p no:cacheprovider \
+            tests/kernels/test_cuda_kernels.py -k "tf32x3_keeps and lem"
+    else
+        local parallel=()
+        $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
+        step tf32x3-tests 60 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" "${parallel[@]}" \
+            tests/kernels/test_cuda_kernels.py -k tf32x3
+    fi
+    step tf32x3 70 env ODELAB_FLOAT32_PRODUCTS=tf32x3 $PY benchmarks/cell_speed.py --device "$DEVICE" \
+        --models lem,cornn,taugru,gru-ode --engines fused --sizes "$SIZES" --repeats 3 --no-forward \
+        --out "$RESULTS/cell_speed_${DEVICE}_tf32x3.json"
+}
+
 generic() {
     step generic 60 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-handwritten \
         --engines generic --sizes "$SIZES" --repeats 2 --out "$RESULTS/cell_speed_${DEVICE}_generic.json"
@@ -280,11 +297,11 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,45p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,51p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|slowcells|liquidthreads|liquidrows|barrier|fit|solvers|enso|tf32|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, liquidrows, barrier, fit, solvers, enso, tf32, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|slowcells|liquidthreads|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

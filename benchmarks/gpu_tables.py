@@ -4,7 +4,8 @@
         [--readme README.md]
 
 Folders newest first: the newest that measured a figure gives it (older ones are marked). Reads
-cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32 products),
+cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32 products, in
+*_tf32x3.json three TF32 products),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
 the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs) and the newest gpu_session.log (the gpu tests' summary). With --readme, replaces the
@@ -21,15 +22,21 @@ START, END = "<!-- gpu-figures:start -->", "<!-- gpu-figures:end -->"
 SIZES = [(32, 1000, 16), (128, 1000, 128), (1024, 1000, 256)]
 
 
-def cell_rows(folders: list[Path], tf32: bool) -> list[dict]:
-    """Every fused/anchor row of the folders' cell_speed_cuda*.json (newest folder first), each tagged with its
+def products_of(path: Path) -> str:
+    """The kernels' float32 products a cell_speed_cuda*.json measured, from its name."""
+    return "tf32x3" if "tf32x3" in path.name else "tf32" if "tf32" in path.name else "ieee"
+
+
+def cell_rows(folders: list[Path], products: str) -> list[dict]:
+    """Every fused/anchor row of the folders' cell_speed_cuda*.json with ``products`` ("ieee", "tf32", "tf32x3";
+    :func:`products_of`) (newest folder first), each tagged with its
     folder; the rows of the cells with several CUDA schedules named by the schedule they ran ("NAME-grid", …):
     up to hidden 32 the register-resident kernel whatever was asked, above it the schedule the row records (rows
     without one predate the stepwise schedule: persistent)."""
     rows = []
     for index, folder in enumerate(folders):
         for path in sorted(folder.glob("cell_speed_cuda*.json")):
-            if ("tf32" in path.name) != tf32 or "generic" in path.name or "threads" in path.name:
+            if products_of(path) != products or "generic" in path.name or "threads" in path.name:
                 continue
             for row in json.loads(path.read_text())["rows"]:
                 row = dict(row, folder=index)
@@ -64,7 +71,8 @@ def mark(folder: int) -> str:
 
 
 def cells_table(folders: list[Path]) -> str:
-    ieee, tf32 = cell_rows(folders, False), cell_rows(folders, True)
+    ieee = cell_rows(folders, "ieee")
+    others = [("TF32", cell_rows(folders, "tf32")), ("TF32x3", cell_rows(folders, "tf32x3"))]
     find = lambda rows, model, size: next((r for r in rows if r["model"] == model
                                            and (r["batch"], r["time"], r["hidden"]) == size), None)
     models = list(dict.fromkeys(r["model"] for r in ieee))
@@ -77,7 +85,7 @@ def cells_table(folders: list[Path]) -> str:
     for model in models:
         cells = []
         for size in SIZES:
-            r, t = find(ieee, model, size), find(tf32, model, size)
+            r = find(ieee, model, size)
             if r is None:
                 cell = "not measured"
             else:  # ratios against the nn.LSTM of the same run
@@ -86,10 +94,12 @@ def cells_table(folders: list[Path]) -> str:
                 if r["peak_memory_bytes"] is not None:
                     cell += f", {r['peak_memory_bytes'] / 2**20:.0f} MiB"
                 cell += mark(r["folder"])
-            if t is not None and model != "lstm":
-                ratio = t.get("fwd_bwd_over_lstm")
-                cell += f"; TF32 {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio else "")
-                cell += mark(t["folder"])
+            for name, rows in others:
+                t = find(rows, model, size)
+                if t is not None and model != "lstm":
+                    ratio = t.get("fwd_bwd_over_lstm")
+                    cell += f"; {name} {1e3 * t['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio else "")
+                    cell += mark(t["folder"])
             cells.append(cell)
         lines.append(f"| {label(model)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -220,7 +230,7 @@ device time, so some cells are not measured.
 
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
 ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step;
-"TF32" with torch's float32 matmul switch on. Up to hidden 32 every schedule runs the same register-resident
+"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
 seventh session) for every preset but UnICORNN:
 

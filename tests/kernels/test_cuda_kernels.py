@@ -606,10 +606,23 @@ def tf32():
         yield
 
 
+def _to_tf32(x, nearest: bool):
+    """float32 values (numpy) with their mantissas cut to TF32's 10 bits: truncated (the tensor cores' reading of a
+    float32 operand, the conservative one), or rounded to nearest, ties away from zero (PTX's cvt.rna.tf32.f32)."""
+    import numpy as np
+
+    bits = x.view(np.uint32)
+    if nearest:
+        bits = bits + np.uint32(0x1000)  # half of the 13 dropped bits: carries into the magnitude, sign untouched
+    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+
+
 class _Dots:
     """Patches the interpreter's matrix product: records the input precision of every ``tl.dot`` and, with
-    ``emulate``, computes TF32 products as the tensor cores read float32 operands -- their mantissas cut to 10
-    bits (truncated: the conservative reading; rounding to nearest halves the error) -- summed in float32."""
+    ``emulate``, computes float32 products as the tensor cores would. TF32: the operands' mantissas cut to 10 bits
+    (truncated), summed in float32. TF32x3: each operand split into a high part rounded to TF32 and the rest
+    rounded to TF32, then a_lo b_hi + a_hi b_lo, + a_hi b_hi, + the accumulator, each product summed in float32 --
+    written here from the decomposition's definition, not from Triton's lowering."""
 
     def __init__(self, monkeypatch, emulate: bool = False):
         import numpy as np
@@ -619,12 +632,18 @@ class _Dots:
         original = interpreter.InterpreterBuilder.create_dot
 
         def create_dot(builder, a, b, d, input_precision, max_num_imprecise_acc):
-            self.precisions.append(str(input_precision).rsplit(".", 1)[-1])
-            if emulate and "TF32" in str(input_precision) and a.data.dtype == np.float32:
-                cut = lambda x: (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
-                a = interpreter.TensorHandle(cut(a.data), a.dtype.scalar)
-                b = interpreter.TensorHandle(cut(b.data), b.dtype.scalar)
-            return original(builder, a, b, d, input_precision, max_num_imprecise_acc)
+            name = str(input_precision).rsplit(".", 1)[-1]
+            self.precisions.append(name)
+            if not (emulate and name in ("TF32", "TF32x3") and a.data.dtype == np.float32):
+                return original(builder, a, b, d, input_precision, max_num_imprecise_acc)
+            handle = lambda x, like: interpreter.TensorHandle(x, like.dtype.scalar)
+            if name == "TF32":
+                return original(builder, handle(_to_tf32(a.data, False), a), handle(_to_tf32(b.data, False), b), d,
+                                input_precision, max_num_imprecise_acc)
+            a_hi, b_hi = _to_tf32(a.data, True), _to_tf32(b.data, True)
+            a_lo, b_lo = _to_tf32(a.data - a_hi, True), _to_tf32(b.data - b_hi, True)
+            small = np.matmul(a_lo, b_hi) + np.matmul(a_hi, b_lo)
+            return handle(((small + np.matmul(a_hi, b_hi)) + d.data).astype(d.data.dtype), d)
 
         monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
 
@@ -691,6 +710,82 @@ def test_tf32_tolerance(name, tf32, monkeypatch):
     errors = relative_errors(build(3, 20), kernel(target), 4, 40, 20, torch.float32)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TF32_TOL, (worst, errors[worst])
+
+
+@contextlib.contextmanager
+def float32_products(value: str):
+    """``$ODELAB_FLOAT32_PRODUCTS`` set to ``value`` (read at each forward)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ODELAB_FLOAT32_PRODUCTS", value)
+        yield
+
+
+def test_float32_products_switch(monkeypatch):
+    """``$ODELAB_FLOAT32_PRODUCTS`` chooses float32's products whatever torch's switch says; float64 stays IEEE;
+    anything else is refused by name."""
+    from odelab.kernels.cuda._common import dot_precision
+
+    for torch_switch in ("ieee", "tf32"):
+        with matmul_precision(torch_switch):
+            for value, expected in [("tf32x3", "tf32x3"), (" TF32x3 ", "tf32x3"), ("ieee", "ieee"), ("tf32", "tf32"),
+                                    ("", torch_switch)]:
+                monkeypatch.setenv("ODELAB_FLOAT32_PRODUCTS", value)
+                assert dot_precision(torch.float32) == expected, (torch_switch, value)
+                assert dot_precision(torch.float64) == "ieee"
+    monkeypatch.setenv("ODELAB_FLOAT32_PRODUCTS", "bf16")
+    with pytest.raises(ValueError, match="ODELAB_FLOAT32_PRODUCTS.*tf32x3.*'bf16'"):
+        dot_precision(torch.float32)
+
+
+@interpreted
+@pytest.mark.parametrize("name", WITH_DOTS + ["oscillator"])
+def test_tf32x3_reaches_every_product(name, monkeypatch):
+    """With three TF32 products asked for, every ``tl.dot`` of the forward and the backward, both variants, takes
+    them in float32 (the neural oscillator too: they keep float32's accuracy), IEEE in float64."""
+    build, target = PRESETS[name]
+    for dtype, expected in [(torch.float32, "TF32x3"), (torch.float64, "IEEE")]:
+        with pytest.MonkeyPatch.context() as patch, float32_products("tf32x3"):
+            dots = _Dots(patch)
+            for block_h in (None, 16):
+                relative_errors(build(3, 17), kernel(target), 3, 2, 17, dtype, block_h=block_h)
+        assert dots.precisions and set(dots.precisions) == {expected}, (dtype, set(dots.precisions))
+
+
+@interpreted
+@pytest.mark.parametrize("name", WITH_DOTS + ["oscillator"])
+def test_tf32x3_keeps_float32_tolerance(name, monkeypatch):
+    """Three emulated TF32 products against the generic loop in IEEE float32 (outputs, final state, every gradient)
+    over 40 steps at hidden 20: within the fused kernels' float32 tolerance, 1e-5, as with IEEE products."""
+    build, target = PRESETS[name]
+    _Dots(monkeypatch, emulate=True)
+    with float32_products("tf32x3"):
+        errors = relative_errors(build(3, 20), kernel(target), 4, 40, 20, torch.float32)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[torch.float32], (worst, errors[worst])
+
+
+@interpreted
+def test_tf32x3_emulation_changes_the_products(monkeypatch):
+    """The emulation of three TF32 products is not a no-op, and it keeps what one TF32 product loses: LEM's
+    outputs against the IEEE kernel's move by round-off with three (within 1e-5), by more than 1e-4 with one."""
+    build, target = PRESETS["lem"]
+    model = generic(build(3, 20))
+    torch.manual_seed(0)
+    x = torch.randn(4, 40, 3)
+    state = tuple(0.5 * torch.randn(4, n) for n in model.system.block_sizes())
+    run = kernel(target)
+
+    def outputs(products=None):
+        if products is None:
+            return run(model.system, x, state, model.dt, model.unfolds, lags_of(model))[0]
+        with pytest.MonkeyPatch.context() as patch, float32_products(products):
+            _Dots(patch, emulate=True)
+            return outputs()
+
+    ieee = outputs()
+    scale = ieee.abs().max()
+    assert 0 < (outputs("tf32x3") - ieee).abs().max() / scale <= TOL[torch.float32]
+    assert (outputs("tf32") - ieee).abs().max() / scale > 1e-4
 
 
 @interpreted
@@ -815,6 +910,22 @@ def test_full_size_cuda_tf32(name, size, tf32):
     assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", WITH_DOTS + ["oscillator"])
+@pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_full_size_cuda_tf32x3(name, size):
+    """Three TF32 products on the GPU meet the IEEE float32 kernels' criterion of :func:`test_full_size_cuda`:
+    deviation from the fp64 reference ≤ 10 × the IEEE fp32 generic loop's + 1e-5."""
+    model, run, x, state, weights = full_size_case(name, size)
+    reference = evaluate(model, None, torch.float64, x, state, weights)
+    plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
+    with float32_products("tf32x3"):
+        fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
+    excess = {n: fused[n] - (10 * plain[n] + 1e-5) for n in fused}
+    worst = max(excess, key=excess.get)
+    assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
+
+
 # -- compilation for a GPU without one -----------------------------------------------------------------------
 
 COMPILE_CHECK = r"""
@@ -878,7 +989,7 @@ for bh in (16, 32):
 count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:
-        precisions = ("ieee", "tf32") if dtype == "fp32" else ("ieee",)
+        precisions = ("ieee", "tf32", "tf32x3") if dtype == "fp32" else ("ieee",)
         for precision in precisions if "PRECISION" in fn.arg_names else (None,):
             compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)
             count += 1
@@ -888,8 +999,8 @@ print("compiled", count)
 
 @pytest.mark.slow
 def test_kernels_compile_for_sm90():
-    """Every kernel variant compiles to a cubin for sm_90 (Triton's bundled ptxas; no GPU needed), fp32 (IEEE and
-    TF32 products) and fp64: the interpreter does not check what only the compiler rejects. Several minutes on two
+    """Every kernel variant compiles to a cubin for sm_90 (Triton's bundled ptxas; no GPU needed), fp32 (IEEE, TF32
+    and three-TF32 products) and fp64: the interpreter does not check what only the compiler rejects. Several minutes on two
     cores."""
     import subprocess
     import sys
@@ -1123,6 +1234,8 @@ def test_grid_choice(monkeypatch):
     assert grid.resident(128, 128, None, gpu) and grid.resident(256, 100, None, gpu)  # 16 × 7 programs
     assert not grid.resident(512, 128, None, gpu)  # 16-row blocks do not fit: the weights stream (64-row ones)
     assert not grid.resident(128, 129, None, gpu) and not grid.resident(128, 128, 16, gpu)
+    # three TF32 products would hold each weight tile twice (spills): the weights stream
+    assert grid.resident(128, 128, None, gpu, "tf32") and not grid.resident(128, 128, None, gpu, "tf32x3")
 
 
 ROUNDED_IN_THE_GRID = {"lrcu-s"}  # compiled on a GPU, its grid kernel rounds a product differently (not a race)

@@ -2,7 +2,8 @@
 first use, so a CPU-only install never needs it).
 
 Every kernel runs the whole sequence in one launch forward and one backward (see ``_common`` for the layout);
-fp32 (IEEE products, or TF32 where torch's float32 matmuls may use it: ``_common.dot_precision``) and fp64. LEM,
+fp32 (IEEE products, TF32 where torch's float32 matmuls may use it, or three TF32 products with
+``ODELAB_FLOAT32_PRODUCTS=tf32x3``: ``_common.dot_precision``) and fp64. LEM,
 coRNN, the neural oscillator, GRU-ODE, τ-GRU and Delay GRU also have a stepwise schedule for large hidden sizes
 (``stepwise``: a launch per phase of a step over batch blocks × column tiles, recorded as CUDA graphs; the default
 on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels); the same kernels also have a

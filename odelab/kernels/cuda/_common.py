@@ -26,7 +26,8 @@ Two variants per dense cell:
 
 Dots are fp64, or fp32 in IEEE precision -- or in TF32 (10-bit mantissas in, fp32 sums) where torch's own float32
 matmuls may use it (``torch.set_float32_matmul_precision("high")``, ``torch.backends.cuda.matmul.fp32_precision =
-"tf32"``): :func:`dot_precision`, read when a sequence's forward runs and kept for its backward. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
+"tf32"``), or as three TF32 products ("tf32x3", float32 accuracy on tensor cores) with ``ODELAB_FLOAT32_PRODUCTS``:
+:func:`dot_precision`, read when a sequence's forward runs and kept for its backward. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
 the computation dtype, so that fp64 runs are fp64 throughout (a Python float argument would be fp32).
 """
 from __future__ import annotations
@@ -92,13 +93,28 @@ def on_device(values: list, dtype, device):
     return out
 
 
+PRODUCTS_ENV = "ODELAB_FLOAT32_PRODUCTS"
+FLOAT32_PRODUCTS = ("ieee", "tf32", "tf32x3")
+
+
 def dot_precision(dtype) -> str:
-    """The kernels' ``tl.dot`` input precision for states of ``dtype``: "tf32" for float32 where torch's float32
-    matmuls may use TF32, "ieee" otherwise (the default; float64 always)."""
+    """The kernels' ``tl.dot`` input precision for states of ``dtype``: "ieee" for float64; for float32
+    ``$ODELAB_FLOAT32_PRODUCTS`` where set (read at each forward) -- "ieee", "tf32", or "tf32x3": each product as
+    three TF32 tensor-core products of the operands' high and low parts (a_hi b_hi + a_hi b_lo + a_lo b_hi, a = a_hi
+    + a_lo, both parts rounded to TF32), which keeps about 21 of float32's 24 bits, within float32 round-off of IEEE
+    products -- otherwise torch's float32 matmul switch: "tf32" where torch's own matmuls may use TF32, "ieee"
+    (the default) elsewhere."""
+    import os
+
     import torch
 
     if dtype != torch.float32:
         return "ieee"
+    asked = os.environ.get(PRODUCTS_ENV, "").strip().lower()
+    if asked:
+        if asked not in FLOAT32_PRODUCTS:
+            raise ValueError(f"${PRODUCTS_ENV}: expected one of {', '.join(FLOAT32_PRODUCTS)}, got {asked!r}")
+        return asked
     matmul = torch.backends.cuda.matmul
     chosen = getattr(matmul, "fp32_precision", "none")  # torch's newer switch; "none": the legacy one decides
     if chosen in ("ieee", "tf32"):

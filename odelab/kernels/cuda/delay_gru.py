@@ -574,7 +574,7 @@ class DelayGRUSequence(torch.autograd.Function):
         consts = on_device([dt, alpha, beta], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]))
-        if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
+        if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
             grid.launch_resident(_grid_forward, (enc, weight_h, W2c, consts, S), B, T, H, ctx.precision, M=lag,
                                  **flags)
         elif schedule == "grid":  # the backward's two flags, unused forward
@@ -607,7 +607,7 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, ctx.block_h)
         flags = dict(zip(_FLAGS, layout[:14]))
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
-        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device):
+        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
             grid.launch_resident(_grid_backward, (enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD), B, T, H,
                                  ctx.precision, M=lag, **flags)

@@ -150,11 +150,14 @@ def launch(driver, tensors: list[torch.Tensor], ref: torch.Tensor, B: int, T: in
     check(sync)
 
 
-def resident(batch: int, hidden: int, block_h: int | None, device: torch.device) -> bool:
+def resident(batch: int, hidden: int, block_h: int | None, device: torch.device, precision: str = "ieee") -> bool:
     """Whether a kernel with weights on chip runs (LEM's and the oscillators' ``_grid_forward`` kernels): hidden ≤
-    :data:`RESIDENT_H`, no tile width asked for, and its programs (16-row batch blocks × 16-wide column tiles) fit
-    at once; otherwise the weights stream through the step kernels' phases."""
-    return block_h is None and hidden <= RESIDENT_H and rows_per_block(batch, hidden, RESIDENT_BH, device) == ROWS[0]
+    :data:`RESIDENT_H`, no tile width asked for, products other than three TF32 ones (which hold each weight tile
+    twice, its high and low parts: LEM's backward spills 1340 bytes a thread, τ-GRU's 1564; ptxas of Triton 3.6,
+    sm_90), and its programs (16-row batch blocks × 16-wide column tiles) fit at once; otherwise the weights
+    stream through the step kernels' phases (no spills there with three TF32 products at 16 rows)."""
+    return (block_h is None and hidden <= RESIDENT_H and precision != "tf32x3"
+            and rows_per_block(batch, hidden, RESIDENT_BH, device) == ROWS[0])
 
 
 def launch_resident(kernel, args, B: int, T: int, H: int, precision: str, **meta) -> None:

@@ -427,7 +427,7 @@ class GRUSequence(torch.autograd.Function):
         R = enc.new_empty(B, H)
         consts = on_device([dt], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device):
+        if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device, ctx.precision):
             grid.launch_resident(_grid_forward, (enc, weight_hidden, b_hu, consts, S), B, T, H, ctx.precision)
         elif schedule == "grid":
             grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R], consts, B, T, H, block_h, ctx.precision,
@@ -459,7 +459,7 @@ class GRUSequence(torch.autograd.Function):
         L = enc.new_empty(2, B, H)
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device):
+        if ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
             grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0]), B, T, H,
                                  ctx.precision)

@@ -503,7 +503,7 @@ class LEMSequence(torch.autograd.Function):
         Y[:, 0] = y0
         consts = on_device([dt], enc.dtype, enc.device)
         BB, BH = block_sizes(B, H, block_h)
-        if schedule == "grid" and grid.resident(B, H, block_h, enc.device):
+        if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
             forward = _lem_grid_forward_one_barrier if one_barrier() else _lem_grid_forward
             grid.launch_resident(forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)
         elif schedule == "grid":
@@ -533,7 +533,7 @@ class LEMSequence(torch.autograd.Function):
         LZ[T % 2] = grad_z
         LY[T % 2] = grad_y + grad_ys[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
-        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device):
+        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
             grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0], consts),
                                  B, T, H, ctx.precision)
