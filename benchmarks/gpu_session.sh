@@ -36,6 +36,9 @@
 #   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
 #   tf32x3     float32 products as three TF32 products (ODELAB_FLOAT32_PRODUCTS=tf32x3, opt-in until measured): its
 #              gpu tests (the IEEE float32 criterion at T = 1000), 60 s; LEM, coRNN, τ-GRU and GRU-ODE, 70 s
+#   trace      benchmarks/kernel_trace.py: every kernel's device time in a training step against the step's wall
+#              time (UnICORNN at (32, 1000, 16) took 1.35 ms, its two kernels' arithmetic ~0.1 ms: where is the rest?),
+#              UnICORNN, LEM, LTC, LRCU-A and nn.LSTM at the two smaller sizes, 90 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
@@ -210,6 +213,13 @@ tf32x3() {  # float32 products as three TF32 products (opt-in): the float32 crit
         --out "$RESULTS/cell_speed_${DEVICE}_tf32x3.json"
 }
 
+trace() {  # each kernel's device time in a training step against the step's wall time (torch.profiler)
+    local sizes=32x1000x16,128x1000x128
+    [ "$SMOKE" = 1 ] && sizes=4x20x8
+    step trace 90 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "$sizes" --steps 3 \
+        --models unicornn,unicornn-reversible,lem,lem-stepwise,ltc,lrcu-a,lstm --out "$RESULTS/kernel_trace_$DEVICE.json"
+}
+
 generic() {
     step generic 60 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-handwritten \
         --engines generic --sizes "$SIZES" --repeats 2 --out "$RESULTS/cell_speed_${DEVICE}_generic.json"
@@ -297,11 +307,11 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,51p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,54p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|slowcells|liquidthreads|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|slowcells|liquidthreads|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done
