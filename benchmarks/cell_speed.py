@@ -11,7 +11,7 @@ one input matmul, unbind, stack) as the yardstick of the generic path.
 recorded in the JSON's meta.)
 
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
-of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step (CUDA:
+of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step and of one forward (CUDA:
 ``torch.cuda.max_memory_allocated`` above what was allocated before the step; CPU, with ``--cpu-memory``: the growth
 of the peak RSS (Linux's VmHWM, reset before the step) over one training step in a fresh process per row, after a
 one-step training step has loaded the kernels and paged in the code: the CPU allocator keeps no peak statistic,
@@ -211,22 +211,22 @@ def timed(fn, model, x) -> tuple[float, float]:
     return time.perf_counter() - tic, time.thread_time() - cpu
 
 
-def peak_memory(model: nn.Module, x: torch.Tensor) -> int | None:
-    """Peak bytes allocated during one training step above the memory held before it (CUDA only)."""
+def peak_memory(model: nn.Module, x: torch.Tensor, step=training_step) -> int | None:
+    """Peak bytes allocated during one training step (or ``step``) above the memory held before it (CUDA only)."""
     if x.device.type != "cuda":
         return None
     model.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    training_step(model, x)
+    step(model, x)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
 
 
-def peak_memory_in(name: str, model: nn.Module, x: torch.Tensor) -> int | None:
+def peak_memory_in(name: str, model: nn.Module, x: torch.Tensor, step=training_step) -> int | None:
     with scheduled(name):
-        return peak_memory(model, x)
+        return peak_memory(model, x, step)
 
 
 def build(name: str, hidden: int, device: str) -> nn.Module:
@@ -336,7 +336,8 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "peak_memory_bytes": (cpu_peak_memory(name, engine, batch, steps, hidden) if device == "cpu" and cpu_memory
                                   else peak_memory_in(name, model, x)),
             "fwd_peak_memory_bytes": (cpu_peak_memory(name, engine, batch, steps, hidden, forward=True)
-                                      if device == "cpu" and cpu_memory and forward else None),
+                                      if device == "cpu" and cpu_memory and forward else
+                                      peak_memory_in(name, model, x, forward_only) if forward else None),
             "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
         })
     lstm = next((r for r in rows if r["model"] == "lstm"), None)

@@ -1,6 +1,7 @@
 """Peak memory of one fused CUDA training step, modelled without a GPU.
 
-    python benchmarks/cuda_memory_model.py [--models lem,taugru] [--sizes 1024x1000x256] [--out results.json]
+    python benchmarks/cuda_memory_model.py [--models lem,taugru] [--sizes 1024x1000x256] [--forward]
+                                           [--out results.json]
 
 The CUDA cells' Python side (the autograd Functions of ``odelab/kernels/cuda``) runs on ``meta`` tensors, which
 have shapes and no memory; the Triton launches are skipped (they only write into buffers the Functions allocate).
@@ -16,6 +17,8 @@ GRU-ODE at (128, 1000, 128) (10 %) and for the reversible UnICORNN at (128, 1000
 (1024, 1000, 256) (6.5 %).
 
 Sizes are also printed in units of one (B, T, H) tensor of the step's dtype, the size of a state sequence.
+``--forward`` models a forward under ``torch.no_grad()`` instead (no backward to come: the cells without delays run
+in chunks of steps, ``odelab/kernels/chunks.py``).
 """
 from __future__ import annotations
 
@@ -110,6 +113,14 @@ def modelled_peak(model: torch.nn.Module, x: torch.Tensor, smallest: int = 0) ->
     return tracker
 
 
+def modelled_forward_peak(model: torch.nn.Module, x: torch.Tensor, smallest: int = 0) -> PeakStorage:
+    """The peak of one forward of ``model`` on ``x`` (both on ``meta``) under ``torch.no_grad()``, above the
+    parameters."""
+    with torch.no_grad(), cuda_path_on_meta(), PeakStorage(smallest) as tracker:
+        model(x)
+    return tracker
+
+
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from cell_speed import MODELS, build
@@ -119,8 +130,10 @@ def main() -> None:
                                             "gru-ode,taugru,delaygru,lrcu-a,lrcu-s,ltc,stc")
     parser.add_argument("--sizes", default="32x1000x16,128x1000x128,1024x1000x256")
     parser.add_argument("--show", type=int, default=0, help="list this many of the largest storages at the peak")
+    parser.add_argument("--forward", action="store_true", help="a forward under torch.no_grad() instead")
     parser.add_argument("--out")
     args = parser.parse_args()
+    measure = modelled_forward_peak if args.forward else modelled_peak
     rows = []
     for size in args.sizes.split(","):
         batch, steps, hidden = map(int, size.split("x"))
@@ -130,7 +143,7 @@ def main() -> None:
                 raise SystemExit(f"--models: unknown {name!r}; choose from {', '.join(MODELS)}")
             torch.manual_seed(0)
             model = build(name, hidden, "meta")
-            peak = modelled_peak(model, torch.empty(batch, steps, 1, device="meta"), smallest=MIB // 16)
+            peak = measure(model, torch.empty(batch, steps, 1, device="meta"), smallest=MIB // 16)
             rows.append({"model": name, "batch": batch, "time": steps, "hidden": hidden,
                          "modelled_peak_bytes": peak.peak, "in_state_sequences": peak.peak / unit})
             print(f"{name:20s} ({batch}, {steps}, {hidden}): {peak.peak / MIB:9.1f} MiB = "
@@ -138,7 +151,8 @@ def main() -> None:
             for nbytes, op, shape in peak.at_peak[: args.show]:
                 print(f"{'':24s}{nbytes / unit:6.2f}  {op} {shape}")
     if args.out:
-        meta = {"what": "modelled peak of one fused CUDA training step (meta tensors, no launches)",
+        what = "forward under torch.no_grad()" if args.forward else "training step"
+        meta = {"what": f"modelled peak of one fused CUDA {what} (meta tensors, no launches)",
                 "torch": torch.__version__, "dtype": "float32", "input_size": 1}
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 

@@ -1473,3 +1473,44 @@ def test_a_cell_trains_after_running_under_inference_mode(monkeypatch):
     out, _ = kernel(target)(model.system, x, state, model.dt)
     out.sum().backward()
     assert model.system.Wy.grad is not None
+
+
+# -- a forward with no backward to come, in chunks of steps (odelab/kernels/chunks.py) ----------------------------
+
+CHUNKED = [n for n in PRESETS if n not in ("taugru", "delaygru")]  # the delay cells' steps read m steps back
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_forward_without_backward_in_chunks(name, monkeypatch):
+    """Under ``torch.no_grad()`` the kernels run 10 samples as chunks of 3, 3, 3 and 1, each from the previous one's
+    final state: the outputs and the final state equal those of one piece (float64, 1e-12; the input projection is
+    then a GEMM a chunk) and of the generic loop (1e-10); with gradients the sequence stays one piece."""
+    from odelab.kernels import chunks
+
+    build, target = PRESETS[name]
+    torch.manual_seed(0)
+    model = generic(build(3, 17)).to(DEVICE, torch.float64)
+    x = torch.randn(2, 10, 3, device=DEVICE, dtype=torch.float64)
+    state = tuple(0.5 * torch.randn(2, n, device=DEVICE, dtype=torch.float64) for n in model.system.block_sizes())
+    run = kernel(target)
+    calls = []
+
+    def piece(steps):
+        def spy(*args):
+            calls.append(steps)
+            return steps
+        return spy
+
+    with torch.no_grad():
+        monkeypatch.setattr(chunks, "steps_per_chunk", piece(10))
+        whole, whole_final = run(model.system, x, state, model.dt, model.unfolds)
+        monkeypatch.setattr(chunks, "steps_per_chunk", piece(3))
+        out, final = run(model.system, x, state, model.dt, model.unfolds)
+        ref, ref_final = model(x, state)
+    assert calls == [10, 3] and out.shape == ref.shape
+    for a, b, tol in [(out, whole, 1e-12), (out, ref, 1e-10), *zip(final, whole_final, [1e-12] * 2),
+                      *zip(final, ref_final, [1e-10] * 2)]:
+        assert ((a - b).abs().max() / b.abs().max()).item() <= tol
+    x.requires_grad_()
+    assert run(model.system, x, state, model.dt, model.unfolds)[0].grad_fn is not None  # one piece: not chunked
+    assert calls == [10, 3, 3]

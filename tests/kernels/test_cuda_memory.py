@@ -86,3 +86,26 @@ def test_the_model_counts_what_a_step_allocates(model_of_memory):
         del b
         c = torch.ones(B, T, H, device="meta")  # noqa: F841
     assert tracker.peak == 2 * W
+
+
+@pytest.mark.parametrize("name", [n for n in BUDGETS if n not in ("taugru", "delaygru")])
+def test_forward_without_backward_holds_its_outputs_and_a_chunk(name, model_of_memory, monkeypatch):
+    """Under ``torch.no_grad()`` the cells without delays run in chunks of steps (``odelab/kernels/chunks.py``;
+    here 8 of the 120, as 64 of 1000 at (1024, 1000, 256); the input synapses' openings two rows of x at a time, as
+    in the training test): the modelled peak is the outputs (W) and one chunk's buffers, ≤ 1.6 W -- LEM's, the
+    widest: its encoding (4 chunks of state sequence, 8/120 W each), its states z and y (2), the previous chunk's
+    outputs (1), 1.47 W, and (B, H) states -- where LEM in one piece holds its encoding and both states, 6 W."""
+    from odelab.kernels import chunks
+    from odelab.kernels.cuda import liquid
+
+    monkeypatch.setattr(chunks, "CHUNK_STATE_BYTES", B * 8 * H * 4)
+    monkeypatch.setattr(liquid, "INPUT_CHUNK_BYTES", 2 * INPUTS * H * 4)
+    build, _ = BUDGETS[name]
+    torch.manual_seed(0)
+    model = build().to("meta")
+    x = torch.empty(B, T, INPUTS, device="meta")
+    peak = model_of_memory.modelled_forward_peak(model, x)
+    assert peak.peak <= 1.6 * W, (peak.peak / W, [(n / W, op, shape) for n, op, shape in peak.at_peak])
+    if name == "lem":
+        monkeypatch.setattr(chunks, "CHUNK_STATE_BYTES", 1 << 40)
+        assert model_of_memory.modelled_forward_peak(model, x).peak >= 6 * W

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..chunks import needs_backward  # noqa: F401 -- the CPU kernels import it from here
 from .extension import call
 
 
@@ -22,12 +23,6 @@ def encode_flat(system, x: Tensor, unfolds: int = 1) -> Tensor:
 # the encoding of one chunk of samples in :func:`forward_in_chunks`: a few MB, so that its pages are reused from chunk
 # to chunk and the Python work per chunk stays negligible
 CHUNK_BYTES = 1 << 22
-
-
-def needs_backward(system, x: Tensor, state) -> bool:
-    """Whether autograd may ask for a backward: gradients enabled and x, the state or a parameter requiring one."""
-    return torch.is_grad_enabled() and (x.requires_grad or any(s.requires_grad for s in state)
-                                        or any(p.requires_grad for p in system.parameters()))
 
 
 def chunk_samples(x: Tensor, unfolds: int, width: int) -> int:

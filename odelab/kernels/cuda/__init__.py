@@ -8,6 +8,7 @@ coRNN, the neural oscillator, GRU-ODE, τ-GRU and Delay GRU also have a stepwise
 (``stepwise``: a launch per phase of a step over batch blocks × column tiles, recorded as CUDA graphs; the default
 on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels); the same kernels also have a
 grid-synchronised one (``grid``: those phases in one launch, a barrier between them; ``ODELAB_CUDA_SCHEDULE=grid``).
+Without a backward to come, the cells without delays run in chunks of steps (``..chunks.in_chunks``).
 """
 from ... import systems
 from ..registry import register

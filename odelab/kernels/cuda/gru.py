@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
@@ -490,6 +491,7 @@ class GRUSequence(torch.autograd.Function):
         return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None, None
 
 
+@in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
     of dt/L per sample (the input held). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
@@ -557,6 +558,7 @@ class LEMSequence(torch.autograd.Function):
         return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ[0].clone(), LY[0].clone(), None, None, None
 
 
+@in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
     ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA):

@@ -32,6 +32,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
+from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
@@ -656,17 +657,20 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
     return hs, (hT,)
 
 
+@in_chunks
 def run_ltc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """LTC, "imex-implicit" (the ncps fused solver), ``unfolds`` sub-steps per sample. ``schedule``: as in
     :func:`.lem.run`."""
     return _run(system, x, state, dt, unfolds, LTC, block_h, schedule)
 
 
+@in_chunks
 def run_stc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """STC, "imex-implicit", ``unfolds`` sub-steps per sample."""
     return _run(system, x, state, dt, unfolds, STC, block_h, schedule)
 
 
+@in_chunks
 def run_lrc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """LRC (LRCU-A / LRCU-S), "euler"."""
     mode = LRC_SYMMETRIC if system.raw_k_shift is not None else LRC_ASYMMETRIC

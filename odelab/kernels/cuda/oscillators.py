@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
@@ -497,6 +498,7 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
     return ys, (z, y)
 
 
+@in_chunks
 def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """coRNN, "imex" (explicit damping, the official cell)."""
     coefficients = torch.stack(system.gamma_epsilon())
@@ -504,6 +506,7 @@ def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None
                 schedule)
 
 
+@in_chunks
 def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """coRNN, "imex-implicit" (implicit damping, the paper's option)."""
     coefficients = torch.stack(system.gamma_epsilon())
@@ -511,6 +514,7 @@ def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None
                 schedule)
 
 
+@in_chunks
 def run_oscillator(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """Neural oscillator, "symplectic-euler"."""
     coefficients = x.new_zeros(2)

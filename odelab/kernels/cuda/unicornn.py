@@ -26,6 +26,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
+from ..chunks import in_chunks
 from ._common import available, on_device, sigmoid, tanh  # noqa: F401
 
 BLOCK = 128
@@ -321,6 +322,7 @@ class UnICORNNSequence(torch.autograd.Function):
         return G, GW.sum(0), GS.sum(0) * s * (1.0 - s), GZ, GY, None, None
 
 
+@in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), **_):
     """One UnICORNN layer, "symplectic-euler", over ``x`` from ``state`` = (z0, y0)."""
     h = float(dt) / unfolds
@@ -374,6 +376,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0) * s * (1.0 - s), GZ, GY, None, None
 
 
+@in_chunks
 def run_reversible(system, x, state, dt, unfolds=1, lags=(), **_):
     """One UnICORNN layer with the reversible backward (3.7), "symplectic-euler", over ``x`` from (z0, y0)."""
     if unfolds != 1:
