@@ -5,12 +5,12 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh grid tests cells   # THERE (carry .whl and benchmarks/results): the grid
-#                                                     #   schedule's tests (the barrier fix, LRCU-S's tolerance),
-#                                                     #   the gpu tests, every cell under the new default
-#   bash benchmarks/gpu_session.sh barrier slowcells liquidrows liquidthreads fit   # a second command: a grid
-#                                                     #   phase's parts, the liquid cells' rows a program and two
-#                                                     #   synapse loops, the FHN paper run, about 8 minutes
+#   bash benchmarks/gpu_session.sh tests cells tf32x3  # THERE (carry .whl and benchmarks/results): the gpu
+#                                                     #   tests, every cell under the default schedule, three TF32
+#                                                     #   products (their tests, then their speed), about 8 minutes
+#   bash benchmarks/gpu_session.sh trace barrier liquidrows  # a second command if the lease has 5 minutes left:
+#                                                     #   each kernel's time in a step, a grid phase's parts, the
+#                                                     #   liquid cells' rows a program (then liquidthreads, fit)
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -108,9 +108,9 @@ tests() {
         local parallel=()
         $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
         warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
-        local skip=()
-        [ -n "${GRID_TESTED:-}" ] && skip=(-k "not grid and not one_barrier")  # the grid step ran them
-        step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" "${skip[@]}" tests
+        local skip="not tf32x3"  # the tf32x3 step runs those
+        [ -n "${GRID_TESTED:-}" ] && skip="$skip and not grid and not one_barrier"  # the grid step ran them
+        step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" -k "$skip" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
         # div.full there) and UnICORNN's eight-step trips against the generic loop
         step tests-kernels 45 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py \
