@@ -8,9 +8,10 @@
 #   bash benchmarks/gpu_session.sh tests cells tf32x3  # THERE (carry .whl and benchmarks/results): the gpu
 #                                                     #   tests, every cell under the default schedule, three TF32
 #                                                     #   products (their tests, then their speed), about 8 minutes
-#   bash benchmarks/gpu_session.sh trace barrier liquidrows  # a second command if the lease has 5 minutes left:
-#                                                     #   each kernel's time in a step, a grid phase's parts, the
-#                                                     #   liquid cells' rows a program (then liquidthreads, fit)
+#   bash benchmarks/gpu_session.sh trace profile barrier  # a second command if the lease has 6 minutes left:
+#                                                     #   each kernel's time in a step, where LEM's and UnICORNN's
+#                                                     #   kernels stall, a grid phase's parts (then liquidrows,
+#                                                     #   liquidthreads, fit)
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -42,7 +43,7 @@
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
-#   profile    Nsight Compute on the fused LEM kernels at hidden 128, 100 s
+#   profile    Nsight Compute on LEM's grid kernels at hidden 128 (100 s) and UnICORNN's at hidden 16 (60 s)
 #   coldstart  the solvers' first call from empty Triton and odelab caches (batch 1280) against diffrax's jit, with
 #              where it goes (each kernel's compilation, each C compiler run), 70 s; then a new configuration
 #              (batch 16384) in a new process with the caches the first filled, 60 s
@@ -245,15 +246,20 @@ enso() {
     fi
 }
 
-profile() {  # Nsight Compute on the fused LEM kernels at hidden 128 (T = 50): where their steps stall
+profile() {  # Nsight Compute: where the steps of LEM's grid kernels (hidden 128, T = 50) and UnICORNN's (hidden 16,
+    # T = 200) stall
     if [ "$SMOKE" = 1 ] || ! command -v ncu >/dev/null; then
         echo "== profile: skipped (SMOKE, or no ncu on this machine)"
         return
     fi
-    step profile 100 ncu --clock-control none --launch-count 2 -k "regex:_lem_forward|_lem_backward" \
-        --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
-        --section MemoryWorkloadAnalysis --section SourceCounters $PY benchmarks/cell_speed.py --device cuda \
+    local sections=(--section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy
+                    --section MemoryWorkloadAnalysis --section SourceCounters)
+    step profile 100 ncu --clock-control none --launch-count 2 -k "regex:_lem_grid_forward$|_lem_grid_backward" \
+        "${sections[@]}" $PY benchmarks/cell_speed.py --device cuda \
         --models lem --engines fused --sizes 128x50x128 --repeats 1 --no-forward --out /tmp/profile.json
+    step profile-unicornn 60 ncu --clock-control none --launch-count 2 -k "regex:^_forward$|^_backward$" \
+        "${sections[@]}" $PY benchmarks/cell_speed.py --device cuda \
+        --models unicornn --engines fused --sizes 32x200x16 --repeats 1 --no-forward --out /tmp/profile_u.json
 }
 
 coldstart() {  # issue 14's first call on the GPU from empty caches (Triton's and odelab's), against diffrax's jit
@@ -307,7 +313,7 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,54p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,55p' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
