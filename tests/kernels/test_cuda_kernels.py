@@ -1520,7 +1520,8 @@ def test_forward_without_backward_in_chunks(name, monkeypatch):
 @pytest.mark.parametrize("name", ["lem", "gru-ode", "ltc", "unicornn"])
 def test_forward_in_chunks_on_the_gpu(name, monkeypatch):
     """On the GPU (the grid schedule at hidden 128, its barrier checked after every chunk's launch): under
-    ``torch.no_grad()`` 16 chunks of 20 steps give one piece's outputs and final state (float32, 1e-6), and the
+    ``torch.no_grad()`` 16 chunks of 20 steps give one piece's outputs and final state (float32, 1e-5: the input
+    projection a chunk at a time may round differently), and the
     forward's peak allocation stays below 2 state sequences (one piece: LEM 6, GRU-ODE 4, LTC 4 with 2 unfolds,
     UnICORNN 3)."""
     from odelab.kernels import chunks
@@ -1543,5 +1544,5 @@ def test_forward_in_chunks_on_the_gpu(name, monkeypatch):
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base
     for a, b in [(out, whole), *zip(final, whole_final)]:
-        assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-6
+        assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-5
     assert peak < 2 * unit, peak / unit
