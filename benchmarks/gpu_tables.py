@@ -93,6 +93,8 @@ def cells_table(folders: list[Path]) -> str:
                 cell = f"{1e3 * r['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio and model != "lstm" else "")
                 if r["peak_memory_bytes"] is not None:
                     cell += f", {r['peak_memory_bytes'] / 2**20:.0f} MiB"
+                if r.get("fwd_peak_memory_bytes") is not None:
+                    cell += f" (forward {r['fwd_peak_memory_bytes'] / 2**20:.0f} MiB)"
                 cell += mark(r["folder"])
             for name, rows in others:
                 t = find(rows, model, size)
@@ -229,7 +231,8 @@ device time, so some cells are not measured.
 "same RMSE with either engine"): {quick_fit(folders)}.
 
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
-ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step;
+ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step (and
+of one forward under `torch.no_grad()`, where measured);
 "TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
 seventh session) for every preset but UnICORNN:
