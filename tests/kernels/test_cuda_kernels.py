@@ -379,22 +379,6 @@ def test_stepwise_equals_generic(name, size, dtype):
     assert errors[worst] <= (1e-10 if dtype == torch.float64 else 1e-5), (worst, errors[worst])
 
 
-@pytest.mark.parametrize("schedule", ["persistent", "stepwise", "grid"])
-@pytest.mark.parametrize("name", ["ltc", "lrcu-s"])
-def test_liquid_synapse_sums_in_threads(name, schedule, monkeypatch):
-    """``ODELAB_LIQUID_SYNAPSES=threads`` (each element's synapse sums in one thread): outputs, final state and every
-    gradient against the generic loop in float64 to 1e-10, under each schedule (hidden 17 in 16-wide tiles: two
-    column programs, a masked second one; the grid's one 32-wide tile)."""
-    from odelab.kernels.cuda import liquid
-
-    monkeypatch.setattr(liquid, "SYNAPSES_IN_THREADS", tl.constexpr(True))
-    build, target = PRESETS[name]
-    run = lambda *args, **kw: kernel(target)(*args, schedule=schedule, **kw)
-    errors = relative_errors(build(3, 17), run, 5, 3, 17, torch.float64, block_h=32 if schedule == "grid" else 16)
-    worst = max(errors, key=errors.get)
-    assert errors[worst] <= 1e-10, (worst, errors[worst])
-
-
 @pytest.mark.parametrize("rows", ["1", "4"])
 @pytest.mark.parametrize("hidden, block_h", [(5, None), (17, 16)])
 @pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a"])
@@ -471,20 +455,6 @@ def test_input_synapses_in_chunks(inputs, monkeypatch):
     got = loss_and_grads(*liquid.input_conductances(system, x))
     for a, b in zip((*expected[0], *expected[1]), (*got[0], *got[1])):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
-
-
-def test_liquid_synapse_choice(monkeypatch):
-    """The synapse loop is read from $ODELAB_LIQUID_SYNAPSES once, at import: "blocks" unless "threads" (any case)."""
-    import importlib.util
-
-    from odelab.kernels.cuda import liquid
-
-    for value, expected in (("Threads", True), ("blocks", False), ("", False)):
-        monkeypatch.setenv(liquid.SYNAPSES_ENV, value)
-        spec = importlib.util.spec_from_file_location("odelab.kernels.cuda._liquid_again", liquid.__file__)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert bool(module.SYNAPSES_IN_THREADS) is expected
 
 
 @pytest.mark.parametrize("name", ["lem", "cornn-learned-coefficients", "ltc"])
@@ -983,9 +953,16 @@ for bh in (16, 32):
               for k in (liquid._forward_resident, liquid._backward_resident) if bh == liquid.RESIDENT_H]
     dense += [(k, dict(MODE=mode, BB=rows, BH=bh, BJ=liquid.block_j(bh, rows), L=6)) for mode in (0, 1)
               for rows in (1, 4) for k in (liquid._forward, liquid._backward)]  # ODELAB_LIQUID_ROWS
-    dense += [(liquid._step, dict(c, PHASE=0)) for c in liquid_modes]
-    dense += [(liquid._step_backward, dict(c, PHASE=phase)) for c in liquid_modes for phase in (0, 1)]
     jobs += [(fn, dict(dict(num_warps=warps(bh)), **constexprs)) for fn, constexprs in dense]
+for bj, bi in liquid.SYNAPSE_TILES:  # the synapse-tile phases, every mode, forward and backward
+    ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
+    tiles = dict(BJ=bj, BI=bi, num_warps=liquid.THREADS // 32)
+    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=liquid.ELEMENTS, LIMIT=1 << 22))
+             for mode in (0, 1, 2, 3) for bw in (False, True)]
+    jobs += [(liquid._synapse_step, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, RS=max(ra, rc)))
+             for mode in (0, 1, 2, 3) for bw in (False, True) if (bj, bi) == liquid.STEPWISE_TILE]
+jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=16, BI=8, L=6, E=liquid.ELEMENTS))
+         for mode in (0, 1, 2, 3) for bw in (False, True)]
 count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:
@@ -1018,7 +995,8 @@ def test_kernels_compile_for_sm90():
 # the presets with a grid driver -> (forward, backward) phases a step (a liquid cell's: a sub-step's)
 WITH_GRID = {"lem": (2, 3), "cornn-learned-coefficients": (1, 2), "cornn-implicit-learned-coefficients": (1, 2),
              "oscillator": (1, 2), "gru-ode": (1, 2), "gru-ode-reset-before": (2, 4), "taugru": (1, 2),
-             "delaygru": (1, 2), "ltc": (1, 2), "lrcu-s": (1, 2)}
+             "delaygru": (1, 2)}
+# (the liquid cells' grid schedule has its own programs, synapse tiles: below)
 
 
 def _grid_and_stepwise(name, batch, time, hidden, dtype, block_h, seed=0):
@@ -1085,6 +1063,105 @@ def test_grid_with_64_row_batch_blocks(name, monkeypatch):
     worst = max(errors, key=errors.get)
     assert errors[worst] <= 1e-10, (worst, errors[worst])
     assert [len(m) for m in made] == [3, 3]  # two batch blocks' counters and the flag, forward and backward
+
+
+# -- the liquid cells' synapse tiles (stepwise and grid schedules) -------------------------------------------------
+
+LIQUID = ["ltc", "lrcu-s"]  # LTC with 2 sub-steps per sample; LRCU-S: O_h's sums and the elastance shift besides
+
+
+def _liquid_run(name, schedule):
+    return lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule=schedule, **kw)
+
+
+@pytest.mark.parametrize("name", LIQUID)
+def test_liquid_stepwise_with_row_slabs(name):
+    """The stepwise synapse phases over several row slabs (batch 70: five slabs of 16 rows, the last partly masked;
+    each slab's parameter sums in their own slot) and 16 × 16 synapse tiles at hidden 20 (2 × 2 tiles, masked
+    edges): outputs, final state and every gradient against the generic loop in float64 to 1e-10."""
+    from odelab.kernels.cuda import liquid
+
+    assert liquid.synapse_tiles(20, "stepwise", torch.device(DEVICE)) == (16, 16)
+    assert max(liquid.phase_rows(16, 16, 70)) == 16
+    errors = relative_errors(PRESETS[name][0](3, 20), _liquid_run(name, "stepwise"), 70, 3, 20, torch.float64)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-10, (worst, errors[worst])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("size", [(1, 1, 17), (19, 4, 17), (40, 3, 30)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", LIQUID)
+def test_liquid_grid_equals_generic(name, size, dtype, monkeypatch):
+    """The liquid cells' grid schedule (the default on CUDA from hidden 17; under the interpreter one tile of the
+    whole synapse matrix, so one program, whose barriers it can meet; element phases in 256-element blocks, two at
+    19 × 17): outputs, final state and every gradient against the generic loop, 1e-10 / 1e-5; its one counter ends
+    at two barriers a sub-step forward and two a sub-step, sub-steps T … 0, backward."""
+    from odelab.kernels.cuda import grid, liquid
+
+    made = []
+    real = grid.counters
+    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    batch, time, hidden = size
+    model = PRESETS[name][0](3, hidden)
+    assert liquid.liquid_schedule("grid", torch.empty(batch, time, 3, device=DEVICE), hidden, None) == "grid"
+    errors = relative_errors(model, _liquid_run(name, "grid"), batch, time, hidden, dtype)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[dtype], (worst, errors[worst])
+    steps = time * model.unfolds
+    assert [m.tolist() for m in made] == [[2 * steps, 0], [2 * (steps + 1), 0]]
+
+
+def test_liquid_schedule_choice(monkeypatch):
+    """The liquid cells keep their register-resident kernels up to hidden 16 (unless tiles are asked for), take the
+    synapse tiles from hidden 17 under "stepwise" and "grid", and fall back to "stepwise" where the grid's tiles do
+    not fit at once or a grid barrier failed on the device; grid tiles on a GPU of 132 multiprocessors: the smallest
+    whose count fits."""
+    from odelab.kernels.cuda import grid, liquid
+
+    x = torch.empty(4, 2, 3, device=DEVICE)
+    assert liquid.liquid_schedule("grid", x, 16, None) == "persistent"
+    assert liquid.liquid_schedule("grid", x, 16, 16) == "grid"
+    assert liquid.liquid_schedule("stepwise", x, 17, None) == "stepwise"
+    assert liquid.liquid_schedule("persistent", x, 300, None) == "persistent"
+    monkeypatch.setattr(liquid, "synapse_tiles", lambda *args: None)
+    assert liquid.liquid_schedule("grid", x, 17, None) == "stepwise"
+    monkeypatch.undo()
+    monkeypatch.setattr(grid, "_NOT_RESIDENT", {x.device})
+    assert liquid.liquid_schedule("grid", x, 17, None) == "stepwise"
+    monkeypatch.undo()
+
+    class H200:
+        multi_processor_count = 132
+
+    monkeypatch.setattr(grid, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: H200)
+    cuda = torch.device("cuda")
+    tiles = {m: liquid.synapse_tiles(m, "grid", cuda) for m in (17, 64, 128, 256, 300)}
+    assert tiles == {17: (8, 4), 64: (8, 4), 128: (16, 8), 256: (32, 16), 300: None}
+    assert liquid.synapse_tiles(300, "stepwise", cuda) == (16, 16)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the abandoned grid forward read stale rows
+def test_liquid_grid_barrier_never_met_reruns_the_forward_stepwise(monkeypatch):
+    """Synapse-tile programs that are not all resident (under the interpreter, which runs them one after another: 8
+    × 4 tiles at hidden 17, 15 programs): the barrier gives up after its spin limit, the call warns and reruns its
+    forward with the stepwise schedule (the same values as asking for it), and the device keeps that schedule."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's sequential programs are the stand-in for non-resident ones")
+    from odelab.kernels.cuda import grid, liquid
+
+    monkeypatch.setattr(grid, "SPIN_LIMIT", 3)
+    monkeypatch.setattr(grid, "_NOT_RESIDENT", set())
+    monkeypatch.setattr(liquid, "synapse_tiles", lambda m, schedule, device: (8, 4) if schedule == "grid" else (16, 16))
+    model = PRESETS["ltc"][0](3, 17)
+    x = torch.randn(2, 2, 3, dtype=torch.float64)
+    state = (torch.zeros(2, 17, dtype=torch.float64),)
+    model = model.double()
+    with pytest.warns(RuntimeWarning, match="grid barrier .* was not met .* reran with the stepwise schedule"):
+        out, final = liquid.run_ltc(model.system, x, state, model.dt, model.unfolds, schedule="grid")
+    ref, ref_final = liquid.run_ltc(model.system, x, state, model.dt, model.unfolds, schedule="stepwise")
+    assert torch.equal(out, ref) and torch.equal(final[0], ref_final[0])
+    assert liquid.liquid_schedule("grid", x, 17, None) == "stepwise"
 
 
 # the presets with grid kernels that keep their weights on chip -> barriers a step (forward, backward)
@@ -1271,6 +1348,39 @@ def test_grid_on_the_gpu(name):
         errors = relative_errors(PRESETS[name][0](3, hidden), run, batch, time, hidden, torch.float64)
         worst = max(errors, key=errors.get)
         assert errors[worst] <= 1e-10, (batch, time, hidden, worst, errors[worst])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [(40, 200, 96), (128, 60, 128), (300, 20, 256)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", LIQUID)
+def test_liquid_grid_on_the_gpu(name, size):
+    """Real concurrent synapse-tile programs, float64 (on an H200's 132 multiprocessors: hidden 96 in 16 × 8 tiles, 72
+    programs; 128 in 16 × 8, 128; 256 in 32 × 16, 128): the same bits twice, the generic loop to 1e-10, the stepwise
+    schedule (other tiles, other sums) to 1e-12."""
+    from odelab.kernels.cuda import liquid
+
+    batch, time, hidden = size
+    assert liquid.liquid_schedule("grid", torch.empty(batch, 1, 3, device=DEVICE), hidden, None) == "grid"
+    results = {}
+    for schedule in ("grid", "grid again", "stepwise"):
+        torch.manual_seed(0)
+        model = PRESETS[name][0](3, hidden).to(device=DEVICE, dtype=torch.float64)
+        x = torch.randn(batch, time, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
+        out, final = _liquid_run(name, schedule.split()[0])(model.system, x, (torch.zeros(batch, hidden,
+                                                                                           device=DEVICE,
+                                                                                           dtype=torch.float64),),
+                                                            model.dt, model.unfolds)
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.shape[-1], device=DEVICE,
+                                                          dtype=out.dtype)).sum() + final[0].sum(),
+                                    [x, *model.parameters()], allow_unused=True)
+        results[schedule] = [out, final[0], *(g for g in grads if g is not None)]
+    for a, b, c in zip(results["grid"], results["grid again"], results["stepwise"]):
+        assert torch.equal(a, b)
+        assert ((a - c).abs().max() / c.abs().max().clamp_min(1e-300)).item() <= 1e-12
+    errors = relative_errors(PRESETS[name][0](3, hidden), _liquid_run(name, "grid"), batch, time, hidden,
+                             torch.float64)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-10, (worst, errors[worst])
 
 
 @pytest.mark.gpu

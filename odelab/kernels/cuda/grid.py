@@ -129,7 +129,7 @@ def schedule_for(schedule: str | None, x: torch.Tensor, hidden: int, block_h: in
     "stepwise"."""
     if not use_stepwise(schedule, x.device, hidden, block_h):
         return "persistent"
-    if chosen_schedule(schedule, x.device) == "grid" and x.device not in _NOT_RESIDENT:
+    if chosen_schedule(schedule, x.device) == "grid" and not retired(x.device):
         _, BH = block_sizes(x.shape[0], hidden, block_h)
         if rows_per_block(x.shape[0], hidden, BH, x.device) is not None:
             return "grid"
@@ -182,6 +182,11 @@ class BarrierNotMet(RuntimeError):
 
 
 _NOT_RESIDENT: set = set()  # devices where a grid barrier was not met: they take the stepwise schedule from then on
+
+
+def retired(device: torch.device) -> bool:
+    """Whether a grid barrier failed on ``device`` (which then takes the stepwise schedule)."""
+    return device in _NOT_RESIDENT
 
 
 def check(sync: torch.Tensor) -> None:

@@ -10,17 +10,23 @@ The input synapses and the leak (``system.input_conductances``: f_in, u_in) and 
 on h: torch computes them for the whole sequence, once per sample (:class:`InputSynapses` for the synapses, in
 chunks, recomputing their openings in the backward; autograd for the rest), and the kernels
 add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
-(batch, j, i)): a tile computes (BB, BJ, BH) blocks of openings and reduces over j. What is stored for the
-backward: the states of every sub-step. The backward recomputes the openings from them; it writes ∂L/∂f_in,
-∂L/∂u_in per sample (summed over its sub-steps) and ∂L/∂w per sub-step (LRC: the O_h gradient is one GEMM over
-them), and accumulates the hidden synapses' parameter gradients (g, k, a, b: one (m, m) matrix each) per batch
-block in the kernel (summed over the blocks in torch); e_l and the elastance shift per element.
+(batch, j, i)). What is stored for the backward: the states of every sub-step. The backward recomputes the openings
+from them; it writes ∂L/∂f_in, ∂L/∂u_in per sample (summed over its sub-steps) and ∂L/∂w per sub-step (LRC: the
+O_h gradient is one GEMM over them), and sums the hidden synapses' parameter gradients (g, k, a, b: one (m, m)
+matrix each) in the kernel per batch block or row slab (summed over those in torch); e_l and the elastance shift
+per element.
 
-Two schedules of the same tiles: one launch forward and one backward over all sub-steps (a program per 16-row
-batch block walks the column tiles), or the stepwise one of :mod:`.stepwise` (a launch per phase of a sub-step
-over batch blocks × column tiles: 1 forward, 2 backward), and the grid-synchronised one of :mod:`.grid` (the same
-phases in one launch, the default on CUDA from hidden 33; on an H200 as fast as the stepwise one for these cells,
-whose synapse sums, not the launches, take the time).
+Two layouts of that work:
+
+* **batch blocks** (the "persistent" schedule: one launch forward, one backward): a program per 16-row batch block
+  walks all sub-steps, its (BB, BJ, BH) blocks of openings reduced over j; up to hidden :data:`RESIDENT_H` the
+  synapses stay in registers. The default up to hidden 16. At (128, 1000, 128) on an H200 (2026-11-25/26) this
+  layout took 1.6 s (LRCU) and 9.3 s (LTC, 6 sub-steps) a training step in one launch, and 0.39 and 2.2 s with a
+  launch per phase: 32 programs, each reducing across its threads.
+* **synapse tiles** (the "stepwise" and "grid" schedules, the default on CUDA from hidden 17; section below): a
+  program owns a (BJ, BI) tile of synapses for a range of batch rows, sums each opening inside one thread, and the
+  tiles' partial sums meet in small buffers between phases: 128 programs at hidden 128 and 256. GPU speed: not
+  measured yet.
 """
 from __future__ import annotations
 
@@ -36,8 +42,8 @@ from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
-    step_launches, tanh, tile_at, warps)
-from .stepwise import launch_steps
+    tanh, tile_at, warps)
+from .stepwise import chosen_schedule, device_table, launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
 RESIDENT_H = 16  # hidden sizes up to this run the register-resident kernels (one (16, 16, 16) block of openings)
@@ -88,44 +94,18 @@ def persistent_rows(mode: int) -> int:
     return 16 if mode >= LRC_ASYMMETRIC else int(value)
 
 
-SYNAPSES_ENV = "ODELAB_LIQUID_SYNAPSES"
-# how a tile sums its hidden synapses (read once, at import): "blocks" (the default) or "threads" (below)
-SYNAPSES_IN_THREADS: tl.constexpr = tl.constexpr(os.environ.get(SYNAPSES_ENV, "blocks").strip().lower() == "threads")
-
-
 @triton.jit
 def _conductances(f, u, hp, sS, rows, rmask, cols, GS, AS, BS, KS, H, BJ: tl.constexpr):
-    """(f, u) + the hidden synapses' Σ_{j<H} (g_ji, k_ji) σ(a_ji h_j + b_ji) of a (BB, BH) tile (h at hp).
-
-    "blocks": (BB, BJ, BH) blocks of openings reduced over j, BJ presynaptic neurons a trip. "threads"
-    (``ODELAB_LIQUID_SYNAPSES=threads``): each element's sums run over j in the thread that holds it, BJ neurons a
-    trip (their loads issued together), with no reduction across threads. In sm_90 PTX (fp32, 32-wide tiles, 8
-    warps) a trip of "blocks" spends 10 barriers, 64 shared-memory accesses and 32 shuffles on a thread's 8
-    sigmoids (567 instructions, 128 registers); "threads" none (301 instructions, 64 registers). Its GPU speed is
-    not measured yet; under Triton's interpreter it runs 3× slower (one operation per neuron j), so it is opt-in."""
-    if SYNAPSES_IN_THREADS:
-        cmask = cols < H
-        for j0 in range(0, H, BJ):
-            for dj in tl.static_range(BJ):
-                j = j0 + dj
-                hj = tl.load(hp + rows * sS + j, mask=rmask & (rows * 0 + j < H), other=0.0)
-                pm = cmask & (cols * 0 + j < H)
-                g = tl.load(GS + j * H + cols, mask=pm, other=0.0)
-                a = tl.load(AS + j * H + cols, mask=pm, other=0.0)
-                b = tl.load(BS + j * H + cols, mask=pm, other=0.0)
-                k = tl.load(KS + j * H + cols, mask=pm, other=0.0)
-                o = sigmoid(a[None, :] * hj[:, None] + b[None, :])
-                f += o * g[None, :]
-                u += o * k[None, :]
-    else:
-        for j0 in range(0, H, BJ):
-            js = j0 + tl.arange(0, BJ)
-            jmask = js < H
-            hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & jmask[None, :], other=0.0)
-            g, a, b, k = _synapses(GS, AS, BS, KS, js, cols, H)
-            o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
-            f += tl.sum(o * g[None, :, :], axis=1)
-            u += tl.sum(o * k[None, :, :], axis=1)
+    """(f, u) + the hidden synapses' Σ_{j<H} (g_ji, k_ji) σ(a_ji h_j + b_ji) of a (BB, BH) tile (h at hp):
+    (BB, BJ, BH) blocks of openings reduced over j, BJ presynaptic neurons a trip."""
+    for j0 in range(0, H, BJ):
+        js = j0 + tl.arange(0, BJ)
+        jmask = js < H
+        hv = tl.load(hp + rows[:, None] * sS + js[None, :], mask=rmask[:, None] & jmask[None, :], other=0.0)
+        g, a, b, k = _synapses(GS, AS, BS, KS, js, cols, H)
+        o = sigmoid(a[None, :, :] * hv[:, :, None] + b[None, :, :])
+        f += tl.sum(o * g[None, :, :], axis=1)
+        u += tl.sum(o * k[None, :, :], axis=1)
     return f, u
 
 
@@ -451,58 +431,353 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     tl.store(acc + 3 * H * H + off, d_b, mask=pm)
 
 
-# the stepwise schedule: TABLE = the addresses of [FIN, UIN, WIN, G, A, B, K, EL, OH, KSH, C, S] (forward),
-# + [GO, GF, GU, GW, LAM, FU, AE, ACC] (backward)
+# -- the stepwise and grid-synchronised schedules: synapse tiles over the whole GPU -----------------------------------
+#
+# A sub-step's hidden synapses are B × m × m openings. Here a program owns a (BJ, BI) tile of synapses (presynaptic
+# j, postsynaptic i) for a range of batch rows, and each phase is one of two kinds:
+#   synapse phase  forward: the tile's partial conductances Σ_{j∈tile} (g, k) o_ji (and O_h's Σ_j for LRC) into
+#                  P[j-tile]; backward of sub-step n: those of sub-step n (recomputed) and the tile's partial
+#                  adjoint Σ_{i∈tile} ∂L/∂o_ji σ'(·) a_ji of sub-step n + 1 (+ Σ_i ∂L/∂w_i O_h[j, i]) into
+#                  LP[i-tile], with the tile's sums for g, k, a, b;
+#   element phase  per (row, neuron): the partials summed, the update (forward) or its adjoint (backward).
+# Each opening's sum runs inside one thread (the summed axis is the tensor's first, which Triton's layout leaves in
+# the thread), so a synapse phase reduces across threads only through P and LP.
+# The stepwise schedule launches each phase over (tiles, slabs of RS rows) or element blocks; the grid one runs
+# every phase in one launch of one program per tile (their number at most the multiprocessors: :func:`synapse_tiles`)
+# with a barrier after each, and keeps the tile's parameter sums in registers for the whole backward.
+# TABLE = the addresses of [FIN, UIN, WIN, G, A, B, K, EL, OH, KSH, C, S, P] (forward),
+# + [GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC] (backward)
+
+THREADS = 256  # threads a program of these phases (8 warps)
+ELEMENTS = 256  # (row, neuron) elements an element phase's block
+SYNAPSE_TILES = ((8, 4), (16, 4), (16, 8), (32, 8), (32, 16))  # (BJ, BI), the grid schedule's smallest that fits
+STEPWISE_TILE = (16, 16)
+
+
+def synapse_tiles(hidden: int, schedule: str, device: torch.device) -> tuple[int, int] | None:
+    """(BJ, BI) synapse tiles of the stepwise or grid schedule. Grid: one program per tile, all resident at once, so
+    the smallest tiles of :data:`SYNAPSE_TILES` whose count ⌈m/BJ⌉ ⌈m/BI⌉ is at most the multiprocessors (hidden 128:
+    16 × 8, 128 programs; 256: 32 × 16), None where none fits; under Triton's interpreter, whose programs run one after
+    another, one tile of the whole matrix. Stepwise: :data:`STEPWISE_TILE`."""
+    if schedule != "grid":
+        return STEPWISE_TILE
+    if grid.interpreting():
+        whole = max(4, triton.next_power_of_2(hidden))
+        return whole, whole
+    slots = torch.cuda.get_device_properties(device).multi_processor_count
+    return next(((bj, bi) for bj, bi in SYNAPSE_TILES if triton.cdiv(hidden, bj) * triton.cdiv(hidden, bi) <= slots),
+                None)
+
+
+def phase_rows(BJ: int, BI: int, batch: int) -> tuple[int, int]:
+    """(RA, RC): batch rows a chunk of the forward sums' (BJ, RA, BI) and of the adjoint sums' (BI, RC, BJ) openings,
+    :data:`THREADS` openings of each j (i) at once, at most the batch rounded up to a power of two."""
+    most = max(1, triton.next_power_of_2(batch))
+    return min(most, max(1, THREADS // BI)), min(most, max(1, THREADS // BJ))
+
+
+@triton.jit
+def _tile_indices(tile, H, BJ: tl.constexpr, BI: tl.constexpr):
+    """Synapse tile ``tile``'s presynaptic rows js, neurons cols and their masks (tiles row-major over (j, i))."""
+    ni = tl.cdiv(H, BI)
+    js = (tile // ni) * BJ + tl.arange(0, BJ)
+    cols = (tile % ni) * BI + tl.arange(0, BI)
+    return tile // ni, tile % ni, js, cols, js < H, cols < H
+
+
+@triton.jit
+def _partial_conductances(GS, AS, BS, KS, OH, S, P, n, tile, r_lo, r_hi, B, T, H, MODE: tl.constexpr,
+                          BJ: tl.constexpr, BI: tl.constexpr, RA: tl.constexpr):
+    """P[jt, c, rows, i] = the tile's Σ_{j} (g_ji, k_ji) σ(a_ji h_j + b_ji) and, LRC, Σ_j O_h[j, i] h_j (c = 0, 1, 2)
+    from h = h_{n−1}, rows r_lo … r_hi − 1 in chunks of RA: (BJ, RA, BI) openings summed over their first axis."""
+    jt, it, js, cols, jm, cm = _tile_indices(tile, H, BJ, BI)
+    sS = (T + 1) * H
+    pm = jm[:, None] & cm[None, :]
+    off = js[:, None] * H + cols[None, :]
+    g = tl.load(GS + off, mask=pm, other=0.0)[:, None, :]
+    a = tl.load(AS + off, mask=pm, other=0.0)[:, None, :]
+    b = tl.load(BS + off, mask=pm, other=0.0)[:, None, :]
+    k = tl.load(KS + off, mask=pm, other=0.0)[:, None, :]
+    oh = g * 0.0
+    if MODE >= 2:
+        oh = tl.load(OH + off, mask=pm, other=0.0)[:, None, :]
+    part = P + jt * 3 * B * H
+    for r0 in range(r_lo, r_hi, RA):
+        rows = (r0 + tl.arange(0, RA)).to(tl.int64)
+        rm = rows < r_hi
+        h = tl.load(S + (n - 1) * H + rows[None, :] * sS + js[:, None], mask=jm[:, None] & rm[None, :],
+                    other=0.0)[:, :, None]
+        o = sigmoid(a * h + b)
+        m = rm[:, None] & cm[None, :]
+        dst = part + rows[:, None] * H + cols[None, :]
+        tl.store(dst, tl.sum(o * g, axis=0), mask=m)
+        tl.store(dst + B * H, tl.sum(o * k, axis=0), mask=m)
+        if MODE >= 2:
+            tl.store(dst + 2 * B * H, tl.sum(oh * h, axis=0), mask=m)
+
+
+@triton.jit
+def _partial_adjoints(GS, AS, BS, KS, OH, S, GW, FU, LP, n, tile, r_lo, r_hi, d_g, d_k, d_a, d_b, B, T, H,
+                      MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, RC: tl.constexpr):
+    """Sub-step n's LP[it, rows, j] = the tile's Σ_i ∂L/∂o_ji o_ji (1 − o_ji) a_ji (+ Σ_i ∂L/∂w_i O_h[j, i], LRC)
+    with ∂L/∂o_ji = ∂L/∂f_i g_ji + ∂L/∂u_i k_ji (FU), o from h_{n−1}; (BI, RC, BJ) openings summed over their first
+    axis. Returns the parameter sums (BI, RC, BJ) [i, row, j] with this sub-step's rows added (g, k, a, b)."""
+    jt, it, js, cols, jm, cm = _tile_indices(tile, H, BJ, BI)
+    sS = (T + 1) * H
+    pm = cm[:, None] & jm[None, :]
+    off = cols[:, None] + js[None, :] * H  # [i, j] = W[j, i]
+    g = tl.load(GS + off, mask=pm, other=0.0)[:, None, :]
+    a = tl.load(AS + off, mask=pm, other=0.0)[:, None, :]
+    b = tl.load(BS + off, mask=pm, other=0.0)[:, None, :]
+    k = tl.load(KS + off, mask=pm, other=0.0)[:, None, :]
+    oh = g * 0.0
+    if MODE >= 2:
+        oh = tl.load(OH + off, mask=pm, other=0.0)[:, None, :]
+    for r0 in range(r_lo, r_hi, RC):
+        rows = (r0 + tl.arange(0, RC)).to(tl.int64)
+        rm = rows < r_hi
+        h = tl.load(S + (n - 1) * H + rows[:, None] * sS + js[None, :], mask=rm[:, None] & jm[None, :],
+                    other=0.0)[None, :, :]
+        em = cm[:, None] & rm[None, :]
+        eo = rows[None, :] * H + cols[:, None]
+        lf = tl.load(FU + eo, mask=em, other=0.0)[:, :, None]
+        lu = tl.load(FU + B * H + eo, mask=em, other=0.0)[:, :, None]
+        o = sigmoid(a * h + b)
+        ds = (lf * g + lu * k) * o * (1.0 - o)
+        lp = tl.sum(ds * a, axis=0)
+        if MODE >= 2:
+            gw = tl.load(GW + (n - 1) * H + rows[None, :] * T * H + cols[:, None], mask=em, other=0.0)[:, :, None]
+            lp += tl.sum(gw * oh, axis=0)
+        tl.store(LP + it * B * H + rows[:, None] * H + js[None, :], lp, mask=rm[:, None] & jm[None, :])
+        d_g += lf * o
+        d_k += lu * o
+        d_a += ds * h
+        d_b += ds
+    return d_g, d_k, d_a, d_b
+
+
+@triton.jit
+def _add_parameter_sums(ACC, slot, tile, d_g, d_k, d_a, d_b, H, BJ: tl.constexpr, BI: tl.constexpr):
+    """ACC[slot, q, j, i] += the tile's sums (g, k, a, b) over their rows."""
+    jt, it, js, cols, jm, cm = _tile_indices(tile, H, BJ, BI)
+    pm = cm[:, None] & jm[None, :]
+    acc = ACC + slot * 4 * H * H + cols[:, None] + js[None, :] * H
+    tl.store(acc, tl.load(acc, mask=pm, other=0.0) + tl.sum(d_g, axis=1), mask=pm)
+    tl.store(acc + H * H, tl.load(acc + H * H, mask=pm, other=0.0) + tl.sum(d_k, axis=1), mask=pm)
+    tl.store(acc + 2 * H * H, tl.load(acc + 2 * H * H, mask=pm, other=0.0) + tl.sum(d_a, axis=1), mask=pm)
+    tl.store(acc + 3 * H * H, tl.load(acc + 3 * H * H, mask=pm, other=0.0) + tl.sum(d_b, axis=1), mask=pm)
+
+
+@triton.jit
+def _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr,
+              E: tl.constexpr):
+    """Elements e0 … e0 + E − 1 of the (B, H) rows: their offsets, mask, sample offsets, e_l, shift, h_{n−1} and the
+    conductances (f, u, w) of sub-step n: the input ones plus the partials of every j-tile."""
+    e = (e0 + tl.arange(0, E)).to(tl.int64)
+    em = e < B * H
+    row = e // H
+    i = e % H
+    sS = (T + 1) * H
+    io = row * (T // L) * H + ((n - 1) // L) * H + i
+    f = tl.load(FIN + io, mask=em, other=0.0)
+    u = tl.load(UIN + io, mask=em, other=0.0)
+    w = f * 0.0
+    if MODE >= 2:
+        w = tl.load(WIN + io, mask=em, other=0.0)
+    for jt in range(0, tl.cdiv(H, BJ)):
+        f += tl.load(P + jt * 3 * B * H + e, mask=em, other=0.0)
+        u += tl.load(P + jt * 3 * B * H + B * H + e, mask=em, other=0.0)
+        if MODE >= 2:
+            w += tl.load(P + jt * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+    el = tl.load(EL + i, mask=em, other=0.0)
+    shift = tl.load(KSH + i, mask=em, other=0.0)
+    h = tl.load(S + row * sS + (n - 1) * H + i, mask=em, other=0.0)
+    return e, em, row, i, io, el, shift, h, f, u, w
+
+
+@triton.jit
+def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
+                     L: tl.constexpr, E: tl.constexpr):
+    """Forward element phase of sub-step n: h_n = the update of h_{n−1} (the module docstring's step)."""
+    e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ, L,
+                                                         E)
+    tl.store(S + row * (T + 1) * H + n * H + i, _update(h, f, u, w, el, shift, dt, MODE), mask=em)
+
+
+@triton.jit
+def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, n, e0, B, T, H,
+                      MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr):
+    """Backward element phase of sub-step n (T … 1, then 0): λ_n (LAM at n = T; otherwise λ_{n}'s direct part PART,
+    the partials LP of every i-tile and the output gradient where h_n is an output), then, for n ≥ 1, the adjoint of
+    the update: ∂L/∂f, ∂L/∂u into FU and the sample's GF, GU, ∂L/∂w into GW (LRC), λ_{n−1}'s direct part into PART,
+    the e_l and shift terms into AE; for n = 0, λ_0 into LAM."""
+    e = (e0 + tl.arange(0, E)).to(tl.int64)
+    em = e < B * H
+    if n == T:
+        lam = tl.load(LAM + e, mask=em, other=0.0)
+    else:
+        lam = tl.load(PART + e, mask=em, other=0.0)
+        for it in range(0, tl.cdiv(H, BI)):
+            lam += tl.load(LP + it * B * H + e, mask=em, other=0.0)
+        out = n // L - 1  # h_n is output `out` where n is a positive multiple of L
+        is_out = (e * 0 + n % L == 0) & (e * 0 + out >= 0)
+        lam += tl.load(GO + (e // H) * (T // L) * H + out * H + e % H, mask=em & is_out, other=0.0)
+    if n == 0:
+        tl.store(LAM + e, lam, mask=em)
+    else:
+        e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ,
+                                                             L, E)
+        hn = tl.load(S + row * (T + 1) * H + n * H + i, mask=em, other=0.0)
+        lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
+        tl.store(FU + e, lf, mask=em)
+        tl.store(FU + B * H + e, lu, mask=em)
+        tl.store(PART + e, part, mask=em)
+        tl.store(GF + io, tl.load(GF + io, mask=em, other=0.0) + lf, mask=em)
+        tl.store(GU + io, tl.load(GU + io, mask=em, other=0.0) + lu, mask=em)
+        tl.store(AE + e, tl.load(AE + e, mask=em, other=0.0) + d_el, mask=em)
+        if MODE >= 2:
+            tl.store(GW + row * T * H + (n - 1) * H + i, gw, mask=em)
+            tl.store(AE + B * H + e, tl.load(AE + B * H + e, mask=em, other=0.0) + d_shift, mask=em)
+
 
 @triton.jit
 def _tensors(TABLE, REF):
     return (address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 2, REF), address(TABLE, 3, REF),
             address(TABLE, 4, REF), address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF),
-            address(TABLE, 8, REF), address(TABLE, 9, REF), tl.load(address(TABLE, 10, REF)), address(TABLE, 11, REF))
-
-
-@triton.jit(do_not_specialize=["n"])
-def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
-          MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr):
-    """Sub-step n on one (batch block, column tile) program."""
-    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, dt, S = _tensors(TABLE, REF)
-    rows, rmask = batch_rows(B, BB)
-    _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rmask, tl.program_id(1) * BH, T, H,
-                  MODE, BJ, BH, L, PRECISION)
-
-
-@triton.jit(do_not_specialize=["n"])
-def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                   PRECISION: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr):
-    """Phase PHASE of the backward of sub-step n (0: the gates of a tile of neurons, 1: the synapses of a tile of
-    presynaptic neurons) on one program."""
-    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, dt, S = _tensors(TABLE, REF)
-    rows, rmask = batch_rows(B, BB)
-    GW, LAM, FU = address(TABLE, 15, REF), address(TABLE, 16, REF), address(TABLE, 17, REF)
-    if PHASE == 0:
-        _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, address(TABLE, 13, REF),
-                            address(TABLE, 14, REF), GW, LAM, FU, address(TABLE, 18, REF), dt, n, rows, rmask,
-                            tl.program_id(1) * BH, B, T, H, MODE, BJ, BH, L, PRECISION)
-    else:
-        _backward_synapse_tile(GS, AS, BS, KS, OH, S, address(TABLE, 12, REF), GW, LAM, FU, address(TABLE, 19, REF),
-                               n, rows, rmask, tl.program_id(1) * BH, B, T, H, MODE, BB, BJ, BH, L, PRECISION)
+            address(TABLE, 8, REF), address(TABLE, 9, REF), address(TABLE, 10, REF), address(TABLE, 11, REF),
+            address(TABLE, 12, REF))
 
 
 @triton.jit
-def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr, LIMIT: tl.constexpr):
-    """The grid-synchronised schedule (grid.py): :func:`_step` for every sub-step (or, BACKWARD, the two phases of
-    :func:`_step_backward`, sub-steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
+def _gradients(TABLE, REF):
+    return (address(TABLE, 13, REF), address(TABLE, 14, REF), address(TABLE, 15, REF), address(TABLE, 16, REF),
+            address(TABLE, 17, REF), address(TABLE, 18, REF), address(TABLE, 19, REF), address(TABLE, 20, REF),
+            address(TABLE, 21, REF), address(TABLE, 22, REF))
+
+
+@triton.jit
+def _zeros(BI: tl.constexpr, RC: tl.constexpr, BJ: tl.constexpr, REF):
+    z = tl.zeros((BI, RC, BJ), dtype=REF.dtype.element_ty)
+    return z, z, z, z
+
+
+@triton.jit
+def _synapse_phase(TABLE, REF, n, tile, r_lo, r_hi, d_g, d_k, d_a, d_b, B, T, H, BACKWARD: tl.constexpr,
+                   MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr):
+    """The synapse phase of sub-step n on one tile and rows r_lo … r_hi − 1: the partial conductances of sub-step n
+    (n ≥ 1), and backward the partial adjoints of sub-step n + 1 (n < T); returns the parameter sums."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
+    if n >= 1:
+        _partial_conductances(GS, AS, BS, KS, OH, S, P, n, tile, r_lo, r_hi, B, T, H, MODE, BJ, BI, RA)
+    if BACKWARD:
+        GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC = _gradients(TABLE, REF)
+        if n < T:
+            d_g, d_k, d_a, d_b = _partial_adjoints(GS, AS, BS, KS, OH, S, GW, FU, LP, n + 1, tile, r_lo, r_hi, d_g,
+                                                   d_k, d_a, d_b, B, T, H, MODE, BJ, BI, RC)
+    return d_g, d_k, d_a, d_b
+
+
+@triton.jit
+def _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
+                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr):
+    """The element phase of sub-step n on elements e0 … e0 + E − 1."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
+    dt = tl.load(C)
+    if BACKWARD:
+        GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC = _gradients(TABLE, REF)
+        _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, n, e0, B, T, H,
+                          MODE, BJ, BI, L, E)
+    else:
+        _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, n, e0, B, T, H, MODE, BJ, L, E)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _synapse_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
+                  BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, RS: tl.constexpr):
+    """Stepwise: the synapse phase of sub-step n on tile program_id(0) and the RS-row slab program_id(1); backward,
+    the slab's parameter sums added to ACC[slab]."""
+    r_lo = tl.program_id(1) * RS
+    d_g, d_k, d_a, d_b = _zeros(BI, RC, BJ, REF)
+    d_g, d_k, d_a, d_b = _synapse_phase(TABLE, REF, n, tl.program_id(0), r_lo, tl.minimum(r_lo + RS, B), d_g, d_k,
+                                        d_a, d_b, B, T, H, BACKWARD, MODE, BJ, BI, RA, RC)
+    if BACKWARD:
+        if n < T:
+            _add_parameter_sums(address(TABLE, 22, REF), tl.program_id(1), tl.program_id(0), d_g, d_k, d_a, d_b, H,
+                                BJ, BI)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _element_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
+                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr):
+    """Stepwise: the element phase of sub-step n on element block program_id(0)."""
+    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E)
+
+
+@triton.jit
+def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
+          BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
+          LIMIT: tl.constexpr):
+    """The grid-synchronised schedule: one program per synapse tile (axis 1; one counter, axis 0 has one block), all
+    rows; every sub-step's synapse phase, a barrier, its element phase (elements spread over the programs), a
+    barrier -- forward sub-steps 1 … T, backward T … 0; the backward's parameter sums stay in registers until the
+    end (ACC[0])."""
+    tile = tl.program_id(1)
+    programs = tl.num_programs(1)
     k = 0
     spins = LIMIT
-    for i in range(0, T):
-        if BACKWARD:
-            for phase in tl.static_range(2):
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, MODE, BJ, L)
-                k, spins = grid.barrier(SYNC, k, spins)
-        else:
-            _step(TABLE, REF, i + 1, B, T, H, 0, BB, BH, PRECISION, MODE, BJ, L)
-            k, spins = grid.barrier(SYNC, k, spins)
+    d_g, d_k, d_a, d_b = _zeros(BI, RC, BJ, REF)
+    for q in range(0, T + 1 if BACKWARD else T):
+        n = T - q if BACKWARD else q + 1
+        d_g, d_k, d_a, d_b = _synapse_phase(TABLE, REF, n, tile, 0, B, d_g, d_k, d_a, d_b, B, T, H, BACKWARD, MODE,
+                                            BJ, BI, RA, RC)
+        k, spins = grid.barrier(SYNC, k, spins)
+        for e0 in range(tile * E, B * H, programs * E):
+            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E)
+        k, spins = grid.barrier(SYNC, k, spins)
+    if BACKWARD:
+        _add_parameter_sums(address(TABLE, 22, REF), 0, tile, d_g, d_k, d_a, d_b, H, BJ, BI)
+
+
+def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tuple[int, int], mode: int,
+                   unfolds: int, schedule: str):
+    """Run the phases of every sub-step: "grid" one launch (:func:`_grid`), "stepwise" a launch per phase
+    (recorded as a CUDA graph, :func:`.stepwise.launch_steps`)."""
+    BJ, BI = tiles
+    RA, RC = phase_rows(BJ, BI, B)
+    count = triton.cdiv(H, BJ) * triton.cdiv(H, BI)
+    meta = dict(BACKWARD=backward, MODE=mode, BJ=BJ, BI=BI)
+    ref = tensors[10]
+    if schedule == "grid":
+        sync = grid.counters(1, 1, ref.device)
+        _grid[(1, count)](device_table(tensors), ref, sync, B, TS, H, RA=RA, RC=RC, L=unfolds, E=ELEMENTS,
+                          LIMIT=grid.SPIN_LIMIT, num_warps=THREADS // 32, **meta)
+        grid.check(sync)
+        return
+    RS = max(RA, RC)
+    steps = range(TS, -1, -1) if backward else range(1, TS + 1)
+    synapses = (count, triton.cdiv(B, RS))
+    elements = (triton.cdiv(B * H, ELEMENTS),)
+
+    def launch(table) -> None:
+        for n in steps:
+            _synapse_step[synapses](table, ref, n, B, TS, H, RA=RA, RC=RC, RS=RS, num_warps=THREADS // 32, **meta)
+            _element_step[elements](table, ref, n, B, TS, H, L=unfolds, E=ELEMENTS, num_warps=4, **meta)
+
+    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, ref.dtype, ref.device)
+    launch_steps(tensors, launch)
+
+
+def liquid_schedule(schedule: str | None, x: torch.Tensor, hidden: int, block_h: int | None) -> str:
+    """The schedule the liquid kernels run: "persistent" up to hidden :data:`RESIDENT_H` (the register-resident
+    kernels) unless ``block_h`` is given, and where the chosen schedule (``stepwise.chosen_schedule``) is that one;
+    otherwise "grid" where it was chosen, its synapse tiles fit at once (:func:`synapse_tiles`) and no grid barrier
+    failed on the device, else "stepwise"."""
+    chosen = chosen_schedule(schedule, x.device)
+    if chosen == "persistent" or resident(hidden, block_h):
+        return "persistent"
+    if chosen == "grid" and not grid.retired(x.device) and synapse_tiles(hidden, "grid", x.device) is not None:
+        return "grid"
+    return "stepwise"
 
 
 class LiquidSequence(torch.autograd.Function):
@@ -525,21 +800,19 @@ class LiquidSequence(torch.autograd.Function):
         S = like.new_empty(B, TS + 1, H)
         S[:, 0] = h0
         consts = on_device([dt], like.dtype, like.device)
-        BB, BH = block_sizes(B, H, block_h)
-        if schedule not in ("grid", "stepwise"):
-            BB = persistent_rows(mode)
-        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds)
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
-        if schedule == "grid":
-            grid.launch(_grid, tensors, consts, B, TS, H, block_h, ctx.precision, False, **meta)
-        elif schedule == "stepwise":
-            launch_steps(tensors, step_launches(_step, 1, range(1, TS + 1), consts, B, TS, H, BB, BH, ctx.precision,
-                                                **meta))
+        BB, BH = block_sizes(B, H, block_h)
+        if schedule in ("grid", "stepwise"):
+            tiles = synapse_tiles(H, schedule, like.device)
+            P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
+            _launch_phases([*tensors, P], False, B, TS, H, tiles, mode, unfolds, schedule)
         else:
+            BB = persistent_rows(mode)
             on_chip = resident(H, block_h)
             forward = _forward_resident if on_chip else _forward
             forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                           num_warps=RESIDENT_WARPS if on_chip else warps(BH), **meta)
+                                           num_warps=RESIDENT_WARPS if on_chip else warps(BH), MODE=mode,
+                                           BJ=block_j(BH, BB, H), L=unfolds)
         ctx.save_for_backward(*tensors)
         ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule, ctx.rows = unfolds, mode, block_h, schedule, BB
         return S[:, unfolds::unfolds], S[:, TS].clone()
@@ -552,38 +825,42 @@ class LiquidSequence(torch.autograd.Function):
         B, T, H = f_in.shape
         unfolds, mode = ctx.unfolds, ctx.mode
         TS = T * unfolds
-        BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
-        blocks = triton.cdiv(B, BB)
         grad_hs = grad_hs.contiguous()
         GF, GU = torch.zeros_like(f_in), torch.zeros_like(f_in)
         lrc = mode >= LRC_ASYMMETRIC
         GW = S.new_zeros(B, TS, H) if lrc else S.new_zeros(1)
-        LAM = S.new_empty(2, B, H)
-        LAM[TS % 2] = grad_h + grad_hs[:, T - 1]
-        FU = S.new_empty(2, B, H)
         AE = S.new_zeros(2, B, H)
-        ACC = S.new_zeros(blocks, 4, H, H)
-        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds)
-        grads = [grad_hs, GF, GU, GW, LAM, FU, AE, ACC]
-        if ctx.schedule == "grid":
-            grid.launch(_grid, [*tensors, *grads], tensors[10], B, TS, H, ctx.block_h, ctx.precision, True, **meta)
-        elif ctx.schedule == "stepwise":
-            launch_steps([*tensors, *grads], step_launches(_step_backward, 2, range(TS, 0, -1), tensors[10], B, TS,
-                                                           H, BB, BH, ctx.precision, **meta))
-        elif resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
-            LAM[0] = LAM[TS % 2]
-            grads[4] = LAM[0]
-            _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                          num_warps=RESIDENT_WARPS, **meta)
+        if ctx.schedule in ("grid", "stepwise"):
+            tiles = synapse_tiles(H, ctx.schedule, S.device)
+            slots = 1 if ctx.schedule == "grid" else triton.cdiv(B, max(phase_rows(*tiles, B)))
+            LAM = grad_h + grad_hs[:, T - 1]  # λ at the last sub-step in, λ_0 out
+            P = S.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)
+            LP = S.new_empty(triton.cdiv(H, tiles[1]), B, H)  # the partial adjoints of every i-tile
+            ACC = S.new_zeros(slots, 4, H, H)
+            grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(B, H), S.new_empty(2, B, H), LP, AE, ACC]
+            _launch_phases([*tensors, P, *grads], True, B, TS, H, tiles, mode, unfolds, ctx.schedule)
+            lam0 = LAM
         else:
-            _backward[(blocks,)](*tensors, *grads, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                 num_warps=warps(BH), **meta)
+            BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
+            blocks = triton.cdiv(B, BB)
+            LAM = S.new_empty(2, B, H)
+            LAM[TS % 2] = grad_h + grad_hs[:, T - 1]
+            ACC = S.new_zeros(blocks, 4, H, H)
+            grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
+            meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision)
+            if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
+                LAM[0] = LAM[TS % 2]
+                grads[4] = LAM[0]
+                _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=RESIDENT_WARPS, **meta)
+            else:
+                _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
+            lam0 = LAM[0].clone()
         d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
         d_e_leak, d_shift = AE.sum(1).unbind(0)
         d_w_in = (GW if unfolds == 1 else GW.view(B, T, unfolds, H).sum(2)) if lrc else None
         d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
         d_shift = d_shift if mode == LRC_SYMMETRIC else None
-        return (GF, GU, d_w_in, d_g, d_a, d_b, d_k, d_e_leak, d_o_hidden, d_shift, LAM[0].clone(),
+        return (GF, GU, d_w_in, d_g, d_a, d_b, d_k, d_e_leak, d_o_hidden, d_shift, lam0,
                 None, None, None, None, None)
 
 
@@ -651,7 +928,7 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
     g = F.softplus(system.raw_g[:H])
-    chosen = grid.schedule_for(schedule, x, H, block_h)
+    chosen = liquid_schedule(schedule, x, H, block_h)
     hs, hT = grid.apply(LiquidSequence, f_in, u_in, w_in, g, system.a[:H], system.b[:H], system.k[:H],
                         system.e_leak, o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, chosen)
     return hs, (hT,)
