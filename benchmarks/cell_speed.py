@@ -148,15 +148,17 @@ def scheduled(name: str):
 
 def schedule_of(name: str, device: str, batch: int, hidden: int) -> str | None:
     """The CUDA schedule a fused row of a cell with several ran under ("persistent", "stepwise" or "grid", as
-    ``grid.schedule_for`` picks it: up to hidden 32 the register-resident kernel whatever is asked); None for the
-    others and off CUDA (the CPU kernels have one schedule)."""
+    ``grid.schedule_for`` picks it: up to hidden 32 the register-resident kernel whatever is asked; for the liquid
+    cells ``liquid.liquid_schedule``: up to hidden 16); None for the others and off CUDA (the CPU kernels have one
+    schedule)."""
     base = next((name[: -len(s) - 1] for s in ("stepwise", "persistent", "grid") if name.endswith("-" + s)), name)
     if base not in SCHEDULED or device != "cuda":
         return None
-    from odelab.kernels.cuda import grid
+    from odelab.kernels.cuda import grid, liquid
 
+    choose = liquid.liquid_schedule if base in ("ltc", "stc", "lrcu-a", "lrcu-s") else grid.schedule_for
     with scheduled(name):
-        return grid.schedule_for(None, torch.empty(batch, 1, 1, device=device), hidden, None)
+        return choose(None, torch.empty(batch, 1, 1, device=device), hidden, None)
 
 
 def recurrent_layers(model: nn.Module) -> list[nn.Module]:

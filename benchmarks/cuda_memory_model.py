@@ -9,7 +9,8 @@ Every storage a training step creates is counted from its allocation to its rele
 step's peak, the figure that ``cell_speed.py`` reads from ``torch.cuda.max_memory_allocated`` on a GPU. What the
 model leaves out: the CUDA caching allocator's rounding of each block and cuDNN's workspace (nn.LSTM is not
 modelled). The kernels take the schedule they take on a GPU: the grid-synchronised one from hidden 33 (its variant
-that streams the weights), the one-launch persistent one below.
+that streams the weights; the liquid cells' from hidden 17, their synapse tiles for 132 multiprocessors), the
+one-launch persistent one below.
 
 Checked against the H200's figures of 2026-11-26 (``benchmarks/results/h200_2026-11-26_s7*``), run with the code
 of that lease: 56 of the 60 fused rows that ran the model's schedule agree to 2.5 %; the GPU measured more for
@@ -37,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 MIB = 2 ** 20
+MULTIPROCESSORS = 132  # an H100's or H200's: the liquid cells' grid schedule's synapse tiles depend on them
 
 
 class PeakStorage(TorchDispatchMode):
@@ -80,7 +82,7 @@ def cuda_path_on_meta():
 
     from odelab import kernels
     from odelab.kernels import registry
-    from odelab.kernels.cuda import grid
+    from odelab.kernels.cuda import grid, liquid
     from odelab.models import recurrent
 
     def find(system, scheme, x, reversible=False):
@@ -89,9 +91,18 @@ def cuda_path_on_meta():
     def schedule_for(schedule, x, hidden, block_h):
         return "grid" if hidden > 32 or block_h is not None else "persistent"
 
+    def liquid_schedule(schedule, x, hidden, block_h):
+        return "grid" if hidden > liquid.RESIDENT_H or block_h is not None else "persistent"
+
+    def synapse_tiles(hidden, schedule, device):  # an H100's or H200's 132 multiprocessors
+        return next(((bj, bi) for bj, bi in liquid.SYNAPSE_TILES
+                     if triton.cdiv(hidden, bj) * triton.cdiv(hidden, bi) <= MULTIPROCESSORS), None)
+
     patches = [(kernels, "find", find), (recurrent.kernels, "find", find), (registry.Implementation, "available",
                lambda self: True), (grid, "schedule_for", schedule_for), (grid, "resident", lambda *a, **k: False),
                (grid, "launch", lambda *a, **k: None), (grid, "launch_resident", lambda *a, **k: None),
+               (liquid, "liquid_schedule", liquid_schedule), (liquid, "synapse_tiles", synapse_tiles),
+               (liquid, "_launch_phases", lambda *a, **k: None),
                (triton.runtime.jit.JITFunction, "run", lambda self, *a, **k: None),
                (triton.runtime.interpreter.InterpretedFunction, "run", lambda self, *a, **k: None)]
     saved = [(owner, name, owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name))

@@ -5,13 +5,13 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells tf32x3  # THERE (carry .whl and benchmarks/results): the gpu
-#                                                     #   tests, every cell under the default schedule, three TF32
-#                                                     #   products (their tests, then their speed), about 8 minutes
-#   bash benchmarks/gpu_session.sh trace profile barrier  # a second command if the lease has 6 minutes left:
-#                                                     #   each kernel's time in a step, where LEM's and UnICORNN's
-#                                                     #   kernels stall, a grid phase's parts (then liquidrows,
-#                                                     #   liquidthreads, fit)
+#   bash benchmarks/gpu_session.sh tests cells liquid  # THERE (carry .whl and benchmarks/results): the gpu
+#                                                     #   tests, every cell under the default schedule, the liquid
+#                                                     #   cells' synapse tiles (new, never run on a GPU), ~8 minutes
+#   bash benchmarks/gpu_session.sh tf32x3 trace profile  # a second command if the lease has 6 minutes left:
+#                                                     #   three TF32 products (their tests, then their speed), each
+#                                                     #   kernel's time in a step, where LEM's and UnICORNN's kernels
+#                                                     #   stall (then barrier, liquidrows, fit)
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -21,15 +21,14 @@
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
 #              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
-#   liquidthreads  LTC and LRCU-A/S with ODELAB_LIQUID_SYNAPSES=threads (the synapse sums without cross-thread
-#              reductions; opt-in until measured), the sizes of `slowcells`, 120 s
+#   liquid     the liquid cells (LTC, STC, LRCU-A/S) over synapse tiles, the CUDA default from hidden 17 since
+#              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
+#              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat, 150 s
 #   liquidrows LTC and STC under their one-launch kernels with ODELAB_LIQUID_ROWS=1 and 4 batch rows a program
-#              (LIQUID_ROWS="1 2 4 8" for more), the sizes of `slowcells`, 60 s each
+#              (LIQUID_ROWS="1 2 4 8" for more), at (32, 1000, 16) and (128, 1000, 128), 60 s each
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
 #              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
 #              step with ODELAB_LEM_GRID=one-barrier at hidden 128, 40 s
-#   slowcells  the liquid cells (LRCU-A/S, LTC, STC; their one-launch kernels took 1.6-9.3 s a step at hidden 128 on
-#              the 2026-11-25 lease, the stepwise default is not measured yet), one repeat, 120 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
@@ -140,11 +139,11 @@ SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 ALL_CELLS=lem,lem-stepwise,cornn,cornn-stepwise,oscillator,oscillator-stepwise,gru-ode,gru-ode-stepwise
 ALL_CELLS=$ALL_CELLS,taugru,taugru-stepwise,delaygru,delaygru-stepwise,cornn-implicit,unicornn,unicornn-reversible
 CELLS=${CELLS:-$ALL_CELLS,lstm,gru,flashrnn}
-# the liquid cells' one-launch kernels took 0.03-9 s a step from hidden 128 on (the 2026-11-25 lease): their own
-# step, one repeat, up to hidden 128 (NAME: the stepwise default from hidden 33)
-SLOW_CELLS=${SLOW_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm}
-SLOW_SIZES=32x1000x16,128x1000x128
-[ "$SMOKE" = 1 ] && SLOW_SIZES=4x20x8
+# the liquid cells: their own step, one repeat (NAME: the CUDA default, synapse tiles from hidden 17 under the
+# grid schedule; NAME-stepwise: the same tiles a launch per phase)
+LIQUID_CELLS=${LIQUID_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm}
+ROWS_SIZES=32x1000x16,128x1000x128
+[ "$SMOKE" = 1 ] && ROWS_SIZES=4x20x8
 
 cells() {
     step cells 160 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$SIZES" \
@@ -162,24 +161,19 @@ grid() {  # the grid-synchronised schedule (the CUDA default): its gpu tests, th
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
 
-slowcells() {
-    step slowcells 120 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$SLOW_CELLS" --engines fused \
-        --sizes "$SLOW_SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
-}
-
-liquidthreads() {  # the liquid cells with ODELAB_LIQUID_SYNAPSES=threads (each element's synapse sums in one thread;
-    # opt-in, never run on a GPU), against `slowcells`' default at the same sizes, one repeat
-    step liquidthreads 120 env ODELAB_LIQUID_SYNAPSES=threads $PY benchmarks/cell_speed.py --device "$DEVICE" \
-        --models ltc,lrcu-a,lrcu-s,lstm --engines fused --sizes "$SLOW_SIZES" --repeats 1 --no-forward \
-        --out "$RESULTS/cell_speed_${DEVICE}_liquid_threads.json"
+liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their speed at the issue's three sizes
+    step liquidtest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" \
+        tests/kernels/test_cuda_kernels.py -k "liquid"
+    step liquid 150 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$LIQUID_CELLS" --engines fused \
+        --sizes "$SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
 }
 
 liquidrows() {  # LTC's and STC's one-launch kernels with fewer batch rows a program (ODELAB_LIQUID_ROWS; 16, the
-    # default, leaves 2 programs at batch 32 and 8 at 128), the sizes of `slowcells`, one repeat each
+    # default, leaves 2 programs at batch 32 and 8 at 128), one repeat each
     local rows
     for rows in ${LIQUID_ROWS:-1 4}; do
         step "liquidrows$rows" 60 env ODELAB_LIQUID_ROWS="$rows" $PY benchmarks/cell_speed.py --device "$DEVICE" \
-            --models ltc-persistent,stc-persistent,lstm --engines fused --sizes "$SLOW_SIZES" --repeats 1 --no-forward \
+            --models ltc-persistent,stc-persistent,lstm --engines fused --sizes "$ROWS_SIZES" --repeats 1 --no-forward \
             --out "$RESULTS/cell_speed_${DEVICE}_liquid_rows$rows.json"
     done
 }
@@ -317,7 +311,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|slowcells|liquidthreads|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, slowcells, liquidthreads, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|liquid|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

@@ -235,7 +235,8 @@ ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=T
 of one forward under `torch.no_grad()`, where measured);
 "TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
-seventh session) for every preset but UnICORNN:
+seventh session) for every preset but UnICORNN. The liquid cells (LTC, STC, LRCU) keep theirs up to hidden 16 and
+from 17 run over synapse tiles since 2026-11-27 (the rows of older folders: their batch-block kernels):
 
 {cells_table(folders)}
 
