@@ -957,11 +957,14 @@ for bh in (16, 32):
 for bj, bi in liquid.SYNAPSE_TILES:  # the synapse-tile phases, every mode, forward and backward
     ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
     tiles = dict(BJ=bj, BI=bi, num_warps=liquid.THREADS // 32)
-    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=liquid.ELEMENTS, LIMIT=1 << 22))
-             for mode in (0, 1, 2, 3) for bw in (False, True)]
-    jobs += [(liquid._synapse_step, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, RS=max(ra, rc)))
-             for mode in (0, 1, 2, 3) for bw in (False, True) if (bj, bi) == liquid.STEPWISE_TILE]
-jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=16, BI=8, L=6, E=liquid.ELEMENTS))
+    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=e, LIMIT=1 << 22))
+             for mode in (0, 1, 2, 3) for bw in (False, True)
+             for e in (liquid.ELEMENTS,) + ((4 * liquid.ELEMENTS,) if (bj, bi) == liquid.SYNAPSE_TILES[-1] else ())]
+bj, bi = liquid.STEPWISE_TILE
+ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
+jobs += [(liquid._synapse_step, dict(BJ=bj, BI=bi, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, RS=max(ra, rc),
+                                     num_warps=liquid.THREADS // 32)) for mode in (0, 1, 2, 3) for bw in (False, True)]
+jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS))
          for mode in (0, 1, 2, 3) for bw in (False, True)]
 count = 0
 for fn, constexprs in jobs:
@@ -1093,8 +1096,8 @@ def test_liquid_stepwise_with_row_slabs(name):
 @pytest.mark.parametrize("name", LIQUID)
 def test_liquid_grid_equals_generic(name, size, dtype, monkeypatch):
     """The liquid cells' grid schedule (the default on CUDA from hidden 17; under the interpreter one tile of the
-    whole synapse matrix, so one program, whose barriers it can meet; element phases in 256-element blocks, two at
-    19 × 17): outputs, final state and every gradient against the generic loop, 1e-10 / 1e-5; its one counter ends
+    whole synapse matrix, so one program, whose barriers it can meet; element phases in blocks of the elements'
+    power of two, 256 to 1024: two blocks of 1024 at 40 × 30): outputs, final state and every gradient against the generic loop, 1e-10 / 1e-5; its one counter ends
     at two barriers a sub-step forward and two a sub-step, sub-steps T … 0, backward."""
     from odelab.kernels.cuda import grid, liquid
 

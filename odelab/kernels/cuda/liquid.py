@@ -449,7 +449,7 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
 # + [GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC] (backward)
 
 THREADS = 256  # threads a program of these phases (8 warps)
-ELEMENTS = 256  # (row, neuron) elements an element phase's block
+ELEMENTS = 256  # (row, neuron) elements an element phase's block (the grid's: up to 4 × as many, below)
 SYNAPSE_TILES = ((8, 4), (16, 4), (16, 8), (32, 8), (32, 16))  # (BJ, BI), the grid schedule's smallest that fits
 STEPWISE_TILE = (16, 16)
 
@@ -747,9 +747,10 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
     count = triton.cdiv(H, BJ) * triton.cdiv(H, BI)
     meta = dict(BACKWARD=backward, MODE=mode, BJ=BJ, BI=BI)
     ref = tensors[10]
-    if schedule == "grid":
+    if schedule == "grid":  # a program's share of the elements in one block where it fits in 4 × ELEMENTS
+        E = min(4 * ELEMENTS, max(ELEMENTS, triton.next_power_of_2(triton.cdiv(B * H, count))))
         sync = grid.counters(1, 1, ref.device)
-        _grid[(1, count)](device_table(tensors), ref, sync, B, TS, H, RA=RA, RC=RC, L=unfolds, E=ELEMENTS,
+        _grid[(1, count)](device_table(tensors), ref, sync, B, TS, H, RA=RA, RC=RC, L=unfolds, E=E,
                           LIMIT=grid.SPIN_LIMIT, num_warps=THREADS // 32, **meta)
         grid.check(sync)
         return
