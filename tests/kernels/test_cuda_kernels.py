@@ -993,6 +993,48 @@ def test_kernels_compile_for_sm90():
     assert "compiled" in result.stdout
 
 
+LIQUID_PTX = r"""
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from odelab.kernels.cuda import liquid
+
+fn = liquid._synapse_step
+for bj, bi in liquid.SYNAPSE_TILES + (liquid.STEPWISE_TILE,):
+    ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
+    for mode in (0, 2):
+        constexprs = dict(BACKWARD=False, MODE=mode, BJ=bj, BI=bi, RA=ra, RC=rc, RS=max(ra, rc))
+        sig = {n: "constexpr" if n in constexprs else "i32" if n in ("n", "B", "T", "H") else
+               "*i64" if n == "TABLE" else "*fp32" for n in fn.arg_names}
+        src = ASTSource(fn=fn, signature=sig,
+                        constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+        print(bj, bi, mode, ptx.count("shfl"), ptx.count("ex2.approx"))
+"""
+
+
+@pytest.mark.slow
+def test_liquid_forward_sums_stay_in_threads():
+    """The synapse tiles' premise: Triton keeps the summed first axis of a (BJ, rows, BI) block of openings in each
+    thread, so the forward's synapse phase compiles (sm_90 PTX, float32) without a shuffle, and with one exponential
+    per presynaptic neuron of a thread's (row, neuron) -- BJ in the unrolled loop -- for every tile size and mode."""
+    import subprocess
+    import sys
+
+    from odelab.kernels.cuda import liquid
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", LIQUID_PTX], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [tuple(map(int, line.split())) for line in result.stdout.split("\n") if line.strip()]
+    assert len(rows) == 2 * (len(liquid.SYNAPSE_TILES) + 1)
+    for bj, bi, mode, shuffles, exponentials in rows:
+        assert shuffles == 0, (bj, bi, mode)
+        assert exponentials == bj, (bj, bi, mode, exponentials)
+
+
 # -- the grid-synchronised schedule: one launch, a barrier of a batch block's column programs per phase ------------
 
 # the presets with a grid driver -> (forward, backward) phases a step (a liquid cell's: a sub-step's)
