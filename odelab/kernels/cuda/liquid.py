@@ -19,10 +19,15 @@ per element.
 Two layouts of that work:
 
 * **batch blocks** (the "persistent" schedule: one launch forward, one backward): a program per 16-row batch block
-  walks all sub-steps, its (BB, BJ, BH) blocks of openings reduced over j; up to hidden :data:`RESIDENT_H` the
-  synapses stay in registers. The default up to hidden 16. At (128, 1000, 128) on an H200 (2026-11-25/26) this
-  layout took 1.6 s (LRCU) and 9.3 s (LTC, 6 sub-steps) a training step in one launch, and 0.39 and 2.2 s with a
-  launch per phase: 32 programs, each reducing across its threads.
+  (``ODELAB_LIQUID_ROWS``) walks all sub-steps. The default up to hidden :data:`RESIDENT_H`, where the synapses,
+  the state and the parameter sums stay in registers and a thread holds a (row, neuron) with all its presynaptic
+  neurons j, so the sums over j (and LRC's O_hᵀ h) stay in the thread and the parameter sums are reduced over the
+  rows once, at the end (2026-11-27; before, a sub-step reduced across threads: in sm_90 PTX, float32, LTC's
+  forward sub-step went from 433 instructions, 80 shuffles, 105 shared-memory accesses and 12 CTA barriers to 150,
+  0, 4 and 1, its backward from 797, 144, 114 and 18 to 493, 64, 8 and 2; GPU speed not measured yet). Above, its
+  (BB, BJ, BH) blocks of openings are reduced over j across threads: at (128, 1000, 128) on an H200
+  (2026-11-25/26) 1.6 s (LRCU) and 9.3 s (LTC, 6 sub-steps) a training step, and 0.39 and 2.2 s with those tiles
+  a launch per phase (32 programs).
 * **synapse tiles** (the "stepwise" and "grid" schedules, the default on CUDA from hidden 17; section below): a
   program owns a (BJ, BI) tile of synapses for a range of batch rows, sums each opening inside one thread, and the
   tiles' partial sums meet in small buffers between phases: 128 programs at hidden 128 and 256. GPU speed: not
@@ -47,7 +52,6 @@ from .stepwise import chosen_schedule, device_table, launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
 RESIDENT_H = 16  # hidden sizes up to this run the register-resident kernels (one (16, 16, 16) block of openings)
-RESIDENT_WARPS = 8  # their warps: with 4, the backward's (16, 16, 16) blocks spill 500 bytes in float64 (sm_90)
 
 
 def resident(hidden: int, block_h: int | None) -> bool:
@@ -83,15 +87,21 @@ def _synapses(GS, AS, BS, KS, js, cols, H):
 ROWS_ENV = "ODELAB_LIQUID_ROWS"
 
 
-def persistent_rows(mode: int) -> int:
-    """Batch rows per program of LTC's and STC's one-launch kernels: ``$ODELAB_LIQUID_ROWS`` (1, 2, 4, 8 or 16),
-    16 by default. Fewer rows, more programs, each summing its rows' synapses alone: at (128, 1000, 128) 16 rows
-    leave 8 programs on a GPU of 132 SMs (the grid schedule: 32). Their GPU speed is not measured yet. LRC keeps 16
-    (its O_hᵀ h products are tl.dot, which asks for 16 rows)."""
+def persistent_rows(mode: int, on_chip: bool = False) -> int:
+    """Batch rows per program of the one-launch kernels: ``$ODELAB_LIQUID_ROWS`` (1, 2, 4, 8 or 16), 16 by default.
+    Fewer rows, more programs: at batch 32, 16 rows leave 2 programs on a GPU of 132 SMs. Their GPU speed is not
+    measured yet. LRC's tiled kernels keep 16 (their O_hᵀ h products are tl.dot, which asks for 16 rows); in the
+    register-resident ones (``on_chip``) its sums are the synapses' (no tl.dot), any rows."""
     value = os.environ.get(ROWS_ENV, "").strip() or "16"
     if value not in ("1", "2", "4", "8", "16"):
         raise ValueError(f"${ROWS_ENV}: expected 1, 2, 4, 8 or 16 batch rows a program, got {value!r}")
-    return 16 if mode >= LRC_ASYMMETRIC else int(value)
+    return 16 if mode >= LRC_ASYMMETRIC and not on_chip else int(value)
+
+
+def resident_warps(rows: int) -> int:
+    """Warps of a register-resident kernel with ``rows`` batch rows: a thread per (row, neuron) of its (rows, 16)
+    block, whose sums over the presynaptic neurons j then stay in the thread."""
+    return max(1, rows * RESIDENT_H // 32)
 
 
 @triton.jit
@@ -321,15 +331,25 @@ def _sample_inputs(FIN, UIN, WIN, sample, rows, rmask, cols, cmask, N, H, MODE: 
 
 
 @triton.jit
-def _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE: tl.constexpr, PRECISION: tl.constexpr):
-    """A sub-step's openings o (BB, BH, BH) [batch, j, i] and (f, u, w) from h in registers (w: LRC only)."""
-    o = sigmoid(a[None, :, :] * h[:, :, None] + b[None, :, :])
-    f = fin + tl.sum(o * g[None, :, :], axis=1)
-    u = uin + tl.sum(o * k[None, :, :], axis=1)
+def _resident_synapses(GS, AS, BS, KS, cols, H):
+    """The hidden synapses as (BH, 1, BH) [j, ·, i] blocks: a (j, row, i) block of openings keeps its first axis, j,
+    in each thread (Triton's layout puts the threads on the last two), so sums over j need no other thread."""
+    g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
+    return g[:, None, :], a[:, None, :], b[:, None, :], k[:, None, :]
+
+
+@triton.jit
+def _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE: tl.constexpr):
+    """A sub-step's presynaptic states h_j as a (BH, BB, 1) block, its openings o (BH, BB, BH) [j, row, i] and (f,
+    u, w) from h in registers (w = w_in + Σ_j O_h[j, i] h_j: LRC only, oh as (BH, 1, BH) [j, ·, i])."""
+    hj = tl.trans(h)[:, :, None]
+    o = sigmoid(a * hj + b)
+    f = fin + tl.sum(o * g, axis=0)
+    u = uin + tl.sum(o * k, axis=0)
     w = f * 0.0
     if MODE >= 2:
-        w = dot(h, oh, win, PRECISION)
-    return o, f, u, w
+        w = win + tl.sum(oh * hj, axis=0)
+    return hj, o, f, u, w
 
 
 @triton.jit
@@ -340,19 +360,19 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
-    g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
+    g, a, b, k = _resident_synapses(GS, AS, BS, KS, cols, H)
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
     oh = g * 0.0
     if MODE >= 2:
-        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)
+        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)[:, None, :]
     h = tl.load(S + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     fin, uin, win = _sample_inputs(FIN, UIN, WIN, 0, rows, rmask, cols, cmask, T // L, H, MODE)
     for sample in range(0, T // L):
         # the next sample's input conductances, loaded while this one's L sub-steps compute
         f_next, u_next, w_next = _sample_inputs(FIN, UIN, WIN, sample + 1, rows, rmask, cols, cmask, T // L, H, MODE)
         for q in range(0, L):
-            o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE, PRECISION)
+            hj, o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE)
             h = _update(h, f, u, w, el, shift, dt, MODE)
             tl.store(S + (sample * L + q + 1) * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         fin, uin, win = f_next, u_next, w_next
@@ -362,26 +382,24 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
 def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
                        MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
                        PRECISION: tl.constexpr):
-    """hidden ≤ BH: as :func:`_backward` with the synapses, O_h, the adjoint and every parameter sum in registers;
-    LAM (B, H): the final-state adjoint in, the initial-state adjoint out (FU unused)."""
+    """hidden ≤ BH: as :func:`_backward` with the synapses, O_h, the adjoint and every parameter sum in registers
+    (the sums as (j, row, i) blocks, reduced over the rows once, at the end); LAM (B, H): the final-state adjoint
+    in, the initial-state adjoint out (FU unused)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     sI = (T // L) * H
-    g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
+    g, a, b, k = _resident_synapses(GS, AS, BS, KS, cols, H)
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
     oh = g * 0.0
-    oht = g * 0.0
     if MODE >= 2:
-        wm = cmask[:, None] & cmask[None, :]
-        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=wm, other=0.0)
-        oht = tl.load(OH + cols[None, :] * H + cols[:, None], mask=wm, other=0.0)
+        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)[:, None, :]
     lam = tl.load(LAM + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
-    d_g = tl.zeros((BH, BH), dtype=lam.dtype)
-    d_k = tl.zeros((BH, BH), dtype=lam.dtype)
-    d_a = tl.zeros((BH, BH), dtype=lam.dtype)
-    d_b = tl.zeros((BH, BH), dtype=lam.dtype)
+    d_g = tl.zeros((BH, BB, BH), dtype=lam.dtype)
+    d_k = tl.zeros((BH, BB, BH), dtype=lam.dtype)
+    d_a = tl.zeros((BH, BB, BH), dtype=lam.dtype)
+    d_b = tl.zeros((BH, BB, BH), dtype=lam.dtype)
     a_el = tl.zeros((BB, BH), dtype=lam.dtype)
     a_sh = tl.zeros((BB, BH), dtype=lam.dtype)
     # h_{n−1} and h_n of sub-step n, and the inputs of its sample, each loaded one sub-step or sample ahead
@@ -397,21 +415,23 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
         for q in range(0, L):
             n = sample * L + L - q
             h_next = tile_at(S - 2 * H, n, H, sS, rows, rmask, cols, cmask, 2, T + 1)  # h_{n−2}
-            o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE, PRECISION)
+            hj, o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE)
             lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
             a_el += d_el
+            gf += lf
+            gu += lu
+            ds = (lf[None, :, :] * g + lu[None, :, :] * k) * o * (1.0 - o)
+            d_g += lf[None, :, :] * o
+            d_k += lu[None, :, :] * o
+            d_a += ds * hj
+            d_b += ds
+            # λ_{n−1, j} = its direct part + Σ_i ∂L/∂o_ji σ' a_ji (+ Σ_i ∂L/∂w_i O_h[j, i], LRC)
             if MODE >= 2:
                 a_sh += d_shift
                 tl.store(GW + (n - 1) * H + rows[:, None] * T * H + cols[None, :], gw, mask=m)
-                part = dot(gw, oht, part, PRECISION)
-            gf += lf
-            gu += lu
-            ds = (lf[:, None, :] * g[None, :, :] + lu[:, None, :] * k[None, :, :]) * o * (1.0 - o)
-            d_g += tl.sum(lf[:, None, :] * o, axis=0)
-            d_k += tl.sum(lu[:, None, :] * o, axis=0)
-            d_a += tl.sum(ds * h[:, :, None], axis=0)
-            d_b += tl.sum(ds, axis=0)
-            lam = part + tl.sum(ds * a[None, :, :], axis=2)
+                lam = part + tl.trans(tl.sum(ds * a + gw[None, :, :] * oh, axis=2))
+            else:
+                lam = part + tl.trans(tl.sum(ds * a, axis=2))
             out = (n - 1) // L - 1  # h_{n−1} is output `out` where n − 1 is a positive multiple of L
             is_out = (cols * 0 + (n - 1) % L == 0) & (cols * 0 + out >= 0)
             lam += tl.load(GO + out * H + rows[:, None] * sI + cols[None, :], mask=m & is_out[None, :], other=0.0)
@@ -425,10 +445,10 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     pm = cmask[:, None] & cmask[None, :]
     off = cols[:, None] * H + cols[None, :]
     acc = ACC + tl.program_id(0) * 4 * H * H
-    tl.store(acc + off, d_g, mask=pm)
-    tl.store(acc + H * H + off, d_k, mask=pm)
-    tl.store(acc + 2 * H * H + off, d_a, mask=pm)
-    tl.store(acc + 3 * H * H + off, d_b, mask=pm)
+    tl.store(acc + off, tl.sum(d_g, axis=1), mask=pm)
+    tl.store(acc + H * H + off, tl.sum(d_k, axis=1), mask=pm)
+    tl.store(acc + 2 * H * H + off, tl.sum(d_a, axis=1), mask=pm)
+    tl.store(acc + 3 * H * H + off, tl.sum(d_b, axis=1), mask=pm)
 
 
 # -- the stepwise and grid-synchronised schedules: synapse tiles over the whole GPU -----------------------------------
@@ -808,11 +828,11 @@ class LiquidSequence(torch.autograd.Function):
             P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
             _launch_phases([*tensors, P], False, B, TS, H, tiles, mode, unfolds, schedule)
         else:
-            BB = persistent_rows(mode)
             on_chip = resident(H, block_h)
+            BB = persistent_rows(mode, on_chip)
             forward = _forward_resident if on_chip else _forward
             forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                           num_warps=RESIDENT_WARPS if on_chip else warps(BH), MODE=mode,
+                                           num_warps=resident_warps(BB) if on_chip else warps(BH), MODE=mode,
                                            BJ=block_j(BH, BB, H), L=unfolds)
         ctx.save_for_backward(*tensors)
         ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule, ctx.rows = unfolds, mode, block_h, schedule, BB
@@ -852,7 +872,7 @@ class LiquidSequence(torch.autograd.Function):
             if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
                 LAM[0] = LAM[TS % 2]
                 grads[4] = LAM[0]
-                _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=RESIDENT_WARPS, **meta)
+                _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=resident_warps(BB), **meta)
             else:
                 _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
             lam0 = LAM[0].clone()
