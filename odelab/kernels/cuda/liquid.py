@@ -331,11 +331,18 @@ def _sample_inputs(FIN, UIN, WIN, sample, rows, rmask, cols, cmask, N, H, MODE: 
 
 
 @triton.jit
-def _resident_synapses(GS, AS, BS, KS, cols, H):
-    """The hidden synapses as (BH, 1, BH) [j, ·, i] blocks: a (j, row, i) block of openings keeps its first axis, j,
-    in each thread (Triton's layout puts the threads on the last two), so sums over j need no other thread."""
-    g, a, b, k = _synapses(GS, AS, BS, KS, cols, cols, H)
-    return g[:, None, :], a[:, None, :], b[:, None, :], k[:, None, :]
+def _synapse_blocks(GS, AS, BS, KS, OH, off, pm, MODE: tl.constexpr):
+    """The hidden synapses (g, a, b, k) and, LRC, O_h (zero otherwise) at the 2-D offsets ``off`` (zero outside
+    ``pm``) as 3-D blocks with a middle axis of one, for the rows of a block of openings whose first axis is summed
+    in each thread (Triton's layout puts the threads on the last two axes)."""
+    g = tl.load(GS + off, mask=pm, other=0.0)[:, None, :]
+    a = tl.load(AS + off, mask=pm, other=0.0)[:, None, :]
+    b = tl.load(BS + off, mask=pm, other=0.0)[:, None, :]
+    k = tl.load(KS + off, mask=pm, other=0.0)[:, None, :]
+    oh = g * 0.0
+    if MODE >= 2:
+        oh = tl.load(OH + off, mask=pm, other=0.0)[:, None, :]
+    return g, a, b, k, oh
 
 
 @triton.jit
@@ -360,12 +367,10 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
-    g, a, b, k = _resident_synapses(GS, AS, BS, KS, cols, H)
+    g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, cols[:, None] * H + cols[None, :],
+                                     cmask[:, None] & cmask[None, :], MODE)  # [j, ·, i]
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
-    oh = g * 0.0
-    if MODE >= 2:
-        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)[:, None, :]
     h = tl.load(S + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     fin, uin, win = _sample_inputs(FIN, UIN, WIN, 0, rows, rmask, cols, cmask, T // L, H, MODE)
     for sample in range(0, T // L):
@@ -389,12 +394,10 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     dt = tl.load(C)
     sS = (T + 1) * H
     sI = (T // L) * H
-    g, a, b, k = _resident_synapses(GS, AS, BS, KS, cols, H)
+    g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, cols[:, None] * H + cols[None, :],
+                                     cmask[:, None] & cmask[None, :], MODE)  # [j, ·, i]
     el = tl.load(EL + cols, mask=cmask, other=0.0)[None, :]
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
-    oh = g * 0.0
-    if MODE >= 2:
-        oh = tl.load(OH + cols[:, None] * H + cols[None, :], mask=cmask[:, None] & cmask[None, :], other=0.0)[:, None, :]
     lam = tl.load(LAM + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     d_g = tl.zeros((BH, BB, BH), dtype=lam.dtype)
     d_k = tl.zeros((BH, BB, BH), dtype=lam.dtype)
@@ -514,13 +517,7 @@ def _partial_conductances(GS, AS, BS, KS, OH, S, P, n, tile, r_lo, r_hi, B, T, H
     sS = (T + 1) * H
     pm = jm[:, None] & cm[None, :]
     off = js[:, None] * H + cols[None, :]
-    g = tl.load(GS + off, mask=pm, other=0.0)[:, None, :]
-    a = tl.load(AS + off, mask=pm, other=0.0)[:, None, :]
-    b = tl.load(BS + off, mask=pm, other=0.0)[:, None, :]
-    k = tl.load(KS + off, mask=pm, other=0.0)[:, None, :]
-    oh = g * 0.0
-    if MODE >= 2:
-        oh = tl.load(OH + off, mask=pm, other=0.0)[:, None, :]
+    g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, off, pm, MODE)
     part = P + jt * 3 * B * H
     for r0 in range(r_lo, r_hi, RA):
         rows = (r0 + tl.arange(0, RA)).to(tl.int64)
@@ -546,13 +543,7 @@ def _partial_adjoints(GS, AS, BS, KS, OH, S, GW, FU, LP, n, tile, r_lo, r_hi, d_
     sS = (T + 1) * H
     pm = cm[:, None] & jm[None, :]
     off = cols[:, None] + js[None, :] * H  # [i, j] = W[j, i]
-    g = tl.load(GS + off, mask=pm, other=0.0)[:, None, :]
-    a = tl.load(AS + off, mask=pm, other=0.0)[:, None, :]
-    b = tl.load(BS + off, mask=pm, other=0.0)[:, None, :]
-    k = tl.load(KS + off, mask=pm, other=0.0)[:, None, :]
-    oh = g * 0.0
-    if MODE >= 2:
-        oh = tl.load(OH + off, mask=pm, other=0.0)[:, None, :]
+    g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, off, pm, MODE)
     for r0 in range(r_lo, r_hi, RC):
         rows = (r0 + tl.arange(0, RC)).to(tl.int64)
         rm = rows < r_hi
