@@ -24,8 +24,9 @@
 #   liquid     the liquid cells (LTC, STC, LRCU-A/S) over synapse tiles, the CUDA default from hidden 17 since
 #              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
 #              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat, 150 s
-#   liquidrows LTC and STC under their one-launch kernels with ODELAB_LIQUID_ROWS=1 and 4 batch rows a program
-#              (LIQUID_ROWS="1 2 4 8" for more), at (32, 1000, 16) and (128, 1000, 128), 60 s each
+#   liquidrows LTC, STC and LRCU-A under their one-launch kernels with ODELAB_LIQUID_ROWS=2 and 1 batch rows a
+#              program (2: one warp, a thread per (row, neuron); LIQUID_ROWS="1 2 4 8" for more), at (32, 1000, 16),
+#              60 s each
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
 #              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
 #              step with ODELAB_LEM_GRID=one-barrier at hidden 128, 40 s
@@ -142,7 +143,7 @@ CELLS=${CELLS:-$ALL_CELLS,lstm,gru,flashrnn}
 # the liquid cells: their own step, one repeat (NAME: the CUDA default, synapse tiles from hidden 17 under the
 # grid schedule; NAME-stepwise: the same tiles a launch per phase)
 LIQUID_CELLS=${LIQUID_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm}
-ROWS_SIZES=32x1000x16,128x1000x128
+ROWS_SIZES=32x1000x16  # ODELAB_LIQUID_ROWS reaches the defaults up to hidden 16 (above: the batch-block kernels)
 [ "$SMOKE" = 1 ] && ROWS_SIZES=4x20x8
 
 cells() {
@@ -168,12 +169,13 @@ liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their s
         --sizes "$SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
 }
 
-liquidrows() {  # LTC's and STC's one-launch kernels with fewer batch rows a program (ODELAB_LIQUID_ROWS; 16, the
+liquidrows() {  # the liquid one-launch kernels with fewer batch rows a program (ODELAB_LIQUID_ROWS; 16, the
     # default, leaves 2 programs at batch 32 and 8 at 128), one repeat each
     local rows
-    for rows in ${LIQUID_ROWS:-1 4}; do
+    for rows in ${LIQUID_ROWS:-2 1}; do
         step "liquidrows$rows" 60 env ODELAB_LIQUID_ROWS="$rows" $PY benchmarks/cell_speed.py --device "$DEVICE" \
-            --models ltc-persistent,stc-persistent,lstm --engines fused --sizes "$ROWS_SIZES" --repeats 1 --no-forward \
+            --models ltc-persistent,stc-persistent,lrcu-a-persistent,lstm --engines fused --sizes "$ROWS_SIZES" \
+            --repeats 1 --no-forward \
             --out "$RESULTS/cell_speed_${DEVICE}_liquid_rows$rows.json"
     done
 }
