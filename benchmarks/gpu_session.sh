@@ -109,7 +109,7 @@ tests() {
         local parallel=()
         $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
         warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
-        local skip="not tf32x3"  # the tf32x3 step runs those
+        local skip="not tf32x3 and not liquid"  # the tf32x3 and liquid steps run those
         [ -n "${GRID_TESTED:-}" ] && skip="$skip and not grid and not one_barrier"  # the grid step ran them
         step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" -k "$skip" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
