@@ -464,7 +464,8 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
 #                  LP[i-tile], with the tile's sums for g, k, a, b;
 #   element phase  per (row, neuron): the partials summed, the update (forward) or its adjoint (backward).
 # Each opening's sum runs inside one thread (the summed axis is the tensor's first, which Triton's layout leaves in
-# the thread), so a synapse phase reduces across threads only through P and LP.
+# the thread), so a synapse phase reduces across threads only through P and LP (sm_90 PTX, float32: no shuffle in
+# the forward's loop; shared memory only hands the loaded states between threads).
 # The stepwise schedule launches each phase over (tiles, slabs of RS rows) or element blocks; the grid one runs
 # every phase in one launch of one program per tile (their number at most the multiprocessors: :func:`synapse_tiles`)
 # with a barrier after each, and keeps the tile's parameter sums in registers for the whole backward.
