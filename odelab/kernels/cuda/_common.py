@@ -138,8 +138,8 @@ def outer_sum(g, s, chunk_bytes: int = OUTER_SUM_CHUNK_BYTES):
     B, T, K = g.shape
     H = s.shape[2]
     rows = max(1, chunk_bytes // max(1, T * H * s.element_size()))
-    if rows >= B:
-        return torch.einsum("btk,bth->kh", g, s)
+    if rows >= B:  # one product (an einsum would add a dozen permutes, views and copies on the host)
+        return torch.mm(g.reshape(-1, K).mT, s.reshape(-1, H))
     out = g.new_zeros(K, H)
     for b0 in range(0, B, rows):
         out.addmm_(g[b0:b0 + rows].reshape(-1, K).mT, s[b0:b0 + rows].reshape(-1, H))

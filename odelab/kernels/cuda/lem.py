@@ -529,33 +529,33 @@ class LEMSequence(torch.autograd.Function):
         H = Z.shape[2]
         grad_ys = grad_ys.contiguous()
         G = torch.empty_like(enc)
-        LZ = enc.new_empty(2, B, H)
-        LY = enc.new_empty(2, B, H)
-        LZ[T % 2] = grad_z
-        LY[T % 2] = grad_y + grad_ys[:, T - 1]
+        lz, ly = grad_z.contiguous(), grad_y + grad_ys[:, T - 1]  # the final state's adjoints
         BB, BH = block_sizes(B, H, ctx.block_h)
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
-            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
-            grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0], consts),
+            LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
+            grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts),
                                  B, T, H, ctx.precision)
-        elif ctx.schedule == "grid":
-            grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts], consts, B, T, H,
-                        ctx.block_h, ctx.precision, True)
-        elif ctx.schedule == "stepwise":
-            launch_steps([enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts],
-                         step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                        ctx.precision))
-        elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
-            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
-            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ[0], LY[0],
-                                                          consts, B, T, H, BB=BB, BH=BH,
-                                                          PRECISION=ctx.precision, num_warps=warps(BH))
+        elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
+            LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
+            LZ[T % 2], LY[T % 2] = lz, ly
+            tensors = [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts]
+            if ctx.schedule == "grid":
+                grid.launch(_lem_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True)
+            elif ctx.schedule == "stepwise":
+                launch_steps(tensors, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
+                                                    ctx.precision))
+            else:
+                _lem_backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                     num_warps=warps(BH))
+            LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
-            _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, B, T, H,
-                                                 BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
+            LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
+            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts,
+                                                          B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                          num_warps=warps(BH))
         d_of_y = outer_sum(G[..., : 3 * H], Y[:, :-1])  # [weight_y; W2]: the maps of y_{n-1}
         d_Wy = outer_sum(G[..., 3 * H:], Z[:, 1:])
-        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ[0].clone(), LY[0].clone(), None, None, None
+        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, None, None
 
 
 @in_chunks
