@@ -449,38 +449,38 @@ class SecondOrderSequence(torch.autograd.Function):
         mode = ctx.mode
         grad_ys = grad_ys.contiguous()
         G = torch.empty_like(enc)
-        LZ = enc.new_empty(2, B, H)
-        LY = enc.new_empty(2, B, H)
         AC = enc.new_zeros(2, B, H)
-        LZ[T % 2] = grad_z
-        LY[T % 2] = grad_y + grad_ys[:, T - 1]
+        lz, ly = grad_z.contiguous(), grad_y + grad_ys[:, T - 1]  # the final state's adjoints
         BB, BH = block_sizes(B, H, ctx.block_h)
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
-            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
-            grid.launch_resident(_grid_backward, (enc, W_rec, consts, Z, Y, grad_ys, G, LZ[0], LY[0], AC), B, T, H,
+            LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
+            grid.launch_resident(_grid_backward, (enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC), B, T, H,
                                  ctx.precision, MODE=mode)
-        elif ctx.schedule == "grid":
-            grid.launch(_grid, [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC], consts, B, T, H, ctx.block_h,
-                        ctx.precision, True, MODE=mode)
-        elif ctx.schedule == "stepwise":
-            launch_steps([enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC],
-                         step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
-                                       MODE=mode))
-        elif resident(H, ctx.block_h):  # one buffer: final-state adjoints in, initial-state adjoints out
-            LZ[0], LY[0] = LZ[T % 2], LY[T % 2]
-            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ[0], LY[0], AC, B, T, H,
-                                                      MODE=mode, BB=BB, BH=BH,
-                                                      PRECISION=ctx.precision, num_warps=warps(BH))
+        elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
+            LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
+            LZ[T % 2], LY[T % 2] = lz, ly
+            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC]
+            if ctx.schedule == "grid":
+                grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode)
+            elif ctx.schedule == "stepwise":
+                launch_steps(tensors, step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH,
+                                                    ctx.precision, MODE=mode))
+            else:
+                _backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                 num_warps=warps(BH))
+            LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
-            _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, MODE=mode,
-                                             BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
+            LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
+            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
+                                                      MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                      num_warps=warps(BH))
         d_Wy = outer_sum(G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy
         else:
             d_W = torch.cat((outer_sum(G, Z[:, :-1]), d_Wy), dim=1)
         d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
-        return G, d_W, d_coefficients, LZ[0].clone(), LY[0].clone(), None, None, None, None
+        return G, d_W, d_coefficients, LZ, LY, None, None, None, None
 
 
 def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
