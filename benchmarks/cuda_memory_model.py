@@ -94,9 +94,8 @@ def cuda_path_on_meta():
     def liquid_schedule(schedule, x, hidden, block_h):
         return "grid" if hidden > liquid.RESIDENT_H or block_h is not None else "persistent"
 
-    def synapse_tiles(hidden, schedule, device):  # an H100's or H200's 132 multiprocessors
-        return next(((bj, bi) for bj, bi in liquid.SYNAPSE_TILES
-                     if triton.cdiv(hidden, bj) * triton.cdiv(hidden, bi) <= MULTIPROCESSORS), None)
+    def synapse_tiles(hidden, schedule, device):
+        return liquid.grid_tiles(hidden, MULTIPROCESSORS)
 
     patches = [(kernels, "find", find), (recurrent.kernels, "find", find), (registry.Implementation, "available",
                lambda self: True), (grid, "schedule_for", schedule_for), (grid, "resident", lambda *a, **k: False),

@@ -1129,7 +1129,7 @@ def test_liquid_stepwise_with_row_slabs(name):
     from odelab.kernels.cuda import liquid
 
     assert liquid.synapse_tiles(20, "stepwise", torch.device(DEVICE)) == (16, 16)
-    assert max(liquid.phase_rows(16, 16, 70)) == 16
+    assert liquid.slab_rows(16, 16, 70) == 16
     errors = relative_errors(PRESETS[name][0](3, 20), _liquid_run(name, "stepwise"), 70, 3, 20, torch.float64)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= 1e-10, (worst, errors[worst])

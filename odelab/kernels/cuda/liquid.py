@@ -488,7 +488,11 @@ def synapse_tiles(hidden: int, schedule: str, device: torch.device) -> tuple[int
     if grid.interpreting():
         whole = max(4, triton.next_power_of_2(hidden))
         return whole, whole
-    slots = torch.cuda.get_device_properties(device).multi_processor_count
+    return grid_tiles(hidden, torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def grid_tiles(hidden: int, slots: int) -> tuple[int, int] | None:
+    """The smallest tiles of :data:`SYNAPSE_TILES` whose count is at most ``slots`` programs, None where none is."""
     return next(((bj, bi) for bj, bi in SYNAPSE_TILES if triton.cdiv(hidden, bj) * triton.cdiv(hidden, bi) <= slots),
                 None)
 
@@ -498,6 +502,11 @@ def phase_rows(BJ: int, BI: int, batch: int) -> tuple[int, int]:
     :data:`THREADS` openings of each j (i) at once, at most the batch rounded up to a power of two."""
     most = max(1, triton.next_power_of_2(batch))
     return min(most, max(1, THREADS // BI)), min(most, max(1, THREADS // BJ))
+
+
+def slab_rows(BJ: int, BI: int, batch: int) -> int:
+    """Batch rows a program of the stepwise synapse phase (a slab; its parameter sums have their own slot)."""
+    return max(phase_rows(BJ, BI, batch))
 
 
 @triton.jit
@@ -766,7 +775,7 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
                           LIMIT=grid.SPIN_LIMIT, num_warps=THREADS // 32, **meta)
         grid.check(sync)
         return
-    RS = max(RA, RC)
+    RS = slab_rows(BJ, BI, B)
     steps = range(TS, -1, -1) if backward else range(1, TS + 1)
     synapses = (count, triton.cdiv(B, RS))
     elements = (triton.cdiv(B * H, ELEMENTS),)
@@ -814,13 +823,14 @@ class LiquidSequence(torch.autograd.Function):
         S[:, 0] = h0
         consts = on_device([dt], like.dtype, like.device)
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
-        BB, BH = block_sizes(B, H, block_h)
+        BB = None  # the persistent kernels' rows a program (the backward's too)
         if schedule in ("grid", "stepwise"):
             tiles = synapse_tiles(H, schedule, like.device)
             P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
             _launch_phases([*tensors, P], False, B, TS, H, tiles, mode, unfolds, schedule)
         else:
             on_chip = resident(H, block_h)
+            BH = block_sizes(B, H, block_h)[1]
             BB = persistent_rows(mode, on_chip)
             forward = _forward_resident if on_chip else _forward
             forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
@@ -845,7 +855,7 @@ class LiquidSequence(torch.autograd.Function):
         AE = S.new_zeros(2, B, H)
         if ctx.schedule in ("grid", "stepwise"):
             tiles = synapse_tiles(H, ctx.schedule, S.device)
-            slots = 1 if ctx.schedule == "grid" else triton.cdiv(B, max(phase_rows(*tiles, B)))
+            slots = 1 if ctx.schedule == "grid" else triton.cdiv(B, slab_rows(*tiles, B))
             LAM = grad_h + grad_hs[:, T - 1]  # λ at the last sub-step in, λ_0 out
             P = S.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)
             LP = S.new_empty(triton.cdiv(H, tiles[1]), B, H)  # the partial adjoints of every i-tile
