@@ -429,34 +429,41 @@ def test_liquid_rows_choice(monkeypatch):
         liquid.persistent_rows(liquid.LTC)
 
 
-@pytest.mark.parametrize("inputs", [1, 3])
-def test_input_synapses_in_chunks(inputs, monkeypatch):
-    """The input synapses of eq. 1 with the leak, f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l (u_in with k_ji), in
-    chunks of 4 rows of x over 23 (a ragged last one): values, and the gradients of a loss that weights f_in and
-    u_in differently w.r.t. x, a, b, raw g, k and raw g_l, against autograd through the formula (float64,
-    1e-12)."""
-    from torch.nn import functional as F
-
+@pytest.mark.parametrize("inputs, m", [(1, 5), (3, 5), (2, 11)])
+def test_input_synapse_kernels(inputs, m, monkeypatch):
+    """The input synapses of eq. 1 with the leak, f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l (u_in with k_ji), the
+    inputs' rows j the last of the (m + n) × m synapse matrices, over 23 rows of x in blocks of 4 rows (a ragged last
+    one) and 4 columns (m = 5, 11: ragged, several), the backward's 3 row groups each walking 2 blocks: values, and
+    the vector-Jacobian products with two random cotangents w.r.t. x, the inputs' rows of a, b, g, k (the neurons'
+    rows of the gradient buffer left alone) and g_l, against autograd through the formula (float64, 1e-12)."""
     from odelab.kernels.cuda import liquid
 
-    system = systems.LTC(inputs, 5).double()
-    m = 5
-    monkeypatch.setattr(liquid, "INPUT_CHUNK_BYTES", 4 * inputs * m * 8)
+    monkeypatch.setattr(liquid, "INPUT_ROWS", 4)
+    monkeypatch.setattr(liquid, "INPUT_COLUMNS", 4)
+    monkeypatch.setattr(liquid, "input_groups", lambda rows, inputs, device: 3)
+    torch.manual_seed(0)
     x = torch.randn(23, inputs, dtype=torch.float64, requires_grad=True)
+    a, b, k = (torch.randn(m + inputs, m, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    g = torch.rand(m + inputs, m, dtype=torch.float64, requires_grad=True)
+    g_leak = torch.rand(m, dtype=torch.float64, requires_grad=True)
     wf, wu = torch.randn(23, m, dtype=torch.float64), torch.randn(23, m, dtype=torch.float64)
-    leaves = [x, system.a, system.b, system.raw_g, system.k, system.raw_g_leak]
 
-    def loss_and_grads(f, u):
-        values = (f.detach().clone(), u.detach().clone())
-        return values, torch.autograd.grad((f * wf).sum() + (u * wu).sum(), leaves)
+    opening = torch.sigmoid(a[m:] * x[:, :, None] + b[m:])  # (rows, j, i)
+    f, u = (opening * g[m:]).sum(1) + g_leak, (opening * k[m:]).sum(1) + g_leak
+    expected = torch.autograd.grad((f, u), (x, g, k, a, b, g_leak), (wf, wu))
 
-    opening = torch.sigmoid(system.a[m:] * x[:, :, None] + system.b[m:])  # (rows, j, i)
-    g_leak = F.softplus(system.raw_g_leak)
-    expected = loss_and_grads((opening * F.softplus(system.raw_g[m:])).sum(1) + g_leak,
-                              (opening * system.k[m:]).sum(1) + g_leak)
-    got = loss_and_grads(*liquid.input_conductances(system, x))
-    for a, b in zip((*expected[0], *expected[1]), (*got[0], *got[1])):
-        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+    got_f, got_u = liquid.input_conductances(x.detach(), a.detach(), b.detach(), g.detach(), k.detach(),
+                                             g_leak.detach())
+    torch.testing.assert_close(got_f, f.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_u, u.detach(), rtol=1e-12, atol=1e-12)
+    d_synapses = torch.full((4, m + inputs, m), 7.0, dtype=torch.float64)
+    d_x, d_leak = liquid.input_gradients(x.detach(), a.detach(), b.detach(), g.detach(), k.detach(), wf, wu,
+                                         d_synapses)
+    torch.testing.assert_close(d_x, expected[0], rtol=1e-12, atol=1e-12)
+    for q in range(4):
+        torch.testing.assert_close(d_synapses[q, m:], expected[1 + q][m:], rtol=1e-12, atol=1e-12)
+    assert (d_synapses[:, :m] == 7.0).all()
+    torch.testing.assert_close(d_leak, expected[5], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["lem", "cornn-learned-coefficients", "ltc"])
@@ -912,7 +919,7 @@ from odelab.kernels.cuda._common import warps
 def compile_(fn, constexprs, dtype):
     constexprs = dict(constexprs)
     num_warps = constexprs.pop("num_warps", 4)
-    ints = {"B", "T", "H", "P", "NX", "M", "n"}
+    ints = constexprs.pop("ints", {"B", "T", "H", "P", "NX", "M", "n"})
     sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*i64" if n == "TABLE" else
                                                    "*i32" if n == "SYNC" else "*" + dtype)
            for n in fn.arg_names}
@@ -968,6 +975,8 @@ jobs += [(liquid._synapse_step, dict(BJ=bj, BI=bi, BACKWARD=bw, MODE=mode, RA=ra
                                      num_warps=liquid.THREADS // 32)) for mode in (0, 1, 2, 3) for bw in (False, True)]
 jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS))
          for mode in (0, 1, 2, 3) for bw in (False, True)]
+jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N", "M", "J0"}))
+         for k in (liquid._input_forward, liquid._input_backward)]
 count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:

@@ -61,14 +61,12 @@ def model_of_memory():
 @pytest.mark.parametrize("name", list(BUDGETS))
 def test_training_step_peak_within_budget(name, model_of_memory, monkeypatch):
     """The modelled peak ≤ the budget + W / 2, with the weight gradients' copies made one batch row at a time
-    (W / 16 each) and the input synapses' openings two rows of x at a time, as the chunks are small beside the
-    whole at (1024, 1000, 256); the rest of the margin is the (H, H) weight gradients, large beside W at this size.
-    A whole copy of a state sequence, or the openings (n, H) of every row kept for the backward (n = 4 here: 4 W),
-    breaks it."""
-    from odelab.kernels.cuda import _common, liquid
+    (W / 16 each), as the chunks are small beside the whole at (1024, 1000, 256); the rest of the margin is the
+    (H, H) weight gradients, large beside W at this size. A whole copy of a state sequence, or the input synapses'
+    openings (n, H) of every row (n = 4 here: 4 W), breaks it."""
+    from odelab.kernels.cuda import _common
 
     monkeypatch.setattr(_common.outer_sum, "__defaults__", (T * H * 4,))
-    monkeypatch.setattr(liquid, "INPUT_CHUNK_BYTES", 2 * INPUTS * H * 4)
     build, budget = BUDGETS[name]
     torch.manual_seed(0)
     model = build().to("meta")
@@ -91,15 +89,12 @@ def test_the_model_counts_what_a_step_allocates(model_of_memory):
 @pytest.mark.parametrize("name", [n for n in BUDGETS if n not in ("taugru", "delaygru")])
 def test_forward_without_backward_holds_its_outputs_and_a_chunk(name, model_of_memory, monkeypatch):
     """Under ``torch.no_grad()`` the cells without delays run in chunks of steps (``odelab/kernels/chunks.py``;
-    here 8 of the 120, as 64 of 1000 at (1024, 1000, 256); the input synapses' openings two rows of x at a time, as
-    in the training test): the modelled peak is the outputs (W) and one chunk's buffers, ≤ 1.6 W -- LEM's, the
+    here 8 of the 120, as 64 of 1000 at (1024, 1000, 256)): the modelled peak is the outputs (W) and one chunk's buffers, ≤ 1.6 W -- LEM's, the
     widest: its encoding (4 chunks of state sequence, 8/120 W each), its states z and y (2), the previous chunk's
     outputs (1), 1.47 W, and (B, H) states -- where LEM in one piece holds its encoding and both states, 6 W."""
     from odelab.kernels import chunks
-    from odelab.kernels.cuda import liquid
 
     monkeypatch.setattr(chunks, "CHUNK_STATE_BYTES", B * 8 * H * 4)
-    monkeypatch.setattr(liquid, "INPUT_CHUNK_BYTES", 2 * INPUTS * H * 4)
     build, _ = BUDGETS[name]
     torch.manual_seed(0)
     model = build().to("meta")

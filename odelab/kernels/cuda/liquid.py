@@ -7,9 +7,9 @@ o_ji = σ(a_ji y_j + b_ji):
     LRC:  h ← h + δ ε(w) (tanh(u) e_l − σ(f) h),  w = O_hᵀ h + (O_xᵀ x + p),  ε = σ(w) or σ(w+k) − σ(w−k)
 
 The input synapses and the leak (``system.input_conductances``: f_in, u_in) and LRC's O_xᵀ x + p do not depend
-on h: torch computes them for the whole sequence, once per sample (:class:`InputSynapses` for the synapses, in
-chunks, recomputing their openings in the backward; autograd for the rest), and the kernels
-add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
+on h: they are computed for the whole sequence, once per sample (:func:`input_conductances`, one launch whose
+openings stay in registers, recomputed by :func:`input_gradients` in the backward; O_xᵀ x + p by torch), and the
+kernels add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
 (batch, j, i)). What is stored for the backward: the states of every sub-step. The backward recomputes the openings
 from them; it writes ∂L/∂f_in, ∂L/∂u_in per sample (summed over its sub-steps) and ∂L/∂w per sub-step (LRC: the
 O_h gradient is one GEMM over them), and sums the hidden synapses' parameter gradients (g, k, a, b: one (m, m)
@@ -802,20 +802,131 @@ def liquid_schedule(schedule: str | None, x: torch.Tensor, hidden: int, block_h:
     return "stepwise"
 
 
+INPUT_ROWS = 16  # rows of x a block (both kernels)
+INPUT_COLUMNS = 64  # postsynaptic neurons a block (both kernels)
+
+
+@triton.jit
+def _input_forward(X, A, BS, G, K, GL, FIN, UIN, R, N, M, J0, BR: tl.constexpr, BM: tl.constexpr):
+    """f_in, u_in (eq. 1 over the inputs j, then + g_l) of rows r0 : r0 + BR of x (R, N), a column block at a
+    time, the synapses of input j in row J0 + j of A, BS, G, K ((J0 + N) × M); the openings stay in registers."""
+    rows = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)
+    rmask = rows < R
+    for c0 in range(0, M, BM):
+        cols = c0 + tl.arange(0, BM)
+        cmask = cols < M
+        f = tl.zeros((BR, BM), dtype=FIN.dtype.element_ty)
+        u = tl.zeros((BR, BM), dtype=FIN.dtype.element_ty)
+        for j in range(0, N):
+            x = tl.load(X + rows * N + j, mask=rmask, other=0.0)
+            synapses = (J0 + j) * M + cols
+            a = tl.load(A + synapses, mask=cmask, other=0.0)
+            b = tl.load(BS + synapses, mask=cmask, other=0.0)
+            opening = sigmoid(a[None, :] * x[:, None] + b[None, :])
+            f += tl.load(G + synapses, mask=cmask, other=0.0)[None, :] * opening
+            u += tl.load(K + synapses, mask=cmask, other=0.0)[None, :] * opening
+        leak = tl.load(GL + cols, mask=cmask, other=0.0)[None, :]
+        at = rows[:, None] * M + cols[None, :]
+        m = rmask[:, None] & cmask[None, :]
+        tl.store(FIN + at, f + leak, mask=m)
+        tl.store(UIN + at, u + leak, mask=m)
+
+
+@triton.jit
+def _input_backward(X, A, BS, G, K, DF, DU, DX, P, R, N, M, J0, BR: tl.constexpr, BM: tl.constexpr):
+    """Program (group, j) of input j, over rows group·BR, (group + groups)·BR, …: ∂L/∂x_j of those rows, Σ_i
+    ∂L/∂(a_ji x_j + b_ji) a_ji, and the group's sums over its rows of ∂L/∂(g, k, a, b)_ji into P[group, q·N + j]
+    (q = 0 … 3) and, for j = 0, of ∂L/∂g_l = Σ (∂L/∂f_in + ∂L/∂u_in) into P[group, 4N]; a column block at a time."""
+    group, j, groups = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
+    out = P + group * (4 * N + 1) * M
+    for c0 in range(0, M, BM):
+        cols = c0 + tl.arange(0, BM)
+        cmask = cols < M
+        synapses = (J0 + j) * M + cols
+        a = tl.load(A + synapses, mask=cmask, other=0.0)[None, :]
+        b = tl.load(BS + synapses, mask=cmask, other=0.0)[None, :]
+        g = tl.load(G + synapses, mask=cmask, other=0.0)[None, :]
+        k = tl.load(K + synapses, mask=cmask, other=0.0)[None, :]
+        zero = tl.zeros((BR, BM), dtype=DX.dtype.element_ty)
+        d_g, d_k, d_a, d_b, d_leak = zero, zero, zero, zero, zero
+        for r0 in range(group * BR, R, groups * BR):
+            rows = (r0 + tl.arange(0, BR)).to(tl.int64)
+            rmask = rows < R
+            at = rows[:, None] * M + cols[None, :]
+            m = rmask[:, None] & cmask[None, :]
+            x = tl.load(X + rows * N + j, mask=rmask, other=0.0)
+            df = tl.load(DF + at, mask=m, other=0.0)
+            du = tl.load(DU + at, mask=m, other=0.0)
+            opening = sigmoid(a * x[:, None] + b)
+            d_pre = (df * g + du * k) * opening * (1.0 - opening)
+            d_g += df * opening
+            d_k += du * opening
+            d_a += d_pre * x[:, None]
+            d_b += d_pre
+            d_leak += df + du
+            d_x = tl.sum(d_pre * a, 1)
+            if c0 > 0:
+                d_x += tl.load(DX + rows * N + j, mask=rmask, other=0.0)
+            tl.store(DX + rows * N + j, d_x, mask=rmask)
+        tl.store(out + j * M + cols, tl.sum(d_g, 0), mask=cmask)
+        tl.store(out + (N + j) * M + cols, tl.sum(d_k, 0), mask=cmask)
+        tl.store(out + (2 * N + j) * M + cols, tl.sum(d_a, 0), mask=cmask)
+        tl.store(out + (3 * N + j) * M + cols, tl.sum(d_b, 0), mask=cmask)
+        if j == 0:
+            tl.store(out + 4 * N * M + cols, tl.sum(d_leak, 0), mask=cmask)
+
+
+def input_groups(rows: int, inputs: int, device: torch.device) -> int:
+    """Row groups of :func:`_input_backward` (programs: groups × inputs): about four programs a multiprocessor
+    on CUDA (two elsewhere), at most one a block of rows."""
+    slots = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+    return max(1, min(triton.cdiv(4 * slots, inputs), triton.cdiv(rows, INPUT_ROWS)))
+
+
+def input_conductances(x, a, b, g, k, g_leak):
+    """(f_in, u_in), each (R, m): eq. 1's input synapses and the leak, f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l
+    (u_in with k), for x (R, n) and the synapse matrices a, b, g, k ((m + n) × m, contiguous: the inputs' rows
+    last), one launch; the openings σ(·) (R × n × m) are never stored."""
+    (R, N), M = x.shape, a.shape[1]
+    f, u = x.new_empty(R, M), x.new_empty(R, M)
+    _input_forward[(triton.cdiv(R, INPUT_ROWS),)](x, a, b, g, k, g_leak, f, u, R, N, M, a.shape[0] - N,
+                                                   BR=INPUT_ROWS, BM=INPUT_COLUMNS)
+    return f, u
+
+
+def input_gradients(x, a, b, g, k, grad_f, grad_u, d_synapses):
+    """The backward of :func:`input_conductances` for ∂L/∂f_in, ∂L/∂u_in (R, m), one launch (the openings
+    recomputed): returns (∂L/∂x, ∂L/∂g_l) and writes ∂L/∂(g, k, a, b) of the inputs' rows into the last n rows of
+    ``d_synapses`` ((4, m + n, m)), summed over :func:`input_groups` row groups in torch."""
+    (R, N), M = x.shape, a.shape[1]
+    if N == 0:
+        return torch.empty_like(x), grad_f.sum(0) + grad_u.sum(0)
+    groups = input_groups(R, N, x.device)
+    d_x = torch.empty_like(x)
+    sums = x.new_empty(groups, 4 * N + 1, M)
+    _input_backward[(groups, N)](x, a, b, g, k, grad_f, grad_u, d_x, sums, R, N, M, a.shape[0] - N, BR=INPUT_ROWS,
+                                 BM=INPUT_COLUMNS)
+    torch.sum(sums[:, :4 * N].view(groups, 4, N, M), 0, out=d_synapses[:, M:])
+    return d_x, sums[:, 4 * N].sum(0)
+
+
 class LiquidSequence(torch.autograd.Function):
-    """``apply(f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h, schedule)
-    -> (hs, h_T)``: f_in, u_in (B, T, H) the input synapses and the leak per sample, w_in (B, T, H) the input part
-    of w (LRC; None otherwise), g, a, b, k the hidden synapses (H, H); ``unfolds`` sub-steps of ``dt`` per sample,
-    hs the states at the samples' ends."""
+    """``apply(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h, schedule) ->
+    (hs, h_T)``: x (B, T, n) the inputs, w_in (B, T, H) the input part of w (LRC; None otherwise), g, a, b, k the
+    synapses ((H + n) × H: the neurons' rows, then the inputs'), their input rows summed once a sample with the
+    leak g_leak (:func:`input_conductances`); ``unfolds`` sub-steps of ``dt`` per sample, hs the states at the
+    samples' ends. One Function for both kinds of synapse: each parameter's gradient is written whole (no slices of
+    it added up by autograd)."""
 
     @staticmethod
-    def forward(ctx, f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h,
+    def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h,
                 schedule="persistent"):
-        ctx.precision = dot_precision(f_in.dtype)  # fixed at the forward: the backward recomputes with it
-        B, T, H = f_in.shape
+        ctx.precision = dot_precision(x.dtype)  # fixed at the forward: the backward recomputes with it
+        (B, T, n), H = x.shape, h0.shape[1]
         TS = T * unfolds
         like = h0
-        f_in, u_in, g, a, b, k, e_leak = (t.contiguous() for t in (f_in, u_in, g, a, b, k, e_leak))
+        x, g, a, b, k, g_leak, e_leak = (t.contiguous() for t in (x, g, a, b, k, g_leak, e_leak))
+        f_in, u_in = (c.view(B, T, H) for c in input_conductances(x.view(B * T, n), a, b, g, k, g_leak))
         w_in = like.new_zeros(1) if w_in is None else w_in.contiguous()
         o_hidden = like.new_zeros(1) if o_hidden is None else o_hidden.contiguous()
         shift = like.new_zeros(H) if shift is None else shift.contiguous()
@@ -836,22 +947,41 @@ class LiquidSequence(torch.autograd.Function):
             forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
                                            num_warps=resident_warps(BB) if on_chip else warps(BH), MODE=mode,
                                            BJ=block_j(BH, BB, H), L=unfolds)
-        ctx.save_for_backward(*tensors)
+        ctx.save_for_backward(*tensors, x)
         ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule, ctx.rows = unfolds, mode, block_h, schedule, BB
         return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
-        tensors = ctx.saved_tensors
+        *tensors, x = ctx.saved_tensors
+        f_in, g, a, b, k, S = *tensors[:1], *tensors[3:7], tensors[-1]
+        B, T, H = f_in.shape
+        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, grad_hs.contiguous(), grad_h)
+        d_synapses = S.new_empty(4, *g.shape)  # ∂L/∂(g, k, a, b): the neurons' rows from ACC, the inputs' below
+        torch.sum(ACC, 0, out=d_synapses[:, :H])
+        d_x, d_g_leak = input_gradients(x.view(B * T, x.shape[2]), a, b, g, k, GF.view(B * T, H), GU.view(B * T, H),
+                                        d_synapses)
+        del GF, GU
+        d_g, d_k, d_a, d_b = d_synapses.unbind(0)
+        d_e_leak, d_shift = AE.sum(1).unbind(0)
+        lrc, unfolds = ctx.mode >= LRC_ASYMMETRIC, ctx.unfolds
+        d_w_in = (GW if unfolds == 1 else GW.view(B, T, unfolds, H).sum(2)) if lrc else None
+        d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
+        d_shift = d_shift if ctx.mode == LRC_SYMMETRIC else None
+        return (d_x.view(x.shape), d_w_in, d_g, d_a, d_b, d_k, d_g_leak, d_e_leak, d_o_hidden, d_shift, lam0,
+                None, None, None, None, None)
+
+    @staticmethod
+    def _sweep(ctx, tensors, grad_hs, grad_h):
+        """The kernels' backward over the sub-steps T … 1: (∂L/∂f_in, ∂L/∂u_in, ∂L/∂w (LRC), the e_l and shift
+        sums, the neurons' synapse gradient sums ACC (slots, 4, H, H), λ_0); the phase buffers end with the call."""
         f_in, S = tensors[0], tensors[-1]
         B, T, H = f_in.shape
         unfolds, mode = ctx.unfolds, ctx.mode
         TS = T * unfolds
-        grad_hs = grad_hs.contiguous()
         GF, GU = torch.zeros_like(f_in), torch.zeros_like(f_in)
-        lrc = mode >= LRC_ASYMMETRIC
-        GW = S.new_zeros(B, TS, H) if lrc else S.new_zeros(1)
+        GW = S.new_zeros(B, TS, H) if mode >= LRC_ASYMMETRIC else S.new_zeros(1)
         AE = S.new_zeros(2, B, H)
         if ctx.schedule in ("grid", "stepwise"):
             tiles = synapse_tiles(H, ctx.schedule, S.device)
@@ -862,98 +992,34 @@ class LiquidSequence(torch.autograd.Function):
             ACC = S.new_zeros(slots, 4, H, H)
             grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(B, H), S.new_empty(2, B, H), LP, AE, ACC]
             _launch_phases([*tensors, P, *grads], True, B, TS, H, tiles, mode, unfolds, ctx.schedule)
-            lam0 = LAM
+            return GF, GU, GW, AE, ACC, LAM
+        BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
+        blocks = triton.cdiv(B, BB)
+        LAM = S.new_empty(2, B, H)
+        LAM[TS % 2] = grad_h + grad_hs[:, T - 1]
+        ACC = S.new_zeros(blocks, 4, H, H)
+        grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
+        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision)
+        if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
+            LAM[0] = LAM[TS % 2]
+            grads[4] = LAM[0]
+            _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=resident_warps(BB), **meta)
         else:
-            BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
-            blocks = triton.cdiv(B, BB)
-            LAM = S.new_empty(2, B, H)
-            LAM[TS % 2] = grad_h + grad_hs[:, T - 1]
-            ACC = S.new_zeros(blocks, 4, H, H)
-            grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
-            meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision)
-            if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
-                LAM[0] = LAM[TS % 2]
-                grads[4] = LAM[0]
-                _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=resident_warps(BB), **meta)
-            else:
-                _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
-            lam0 = LAM[0].clone()
-        d_g, d_k, d_a, d_b = ACC.sum(0).unbind(0)
-        d_e_leak, d_shift = AE.sum(1).unbind(0)
-        d_w_in = (GW if unfolds == 1 else GW.view(B, T, unfolds, H).sum(2)) if lrc else None
-        d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
-        d_shift = d_shift if mode == LRC_SYMMETRIC else None
-        return (GF, GU, d_w_in, d_g, d_a, d_b, d_k, d_e_leak, d_o_hidden, d_shift, lam0,
-                None, None, None, None, None)
-
-
-INPUT_CHUNK_BYTES = 1 << 24  # the most of the input synapses' openings (rows, n, m) that InputSynapses holds
-
-
-class InputSynapses(torch.autograd.Function):
-    """``apply(x, a, b, g, k, g_leak) -> (f_in, u_in)``: ``system.input_conductances`` for x (R, n), the input
-    synapses' a, b, g, k (n, m) and g_leak (m,): f_in = Σ_j g_ji σ(a_ji x_j + b_ji) + g_l (u_in with k), computed
-    :data:`INPUT_CHUNK_BYTES` of openings at a time. The backward recomputes the openings; autograd through the
-    formula would keep all of them, (R, n, m): n of the (B, T, m) tensors the cell stores, through the backward."""
-
-    @staticmethod
-    def forward(ctx, x, a, b, g, k, g_leak):
-        f, u = (x.new_empty(x.shape[0], a.shape[1]) for _ in range(2))
-        for rows, opening in _openings(x, a, b):
-            f[rows] = torch.einsum("rjm,jm->rm", opening, g) + g_leak
-            u[rows] = torch.einsum("rjm,jm->rm", opening, k) + g_leak
-        ctx.save_for_backward(x, a, b, g, k)
-        return f, u
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_f, grad_u):
-        x, a, b, g, k = ctx.saved_tensors
-        d_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
-        d_a, d_b, d_g, d_k = (torch.zeros_like(a) for _ in range(4))
-        for rows, opening in _openings(x, a, b):
-            df, du = grad_f[rows], grad_u[rows]
-            d_g += torch.einsum("rm,rjm->jm", df, opening)
-            d_k += torch.einsum("rm,rjm->jm", du, opening)
-            d_pre = (df[:, None, :] * g + du[:, None, :] * k) * opening * (1.0 - opening)  # ∂L/∂(a x + b)
-            d_a += torch.einsum("rj,rjm->jm", x[rows], d_pre)
-            d_b += d_pre.sum(0)
-            if d_x is not None:
-                d_x[rows] = torch.einsum("rjm,jm->rj", d_pre, a)
-        return d_x, d_a, d_b, d_g, d_k, grad_f.sum(0) + grad_u.sum(0)
-
-
-def _openings(x, a, b):
-    """(row slice, σ(a_ji x_j + b_ji) of its rows) over x's rows, :data:`INPUT_CHUNK_BYTES` of openings a slice."""
-    per_row = max(1, a.numel() * x.element_size())
-    step = max(1, INPUT_CHUNK_BYTES // per_row)
-    for r0 in range(0, x.shape[0], step):
-        rows = slice(r0, r0 + step)
-        yield rows, torch.sigmoid(torch.addcmul(b, x[rows, :, None], a))
-
-
-def input_conductances(system, x):
-    """(f_in, u_in) = ``system.input_conductances(x)`` for x (..., n), by :class:`InputSynapses` (n > 0)."""
-    m, n = system.hidden_size, system.input_size
-    if n == 0:
-        return system.input_conductances(x)
-    f, u = InputSynapses.apply(x.reshape(-1, n), system.a[m:], system.b[m:], F.softplus(system.raw_g[m:]),
-                               system.k[m:], F.softplus(system.raw_g_leak))
-    return f.view(*x.shape[:-1], m), u.view(*x.shape[:-1], m)
+            _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
+        return GF, GU, GW, AE, ACC, LAM[0].clone()
 
 
 def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
     H = system.hidden_size
-    f_in, u_in = input_conductances(system, x)
     w_in = o_hidden = shift = None
     if mode >= LRC_ASYMMETRIC:  # the input part of w, O_xᵀ x + p (not through encode: no concatenated copy)
         w_in, o_hidden = system.input_drive(x), system.o_hidden
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
-    g = F.softplus(system.raw_g[:H])
     chosen = liquid_schedule(schedule, x, H, block_h)
-    hs, hT = grid.apply(LiquidSequence, f_in, u_in, w_in, g, system.a[:H], system.b[:H], system.k[:H],
-                        system.e_leak, o_hidden, shift, state[0], float(dt) / unfolds, unfolds, mode, block_h, chosen)
+    hs, hT = grid.apply(LiquidSequence, x, w_in, F.softplus(system.raw_g), system.a,
+                        system.b, system.k, F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift, state[0],
+                        float(dt) / unfolds, unfolds, mode, block_h, chosen)
     return hs, (hT,)
 
 
