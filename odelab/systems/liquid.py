@@ -96,19 +96,6 @@ class _ChemicalSynapses(System):
         u = torch.einsum("bjm,jm->bm", opening, self.k[:rows]) + g_leak
         return f, u
 
-    def input_conductances(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The input synapses' part of eq. 1 and the leak, (f_in, u_in) of shape ``(..., m)`` for inputs x
-        ``(..., n)``: f = f_in + Σ_{j<m} g_ji σ(a_ji h_j + b_ji) (u alike). They do not depend on h, so the fused
-        kernels compute them for the whole sequence at once, before the recurrence."""
-        m, n = self.hidden_size, self.input_size
-        g_leak = F.softplus(self.raw_g_leak)
-        if n == 0:
-            return g_leak.expand(*x.shape[:-1], m), g_leak.expand(*x.shape[:-1], m)
-        opening = torch.sigmoid(self.a[m:] * x[..., :n].unsqueeze(-1) + self.b[m:])  # (..., n, m)
-        f = torch.einsum("...jm,jm->...m", opening, F.softplus(self.raw_g[m:])) + g_leak
-        u = torch.einsum("...jm,jm->...m", opening, self.k[m:]) + g_leak
-        return f, u
-
     def derivative(self, t, state, inp, *delayed):
         return (self.block_derivative(0, t, state, inp),)
 

@@ -6,8 +6,8 @@ o_ji = σ(a_ji y_j + b_ji):
     LTC:  h ← (h + δ u e_l) / (1 + δ f)          STC:  h ← (h + δ tanh(u) e_l) / (1 + δ σ(f))
     LRC:  h ← h + δ ε(w) (tanh(u) e_l − σ(f) h),  w = O_hᵀ h + (O_xᵀ x + p),  ε = σ(w) or σ(w+k) − σ(w−k)
 
-The input synapses and the leak (``system.input_conductances``: f_in, u_in) and LRC's O_xᵀ x + p do not depend
-on h: they are computed for the whole sequence, once per sample (:func:`input_conductances`, one launch whose
+The input synapses with the leak (f_in, u_in: the sums of (1) over the inputs j, plus g_l) and LRC's O_xᵀ x + p do
+not depend on h: they are computed for the whole sequence, once per sample (:func:`input_conductances`, one launch whose
 openings stay in registers, recomputed by :func:`input_gradients` in the backward; O_xᵀ x + p by torch), and the
 kernels add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
 (batch, j, i)). What is stored for the backward: the states of every sub-step. The backward recomputes the openings
