@@ -995,17 +995,17 @@ class LiquidSequence(torch.autograd.Function):
             return GF, GU, GW, AE, ACC, LAM
         BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
         blocks = triton.cdiv(B, BB)
-        LAM = S.new_empty(2, B, H)
-        LAM[TS % 2] = grad_h + grad_hs[:, T - 1]
+        lam = grad_h + grad_hs[:, T - 1]  # λ at the last sub-step
         ACC = S.new_zeros(blocks, 4, H, H)
-        grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
         meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision)
         if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
-            LAM[0] = LAM[TS % 2]
-            grads[4] = LAM[0]
+            grads = [grad_hs, GF, GU, GW, lam, S.new_empty(2, B, H), AE, ACC]
             _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=resident_warps(BB), **meta)
-        else:
-            _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
+            return GF, GU, GW, AE, ACC, lam
+        LAM = S.new_empty(2, B, H)  # λ of sub-steps of either parity
+        LAM[TS % 2] = lam
+        grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
+        _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
         return GF, GU, GW, AE, ACC, LAM[0].clone()
 
 
