@@ -1726,3 +1726,25 @@ def test_liquid_without_inputs(name):
         errors = relative_errors(PRESETS[name][0](0, hidden), run, 3, 5, hidden, torch.float64, input_size=0)
         worst = max(errors, key=errors.get)
         assert errors[worst] <= 1e-10, (hidden, worst, errors[worst])
+
+
+@pytest.mark.parametrize("used", ["outputs", "final y"])
+@pytest.mark.parametrize("name", ["unicornn", "unicornn-reversible"])
+def test_unicornn_gradients_when_outputs_go_unused(name, used):
+    """UnICORNN's backwards where autograd passes no gradient for what the loss does not use (the final state, or the
+    outputs): every gradient matches the generic loop's to 1e-10 (float64)."""
+    torch.manual_seed(4)
+    model = generic(PRESETS[name][0](3, 5)).double()
+    run = kernel(PRESETS[name][1])
+    x = torch.randn(4, 9, 3, dtype=torch.float64, requires_grad=True)
+    state = tuple((0.5 * torch.randn(4, 5, dtype=torch.float64)).requires_grad_() for _ in range(2))
+    inputs = [x, *state, *model.parameters()]
+    weights = torch.randn(4, 9, 5, dtype=torch.float64)
+
+    def loss(out, final):
+        return (out * weights).sum() if used == "outputs" else (final[1] * weights[:, 0]).sum()
+
+    got = torch.autograd.grad(loss(*run(model.system, x, state, model.dt, model.unfolds, ())), inputs)
+    expected = torch.autograd.grad(loss(*model(x, state)), inputs)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

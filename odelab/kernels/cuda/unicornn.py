@@ -5,7 +5,7 @@
 
 The recurrence is diagonal, so the kernels are elementwise over batch × hidden: a 1-D grid of BLOCK elements,
 each running its whole sequence in registers (forward: writes z_n, y_n; backward: the adjoint recursion from
-the stored states, writing ∂L/∂x_n per step and per-element partial sums of ∂L/∂w and ∂L/∂σ̂(c), reduced over
+the stored states, writing ∂L/∂x_n per step and per-element partial sums of ∂L/∂w and ∂L/∂c, reduced over
 the batch in torch). A lane's step is a few dozen arithmetic instructions, far less than one memory round trip,
 so the loops take eight steps per trip and load the next eight steps' inputs (and, backward, stored states and
 output gradients) before computing the current eight: the recurrence waits on its arithmetic, not on memory
@@ -79,12 +79,15 @@ def _forward_four(z, y, x0, x1, x2, x3, w, s, dt, alpha, Z, Y, at, n, zero, mask
 
 
 @triton.jit
-def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
-    """Eight steps per trip, the next eight inputs loaded before them."""
+def _forward(E, Wv, Cv, K, Z0, Y0, Z, Y, ZT, YT, B, T, H, BLOCK: tl.constexpr):
+    """Eight steps per trip, the next eight inputs loaded before them; (Z0, Y0) (B, H) copied to step 0 of Z, Y
+    (B, T + 1, H), the last step also to (ZT, YT)."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
-    z = tl.load(Z + b * (T + 1) * H + j, mask=mask, other=0.0)
-    y = tl.load(Y + b * (T + 1) * H + j, mask=mask, other=0.0)
+    z = tl.load(Z0 + idx, mask=mask, other=0.0)
+    y = tl.load(Y0 + idx, mask=mask, other=0.0)
+    tl.store(Z + b * (T + 1) * H + j, z, mask=mask)
+    tl.store(Y + b * (T + 1) * H + j, y, mask=mask)
     xs = E + b * T * H + j
     x0, x1, x2, x3 = _four_ahead(xs, zero, mask, 0, 0, 1, H, T)
     x4, x5, x6, x7 = _four_ahead(xs, zero, mask, 0, 4, 1, H, T)
@@ -95,6 +98,8 @@ def _forward(E, Wv, Cv, K, Z, Y, B, T, H, BLOCK: tl.constexpr):
         z, y = _forward_four(z, y, x0, x1, x2, x3, w, s, dt, alpha, Z, Y, at, n, zero, mask, T, H)
         z, y = _forward_four(z, y, x4, x5, x6, x7, w, s, dt, alpha, Z, Y, at, n + 4, zero, mask, T, H)
         x0, x1, x2, x3, x4, x5, x6, x7 = p0, p1, p2, p3, p4, p5, p6, p7
+    tl.store(ZT + idx, z, mask=mask)
+    tl.store(YT + idx, y, mask=mask)
 
 
 @triton.jit
@@ -179,7 +184,7 @@ def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.cons
     tl.store(GZ + idx, lz, mask=mask)
     tl.store(GY + idx, ly, mask=mask)
     tl.store(GW + idx, gw, mask=mask)
-    tl.store(GS + idx, gs, mask=mask)
+    tl.store(GS + idx, gs * s * (1.0 - s), mask=mask)  # ∂L/∂c = ∂L/∂σ̂(c) σ̂(c) (1 − σ̂(c))
 
 
 @triton.jit
@@ -287,39 +292,39 @@ def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK:
     tl.store(GZ + idx, lz, mask=mask)
     tl.store(GY + idx, ly, mask=mask)
     tl.store(GW + idx, gw, mask=mask)
-    tl.store(GS + idx, gs, mask=mask)
+    tl.store(GS + idx, gs * s * (1.0 - s), mask=mask)  # ∂L/∂c = ∂L/∂σ̂(c) σ̂(c) (1 − σ̂(c))
 
 
 class UnICORNNSequence(torch.autograd.Function):
-    """``apply(enc, w, c, z0, y0, dt, alpha) -> (ys, z_T, y_T)``."""
+    """``apply(enc, w, c, z0, y0, dt, alpha) -> (ys, z_T, y_T)``: the kernels copy the initial state in and the
+    final one out themselves, and scale ∂L/∂σ̂(c) to ∂L/∂c per lane (fewer torch operators a step)."""
 
     @staticmethod
     def forward(ctx, enc, w, c, z0, y0, dt, alpha):
         B, T, H = enc.shape
-        enc, w, c = enc.contiguous(), w.contiguous(), c.contiguous()
-        Z = enc.new_empty(B, T + 1, H)
-        Y = enc.new_empty(B, T + 1, H)
-        Z[:, 0] = z0
-        Y[:, 0] = y0
+        enc, w, c, z0, y0 = enc.contiguous(), w.contiguous(), c.contiguous(), z0.contiguous(), y0.contiguous()
+        Z, Y = enc.new_empty(B, T + 1, H), enc.new_empty(B, T + 1, H)
+        zT, yT = enc.new_empty(B, H), enc.new_empty(B, H)
         consts = on_device([dt, alpha], enc.dtype, enc.device)
-        _forward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, B, T, H, BLOCK=BLOCK)
+        _forward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, z0, y0, Z, Y, zT, yT, B, T, H, BLOCK=BLOCK)
         ctx.save_for_backward(enc, w, c, consts, Z, Y)
-        return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
+        ctx.set_materialize_grads(False)
+        return Y[:, 1:], zT, yT
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, w, c, consts, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape
-        GZ = grad_z.contiguous().clone()
-        GY = grad_y.contiguous().clone()
+        # the final state's gradients, fresh buffers the kernel overwrites (zeros where autograd passed none)
+        GZ, GY = (enc.new_zeros(B, H) if g is None else g.contiguous().clone() for g in (grad_z, grad_y))
+        grad_ys = torch.zeros_like(enc) if grad_ys is None else grad_ys.contiguous()
         G = torch.empty_like(enc)
         GW = enc.new_empty(B, H)
         GS = enc.new_empty(B, H)
-        _backward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, grad_ys.contiguous(), GZ, GY, G, GW, GS,
+        _backward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, grad_ys, GZ, GY, G, GW, GS,
                                                 B, T, H, BLOCK=BLOCK)
-        s = torch.sigmoid(c)
-        return G, GW.sum(0), GS.sum(0) * s * (1.0 - s), GZ, GY, None, None
+        return G, GW.sum(0), GS.sum(0), GZ, GY, None, None
 
 
 @in_chunks
@@ -353,6 +358,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
                                                           enable_fp_fusion=False)
         ctx.save_for_backward(u, V, b, w, c, z, y)
         ctx.dt, ctx.alpha = dt, alpha
+        ctx.set_materialize_grads(False)
         return ys, z, y
 
     @staticmethod
@@ -361,19 +367,18 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         u, V, b, w, c, z, y = ctx.saved_tensors
         grad_x = F.linear(u, V, b).contiguous()  # recomputed x_n, overwritten with ∂L/∂x_n
         B, T, H = grad_x.shape
-        GZ = grad_z.contiguous().clone()
-        GY = grad_y.contiguous().clone()
+        GZ, GY = (grad_x.new_zeros(B, H) if g is None else g.contiguous().clone() for g in (grad_z, grad_y))
+        grad_ys = torch.zeros_like(grad_x) if grad_ys is None else grad_ys.contiguous()
         GW = grad_x.new_empty(B, H)
         GS = grad_x.new_empty(B, H)
         consts = on_device([ctx.dt, ctx.alpha], grad_x.dtype, grad_x.device)
         _reversible_backward[(triton.cdiv(B * H, BLOCK),)](grad_x, w, c, consts, z.clone(), y.clone(),
-                                                           grad_ys.contiguous(), GZ, GY, GW, GS, B, T, H, BLOCK=BLOCK,
+                                                           grad_ys, GZ, GY, GW, GS, B, T, H, BLOCK=BLOCK,
                                                            enable_fp_fusion=False)
-        s = torch.sigmoid(c)
         grad_u = grad_x @ V if ctx.needs_input_grad[0] else None
         grad_V = grad_x.flatten(0, 1).T @ u.flatten(0, 1) if ctx.needs_input_grad[1] else None
         grad_b = grad_x.sum((0, 1)) if ctx.needs_input_grad[2] else None
-        return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0) * s * (1.0 - s), GZ, GY, None, None
+        return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0), GZ, GY, None, None
 
 
 @in_chunks
