@@ -24,7 +24,8 @@ generic row gets ``fwd_bwd_over_handwritten`` (ratio of the medians) and ``..._p
 the ratio of neighbouring samples, which shares the machine's load of the moment), in wall time and in the
 calling thread's CPU time (``time.thread_time``: on a machine shared with other jobs it leaves out the time the
 thread waits for a core; the backward of a CPU graph runs on the calling thread, so with ``--threads 1`` it
-holds the whole step). Compare a generic-path change with ``--models lem,lem-handwritten --threads 1``.
+holds the whole step; on CUDA autograd runs the backward's host side on a device thread of its own, outside this
+figure: ``kernel_trace.py`` profiles every thread). Compare a generic-path change with ``--models lem,lem-handwritten --threads 1``.
 
 ``flashrnn`` (CUDA only, where the ``flashrnn`` package installs) is FlashRNN's fused LSTM (Pöppel et al.
 2024, its Triton backend in float32) behind the same input projection, the issue's second anchor; a size it
