@@ -849,6 +849,7 @@ def _input_backward(X, A, BS, G, K, DF, DU, DX, P, R, N, M, J0, BR: tl.constexpr
         k = tl.load(K + synapses, mask=cmask, other=0.0)[None, :]
         zero = tl.zeros((BR, BM), dtype=DX.dtype.element_ty)
         d_g, d_k, d_a, d_b, d_leak = zero, zero, zero, zero, zero
+        tl.debug_barrier()  # the previous column block's ∂L/∂x stores, read back below by other threads of the program
         for r0 in range(group * BR, R, groups * BR):
             rows = (r0 + tl.arange(0, BR)).to(tl.int64)
             rmask = rows < R
