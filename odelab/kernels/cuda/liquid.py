@@ -956,7 +956,7 @@ class LiquidSequence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         *tensors, x = ctx.saved_tensors
-        f_in, g, a, b, k, S = *tensors[:1], *tensors[3:7], tensors[-1]
+        (f_in, _, _, g, a, b, k), S = tensors[:7], tensors[-1]  # the forward's [f_in, u_in, w_in, g, a, b, k, ...]
         B, T, H = f_in.shape
         GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, grad_hs.contiguous(), grad_h)
         d_synapses = S.new_empty(4, *g.shape)  # ∂L/∂(g, k, a, b): the neurons' rows from ACC, the inputs' below
