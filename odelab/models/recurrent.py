@@ -6,8 +6,10 @@ model emits the system's observable block after every sample, like ``torch.nn.RN
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
 from .. import kernels
@@ -72,12 +74,36 @@ class Recurrent(nn.Module):
             raise TypeError(f"x: expected a tensor (batch, time, input), got {type(x).__name__}")
         if x.dim() != 3:
             raise ValueError(f"x: expected shape (batch, time, input), got {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"x: expected a floating-point tensor, got {x.dtype}")
+        if x.shape[1] == 0:
+            raise ValueError(f"x: expected at least one step, got shape {tuple(x.shape)} (time = 0)")
         if self.system.input_size and x.shape[-1] != self.system.input_size:
             raise ValueError(f"x: expected {self.system.input_size} input features, got {x.shape[-1]}")
         weight = next(self.system.parameters(), None)
-        if weight is not None and x.is_floating_point() and x.dtype != weight.dtype:
+        if weight is not None and x.dtype != weight.dtype:
             raise TypeError(f"x: the model's parameters are {weight.dtype}, got input of dtype {x.dtype} "
                             f"(convert one: model.to({x.dtype}) or x.to({weight.dtype}))")
+        if weight is not None and x.device != weight.device:
+            raise ValueError(f"x: the model's parameters are on {weight.device}, got input on {x.device}")
+
+    def starting_state(self, x: Tensor, state: State | None = None) -> State:
+        """The state that ``forward(x, state)`` starts from: the zero state for None, else ``state`` checked
+        against x (after ``_check_input``): one (batch, width) block per system block, with x's batch, dtype and
+        device (a fused kernel reads the blocks as raw arrays of that layout)."""
+        system = self.system
+        if state is None:
+            return system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
+        state = check_state(system, state, "state")
+        for block, width, s in zip(system.blocks, system.block_sizes(), state):
+            if tuple(s.shape) != (x.shape[0], width):
+                raise ValueError(f"state[{block!r}]: expected shape ({x.shape[0]}, {width}) (x's batch, the block's "
+                                 f"width), got {tuple(s.shape)}")
+            if s.dtype != x.dtype:
+                raise TypeError(f"state[{block!r}]: expected dtype {x.dtype} (x's), got {s.dtype}")
+            if s.device != x.device:
+                raise ValueError(f"state[{block!r}]: expected a tensor on {x.device} (x's device), got {s.device}")
+        return state
 
     def kernel(self, x: Tensor) -> Callable | None:
         """The fused implementation that ``forward(x)`` would run, or None for the generic loop."""
@@ -94,10 +120,7 @@ class Recurrent(nn.Module):
     def forward(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
         self._check_input(x)
         system = self.system
-        if state is None:
-            state = system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
-        else:
-            state = check_state(system, state, "state")
+        state = self.starting_state(x, state)
         lags = delay_lags(system, self.dt / self.unfolds) if system.is_delay else ()
         if self.engine == "cuda-graph":
             if self._graphs is None:
@@ -105,7 +128,17 @@ class Recurrent(nn.Module):
 
                 self._graphs = GraphCache()
             return self._graphs.run(system, self.scheme, x, state, self.dt, self.unfolds, lags)
-        kernel = self.kernel(x)
+        kernel = self.kernel(x) if x.shape[0] else None  # an empty batch: nothing for a kernel to run
         if kernel is not None:
-            return kernel(system, x, state, self.dt, self.unfolds, lags)
+            with parameters_precision(x):
+                return kernel(system, x, state, self.dt, self.unfolds, lags)
         return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags)
+
+
+def parameters_precision(x: Tensor):
+    """Where a fused kernel runs: ``torch.autocast`` off for x's device, so that the kernel, its input encoding
+    included, computes in the parameters' dtype (the kernels take one floating dtype throughout; an encoding that
+    autocast had lowered to bfloat16 or float16 would reach them as another dtype)."""
+    if x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type):
+        return torch.autocast(x.device.type, enabled=False)
+    return contextlib.nullcontext()

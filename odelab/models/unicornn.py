@@ -23,9 +23,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .. import kernels
-from ..systems.base import State, check_state
+from ..systems.base import State
 from ..systems.unicornn import UnICORNN
-from .recurrent import Recurrent
+from .recurrent import Recurrent, parameters_precision
 
 STACK_ENGINES = ("auto", "generic", "fused")
 
@@ -167,11 +167,13 @@ class UnICORNNStack(nn.Module):
             layer_state = None if state is None else state[ell]
             if self.reversible:
                 layer._check_input(x)
-                system = layer.system
-                layer_state = (system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
-                               if layer_state is None else check_state(system, layer_state, "state"))
-                run = reversible_kernel(layer, x) or run_reversible
-                x, final = run(system, x, layer_state, layer.dt, layer.unfolds)
+                layer_state = layer.starting_state(x, layer_state)
+                kernel = reversible_kernel(layer, x) if x.shape[0] else None  # an empty batch: nothing to run
+                if kernel is None:
+                    x, final = run_reversible(layer.system, x, layer_state, layer.dt, layer.unfolds)
+                else:
+                    with parameters_precision(x):
+                        x, final = kernel(layer.system, x, layer_state, layer.dt, layer.unfolds)
             else:
                 x, final = layer(x, layer_state)
             finals.append(final)

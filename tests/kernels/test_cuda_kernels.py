@@ -253,6 +253,33 @@ def test_dispatch_through_recurrent(name, monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()).item() <= TOL[torch.float32]
 
 
+@pytest.mark.parametrize("name", ["lem", "gru-ode", "taugru", "ltc", "unicornn"])
+def test_autocast_through_recurrent(name, monkeypatch):
+    """Under ``torch.autocast`` (bfloat16) the kernel still computes in float32, its input encoding included (an
+    encoding lowered by autocast would reach it as bfloat16): outputs and gradients equal the generic float32
+    loop's to float32 accuracy."""
+    from odelab.kernels import REGISTRY
+
+    build, target = PRESETS[name]
+    model = build(3, 5).to(DEVICE)
+    key = (type(model.system), model.scheme.name, "cuda", False)
+    if DEVICE == "cpu":
+        monkeypatch.setitem(REGISTRY, key[:2] + ("cpu", False), REGISTRY[key])
+    x = torch.randn(2, 4, 3, device=DEVICE, requires_grad=True)
+    inputs = [x, *model.parameters()]
+    results = {}
+    for engine, autocast in [("fused", True), ("generic", False)]:
+        model.engine = engine
+        assert (model.kernel(x) is kernel(target)) == (engine == "fused")
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
+            out, final = model(x)
+        loss = (out * torch.linspace(-1, 1, out.shape[-1], device=DEVICE)).sum() + sum(f.sum() for f in final)
+        results[engine] = (out, *final, *torch.autograd.grad(loss, inputs))
+    for a, b in zip(results["fused"], results["generic"]):
+        assert a.dtype == b.dtype == torch.float32
+        assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-4
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_hidden_300(name):

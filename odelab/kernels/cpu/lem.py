@@ -33,6 +33,7 @@ class LEMFunction(torch.autograd.Function):
     input A (B·T, 4d) is overwritten by the pre-activations (marked dirty)."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, z0, y0, Wg, Wy, h):
         z0, y0, Wg, Wy = contiguous(z0, y0, Wg, Wy)
         Z, Y = _forward(A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), h)
@@ -43,6 +44,7 @@ class LEMFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dY, dzT, _dA):
         A, z0, y0, Wg, Wy, Z, Y = ctx.saved_tensors
         B, d = z0.shape

@@ -39,6 +39,7 @@ class LiquidFunction(torch.autograd.Function):
     w_in (B·T, m): LRC's input part O_x^T x + p of w (None for LTC, STC); all contiguous."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds):
         Y, C = _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store=True)
         ctx.set_materialize_grads(False)
@@ -47,6 +48,7 @@ class LiquidFunction(torch.autograd.Function):
         return Y
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dY):
         x, C, h0, G, Aa, Bb, K, el, Oh, ksh, Y = ctx.saved_tensors
         h, kind, unfolds = ctx.args

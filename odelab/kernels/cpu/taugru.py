@@ -21,6 +21,7 @@ class GatedDelayFunction(torch.autograd.Function):
     the pre-activations."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, h0, Wh, W2, h, m, kind, alpha, beta):
         h0, Wh, W2 = contiguous(h0, Wh, W2)
         B, d = h0.shape
@@ -35,6 +36,7 @@ class GatedDelayFunction(torch.autograd.Function):
         return H, A
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dH, _dA):
         A, h0, Wh, W2, H = ctx.saved_tensors
         h, m, kind, alpha, beta = ctx.args

@@ -563,6 +563,7 @@ class DelayGRUSequence(torch.autograd.Function):
     (``grid.schedule_for``)."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
@@ -593,6 +594,7 @@ class DelayGRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         enc, weight_h, W2, consts, S = ctx.saved_tensors

@@ -493,6 +493,7 @@ class LEMSequence(torch.autograd.Function):
     "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
@@ -522,6 +523,7 @@ class LEMSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, weight_y, W2, Wy, Z, Y, consts = ctx.saved_tensors

@@ -1,0 +1,137 @@
+"""What a sequence model accepts: its input and initial state are checked against the model before any kernel
+reads them as raw arrays (a state of another batch, width or dtype used to be read out of bounds by the fused
+kernels: wrong values, or a crash), and ``torch.autocast`` leaves the fused kernels in the parameters' dtype."""
+import pytest
+import torch
+
+import odelab
+from odelab.kernels.cpu import extension
+from odelab.models.unicornn import UnICORNNStack
+
+# presets with a fused CPU kernel: name -> model (input 2, hidden 5)
+MODELS = {
+    "lem": lambda: odelab.cells.LEM(2, 5, dt=0.6),
+    "cornn": lambda: odelab.cells.CoRNN(2, 5, dt=0.4),
+    "oscillator": lambda: odelab.cells.NeuralOscillator(2, 5, dt=0.3),
+    "gru-ode": lambda: odelab.cells.GRUODE(2, 5, dt=0.8),
+    "taugru": lambda: odelab.cells.TauGRU(2, 5, tau=2.0),
+    "delaygru": lambda: odelab.cells.DelayGRU(2, 5, tau=1.0),
+    "ltc": lambda: odelab.cells.LTC(2, 5, dt=1.0, unfolds=2),
+    "lrcu-a": lambda: odelab.cells.LRCU(2, 5, "asymmetric"),
+    "unicornn": lambda: odelab.cells.UnICORNN(2, 5, dt=0.9, alpha=0.4).layers[0],
+}
+needs_kernels = pytest.mark.skipif(not extension.available(), reason="the CPU kernels did not build here")
+
+
+def states(model, batch, width=None, dtype=torch.float32):
+    return tuple(torch.randn(batch, width or n, dtype=dtype) for n in model.system.block_sizes())
+
+
+@needs_kernels
+@pytest.mark.parametrize("engine", ["auto", "generic"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_state_that_does_not_fit_is_refused_by_name(name, engine):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    model.engine = engine
+    x = torch.randn(3, 7, 2)
+    block = model.system.blocks[0]
+    for state, error, message in [
+        (states(model, 5), ValueError, r"expected shape \(3, 5\) \(x's batch.*got \(5, 5\)"),
+        (states(model, 1), ValueError, r"expected shape \(3, 5\).*got \(1, 5\)"),
+        (states(model, 3, width=8), ValueError, r"expected shape \(3, 5\).*got \(3, 8\)"),
+        (states(model, 3, dtype=torch.float64), TypeError, "expected dtype torch.float32.*got torch.float64"),
+    ]:
+        with pytest.raises(error, match=rf"state\['{block}'\]: " + message):
+            model(x, state)
+
+
+@needs_kernels
+@pytest.mark.parametrize("engine", ["auto", "generic"])
+def test_input_without_steps_or_of_integers_is_refused(engine):
+    model = MODELS["lem"]()
+    model.engine = engine
+    with pytest.raises(ValueError, match=r"x: expected at least one step, got shape \(3, 0, 2\)"):
+        model(torch.randn(3, 0, 2))
+    with pytest.raises(TypeError, match="x: expected a floating-point tensor, got torch.int64"):
+        model(torch.ones(3, 4, 2, dtype=torch.long))
+
+
+@needs_kernels
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_an_empty_batch_gives_empty_outputs(name):
+    model = MODELS[name]()
+    model.engine = "fused"
+    out, final = model(torch.randn(0, 6, 2))
+    assert out.shape == (0, 6, model.hidden_size)
+    assert [tuple(s.shape) for s in final] == [(0, n) for n in model.system.block_sizes()]
+
+
+def test_the_cpu_kernels_refuse_arrays_they_would_misread():
+    a = torch.zeros(4, 3)
+    with pytest.raises(RuntimeError, match="argument 1 is a torch.float64 tensor"):
+        extension.call("lem_forward", [a, a.double()])
+    with pytest.raises(RuntimeError, match="argument 0 is a torch.float32 tensor.*contiguous: False"):
+        extension.call("lem_forward", [a.t(), a])
+    with pytest.raises(RuntimeError, match="float32 or float64 tensors, got torch.bfloat16"):
+        extension.call("lem_forward", [a.bfloat16()])
+
+
+@needs_kernels
+@pytest.mark.parametrize("backward_inside", [False, True])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_autocast_leaves_the_fused_kernels_in_float32(name, backward_inside):
+    """Under ``torch.autocast`` (bfloat16 on the CPU) a fused kernel computes in float32, the input encoding
+    included: its outputs and gradients equal the generic float32 loop's (the definition) to float32 accuracy. A
+    backward inside the autocast region (which torch advises against) runs the kernel's own backward in float32
+    too; only the input encoding's backward, a torch product, follows autocast there: gradients to bfloat16
+    accuracy."""
+    torch.manual_seed(1)
+    model = MODELS[name]()
+    x = torch.randn(3, 9, 2, requires_grad=True)
+    state = tuple(s.requires_grad_() for s in states(model, 3))
+
+    def step(engine, autocast):
+        model.engine = engine
+        inputs = [x, *state, *model.parameters()]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out, final = model(x, state)
+            loss = (out * torch.linspace(-1, 1, out.shape[-1])).sum() + sum(f.sum() for f in final)
+            if backward_inside:
+                return out, torch.autograd.grad(loss, inputs)
+        return out, torch.autograd.grad(loss, inputs)
+
+    out, grads = step("fused", True)
+    ref, ref_grads = step("generic", False)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
+    params = list(model.parameters())
+    encoding = torch.autograd.grad(model.system.encode(x).sum(), params, allow_unused=True)
+    follows_autocast = [True] + [False] * len(state) + [g is not None for g in encoding]  # x's gradient, too
+    for g, r, lowered in zip(grads, ref_grads, follows_autocast):
+        assert g.dtype == r.dtype
+        scale = r.abs().max()
+        assert (g - r).abs().max() <= (2e-2 * scale if backward_inside and lowered else 1e-4 * scale + 1e-6)
+    low, _ = step("generic", True)  # the generic loop under autocast: its products in bfloat16, for contrast
+    assert (low - ref).abs().max() > 10 * (out - ref).abs().max()
+
+
+@needs_kernels
+@pytest.mark.parametrize("reversible", [False, True])
+def test_a_unicornn_stack_checks_states_and_keeps_float32_under_autocast(reversible):
+    torch.manual_seed(2)
+    stack = UnICORNNStack(2, 4, num_layers=2, dt=0.5, alpha=0.3, reversible=reversible)
+    x = torch.randn(3, 8, 2)
+    with pytest.raises(ValueError, match=r"state\['z'\]: expected shape \(3, 4\)"):
+        stack(x, [(torch.zeros(5, 4), torch.zeros(5, 4))] * 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = stack(x)
+    out.sum().backward()
+    grad = stack.layers[0].system.weight_input.grad.clone()
+    stack.zero_grad()
+    stack.engine = "generic"
+    ref, _ = stack(x)
+    ref.sum().backward()
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(grad, stack.layers[0].system.weight_input.grad, rtol=1e-4, atol=1e-5)
