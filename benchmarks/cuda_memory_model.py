@@ -18,8 +18,8 @@ GRU-ODE at (128, 1000, 128) (10 %) and for the reversible UnICORNN at (128, 1000
 (1024, 1000, 256) (6.5 %).
 
 Sizes are also printed in units of one (B, T, H) tensor of the step's dtype, the size of a state sequence.
-``--forward`` models a forward under ``torch.no_grad()`` instead (no backward to come: the cells without delays run
-in chunks of steps, ``odelab/kernels/chunks.py``).
+``--forward`` models a forward under ``torch.no_grad()`` instead (no backward to come: the cells run in chunks of
+steps, ``odelab/kernels/chunks.py``; the delay cells' in ``odelab/kernels/cuda/delay_gru.py``).
 """
 from __future__ import annotations
 

@@ -31,8 +31,9 @@ def steps_per_chunk(x: Tensor, unfolds: int, hidden: int) -> int:
 
 def in_chunks(run):
     """``run(system, x, state, dt, unfolds, lags, **options) -> (outputs (B, T, H), final state)`` of a cell whose
-    state carries everything the next step needs (not the delay cells, whose steps read states m steps back), run in
-    chunks of :func:`steps_per_chunk` samples where no backward can come; unchanged otherwise."""
+    state carries everything the next step needs, run in chunks of :func:`steps_per_chunk` samples where no backward
+    can come; unchanged otherwise. (The delay cells' steps read states m steps back: ``cuda.delay_gru`` chunks its
+    own.)"""
 
     @functools.wraps(run)
     def chunked(system, x, state, dt, unfolds=1, lags=(), **options):

@@ -280,6 +280,28 @@ def test_autocast_through_recurrent(name, monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-4
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="autocast on CUDA: the kernels' backward keeps the forward's state")
+@pytest.mark.parametrize("name", ["lem", "taugru", "unicornn"])
+def test_backward_inside_autocast_on_the_gpu(name):
+    """A backward inside ``torch.autocast("cuda")`` (torch advises against it) runs the kernels' backward with
+    autocast off, as their forward ran (``torch.amp.custom_bwd``): the gradients of the parameters outside the input
+    encoding equal the generic float32 loop's to 1e-4; the encoding's follow autocast (bfloat16, 2e-2)."""
+    build, _ = PRESETS[name]
+    model = build(3, 40).to(DEVICE)
+    x = torch.randn(8, 50, 3, device=DEVICE)
+    params = list(model.parameters())
+    encoding = torch.autograd.grad(model.system.encode(x).sum(), params, allow_unused=True)
+    grads = {}
+    for engine, autocast in [("fused", True), ("generic", False)]:
+        model.engine = engine
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
+            out, final = model(x)
+            grads[engine] = torch.autograd.grad(out.square().sum() + sum(f.sum() for f in final), params)
+    for a, b, lowered in zip(grads["fused"], grads["generic"], (g is not None for g in encoding)):
+        assert ((a - b).abs().max() / b.abs().max()).item() <= (2e-2 if lowered else 1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_hidden_300(name):
@@ -1672,10 +1694,7 @@ def test_a_cell_trains_after_running_under_inference_mode(monkeypatch):
 
 # -- a forward with no backward to come, in chunks of steps (odelab/kernels/chunks.py) ----------------------------
 
-CHUNKED = [n for n in PRESETS if n not in ("taugru", "delaygru")]  # the delay cells' steps read m steps back
-
-
-@pytest.mark.parametrize("name", CHUNKED)
+@pytest.mark.parametrize("name", list(PRESETS))
 def test_forward_without_backward_in_chunks(name, monkeypatch):
     """Under ``torch.no_grad()`` the kernels run 10 samples as chunks of 3, 3, 3 and 1, each from the previous one's
     final state: the outputs and the final state equal those of one piece (float64, 1e-12; the input projection is
@@ -1698,27 +1717,51 @@ def test_forward_without_backward_in_chunks(name, monkeypatch):
 
     with torch.no_grad():
         monkeypatch.setattr(chunks, "steps_per_chunk", piece(10))
-        whole, whole_final = run(model.system, x, state, model.dt, model.unfolds)
+        whole, whole_final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
         monkeypatch.setattr(chunks, "steps_per_chunk", piece(3))
-        out, final = run(model.system, x, state, model.dt, model.unfolds)
+        out, final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
         ref, ref_final = model(x, state)
     assert calls == [10, 3] and out.shape == ref.shape
     for a, b, tol in [(out, whole, 1e-12), (out, ref, 1e-10), *zip(final, whole_final, [1e-12] * 2),
                       *zip(final, ref_final, [1e-10] * 2)]:
         assert ((a - b).abs().max() / b.abs().max()).item() <= tol
     x.requires_grad_()
-    assert run(model.system, x, state, model.dt, model.unfolds)[0].grad_fn is not None  # one piece: not chunked
+    assert run(model.system, x, state, model.dt, model.unfolds, lags_of(model))[0].grad_fn is not None  # one piece: not chunked
     assert calls == [10, 3, 3]
 
 
+@pytest.mark.parametrize("tau", [0.5, 2.0, 5.0])
+@pytest.mark.parametrize("name", ["taugru", "delaygru"])
+def test_delay_forward_in_chunks(name, tau, monkeypatch):
+    """The delay cells in chunks of 3 steps under ``torch.no_grad()``, lag m = ⌊τ/Δt⌋ = 0 (the current state), 2
+    (a chunk's first two steps read states before it) and 5 (every step of a chunk does): 11 steps equal the generic
+    loop (float64, 1e-10) and one piece (1e-12)."""
+    from odelab.kernels import chunks
+
+    torch.manual_seed(0)
+    ctor = cells.TauGRU if name == "taugru" else cells.DelayGRU
+    model = generic(ctor(3, 6, tau=tau)).to(DEVICE, torch.float64)
+    assert lags_of(model) == (int(tau),)
+    x = torch.randn(2, 11, 3, device=DEVICE, dtype=torch.float64)
+    state = (0.5 * torch.randn(2, 6, device=DEVICE, dtype=torch.float64),)
+    run = kernel(PRESETS[name][1])
+    with torch.no_grad():
+        whole, (whole_final,) = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
+        monkeypatch.setattr(chunks, "steps_per_chunk", lambda *args: 3)
+        out, (final,) = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
+        ref, (ref_final,) = model(x, state)
+    for a, b, tol in [(out, whole, 1e-12), (out, ref, 1e-10), (final, whole_final, 1e-12), (final, ref_final, 1e-10)]:
+        assert ((a - b).abs().max() / b.abs().max()).item() <= tol
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["lem", "gru-ode", "ltc", "unicornn"])
+@pytest.mark.parametrize("name", ["lem", "gru-ode", "ltc", "unicornn", "taugru"])
 def test_forward_in_chunks_on_the_gpu(name, monkeypatch):
     """On the GPU (the grid schedule at hidden 128, its barrier checked after every chunk's launch): under
     ``torch.no_grad()`` 16 chunks of 20 steps give one piece's outputs and final state (float32, 1e-5: the input
     projection a chunk at a time may round differently), and the
     forward's peak allocation stays below 2 state sequences (one piece: LEM 6, GRU-ODE 4, LTC 4 with 2 unfolds,
-    UnICORNN 3)."""
+    UnICORNN 3, τ-GRU 5)."""
     from odelab.kernels import chunks
 
     build, target = PRESETS[name]
@@ -1730,12 +1773,12 @@ def test_forward_in_chunks_on_the_gpu(name, monkeypatch):
     run = kernel(target)
     unit = batch * steps * hidden * 4
     with torch.no_grad():
-        whole, whole_final = run(model.system, x, state, model.dt, model.unfolds)
+        whole, whole_final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
         monkeypatch.setattr(chunks, "CHUNK_STATE_BYTES", batch * 20 * model.unfolds * hidden * 4)
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        out, final = run(model.system, x, state, model.dt, model.unfolds)
+        out, final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model))
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base
     for a, b in [(out, whole), *zip(final, whole_final)]:
