@@ -6,13 +6,12 @@ model emits the system's observable block after every sample, like ``torch.nn.RN
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable
 
-import torch
 from torch import Tensor, nn
 
 from .. import kernels
+from ..kernels.autocast import outside_autocast
 from ..solvers.recurrence import delay_lags, run_sequence
 from ..solvers.schemes import Scheme, resolve_scheme
 from ..systems.base import FunctionSystem, State, System, check_state
@@ -130,15 +129,7 @@ class Recurrent(nn.Module):
             return self._graphs.run(system, self.scheme, x, state, self.dt, self.unfolds, lags)
         kernel = self.kernel(x) if x.shape[0] else None  # an empty batch: nothing for a kernel to run
         if kernel is not None:
-            with parameters_precision(x):
+            with outside_autocast(x):  # a kernel computes in the parameters' dtype
                 return kernel(system, x, state, self.dt, self.unfolds, lags)
         return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags)
 
-
-def parameters_precision(x: Tensor):
-    """Where a fused kernel runs: ``torch.autocast`` off for x's device, so that the kernel, its input encoding
-    included, computes in the parameters' dtype (the kernels take one floating dtype throughout; an encoding that
-    autocast had lowered to bfloat16 or float16 would reach them as another dtype)."""
-    if x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type):
-        return torch.autocast(x.device.type, enabled=False)
-    return contextlib.nullcontext()

@@ -23,9 +23,10 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .. import kernels
+from ..kernels.autocast import outside_autocast
 from ..systems.base import State
 from ..systems.unicornn import UnICORNN
-from .recurrent import Recurrent, parameters_precision
+from .recurrent import Recurrent
 
 STACK_ENGINES = ("auto", "generic", "fused")
 
@@ -172,7 +173,7 @@ class UnICORNNStack(nn.Module):
                 if kernel is None:
                     x, final = run_reversible(layer.system, x, layer_state, layer.dt, layer.unfolds)
                 else:
-                    with parameters_precision(x):
+                    with outside_autocast(x):
                         x, final = kernel(layer.system, x, layer_state, layer.dt, layer.unfolds)
             else:
                 x, final = layer(x, layer_state)

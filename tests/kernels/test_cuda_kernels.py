@@ -285,7 +285,7 @@ def test_autocast_through_recurrent(name, monkeypatch):
 @pytest.mark.parametrize("name", ["lem", "taugru", "unicornn"])
 def test_backward_inside_autocast_on_the_gpu(name):
     """A backward inside ``torch.autocast("cuda")`` (torch advises against it) runs the kernels' backward with
-    autocast off, as their forward ran (``torch.amp.custom_bwd``): the gradients of the parameters outside the input
+    autocast off, as their forward ran (``kernels.autocast``): the gradients of the parameters outside the input
     encoding equal the generic float32 loop's to 1e-4; the encoding's follow autocast (bfloat16, 2e-2)."""
     build, _ = PRESETS[name]
     model = build(3, 40).to(DEVICE)

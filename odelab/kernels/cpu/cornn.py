@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..autocast import backward_outside_autocast
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -29,7 +30,6 @@ class CoRNNFunction(torch.autograd.Function):
     """(A, z0, y0, 𝒲, W, h, γ, ε, implicit) -> (Y, z_T, A); A (B·T, d) is overwritten by s = 𝒲 z + W y + a."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, z0, y0, Wc, Wy, h, gamma, epsilon, implicit):
         z0, y0, Wc, Wy = contiguous(z0, y0, Wc, Wy)
         Z, Y = _forward(A, z0, y0, Wc.t().contiguous(), Wy.t().contiguous(), h, gamma, epsilon, implicit)
@@ -40,7 +40,7 @@ class CoRNNFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dY, dzT, _dA):
         A, z0, y0, Wc, Wy, Z, Y = ctx.saved_tensors
         h, gamma, epsilon, implicit = ctx.args

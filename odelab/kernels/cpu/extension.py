@@ -37,17 +37,22 @@ def library() -> ctypes.CDLL:
 def call(name: str, tensors, sizes=(), scalars=()) -> None:
     """``NAME(f64, sizes, pointers, scalars)`` of the C++ source: ``tensors`` (or None for a null pointer) must
     be contiguous CPU tensors of one dtype, float32 or float64. The C++ side reads them as raw arrays of that
-    dtype, so anything else is refused here (RuntimeError) rather than read out of bounds."""
-    given = [t for t in tensors if t is not None]
-    dtype = given[0].dtype
-    for i, t in enumerate(tensors):
-        if t is not None and (t.dtype != dtype or t.device.type != "cpu" or not t.is_contiguous()):
-            raise RuntimeError(f"odelab: CPU kernel {name}: argument {i} is a {t.dtype} tensor on {t.device} "
-                               f"(contiguous: {t.is_contiguous()}); the kernel takes contiguous CPU tensors of one "
-                               f"dtype ({dtype})")
-    if dtype not in (torch.float32, torch.float64):
-        raise RuntimeError(f"odelab: CPU kernel {name}: takes float32 or float64 tensors, got {dtype}")
+    dtype, so another dtype or a strided tensor is refused here (RuntimeError) rather than read out of bounds."""
+    dtype = next(t.dtype for t in tensors if t is not None)
+    if dtype not in _FLOATS or any(t is not None and (t.dtype is not dtype or not t.is_contiguous()) for t in tensors):
+        _refuse(name, tensors, dtype)
     LIBRARY.call(name, tensors, sizes, scalars)
+
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _refuse(name: str, tensors, dtype: torch.dtype) -> None:
+    if dtype not in _FLOATS:
+        raise RuntimeError(f"odelab: CPU kernel {name}: takes float32 or float64 tensors, got {dtype}")
+    i, t = next((i, t) for i, t in enumerate(tensors) if t is not None and (t.dtype is not dtype or not t.is_contiguous()))
+    raise RuntimeError(f"odelab: CPU kernel {name}: argument {i} is a {t.dtype} tensor (contiguous: {t.is_contiguous()}); "
+                       f"the kernel takes contiguous tensors of one dtype ({dtype})")
 
 
 def set_blas_threshold(flops: int) -> None:

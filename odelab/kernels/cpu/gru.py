@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..autocast import backward_outside_autocast
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -30,7 +31,6 @@ class GRUFunction(torch.autograd.Function):
     """(A, h0, W_rf, W_u, b_hu, Δ) -> (H, A): A (B·T, 3d) is overwritten by the pre-activations."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, h0, Wrf, Wu, bhu, h):
         h0, Wrf, Wu, bhu = contiguous(h0, Wrf, Wu, bhu)
         H, C = _forward(A, h0, Wrf.t().contiguous(), Wu.t().contiguous(), bhu, h)
@@ -41,7 +41,7 @@ class GRUFunction(torch.autograd.Function):
         return H, A
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dH, _dA):
         A, C, h0, Wrf, Wu, H = ctx.saved_tensors
         B, d = h0.shape

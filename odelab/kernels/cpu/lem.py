@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..autocast import backward_outside_autocast
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -33,7 +34,6 @@ class LEMFunction(torch.autograd.Function):
     input A (B·T, 4d) is overwritten by the pre-activations (marked dirty)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, z0, y0, Wg, Wy, h):
         z0, y0, Wg, Wy = contiguous(z0, y0, Wg, Wy)
         Z, Y = _forward(A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), h)
@@ -44,7 +44,7 @@ class LEMFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dY, dzT, _dA):
         A, z0, y0, Wg, Wy, Z, Y = ctx.saved_tensors
         B, d = z0.shape

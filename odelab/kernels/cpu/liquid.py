@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..autocast import backward_outside_autocast
 from .common import contiguous, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -39,7 +40,6 @@ class LiquidFunction(torch.autograd.Function):
     w_in (B·T, m): LRC's input part O_x^T x + p of w (None for LTC, STC); all contiguous."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds):
         Y, C = _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, kind, unfolds, store=True)
         ctx.set_materialize_grads(False)
@@ -48,7 +48,7 @@ class LiquidFunction(torch.autograd.Function):
         return Y
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dY):
         x, C, h0, G, Aa, Bb, K, el, Oh, ksh, Y = ctx.saved_tensors
         h, kind, unfolds = ctx.args

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..autocast import backward_outside_autocast
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -24,7 +25,6 @@ class OscillatorFunction(torch.autograd.Function):
     """(A, z0, y0, W, h) -> (Y, z_T, A); A (B·T, d) is overwritten by s = W y + a."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, z0, y0, W, h):
         z0, y0, W = contiguous(z0, y0, W)
         Z, Y = _forward(A, z0, y0, W.t().contiguous(), h)
@@ -35,7 +35,7 @@ class OscillatorFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dY, dzT, _dA):
         A, y0, W, Y = ctx.saved_tensors
         B, d = y0.shape

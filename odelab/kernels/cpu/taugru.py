@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..autocast import backward_outside_autocast
 from .common import chunk_samples, contiguous, encode_flat, every_sample, generic, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -21,7 +22,6 @@ class GatedDelayFunction(torch.autograd.Function):
     the pre-activations."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, h0, Wh, W2, h, m, kind, alpha, beta):
         h0, Wh, W2 = contiguous(h0, Wh, W2)
         B, d = h0.shape
@@ -36,7 +36,7 @@ class GatedDelayFunction(torch.autograd.Function):
         return H, A
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dH, _dA):
         A, h0, Wh, W2, H = ctx.saved_tensors
         h, m, kind, alpha, beta = ctx.args

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..autocast import backward_outside_autocast
 from .common import contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -33,7 +34,6 @@ class UnICORNNFunction(torch.autograd.Function):
     """(A, z0, y0, w, k, h, α) -> (Y, z_T): A (B·T, d) = V u + b, k = σ̂(c)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, A, z0, y0, w, k, h, alpha):
         A, z0, y0, w, k = contiguous(A, z0, y0, w, k)
         Z, Y = _forward(A, z0, y0, w, k, h, alpha)
@@ -43,7 +43,7 @@ class UnICORNNFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone()
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, dY, dzT):
         A, z0, y0, w, k, Z, Y = ctx.saved_tensors
         B, d = z0.shape
@@ -77,7 +77,6 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
     (the Python loop it replaces): saves u, the parameters and the final state, nothing per step."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, u, V, b, w, c, z0, y0, h, alpha):
         B, T, m = u.shape
         d = w.shape[0]
@@ -91,7 +90,7 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
         return ys, z, y
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
+    @backward_outside_autocast("cpu")
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
         B, T, m = u.shape

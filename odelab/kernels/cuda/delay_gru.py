@@ -21,6 +21,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from .. import chunks
+from ..autocast import backward_outside_autocast
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
@@ -565,7 +566,6 @@ class DelayGRUSequence(torch.autograd.Function):
     (``grid.schedule_for``)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
@@ -596,7 +596,7 @@ class DelayGRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         enc, weight_h, W2, consts, S = ctx.saved_tensors

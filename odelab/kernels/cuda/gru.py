@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..autocast import backward_outside_autocast
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
@@ -417,7 +418,6 @@ class GRUSequence(torch.autograd.Function):
     "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
@@ -449,7 +449,7 @@ class GRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         enc, weight_hidden, b_hu, consts, S = ctx.saved_tensors

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..autocast import backward_outside_autocast
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
@@ -493,7 +494,6 @@ class LEMSequence(torch.autograd.Function):
     "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
@@ -523,7 +523,7 @@ class LEMSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, weight_y, W2, Wy, Z, Y, consts = ctx.saved_tensors

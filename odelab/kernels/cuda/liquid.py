@@ -43,6 +43,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
+from ..autocast import backward_outside_autocast
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
@@ -920,7 +921,6 @@ class LiquidSequence(torch.autograd.Function):
     it added up by autograd)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h,
                 schedule="persistent"):
         ctx.precision = dot_precision(x.dtype)  # fixed at the forward: the backward recomputes with it
@@ -954,7 +954,7 @@ class LiquidSequence(torch.autograd.Function):
         return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_hs, grad_h):
         *tensors, x = ctx.saved_tensors

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..autocast import backward_outside_autocast
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
@@ -407,7 +408,6 @@ class SecondOrderSequence(torch.autograd.Function):
     "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h, schedule="persistent"):
         # fixed at the forward (the backward recomputes with it); the neural oscillator takes IEEE products where
         # TF32 was asked for: it has no damping, and with TF32's 10-bit mantissas its gradients over 1000 steps lost
@@ -443,7 +443,7 @@ class SecondOrderSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, W_rec, consts, Z, Y = ctx.saved_tensors

@@ -26,6 +26,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
+from ..autocast import backward_outside_autocast
 from ..chunks import in_chunks
 from ._common import available, on_device, sigmoid, tanh  # noqa: F401
 
@@ -300,7 +301,6 @@ class UnICORNNSequence(torch.autograd.Function):
     final one out themselves, and scale ∂L/∂σ̂(c) to ∂L/∂c per lane (fewer torch operators a step)."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, enc, w, c, z0, y0, dt, alpha):
         B, T, H = enc.shape
         enc, w, c, z0, y0 = enc.contiguous(), w.contiguous(), c.contiguous(), z0.contiguous(), y0.contiguous()
@@ -313,7 +313,7 @@ class UnICORNNSequence(torch.autograd.Function):
         return Y[:, 1:], zT, yT
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, w, c, consts, Z, Y = ctx.saved_tensors
@@ -347,7 +347,6 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
     step."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, u, V, b, w, c, z0, y0, dt, alpha):
         enc = F.linear(u, V, b).contiguous()  # x_n = V u_n + b, freed after the launch
         B, T, H = enc.shape
@@ -365,7 +364,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         return ys, z, y
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
+    @backward_outside_autocast("cuda")
     @once_differentiable
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
