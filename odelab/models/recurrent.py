@@ -132,4 +132,3 @@ class Recurrent(nn.Module):
             with outside_autocast(x):  # a kernel computes in the parameters' dtype
                 return kernel(system, x, state, self.dt, self.unfolds, lags)
         return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags)
-

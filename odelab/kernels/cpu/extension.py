@@ -50,9 +50,10 @@ _FLOATS = (torch.float32, torch.float64)
 def _refuse(name: str, tensors, dtype: torch.dtype) -> None:
     if dtype not in _FLOATS:
         raise RuntimeError(f"odelab: CPU kernel {name}: takes float32 or float64 tensors, got {dtype}")
-    i, t = next((i, t) for i, t in enumerate(tensors) if t is not None and (t.dtype is not dtype or not t.is_contiguous()))
-    raise RuntimeError(f"odelab: CPU kernel {name}: argument {i} is a {t.dtype} tensor (contiguous: {t.is_contiguous()}); "
-                       f"the kernel takes contiguous tensors of one dtype ({dtype})")
+    i, t = next((i, t) for i, t in enumerate(tensors)
+                if t is not None and (t.dtype is not dtype or not t.is_contiguous()))
+    raise RuntimeError(f"odelab: CPU kernel {name}: argument {i} is a {t.dtype} tensor (contiguous: "
+                       f"{t.is_contiguous()}); the kernel takes contiguous tensors of one dtype ({dtype})")
 
 
 def set_blas_threshold(flops: int) -> None:

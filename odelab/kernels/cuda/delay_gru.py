@@ -658,8 +658,8 @@ def _run(system, x, h0, dt, unfolds, lag, layout, alpha, beta, block_h, chosen):
     if steps >= x.shape[1] or unfolds != 1 or chunks.needs_backward(system, x, (h0,)):
         if unfolds != 1:
             x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
-        hs, hT = grid.apply(DelayGRUSequence, system.encode(x), system.weight_h, system.W2, h0, float(dt) / unfolds,
-                            alpha, beta, lag, layout, block_h, chosen)
+        hs, hT = grid.apply(DelayGRUSequence, system.encode(x), system.weight_h, system.W2, h0,
+                            float(dt) / unfolds, alpha, beta, lag, layout, block_h, chosen)
         return hs[:, unfolds - 1::unfolds], (hT,)
     B, T = x.shape[:2]
     out, h = None, h0
@@ -668,7 +668,7 @@ def _run(system, x, h0, dt, unfolds, lag, layout, alpha, beta, block_h, chosen):
         first = max(1, lag + 1 - t0)  # chunk steps k = first … last read the states t0 + k − 1 − m ≥ 0 before it
         last = min(enc.shape[1], lag)
         if system.W2 is not None and first <= last:
-            lo, hi = t0 + first - 1 - lag, t0 + last - 1 - lag  # those states' indices (h_0 = h0, h_j = out[:, j − 1])
+            lo, hi = t0 + first - 1 - lag, t0 + last - 1 - lag  # their indices (h_0 = h0, h_j = out[:, j − 1])
             past = out[:, max(lo - 1, 0):hi] if lo > 0 else torch.cat((h0[:, None], out[:, :hi]), dim=1)
             branch = layout[13] * H
             enc[:, first - 1:last, branch:branch + H] += past @ system.W2.t()
