@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .. import kernels
 from ..kernels.autocast import outside_autocast
+from ..solvers.device import on_device_of
 from ..solvers.recurrence import delay_lags, run_sequence
 from ..solvers.schemes import Scheme, resolve_scheme
 from ..systems.base import FunctionSystem, State, System, check_state
@@ -126,9 +127,10 @@ class Recurrent(nn.Module):
                 from ..kernels.cuda_graph import GraphCache
 
                 self._graphs = GraphCache()
-            return self._graphs.run(system, self.scheme, x, state, self.dt, self.unfolds, lags)
+            with on_device_of(x):  # graphs are captured on the current device
+                return self._graphs.run(system, self.scheme, x, state, self.dt, self.unfolds, lags)
         kernel = self.kernel(x) if x.shape[0] else None  # an empty batch: nothing for a kernel to run
-        if kernel is not None:
-            with outside_autocast(x):  # a kernel computes in the parameters' dtype
+        if kernel is not None:  # launched on x's device, computing in the parameters' dtype
+            with on_device_of(x), outside_autocast(x):
                 return kernel(system, x, state, self.dt, self.unfolds, lags)
         return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags)

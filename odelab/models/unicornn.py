@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from .. import kernels
 from ..kernels.autocast import outside_autocast
+from ..solvers.device import on_device_of
 from ..systems.base import State
 from ..systems.unicornn import UnICORNN
 from .recurrent import Recurrent
@@ -173,7 +174,7 @@ class UnICORNNStack(nn.Module):
                 if kernel is None:
                     x, final = run_reversible(layer.system, x, layer_state, layer.dt, layer.unfolds)
                 else:
-                    with outside_autocast(x):
+                    with on_device_of(x), outside_autocast(x):
                         x, final = kernel(layer.system, x, layer_state, layer.dt, layer.unfolds)
             else:
                 x, final = layer(x, layer_state)

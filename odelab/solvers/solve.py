@@ -11,6 +11,7 @@ from ..systems.base import System
 from .adaptive import ADAPTIVE_METHODS
 from .adjoint import solve_with_adjoint
 from .cuda_graph import replayed
+from .device import on_device_of
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
 from .fused_step import records_state_gradient
@@ -84,12 +85,18 @@ def solve(
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
-    if adjoint is not None:
-        return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
-                                  interpolation=interpolation, dt=dt, history=history, tstops=tstops,
-                                  jump_times=jump_times, throw=throw, **options)
-    given = system  # a plain callable is wrapped anew by every call: a captured solve is keyed by what was given
-    problem = prepare(system, y0, t, u, u_times, interpolation, tstops, jump_times)
+    with on_device_of(y0):  # Triton kernels and CUDA graphs run on the current device
+        if adjoint is not None:
+            return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
+                                      interpolation=interpolation, dt=dt, history=history, tstops=tstops,
+                                      jump_times=jump_times, throw=throw, **options)
+        problem = prepare(system, y0, t, u, u_times, interpolation, tstops, jump_times)
+        # a plain callable is wrapped anew by every call: a captured solve is keyed by what was given
+        return _solve_problem(system, problem, method, dt, history, throw, options)
+
+
+def _solve_problem(given, problem, method, dt, history, throw, options):
+    """:func:`solve` after its arguments were checked: the problem integrated by ``method``."""
     system, state, t_tensor, times, path = problem.system, problem.state, problem.t_tensor, problem.times, problem.path
     stops, jumps, backwards = problem.stops, problem.jumps, problem.backwards
 

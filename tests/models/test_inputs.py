@@ -135,3 +135,59 @@ def test_a_unicornn_stack_checks_states_and_keeps_float32_under_autocast(reversi
     assert out.dtype == torch.float32
     assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
     assert torch.allclose(grad, stack.layers[0].system.weight_input.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_kernels_and_solves_run_on_their_tensors_device(monkeypatch):
+    """Triton launches (and CUDA graph captures) on the current CUDA device, not their tensors': a fused cell's
+    forward and a solve enter ``on_device_of`` with x / y0, which makes that device current (CUDA only)."""
+    import importlib
+
+    from odelab.models import recurrent
+    from odelab.solvers import device
+
+    solve_module = importlib.import_module("odelab.solvers.solve")  # the module (the package exports the function)
+
+    seen = []
+
+    def record(value):
+        seen.append(value)
+        return device.on_device_of(value)
+
+    monkeypatch.setattr(recurrent, "on_device_of", record)
+    monkeypatch.setattr(solve_module, "on_device_of", record)
+    x = torch.randn(2, 3, 2)
+    MODELS["lem"]()(x)
+    y0 = torch.ones(2, 2)
+    odelab.solve(lambda t, y: -y, y0, torch.linspace(0, 1, 3), method="rk4", dt=0.5)
+    assert seen[0] is x and seen[1] is y0
+    assert isinstance(device.on_device_of({"y": y0}), type(device.on_device_of(None)))  # CPU: nothing to switch
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_device_of_makes_the_tensors_device_current():
+    from odelab.solvers.device import on_device_of
+
+    last = torch.cuda.device_count() - 1
+    y = torch.ones(2, device=f"cuda:{last}")
+    with torch.cuda.device(0), on_device_of((y,)):
+        assert torch.cuda.current_device() == last
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_model_on_the_second_gpu():
+    """A fused LEM on cuda:1 while cuda:0 is current gives the outputs and gradients it gives on cuda:0."""
+    torch.manual_seed(0)
+    model = odelab.cells.LEM(2, 40, dt=0.5)
+    x = torch.randn(4, 30, 2)
+    results = []
+    for index in (0, 1):
+        copy = odelab.cells.LEM(2, 40, dt=0.5).to(f"cuda:{index}")
+        copy.load_state_dict(model.state_dict())
+        with torch.cuda.device(0):
+            out, _ = copy(x.to(f"cuda:{index}"))
+            out.square().sum().backward()
+        results.append([out.cpu(), *(p.grad.cpu() for p in copy.parameters())])
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
