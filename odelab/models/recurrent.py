@@ -31,6 +31,10 @@ class Recurrent(nn.Module):
     ``"auto"`` (default) takes the kernel when one exists and the generic loop otherwise; ``"cuda-graph"``
     runs the generic loop captured in CUDA graphs, forward and backward, once per input shape
     (``odelab.kernels.cuda_graph``: for systems without a kernel, static shapes, CUDA only).
+
+    ``state`` (None: zeros) is checked against x before anything runs (:meth:`starting_state`): one
+    ``(batch, width)`` block per system block, in x's dtype and on its device. A kernel computes in the parameters'
+    dtype also under ``torch.autocast`` (``odelab.kernels.autocast``), on x's CUDA device.
     """
 
     def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
