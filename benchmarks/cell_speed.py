@@ -7,8 +7,8 @@ one input matmul, unbind, stack) as the yardstick of the generic path.
                                     [--device cpu,cuda] [--engines fused,generic] [--tf32] [--repeats 7]
                                     [--threads 1] [--out FILE]
 
-(``ODELAB_FLOAT32_PRODUCTS=tf32x3`` in the environment: the CUDA kernels' float32 products as three TF32 products;
-recorded in the JSON's meta.)
+(``ODELAB_FLOAT32_PRODUCTS=tf32x3`` or ``=bf16`` in the environment: the CUDA kernels' float32 products as three
+TF32 products, or of bfloat16-rounded operands; recorded in the JSON's meta.)
 
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
 of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step and of one forward (CUDA:

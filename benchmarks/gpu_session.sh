@@ -11,7 +11,7 @@
 #   bash benchmarks/gpu_session.sh tf32x3 trace profile  # a second command if the lease has 6 minutes left:
 #                                                     #   three TF32 products (their tests, then their speed), each
 #                                                     #   kernel's time in a step, where LEM's and UnICORNN's kernels
-#                                                     #   stall (then barrier, liquidrows, fit)
+#                                                     #   stall (then bf16, barrier, liquidrows, fit)
 #
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
@@ -37,6 +37,8 @@
 #   tf32       LEM, coRNN and τ-GRU with TF32 products, 40 s
 #   tf32x3     float32 products as three TF32 products (ODELAB_FLOAT32_PRODUCTS=tf32x3, opt-in until measured): its
 #              gpu tests (the IEEE float32 criterion at T = 1000), 60 s; LEM, coRNN, τ-GRU and GRU-ODE, 70 s
+#   bf16       float32 products of bfloat16-rounded operands (ODELAB_FLOAT32_PRODUCTS=bf16, opt-in until measured): its
+#              gpu tests (BF16_TOL at T = 1000), 60 s; LEM, coRNN, τ-GRU and GRU-ODE, 70 s
 #   trace      benchmarks/kernel_trace.py: every kernel's device time in a training step against the step's wall
 #              time (UnICORNN at (32, 1000, 16) took 1.35 ms, its two kernels' arithmetic ~0.1 ms: where is the rest?),
 #              UnICORNN, LEM, LTC, LRCU-A and nn.LSTM at the two smaller sizes, 90 s
@@ -109,7 +111,7 @@ tests() {
         local parallel=()
         $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
         warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
-        local skip="not tf32x3 and not liquid"  # the tf32x3 and liquid steps run those
+        local skip="not tf32x3 and not bf16 and not liquid"  # the tf32x3, bf16 and liquid steps run those
         [ -n "${GRID_TESTED:-}" ] && skip="$skip and not grid and not one_barrier"  # the grid step ran them
         step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" -k "$skip" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
@@ -208,6 +210,21 @@ tf32x3() {  # float32 products as three TF32 products (opt-in): the float32 crit
     step tf32x3 70 env ODELAB_FLOAT32_PRODUCTS=tf32x3 $PY benchmarks/cell_speed.py --device "$DEVICE" \
         --models lem,cornn,taugru,gru-ode --engines fused --sizes "$SIZES" --repeats 3 --no-forward \
         --out "$RESULTS/cell_speed_${DEVICE}_tf32x3.json"
+}
+
+bf16() {  # float32 products of bfloat16-rounded operands (opt-in): the option's tolerance on the GPU, then the speed
+    if [ "$SMOKE" = 1 ]; then
+        step bf16-tests 120 env ODELAB_FLOAT32_PRODUCTS=bf16 $PY -m pytest -q -p no:cacheprovider \
+            tests/kernels/test_cuda_kernels.py -k "bf16_tolerance and lem"
+    else
+        local parallel=()
+        $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
+        step bf16-tests 60 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" "${parallel[@]}" \
+            tests/kernels/test_cuda_kernels.py -k bf16
+    fi
+    step bf16 70 env ODELAB_FLOAT32_PRODUCTS=bf16 $PY benchmarks/cell_speed.py --device "$DEVICE" \
+        --models lem,cornn,taugru,gru-ode --engines fused --sizes "$SIZES" --repeats 3 --no-forward \
+        --out "$RESULTS/cell_speed_${DEVICE}_bf16.json"
 }
 
 trace() {  # each kernel's device time in a training step against the step's wall time (torch.profiler)
@@ -313,7 +330,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|liquid|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|liquid|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

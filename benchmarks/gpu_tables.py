@@ -5,7 +5,7 @@
 
 Folders newest first: the newest that measured a figure gives it (older ones are marked). Reads
 cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32 products, in
-*_tf32x3.json three TF32 products),
+*_tf32x3.json three TF32 products, in *_bf16.json bfloat16-rounded operands),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
 the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs) and the newest gpu_session.log (the gpu tests' summary). With --readme, replaces the
@@ -24,11 +24,12 @@ SIZES = [(32, 1000, 16), (128, 1000, 128), (1024, 1000, 256)]
 
 def products_of(path: Path) -> str:
     """The kernels' float32 products a cell_speed_cuda*.json measured, from its name."""
-    return "tf32x3" if "tf32x3" in path.name else "tf32" if "tf32" in path.name else "ieee"
+    return ("tf32x3" if "tf32x3" in path.name else "tf32" if "tf32" in path.name else "bf16" if "bf16" in path.name
+            else "ieee")
 
 
 def cell_rows(folders: list[Path], products: str) -> list[dict]:
-    """Every fused/anchor row of the folders' cell_speed_cuda*.json with ``products`` ("ieee", "tf32", "tf32x3";
+    """Every fused/anchor row of the folders' cell_speed_cuda*.json with ``products`` ("ieee", "tf32", "tf32x3", "bf16";
     :func:`products_of`) (newest folder first), each tagged with its
     folder; the rows of the cells with several CUDA schedules named by the schedule they ran ("NAME-grid", …):
     up to hidden 32 the register-resident kernel whatever was asked, above it the schedule the row records (rows
@@ -72,7 +73,8 @@ def mark(folder: int) -> str:
 
 def cells_table(folders: list[Path]) -> str:
     ieee = cell_rows(folders, "ieee")
-    others = [("TF32", cell_rows(folders, "tf32")), ("TF32x3", cell_rows(folders, "tf32x3"))]
+    others = [("TF32", cell_rows(folders, "tf32")), ("TF32x3", cell_rows(folders, "tf32x3")),
+              ("BF16", cell_rows(folders, "bf16"))]
     find = lambda rows, model, size: next((r for r in rows if r["model"] == model
                                            and (r["batch"], r["time"], r["hidden"]) == size), None)
     models = list(dict.fromkeys(r["model"] for r in ieee))
@@ -233,7 +235,7 @@ device time, so some cells are not measured.
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
 ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step (and
 of one forward under `torch.no_grad()`, where measured);
-"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`). Up to hidden 32 every schedule runs the same register-resident
+"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`), "BF16" with bfloat16-rounded operands (`ODELAB_FLOAT32_PRODUCTS=bf16`). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
 seventh session) for every preset but UnICORNN. The liquid cells (LTC, STC, LRCU) keep theirs up to hidden 16 and
 from 17 run over synapse tiles since 2026-11-27 (the rows of older folders: their batch-block kernels):

@@ -46,6 +46,7 @@ if _PROBLEM is not None:
     pytest.skip(_PROBLEM, allow_module_level=True)
 
 from odelab import Recurrent, cells, systems  # noqa: E402
+from odelab.kernels.cuda._common import bf16_rounded  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -401,6 +402,9 @@ def test_reversible_kernel_saves_no_per_step_state(monkeypatch):
 # the TF32 option's tolerance: emulated TF32 (below) against the generic loop in IEEE float32 at (4, 40, 20), worst
 # measured 3.2e-3 (coRNN's learned coefficients' gradient; outputs ≤ 1.1e-3 for every preset)
 TF32_TOL = 1e-2
+# the bfloat16 option's: operands rounded to bfloat16 (emulated under the interpreter, below) against the generic loop
+# in IEEE float32 at (4, 40, 20), worst measured 2.9e-3 (Delay GRU's initial-state gradient; outputs ≤ 1.9e-3)
+BF16_TOL = 1e-2
 
 
 # -- the stepwise schedule (LEM): one launch per phase of a step, recorded as CUDA graphs ----------------------
@@ -762,8 +766,11 @@ def test_float32_products_switch(monkeypatch):
                 monkeypatch.setenv("ODELAB_FLOAT32_PRODUCTS", value)
                 assert dot_precision(torch.float32) == expected, (torch_switch, value)
                 assert dot_precision(torch.float64) == "ieee"
-    monkeypatch.setenv("ODELAB_FLOAT32_PRODUCTS", "bf16")
-    with pytest.raises(ValueError, match="ODELAB_FLOAT32_PRODUCTS.*tf32x3.*'bf16'"):
+    monkeypatch.setenv("ODELAB_FLOAT32_PRODUCTS", "BF16")
+    assert dot_precision(torch.float32) == ("bf16-rounded" if os.environ.get("TRITON_INTERPRET") == "1" else "bf16")
+    assert dot_precision(torch.float64) == "ieee"
+    monkeypatch.setenv("ODELAB_FLOAT32_PRODUCTS", "fp16")
+    with pytest.raises(ValueError, match="ODELAB_FLOAT32_PRODUCTS.*tf32x3, bf16, got 'fp16'"):
         dot_precision(torch.float32)
 
 
@@ -825,6 +832,49 @@ def test_tf32_emulation_changes_the_products(tf32, monkeypatch):
     _Dots(monkeypatch, emulate=True)
     errors = relative_errors(build(3, 20), kernel(target), 4, 40, 20, torch.float32)
     assert errors["outputs"] > 1e-4
+
+
+@interpreted
+@pytest.mark.parametrize("name", WITH_DOTS)
+def test_bf16_tolerance(name):
+    """Products of bfloat16-rounded operands (``ODELAB_FLOAT32_PRODUCTS=bf16``; under the interpreter the roundings
+    are done in float32 bits) against the generic loop in IEEE float32 (outputs, final state, every gradient):
+    within BF16_TOL, the option's documented tolerance, over 40 steps at hidden 20."""
+    build, target = PRESETS[name]
+    with float32_products("bf16"):
+        errors = relative_errors(build(3, 20), kernel(target), 4, 40, 20, torch.float32)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= BF16_TOL, (worst, errors[worst])
+
+
+@triton.jit
+def _bf16_rounding(X, Y, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(Y + i, bf16_rounded(tl.load(X + i)))
+
+
+@interpreted
+def test_bf16_products_round_the_operands():
+    """The bfloat16 option changes LEM's products (outputs move by more than 1e-4 against the IEEE kernel) and rounds
+    as the conversion to bfloat16 does (to nearest, ties to even: torch's ``.bfloat16()``), in float32 and float64
+    kept IEEE; the neural oscillator ignores it (IEEE products, the same bits)."""
+    x = torch.cat([torch.randn(1000), torch.tensor([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, -(1 + 2.0 ** -8), 0.0])])
+    x = torch.cat([x, torch.zeros(1024 - len(x))])
+    y = torch.empty_like(x)
+    _bf16_rounding[(1,)](x, y, 1024)
+    assert torch.equal(y, x.bfloat16().float())
+    for name, moves in (("lem", True), ("oscillator", False)):
+        build, target = PRESETS[name]
+        model = generic(build(3, 20))
+        torch.manual_seed(0)
+        x = torch.randn(4, 40, 3)
+        state = tuple(0.5 * torch.randn(4, n) for n in model.system.block_sizes())
+        outputs = {}
+        for products in ("ieee", "bf16"):
+            with float32_products(products):
+                outputs[products] = kernel(target)(model.system, x, state, model.dt, model.unfolds)[0]
+        change = ((outputs["bf16"] - outputs["ieee"]).abs().max() / outputs["ieee"].abs().max()).item()
+        assert change > 1e-4 if moves else change == 0, (name, change)
 
 
 # -- full size, on a GPU -----------------------------------------------------------------------------------
@@ -956,6 +1006,22 @@ def test_full_size_cuda_tf32x3(name, size):
     assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", WITH_DOTS)
+@pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_full_size_cuda_bf16(name, size):
+    """bfloat16 products on the GPU: the fp32 kernel's deviation from the fp64 reference ≤ 10 × the IEEE fp32
+    generic loop's + BF16_TOL."""
+    model, run, x, state, weights = full_size_case(name, size)
+    reference = evaluate(model, None, torch.float64, x, state, weights)
+    plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
+    with float32_products("bf16"):
+        fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
+    excess = {n: fused[n] - (10 * plain[n] + BF16_TOL) for n in fused}
+    worst = max(excess, key=excess.get)
+    assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
+
+
 # -- compilation for a GPU without one -----------------------------------------------------------------------
 
 COMPILE_CHECK = r"""
@@ -1031,7 +1097,7 @@ jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N",
 count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:
-        precisions = ("ieee", "tf32", "tf32x3") if dtype == "fp32" else ("ieee",)
+        precisions = ("ieee", "tf32", "tf32x3", "bf16") if dtype == "fp32" else ("ieee",)
         for precision in precisions if "PRECISION" in fn.arg_names else (None,):
             compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)
             count += 1

@@ -2,13 +2,14 @@
 first use, so a CPU-only install never needs it).
 
 Every kernel runs the whole sequence in one launch forward and one backward (see ``_common`` for the layout);
-fp32 (IEEE products, TF32 where torch's float32 matmuls may use it, or three TF32 products with
-``ODELAB_FLOAT32_PRODUCTS=tf32x3``: ``_common.dot_precision``) and fp64. LEM,
+fp32 (IEEE products, TF32 where torch's float32 matmuls may use it, three TF32 products with
+``ODELAB_FLOAT32_PRODUCTS=tf32x3``, or bfloat16-rounded operands with ``=bf16``: ``_common.dot_precision``) and fp64. LEM,
 coRNN, the neural oscillator, GRU-ODE, τ-GRU and Delay GRU also have a stepwise schedule for large hidden sizes
 (``stepwise``: a launch per phase of a step over batch blocks × column tiles, recorded as CUDA graphs; the default
 on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels); the same kernels also have a
 grid-synchronised one (``grid``: those phases in one launch, a barrier between them; ``ODELAB_CUDA_SCHEDULE=grid``).
-Without a backward to come, the cells without delays run in chunks of steps (``..chunks.in_chunks``).
+Without a backward to come, the cells run in chunks of steps (``..chunks.in_chunks``; the delay cells' own in
+``delay_gru``).
 """
 from ... import systems
 from ..registry import register

@@ -26,8 +26,9 @@ Two variants per dense cell:
 
 Dots are fp64, or fp32 in IEEE precision -- or in TF32 (10-bit mantissas in, fp32 sums) where torch's own float32
 matmuls may use it (``torch.set_float32_matmul_precision("high")``, ``torch.backends.cuda.matmul.fp32_precision =
-"tf32"``), or as three TF32 products ("tf32x3", float32 accuracy on tensor cores) with ``ODELAB_FLOAT32_PRODUCTS``:
-:func:`dot_precision`, read when a sequence's forward runs and kept for its backward. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
+"tf32"``), or as three TF32 products ("tf32x3", float32 accuracy on tensor cores) or of bfloat16-rounded operands
+("bf16") with ``ODELAB_FLOAT32_PRODUCTS``: :func:`dot_precision`, read when a sequence's forward runs and kept for its
+backward. Scalars (Δt, γ, ε, α, β) are read from a small tensor of
 the computation dtype, so that fp64 runs are fp64 throughout (a Python float argument would be fp32).
 """
 from __future__ import annotations
@@ -94,7 +95,7 @@ def on_device(values: list, dtype, device):
 
 
 PRODUCTS_ENV = "ODELAB_FLOAT32_PRODUCTS"
-FLOAT32_PRODUCTS = ("ieee", "tf32", "tf32x3")
+FLOAT32_PRODUCTS = ("ieee", "tf32", "tf32x3", "bf16")
 
 
 def dot_precision(dtype) -> str:
@@ -102,8 +103,10 @@ def dot_precision(dtype) -> str:
     ``$ODELAB_FLOAT32_PRODUCTS`` where set (read at each forward) -- "ieee", "tf32", or "tf32x3": each product as
     three TF32 tensor-core products of the operands' high and low parts (a_hi b_hi + a_hi b_lo + a_lo b_hi, a = a_hi
     + a_lo, both parts rounded to TF32), which keeps about 21 of float32's 24 bits, within float32 round-off of IEEE
-    products -- otherwise torch's float32 matmul switch: "tf32" where torch's own matmuls may use TF32, "ieee"
-    (the default) elsewhere."""
+    products, or "bf16": both operands rounded to bfloat16 (8-bit mantissas, tensor cores, float32 sums; under
+    Triton's interpreter, which cannot multiply bfloat16 operands, "bf16-rounded": the same roundings done in float32
+    bits, the products in float32) -- otherwise torch's float32 matmul switch: "tf32" where torch's own matmuls may
+    use TF32, "ieee" (the default) elsewhere."""
     import os
 
     import torch
@@ -114,6 +117,8 @@ def dot_precision(dtype) -> str:
     if asked:
         if asked not in FLOAT32_PRODUCTS:
             raise ValueError(f"${PRODUCTS_ENV}: expected one of {', '.join(FLOAT32_PRODUCTS)}, got {asked!r}")
+        if asked == "bf16" and os.environ.get("TRITON_INTERPRET") == "1":
+            return "bf16-rounded"
         return asked
     matmul = torch.backends.cuda.matmul
     chosen = getattr(matmul, "fp32_precision", "none")  # torch's newer switch; "none": the legacy one decides
@@ -199,7 +204,21 @@ def sigmoid(x):
 def dot(a, b, acc, PRECISION: tl.constexpr):
     """acc + a @ b in acc's dtype (Triton before 3.7 asks for an fp64 accumulator's dtype by name), products at
     PRECISION (:func:`dot_precision`)."""
-    return tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc.dtype)
+    if PRECISION == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=acc.dtype)
+    elif PRECISION == "bf16-rounded":
+        return tl.dot(bf16_rounded(a), bf16_rounded(b), acc, input_precision="ieee", out_dtype=acc.dtype)
+    else:
+        return tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc.dtype)
+
+
+@triton.jit
+def bf16_rounded(x):
+    """float32 x rounded to bfloat16's 8-bit mantissa, to nearest, ties to even (as the conversion to bfloat16
+    does), kept in float32: the low 16 bits of the word cleared after adding 0x7FFF + the kept part's lowest bit."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit

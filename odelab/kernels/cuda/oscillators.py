@@ -416,7 +416,7 @@ class SecondOrderSequence(torch.autograd.Function):
         # restoring_oscillator); TF32 on a bounded oscillator is not measured, so IEEE stays. Three TF32 products
         # ("tf32x3") keep float32's accuracy and are taken.
         ctx.precision = dot_precision(enc.dtype)
-        if mode == OSCILLATOR and ctx.precision == "tf32":
+        if mode == OSCILLATOR and ctx.precision in ("tf32", "bf16", "bf16-rounded"):  # bfloat16: coarser still
             ctx.precision = "ieee"
         B, T, H = enc.shape
         enc, W_rec = enc.contiguous(), W_rec.contiguous()
