@@ -197,34 +197,28 @@ tf32() {
         --tf32 --sizes "$SIZES" --repeats 3 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_tf32.json"
 }
 
-tf32x3() {  # float32 products as three TF32 products (opt-in): the float32 criterion on the GPU, then the speed
+products() {  # products NAME SMOKE_TESTS: ODELAB_FLOAT32_PRODUCTS=NAME (opt-in): its gpu tests, then the speed
+    local name=$1 smoke_tests=$2
     if [ "$SMOKE" = 1 ]; then
-        step tf32x3-tests 120 env ODELAB_FLOAT32_PRODUCTS=tf32x3 $PY -m pytest -q -p no:cacheprovider \
-            tests/kernels/test_cuda_kernels.py -k "tf32x3_keeps and lem"
+        step "$name-tests" 120 env ODELAB_FLOAT32_PRODUCTS="$name" $PY -m pytest -q -p no:cacheprovider \
+            tests/kernels/test_cuda_kernels.py -k "$smoke_tests"
     else
         local parallel=()
         $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
-        step tf32x3-tests 60 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" "${parallel[@]}" \
-            tests/kernels/test_cuda_kernels.py -k tf32x3
+        step "$name-tests" 60 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" "${parallel[@]}" \
+            tests/kernels/test_cuda_kernels.py -k "$name"
     fi
-    step tf32x3 70 env ODELAB_FLOAT32_PRODUCTS=tf32x3 $PY benchmarks/cell_speed.py --device "$DEVICE" \
+    step "$name" 70 env ODELAB_FLOAT32_PRODUCTS="$name" $PY benchmarks/cell_speed.py --device "$DEVICE" \
         --models lem,cornn,taugru,gru-ode --engines fused --sizes "$SIZES" --repeats 3 --no-forward \
-        --out "$RESULTS/cell_speed_${DEVICE}_tf32x3.json"
+        --out "$RESULTS/cell_speed_${DEVICE}_$name.json"
+}
+
+tf32x3() {  # float32 products as three TF32 products (opt-in): the float32 criterion on the GPU, then the speed
+    products tf32x3 "tf32x3_keeps and lem"
 }
 
 bf16() {  # float32 products of bfloat16-rounded operands (opt-in): the option's tolerance on the GPU, then the speed
-    if [ "$SMOKE" = 1 ]; then
-        step bf16-tests 120 env ODELAB_FLOAT32_PRODUCTS=bf16 $PY -m pytest -q -p no:cacheprovider \
-            tests/kernels/test_cuda_kernels.py -k "bf16_tolerance and lem"
-    else
-        local parallel=()
-        $PY -c "import xdist" 2>/dev/null && parallel=(-n 10)
-        step bf16-tests 60 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" "${parallel[@]}" \
-            tests/kernels/test_cuda_kernels.py -k bf16
-    fi
-    step bf16 70 env ODELAB_FLOAT32_PRODUCTS=bf16 $PY benchmarks/cell_speed.py --device "$DEVICE" \
-        --models lem,cornn,taugru,gru-ode --engines fused --sizes "$SIZES" --repeats 3 --no-forward \
-        --out "$RESULTS/cell_speed_${DEVICE}_bf16.json"
+    products bf16 "bf16_tolerance and lem"
 }
 
 trace() {  # each kernel's device time in a training step against the step's wall time (torch.profiler)

@@ -991,33 +991,20 @@ def test_full_size_cuda_tf32(name, size, tf32):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", WITH_DOTS + ["oscillator"])
+@pytest.mark.parametrize("name, products", [(n, "tf32x3") for n in WITH_DOTS + ["oscillator"]]
+                         + [(n, "bf16") for n in WITH_DOTS])
 @pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
-def test_full_size_cuda_tf32x3(name, size):
-    """Three TF32 products on the GPU meet the IEEE float32 kernels' criterion of :func:`test_full_size_cuda`:
-    deviation from the fp64 reference ≤ 10 × the IEEE fp32 generic loop's + 1e-5."""
+def test_full_size_cuda_products(name, products, size):
+    """``ODELAB_FLOAT32_PRODUCTS`` on the GPU, the fp32 kernel's deviation from the fp64 reference ≤ 10 × the IEEE
+    fp32 generic loop's + the option's tolerance: three TF32 products meet the IEEE float32 kernels' criterion of
+    :func:`test_full_size_cuda` (1e-5), bfloat16-rounded operands BF16_TOL."""
     model, run, x, state, weights = full_size_case(name, size)
     reference = evaluate(model, None, torch.float64, x, state, weights)
     plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
-    with float32_products("tf32x3"):
+    with float32_products(products):
         fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
-    excess = {n: fused[n] - (10 * plain[n] + 1e-5) for n in fused}
-    worst = max(excess, key=excess.get)
-    assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", WITH_DOTS)
-@pytest.mark.parametrize("size", FULL_SIZES, ids=lambda s: "x".join(map(str, s)))
-def test_full_size_cuda_bf16(name, size):
-    """bfloat16 products on the GPU: the fp32 kernel's deviation from the fp64 reference ≤ 10 × the IEEE fp32
-    generic loop's + BF16_TOL."""
-    model, run, x, state, weights = full_size_case(name, size)
-    reference = evaluate(model, None, torch.float64, x, state, weights)
-    plain = deviation(evaluate(model, None, torch.float32, x, state, weights), reference)
-    with float32_products("bf16"):
-        fused = deviation(evaluate(model, run, torch.float32, x, state, weights), reference)
-    excess = {n: fused[n] - (10 * plain[n] + BF16_TOL) for n in fused}
+    tolerance = {"tf32x3": 1e-5, "bf16": BF16_TOL}[products]
+    excess = {n: fused[n] - (10 * plain[n] + tolerance) for n in fused}
     worst = max(excess, key=excess.get)
     assert excess[worst] <= 0, (worst, fused[worst], plain[worst])
 
