@@ -39,7 +39,7 @@ def call(name: str, tensors, sizes=(), scalars=()) -> None:
     be contiguous CPU tensors of one dtype, float32 or float64. The C++ side reads them as raw arrays of that
     dtype, so another dtype or a strided tensor is refused here (RuntimeError) rather than read out of bounds."""
     dtype = next(t.dtype for t in tensors if t is not None)
-    if dtype not in _FLOATS or any(t is not None and (t.dtype is not dtype or not t.is_contiguous()) for t in tensors):
+    if dtype not in _FLOATS or any(_misread(t, dtype) for t in tensors):
         _refuse(name, tensors, dtype)
     LIBRARY.call(name, tensors, sizes, scalars)
 
@@ -47,11 +47,15 @@ def call(name: str, tensors, sizes=(), scalars=()) -> None:
 _FLOATS = (torch.float32, torch.float64)
 
 
+def _misread(t, dtype: torch.dtype) -> bool:
+    """Whether the C++ side would misread ``t`` (None: a null pointer, fine) as a contiguous array of ``dtype``."""
+    return t is not None and (t.dtype is not dtype or not t.is_contiguous())
+
+
 def _refuse(name: str, tensors, dtype: torch.dtype) -> None:
     if dtype not in _FLOATS:
         raise RuntimeError(f"odelab: CPU kernel {name}: takes float32 or float64 tensors, got {dtype}")
-    i, t = next((i, t) for i, t in enumerate(tensors)
-                if t is not None and (t.dtype is not dtype or not t.is_contiguous()))
+    i, t = next((i, t) for i, t in enumerate(tensors) if _misread(t, dtype))
     raise RuntimeError(f"odelab: CPU kernel {name}: argument {i} is a {t.dtype} tensor (contiguous: "
                        f"{t.is_contiguous()}); the kernel takes contiguous tensors of one dtype ({dtype})")
 

@@ -669,7 +669,7 @@ def _run(system, x, h0, dt, unfolds, lag, layout, alpha, beta, block_h, chosen):
         last = min(enc.shape[1], lag)
         if system.W2 is not None and first <= last:
             lo, hi = t0 + first - 1 - lag, t0 + last - 1 - lag  # their indices (h_0 = h0, h_j = out[:, j − 1])
-            past = out[:, max(lo - 1, 0):hi] if lo > 0 else torch.cat((h0[:, None], out[:, :hi]), dim=1)
+            past = out[:, lo - 1:hi] if lo > 0 else torch.cat((h0[:, None], out[:, :hi]), dim=1)
             branch = layout[13] * H
             enc[:, first - 1:last, branch:branch + H] += past @ system.W2.t()
         hs, h = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h, float(dt), alpha, beta, lag, layout,
