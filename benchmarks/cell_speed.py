@@ -17,7 +17,10 @@ of the peak RSS (Linux's VmHWM, reset before the step) over one training step in
 one-step training step has loaded the kernels and paged in the code: the CPU allocator keeps no peak statistic,
 and memory it kept from an earlier row would hide a step's growth). The models are interleaved over the repeats
 so that machine noise hits all of them alike. Prints one table per size with ratios to nn.LSTM and writes JSON
-(``benchmarks/results/cell_speed.json`` by default).
+(``benchmarks/results/cell_speed.json`` by default). On CUDA the anchors run twice: ``lstm``/``gru`` as torch runs
+them by default (cuDNN may use TF32 tensor cores for float32: ``torch.backends.cudnn.rnn.fp32_precision ==
+"tf32"``) and ``lstm-ieee``/``gru-ieee`` with IEEE products, as odelab's kernels compute by default; each row gets
+``fwd_bwd_over_lstm`` and ``fwd_bwd_over_lstm_ieee``.
 
 The generic engine's yardstick is the hand-written LEM loop: when both ``lem`` and ``lem-handwritten`` run, the
 generic row gets ``fwd_bwd_over_handwritten`` (ratio of the medians) and ``..._paired`` (median over the repeats of
@@ -126,20 +129,50 @@ SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru"
 MODELS.update({f"{name}-{schedule}": MODELS[name] for name in SCHEDULED for schedule in ("stepwise", "persistent")})
 # the grid-synchronised schedule (odelab/kernels/cuda/grid.py) of the kernels that have it
 MODELS.update({f"{name}-grid": MODELS[name] for name in SCHEDULED})
-ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
+ANCHORS = {"lstm": cells.LSTM, "gru": cells.GRU, "lstm-ieee": cells.LSTM, "gru-ieee": cells.GRU,
+           "lem-handwritten": HandWrittenLEM, "flashrnn": FlashRNNLSTM}
 OPTIONAL = {"flashrnn"}  # anchors that may not run here: reported and skipped
+CUDA_ONLY = {"flashrnn", "lstm-ieee", "gru-ieee"}  # on CPU: not run (cuDNN's precision means nothing there)
+
+
+@contextlib.contextmanager
+def cudnn_ieee(name: str):
+    """Inside, a "…-ieee" anchor's cuDNN RNN computes float32 with IEEE products (CUDNN_FMA_MATH): torch lets cuDNN's
+    RNNs use TF32 tensor cores by default (``torch.backends.cudnn.rnn.fp32_precision == "tf32"``, before torch 2.9
+    ``torch.backends.cudnn.allow_tf32``), while odelab's kernels follow torch's matmul switch, IEEE by default;
+    "lstm" / "gru" keep torch's default."""
+    if not name.endswith("-ieee"):
+        yield
+        return
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    holder, field = (rnn, "fp32_precision") if hasattr(rnn, "fp32_precision") else (torch.backends.cudnn, "allow_tf32")
+    before = getattr(holder, field)
+    setattr(holder, field, "ieee" if field == "fp32_precision" else False)
+    try:
+        yield
+    finally:
+        setattr(holder, field, before)
+
+
+def cudnn_rnn_precision() -> str:
+    """What torch lets cuDNN's RNNs use for float32 outside the "…-ieee" rows."""
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    if hasattr(rnn, "fp32_precision"):
+        return f"torch.backends.cudnn.rnn.fp32_precision = {rnn.fp32_precision!r}"
+    return f"torch.backends.cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32}"
 
 
 @contextlib.contextmanager
 def scheduled(name: str):
     """Inside, the CUDA kernels run the schedule that ``name`` asks for ("…-stepwise", "…-persistent", "…-grid";
-    otherwise the default, "auto")."""
+    otherwise the default, "auto"), and a "…-ieee" anchor's cuDNN IEEE products (:func:`cudnn_ieee`)."""
     from odelab.kernels.cuda.stepwise import SCHEDULE_ENV
 
     before = os.environ.get(SCHEDULE_ENV)
     os.environ[SCHEDULE_ENV] = next((s for s in ("stepwise", "persistent", "grid") if name.endswith("-" + s)), "auto")
     try:
-        yield
+        with cudnn_ieee(name):
+            yield
     finally:
         if before is None:
             del os.environ[SCHEDULE_ENV]
@@ -281,7 +314,7 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
     x = torch.randn(batch, steps, 1, device=device)
     entries = []  # (label, model, engine)
     for name in names:
-        if name in OPTIONAL and device != "cuda":
+        if name in CUDA_ONLY and device != "cuda":
             continue
         if name in ANCHORS:
             try:
@@ -343,12 +376,14 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
                                       peak_memory_in(name, model, x, forward_only) if forward else None),
             "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
         })
-    lstm = next((r for r in rows if r["model"] == "lstm"), None)
-    for row in rows:
-        if lstm is not None:
-            row["fwd_bwd_over_lstm"] = row["fwd_bwd_median_s"] / lstm["fwd_bwd_median_s"]
-            if forward:
-                row["fwd_over_lstm"] = row["fwd_median_s"] / lstm["fwd_median_s"]
+    for anchor in ("lstm", "lstm-ieee"):  # cuDNN with torch's default (TF32 allowed) and with IEEE products
+        lstm = next((r for r in rows if r["model"] == anchor), None)
+        key = anchor.replace("-", "_")
+        for row in rows:
+            if lstm is not None:
+                row[f"fwd_bwd_over_{key}"] = row["fwd_bwd_median_s"] / lstm["fwd_bwd_median_s"]
+                if forward:
+                    row[f"fwd_over_{key}"] = row["fwd_median_s"] / lstm["fwd_median_s"]
     generic = next((r for r in rows if r["model"] == "lem" and r["engine"] == "generic"), None)
     hand = next((r for r in rows if r["model"] == "lem-handwritten"), None)
     if generic is not None and hand is not None:  # issue 13's yardstick: generic path / hand-written loop
@@ -364,12 +399,15 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
     r0 = rows[0]
     print(f"\nbatch {r0['batch']}, time {r0['time']}, hidden {r0['hidden']} ({r0['device']}, {threads} thread(s), "
           f"median of {repeats})")
-    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s} {'fwd ms':>9s} {'/LSTM':>7s} "
-          f"{'peak MiB':>9s} {'fwd MiB':>8s}")
+    ieee = any("fwd_bwd_over_lstm_ieee" in r for r in rows)  # CUDA: also against cuDNN with IEEE products
+    print(f"  {'model':19s} {'engine':8s} {'fwd+bwd ms':>11s} {'/LSTM':>7s}" + (f" {'/IEEE':>7s}" if ieee else "")
+          + f" {'fwd ms':>9s} {'/LSTM':>7s} {'peak MiB':>9s} {'fwd MiB':>8s}")
     for r in rows:
         fwd = f"{r['fwd_median_s'] * 1e3:9.1f}" if r["fwd_median_s"] is not None else f"{'-':>9s}"
         mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] is not None else f"{'n/m':>9s}"
         ratio = f"{r['fwd_bwd_over_lstm']:7.2f}" if "fwd_bwd_over_lstm" in r else f"{'-':>7s}"
+        if ieee:
+            ratio += f" {r['fwd_bwd_over_lstm_ieee']:7.2f}" if "fwd_bwd_over_lstm_ieee" in r else f" {'-':>7s}"
         fratio = f"{r['fwd_over_lstm']:7.2f}" if "fwd_over_lstm" in r else f"{'-':>7s}"
         fmem = f"{r['fwd_peak_memory_bytes'] / 2**20:8.1f}" if r.get("fwd_peak_memory_bytes") is not None else ""
         print(f"  {r['model']:19s} {r['engine']:8s} {r['fwd_bwd_median_s'] * 1e3:11.1f} {ratio} {fwd} {fratio} {mem} "
@@ -451,7 +489,7 @@ def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> Non
                                 if args.cpu_memory else "not measured"),
             "matmul_fp32_precision": "tf32" if args.tf32 else "ieee (torch's default)",
             "kernel_float32_products": os.environ.get("ODELAB_FLOAT32_PRODUCTS", "").strip() or "torch's switch",
-            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cudnn_rnn_float32": cudnn_rnn_precision() + " (the lstm/gru rows; lstm-ieee/gru-ieee: IEEE)",
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 

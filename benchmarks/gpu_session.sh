@@ -141,10 +141,10 @@ SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
 # NAME-stepwise: the stepwise schedule, the default before; NAME-persistent, the one-launch kernels)
 ALL_CELLS=lem,lem-stepwise,cornn,cornn-stepwise,oscillator,oscillator-stepwise,gru-ode,gru-ode-stepwise
 ALL_CELLS=$ALL_CELLS,taugru,taugru-stepwise,delaygru,delaygru-stepwise,cornn-implicit,unicornn,unicornn-reversible
-CELLS=${CELLS:-$ALL_CELLS,lstm,gru,flashrnn}
+CELLS=${CELLS:-$ALL_CELLS,lstm,lstm-ieee,gru,flashrnn}
 # the liquid cells: their own step, one repeat (NAME: the CUDA default, synapse tiles from hidden 17 under the
 # grid schedule; NAME-stepwise: the same tiles a launch per phase)
-LIQUID_CELLS=${LIQUID_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm}
+LIQUID_CELLS=${LIQUID_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm,lstm-ieee}
 ROWS_SIZES=32x1000x16  # ODELAB_LIQUID_ROWS reaches the defaults up to hidden 16 (above: the batch-block kernels)
 [ "$SMOKE" = 1 ] && ROWS_SIZES=4x20x8
 
@@ -160,7 +160,7 @@ grid() {  # the grid-synchronised schedule (the CUDA default): its gpu tests, th
     step gridtest 100 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" \
         tests/kernels/test_cuda_kernels.py -k "grid or one_barrier"
     GRID_TESTED=1  # a later `tests` step leaves these out
-    step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-stepwise,lstm --engines fused \
+    step grid 70 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,lem-stepwise,lstm,lstm-ieee --engines fused \
         --sizes "$SIZES" --repeats 3 --out "$RESULTS/cell_speed_${DEVICE}_grid.json"
 }
 

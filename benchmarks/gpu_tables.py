@@ -4,7 +4,8 @@
         [--readme README.md]
 
 Folders newest first: the newest that measured a figure gives it (older ones are marked). Reads
-cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, IEEE and, in *_tf32.json, TF32 products, in
+cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, torch's default and with IEEE products; the
+kernels' IEEE and, in *_tf32.json, TF32 products, in
 *_tf32x3.json three TF32 products, in *_bf16.json bfloat16-rounded operands),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
@@ -54,7 +55,8 @@ def cell_rows(folders: list[Path], products: str) -> list[dict]:
 SCHEDULES = ("grid", "stepwise", "persistent")  # the CUDA default first
 STEPWISE = {"lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru", "ltc", "stc", "lrcu-a",
             "lrcu-s"}  # the cells with the stepwise and grid schedules
-LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "flashrnn": "FlashRNN LSTM (Triton)"}
+LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "lstm-ieee": "nn.LSTM (cuDNN, IEEE products)",
+          "gru-ieee": "nn.GRU (cuDNN, IEEE products)", "flashrnn": "FlashRNN LSTM (Triton)"}
 
 
 def label(model: str) -> str:
@@ -90,9 +92,11 @@ def cells_table(folders: list[Path]) -> str:
             r = find(ieee, model, size)
             if r is None:
                 cell = "not measured"
-            else:  # ratios against the nn.LSTM of the same run
-                ratio = r.get("fwd_bwd_over_lstm")
-                cell = f"{1e3 * r['fwd_bwd_median_s']:.1f} ms" + (f" ({ratio:.2f}×)" if ratio and model != "lstm" else "")
+            else:  # ratios against the nn.LSTM of the same run (and its IEEE-products run, where measured)
+                ratio, strict = r.get("fwd_bwd_over_lstm"), r.get("fwd_bwd_over_lstm_ieee")
+                cell = f"{1e3 * r['fwd_bwd_median_s']:.1f} ms"
+                if ratio and model != "lstm":
+                    cell += f" ({ratio:.2f}×" + (f"; {strict:.2f}× IEEE" if strict and model != "lstm-ieee" else "") + ")"
                 if r["peak_memory_bytes"] is not None:
                     cell += f", {r['peak_memory_bytes'] / 2**20:.0f} MiB"
                 if r.get("fwd_peak_memory_bytes") is not None:
@@ -233,7 +237,9 @@ device time, so some cells are not measured.
 "same RMSE with either engine"): {quick_fit(folders)}.
 
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}; in brackets the
-ratio to cuDNN's nn.LSTM measured in the same run (cuDNN's default `allow_tf32=True`); peak memory of one step (and
+ratio to cuDNN's nn.LSTM measured in the same run with torch's default, which lets cuDNN's RNNs use TF32 tensor
+cores for float32 (`torch.backends.cudnn.rnn.fp32_precision = "tf32"`), and, from the folders that ran it, to the
+same nn.LSTM with IEEE products ("IEEE", as odelab's kernels compute by default); peak memory of one step (and
 of one forward under `torch.no_grad()`, where measured);
 "TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`), "BF16" with bfloat16-rounded operands (`ODELAB_FLOAT32_PRODUCTS=bf16`). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's

@@ -12,12 +12,19 @@ from torch import Tensor, nn
 
 from .. import kernels
 from ..kernels.autocast import outside_autocast
+from ..solvers.derivatives import forward_mode_or_transform
 from ..solvers.device import on_device_of
 from ..solvers.recurrence import delay_lags, run_sequence
 from ..solvers.schemes import Scheme, resolve_scheme
 from ..systems.base import FunctionSystem, State, System, check_state
 
 ENGINES = ("auto", "generic", "fused", "cuda-graph")
+
+
+def first_order_only(engine: str) -> str:
+    """The error of ``engine`` under a ``torch.func`` transform or forward-mode AD (``solvers.derivatives``)."""
+    return (f"engine={engine!r} gives first-order reverse-mode gradients only, not a torch.func transform (vmap, "
+            "grad, jacrev, jvp, ...) or forward-mode AD; engine='auto' or 'generic' runs the generic loop there")
 
 
 class Recurrent(nn.Module):
@@ -34,7 +41,9 @@ class Recurrent(nn.Module):
 
     ``state`` (None: zeros) is checked against x before anything runs (:meth:`starting_state`): one
     ``(batch, width)`` block per system block, in x's dtype and on its device. A kernel computes in the parameters'
-    dtype also under ``torch.autocast`` (``odelab.kernels.autocast``), on x's CUDA device.
+    dtype also under ``torch.autocast`` (``odelab.kernels.autocast``), on x's CUDA device. Its gradients are
+    first order: a backward through them after ``create_graph=True`` raises; ``torch.func`` transforms and
+    forward-mode AD run the generic loop under "auto" (``odelab.solvers.derivatives``).
     """
 
     def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
@@ -110,8 +119,13 @@ class Recurrent(nn.Module):
         return state
 
     def kernel(self, x: Tensor) -> Callable | None:
-        """The fused implementation that ``forward(x)`` would run, or None for the generic loop."""
+        """The fused implementation that ``forward(x)`` would run, or None for the generic loop (also under
+        ``torch.func`` transforms and forward-mode AD, which the kernels do not support: ``solvers.derivatives``)."""
         if self.engine in ("generic", "cuda-graph"):
+            return None
+        if forward_mode_or_transform():
+            if self.engine == "fused":
+                raise ValueError(first_order_only("fused"))
             return None
         impl = kernels.find(self.system, self.scheme.name, x)
         if impl is not None and impl.available():
@@ -127,6 +141,8 @@ class Recurrent(nn.Module):
         state = self.starting_state(x, state)
         lags = delay_lags(system, self.dt / self.unfolds) if system.is_delay else ()
         if self.engine == "cuda-graph":
+            if forward_mode_or_transform():
+                raise ValueError(first_order_only("cuda-graph"))
             if self._graphs is None:
                 from ..kernels.cuda_graph import GraphCache
 

@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from .. import kernels
 from ..kernels.autocast import outside_autocast
+from ..solvers.derivatives import forward_mode_or_transform
 from ..solvers.device import on_device_of
 from ..systems.base import State
 from ..systems.unicornn import UnICORNN
@@ -125,7 +126,9 @@ class UnICORNNStack(nn.Module):
     ``reversible=True`` trains with the memory-saving inverse-step backward (3.7). ``engine`` ("auto",
     "fused", "generic") is set on every layer and chooses, per layer, as ``Recurrent`` does: the fused kernel
     where one exists for x's device and dtype (the reversible one with ``reversible=True``), else the Python
-    definition (the generic loop, or :class:`ReversibleUnICORNN`).
+    definition (the generic loop, or :class:`ReversibleUnICORNN`). Under ``torch.func`` transforms and
+    forward-mode AD every layer runs as ``Recurrent`` runs it there (the generic loop; ``engine="fused"`` refuses),
+    reversible or not: the same values, without the memory saving.
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, dt: float | Sequence[float] = 0.1,
@@ -167,7 +170,7 @@ class UnICORNNStack(nn.Module):
         finals = []
         for ell, layer in enumerate(self.layers):
             layer_state = None if state is None else state[ell]
-            if self.reversible:
+            if self.reversible and not forward_mode_or_transform():  # there: the layer's loop, same values
                 layer._check_input(x)
                 layer_state = layer.starting_state(x, layer_state)
                 kernel = reversible_kernel(layer, x) if x.shape[0] else None  # an empty batch: nothing to run

@@ -47,6 +47,7 @@ from ..systems.base import FunctionSystem, System
 from .adaptive import ADAPTIVE_METHODS, _Integrator, _Options
 from .breakpoints import collect, nodes_near
 from .field import Field, tensor_time
+from .derivatives import first_order
 from .grid import step_grid
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .problem import prepare
@@ -55,6 +56,9 @@ from .solution import Solution, SolveError, Status
 from .tableau import ADAPTIVE_TABLEAUX, horner
 
 ADJOINTS = ("backsolve", "checkpoint")
+SECOND_DERIVATIVE = ("a second derivative through odelab.solve(..., adjoint={adjoint!r}), whose backward is first-order "
+                     "only: solve with adjoint=None (backpropagation through the steps, differentiable to any order) "
+                     "to differentiate its gradients")
 FANOUT = 8  # pieces per level of the recursive checkpointing
 LEAF = 8  # steps reversed with a graph at once
 
@@ -484,6 +488,7 @@ class _Checkpointed(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order(SECOND_DERIVATIVE.format(adjoint="checkpoint"))
     def backward(ctx, grad_out):
         engine, n_state, has_input = ctx.engine, ctx.n_state, ctx.has_input
         leaves = ctx.saved_tensors
@@ -704,6 +709,7 @@ class _Backsolve(torch.autograd.Function):
         return ys
 
     @staticmethod
+    @first_order(SECOND_DERIVATIVE.format(adjoint="backsolve"))
     def backward(ctx, grad_ys):
         run, (ys,) = ctx.run, ctx.saved_tensors
         grad_state, grad_params = run.backward(ys, grad_ys)

@@ -33,6 +33,7 @@ import math
 import torch
 from torch import Tensor
 
+from .derivatives import forward_mode_or_transform
 from .native import NativeLibrary
 from .solution import Status
 
@@ -402,7 +403,10 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
 
 def records_gradient(solver, y: Tensor, k1: Tensor) -> bool:
     """Whether an adaptive solve records a gradient: grad mode on and the state, f(t0, y0), a learnable delay or the
-    system's parameters require one (f(t0, y0) may not show every dependence: a delay or a parameter read later)."""
+    system's parameters require one (f(t0, y0) may not show every dependence: a delay or a parameter read later);
+    also, whatever grad mode says, under forward-mode AD or a ``torch.func`` transform (``derivatives``)."""
+    if forward_mode_or_transform():
+        return True
     if not torch.is_grad_enabled():
         return False
     return (y.requires_grad or k1.requires_grad or any(tau is not None for tau in solver.learnable)
@@ -411,8 +415,10 @@ def records_gradient(solver, y: Tensor, k1: Tensor) -> bool:
 
 def records_state_gradient(system, state) -> bool:
     """Whether a solve from ``state`` records a gradient: grad mode on and the state or the system's parameters
-    require one (a plain callable's closed-over tensors are not seen)."""
-    return torch.is_grad_enabled() and (any(x.requires_grad for x in state) or trainable(system))
+    require one (a plain callable's closed-over tensors are not seen); also under forward-mode AD or a
+    ``torch.func`` transform (``derivatives``)."""
+    return forward_mode_or_transform() or (
+        torch.is_grad_enabled() and (any(x.requires_grad for x in state) or trainable(system)))
 
 
 def trainable(system) -> bool:

@@ -43,6 +43,9 @@ def prepare(system: System | Callable, y0, t, u=None, u_times=None, interpolatio
     if is_function and isinstance(y0, Tensor) and y0.dim() != 2:
         raise ValueError(f"y0: expected shape (batch, d), got {tuple(y0.shape)}")
     state = check_state(system, y0)
+    if under_vmap(state):
+        raise ValueError("y0: odelab.solve does not run under torch.func.vmap (its step control and checks branch on "
+                         "values); it takes a batch itself: stack the initial states along y0's first dimension")
     if not all(bool(torch.isfinite(x).all()) for x in state):
         raise ValueError("y0: contains NaN or Inf")
     t_tensor, times = as_times(t, allow_decreasing=True)
@@ -64,3 +67,9 @@ def prepare(system: System | Callable, y0, t, u=None, u_times=None, interpolatio
         system, path = Reversed(system), reverse_input(path)
         times, stops, jumps = [-s for s in times], [-s for s in stops], [-s for s in jumps]
     return Problem(system, state, t_tensor, times, path, stops, jumps, backwards)
+
+
+def under_vmap(state) -> bool:
+    """Whether a state block is a ``torch.func.vmap`` batched tensor."""
+    batched = getattr(torch._C._functorch, "is_batchedtensor", None)
+    return batched is not None and torch._C._are_functorch_transforms_active() and any(batched(x) for x in state)

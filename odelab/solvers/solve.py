@@ -14,6 +14,7 @@ from .cuda_graph import replayed
 from .device import on_device_of
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
+from .derivatives import forward_mode_or_transform
 from .fused_step import records_state_gradient
 from .inputs import InputPath
 from .problem import prepare
@@ -140,6 +141,9 @@ def _solve_problem(given, problem, method, dt, history, throw, options):
             if path is not None:
                 raise ValueError("cuda_graph: fixed-step solves with an input u are not captured (the adaptive "
                                  "methods' chunks are)")
+            if forward_mode_or_transform():
+                raise ValueError("cuda_graph: a captured solve carries no tangents (forward-mode AD, torch.func "
+                                 "transforms); solve without cuda_graph there")
             if records_state_gradient(system, state):
                 raise ValueError("cuda_graph: a captured solve records no gradient; run it under torch.no_grad() "
                                  "or with y0 and the system's parameters not requiring grad")

@@ -254,6 +254,32 @@ def test_dispatch_through_recurrent(name, monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()).item() <= TOL[torch.float32]
 
 
+@pytest.mark.parametrize("name", ["lem", "oscillator", "gru-ode", "taugru", "ltc", "unicornn"])
+def test_a_second_derivative_through_a_cuda_kernel_raises(name, monkeypatch):
+    """Under ``create_graph=True`` the kernels' gradients are the first-order ones; differentiating them raises
+    ``SecondDerivativeError`` (``kernels.derivatives``; before: torch's once_differentiable, whose error node
+    ``torch.autograd.grad`` with given inputs never visits)."""
+    from odelab.kernels import REGISTRY
+    from odelab.solvers.derivatives import SecondDerivativeError
+
+    build, target = PRESETS[name]
+    model = build(3, 5).to(DEVICE)
+    key = (type(model.system), model.scheme.name, "cuda", False)
+    if DEVICE == "cpu":
+        monkeypatch.setitem(REGISTRY, key[:2] + ("cpu", False), REGISTRY[key])
+    model.engine = "fused"
+    x = torch.randn(2, 4, 3, device=DEVICE)
+    assert model.kernel(x) is kernel(target)
+    params = list(model.parameters())
+    loss = lambda: (model(x)[0] ** 2).sum()
+    plain = torch.autograd.grad(loss(), params)
+    first = torch.autograd.grad(loss(), params, create_graph=True)
+    for a, b in zip(first, plain):  # (on a GPU the weight gradients' sums may be ordered differently)
+        assert torch.allclose(a.detach(), b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(SecondDerivativeError, match="engine='generic'"):
+        torch.autograd.grad(sum((g**2).sum() for g in first), params)
+
+
 @pytest.mark.parametrize("name", ["lem", "gru-ode", "taugru", "ltc", "unicornn"])
 def test_autocast_through_recurrent(name, monkeypatch):
     """Under ``torch.autocast`` (bfloat16) the kernel still computes in float32, its input encoding included (an

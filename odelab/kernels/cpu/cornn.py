@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -40,7 +40,7 @@ class CoRNNFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, dY, dzT, _dA):
         A, z0, y0, Wc, Wy, Z, Y = ctx.saved_tensors
         h, gamma, epsilon, implicit = ctx.args

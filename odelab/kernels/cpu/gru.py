@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -41,7 +41,7 @@ class GRUFunction(torch.autograd.Function):
         return H, A
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, dH, _dA):
         A, C, h0, Wrf, Wu, H = ctx.saved_tensors
         B, d = h0.shape

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -44,7 +44,7 @@ class LEMFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, dY, dzT, _dA):
         A, z0, y0, Wg, Wy, Z, Y = ctx.saved_tensors
         B, d = z0.shape

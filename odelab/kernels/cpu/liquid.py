@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from .common import contiguous, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -48,7 +48,7 @@ class LiquidFunction(torch.autograd.Function):
         return Y
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, dY):
         x, C, h0, G, Aa, Bb, K, el, Oh, ksh, Y = ctx.saved_tensors
         h, kind, unfolds = ctx.args

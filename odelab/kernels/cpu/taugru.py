@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from .common import chunk_samples, contiguous, encode_flat, every_sample, generic, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -36,7 +36,7 @@ class GatedDelayFunction(torch.autograd.Function):
         return H, A
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, dH, _dA):
         A, h0, Wh, W2, H = ctx.saved_tensors
         h, m, kind, alpha, beta = ctx.args

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from .common import contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -43,7 +43,7 @@ class UnICORNNFunction(torch.autograd.Function):
         return Y, Z[:, -1].clone()
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, dY, dzT):
         A, z0, y0, w, k, Z, Y = ctx.saved_tensors
         B, d = z0.shape
@@ -90,7 +90,7 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
         return ys, z, y
 
     @staticmethod
-    @backward_outside_autocast("cpu")
+    @kernel_backward("cpu")
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
         B, T, m = u.shape

@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from .. import chunks
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
@@ -596,8 +595,7 @@ class DelayGRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
         enc, weight_h, W2, consts, S = ctx.saved_tensors
         B, T, _ = enc.shape

@@ -14,9 +14,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
@@ -449,8 +448,7 @@ class GRUSequence(torch.autograd.Function):
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
         enc, weight_hidden, b_hu, consts, S = ctx.saved_tensors
         B, T, _ = enc.shape

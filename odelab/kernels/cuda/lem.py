@@ -15,9 +15,8 @@ import os
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
@@ -523,8 +522,7 @@ class LEMSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, weight_y, W2, Wy, Z, Y, consts = ctx.saved_tensors
         B, T, _ = enc.shape

@@ -40,10 +40,9 @@ import os
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
@@ -954,8 +953,7 @@ class LiquidSequence(torch.autograd.Function):
         return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
         *tensors, x = ctx.saved_tensors
         (f_in, _, _, g, a, b, k), S = tensors[:7], tensors[-1]  # the forward's [f_in, u_in, w_in, g, a, b, k, ...]

@@ -19,9 +19,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
@@ -443,8 +442,7 @@ class SecondOrderSequence(torch.autograd.Function):
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, W_rec, consts, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape

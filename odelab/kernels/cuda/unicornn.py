@@ -23,10 +23,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-from ..autocast import backward_outside_autocast
+from ..derivatives import kernel_backward
 from ..chunks import in_chunks
 from ._common import available, on_device, sigmoid, tanh  # noqa: F401
 
@@ -313,8 +312,7 @@ class UnICORNNSequence(torch.autograd.Function):
         return Y[:, 1:], zT, yT
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, w, c, consts, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape
@@ -364,8 +362,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         return ys, z, y
 
     @staticmethod
-    @backward_outside_autocast("cuda")
-    @once_differentiable
+    @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
         grad_x = F.linear(u, V, b).contiguous()  # recomputed x_n, overwritten with ∂L/∂x_n
