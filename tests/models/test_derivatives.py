@@ -17,7 +17,7 @@ from torch.func import functional_call, grad, jacrev, jvp, vmap
 import odelab
 from odelab.kernels.cpu import extension
 from odelab.models.unicornn import UnICORNNStack
-from odelab.solvers.derivatives import SecondDerivativeError
+from odelab import SecondDerivativeError
 
 # presets with a fused CPU kernel, float64: name -> model (input 2, hidden 4)
 MODELS = {
