@@ -225,3 +225,22 @@ def host_reads():
     finally:
         for (owner, name), original in patched.items():
             setattr(owner, name, original)
+
+
+def fused_cpu_presets(hidden: int) -> dict:
+    """The presets with a fused CPU kernel, input 2 and ``hidden`` units: name -> constructor (UnICORNN as its
+    one-layer stack)."""
+    import odelab
+
+    cells = odelab.cells
+    return {
+        "lem": lambda: cells.LEM(2, hidden, dt=0.6),
+        "cornn": lambda: cells.CoRNN(2, hidden, dt=0.4),
+        "oscillator": lambda: cells.NeuralOscillator(2, hidden, dt=0.3),
+        "gru-ode": lambda: cells.GRUODE(2, hidden, dt=0.8),
+        "taugru": lambda: cells.TauGRU(2, hidden, tau=2.0),
+        "delaygru": lambda: cells.DelayGRU(2, hidden, tau=1.0),
+        "ltc": lambda: cells.LTC(2, hidden, dt=1.0, unfolds=2),
+        "lrcu-a": lambda: cells.LRCU(2, hidden, "asymmetric"),
+        "unicornn": lambda: cells.UnICORNN(2, hidden, dt=0.9, alpha=0.4),
+    }

@@ -19,9 +19,26 @@ CHUNK_STATE_BYTES = 1 << 26  # a chunk's (B, steps·L, H) state sequence: 64 MiB
 
 
 def needs_backward(system, x: Tensor, state) -> bool:
-    """Whether autograd may ask for a backward: gradients enabled and x, the state or a parameter requiring one."""
+    """Whether autograd may ask for a backward: gradients enabled and x, the state (its delay history included) or
+    a parameter requiring one."""
     return torch.is_grad_enabled() and (x.requires_grad or any(s.requires_grad for s in state)
+                                        or any(h.requires_grad for h in getattr(state, "history", ()))
                                         or any(p.requires_grad for p in system.parameters()))
+
+
+def add_history(enc: Tensor, history: Tensor | None, lag: int, W2: Tensor | None, column: int, start: int = 0) -> None:
+    """A delay cell's steps that read states from before the sequence (``history``, ``(B, M, H)``, oldest first:
+    ``solvers.recurrence.DelayedState``): step k (1-based) reads h_{k−1−lag}; for the steps k = start + 1 … of the
+    encoding ``enc`` ``(B, steps, width)`` with k − 1 − lag < 0, W2 h_{k−1−lag} is added to the delayed branch's
+    pre-activation (columns ``column`` … ``column + H``), where the kernel reads zero history, as at a first call."""
+    if history is None or W2 is None:
+        return
+    first, last = start + 1, min(start + enc.shape[1], lag)  # the steps k that read before the sequence
+    if first > last:
+        return
+    depth, width = history.shape[1], history.shape[2]
+    past = history[:, depth - lag + first - 1:depth - lag + last]  # h_{first−1−lag} … h_{last−1−lag}
+    enc[:, first - 1 - start:last - start, column:column + width] += past @ W2.t()
 
 
 def steps_per_chunk(x: Tensor, unfolds: int, hidden: int) -> int:

@@ -14,7 +14,7 @@ from .. import kernels
 from ..kernels.autocast import outside_autocast
 from ..solvers.derivatives import forward_mode_or_transform
 from ..solvers.device import on_device_of
-from ..solvers.recurrence import delay_lags, run_sequence
+from ..solvers.recurrence import DelayedState, delay_lags, incoming_history, run_sequence
 from ..solvers.schemes import Scheme, resolve_scheme
 from ..systems.base import FunctionSystem, State, System, check_state
 
@@ -40,7 +40,10 @@ class Recurrent(nn.Module):
     (``odelab.kernels.cuda_graph``: for systems without a kernel, static shapes, CUDA only).
 
     ``state`` (None: zeros) is checked against x before anything runs (:meth:`starting_state`): one
-    ``(batch, width)`` block per system block, in x's dtype and on its device. A kernel computes in the parameters'
+    ``(batch, width)`` block per system block, in x's dtype and on its device. A delay system's final state is a
+    ``DelayedState`` (``odelab.solvers.recurrence``): the blocks and the last states before them, so that a call
+    continuing from it reads the delayed states one call over the whole sequence would (a plain tuple: zero
+    history, the papers' start; ``engine="cuda-graph"`` always starts there). A kernel computes in the parameters'
     dtype also under ``torch.autocast`` (``odelab.kernels.autocast``), on x's CUDA device. Its gradients are
     first order: a backward through them after ``create_graph=True`` raises; ``torch.func`` transforms and
     forward-mode AD run the generic loop under "auto" (``odelab.solvers.derivatives``).
@@ -107,6 +110,7 @@ class Recurrent(nn.Module):
         system = self.system
         if state is None:
             return system.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
+        history = getattr(state, "history", None) if system.is_delay else None
         state = check_state(system, state, "state")
         for block, width, s in zip(system.blocks, system.block_sizes(), state):
             if tuple(s.shape) != (x.shape[0], width):
@@ -116,6 +120,14 @@ class Recurrent(nn.Module):
                 raise TypeError(f"state[{block!r}]: expected dtype {x.dtype} (x's), got {s.dtype}")
             if s.device != x.device:
                 raise ValueError(f"state[{block!r}]: expected a tensor on {x.device} (x's device), got {s.device}")
+        if history is None:
+            return state
+        state = DelayedState(state, history)
+        incoming_history(state, max(delay_lags(system, self.dt / self.unfolds), default=0))  # its shapes
+        for block, h in zip(system.blocks, history):
+            if h.dtype != x.dtype or h.device != x.device:
+                raise TypeError(f"state.history[{block!r}]: expected {x.dtype} on {x.device} (x's), got {h.dtype} on "
+                                f"{h.device}")
         return state
 
     def kernel(self, x: Tensor) -> Callable | None:
@@ -143,6 +155,9 @@ class Recurrent(nn.Module):
         if self.engine == "cuda-graph":
             if forward_mode_or_transform():
                 raise ValueError(first_order_only("cuda-graph"))
+            if isinstance(state, DelayedState):
+                raise ValueError("engine='cuda-graph' starts a delay system from zero history: give it the state's "
+                                 "blocks as a plain tuple, or continue the sequence with engine='auto'")
             if self._graphs is None:
                 from ..kernels.cuda_graph import GraphCache
 

@@ -1,7 +1,9 @@
 """The sequence loop of a recurrent model: one scheme step (or ``unfolds`` sub-steps of h = dt/L) per input
 sample, the hold convention (sample x_n drives the step(s) that end at t_n = n·dt), and for delay systems the
 papers' ring buffer (Erichson et al. 2024, eqs. 11, 12, 14): the delayed state is frozen over a step at
-h_{n−m}, m = ⌊τ/h⌋, with zero history (h_n = 0 for n < 0).
+h_{n−m}, m = ⌊τ/h⌋, with zero history (h_n = 0 for n < 0) -- unless the sequence continues an earlier one: a delay
+system's final state is a :class:`DelayedState`, which carries the last states before it, so that calls chained
+through their states read the delayed states one call over the whole sequence would read.
 """
 from __future__ import annotations
 
@@ -29,6 +31,49 @@ def delay_lags(system: System, h: float) -> tuple[int, ...]:
     return tuple(delay_steps(value, h) for value, _ in delay_values(system))
 
 
+class DelayedState(tuple):
+    """A delay system's state after a sequence: its blocks (a state tuple like any other) and ``history``, per block
+    the M = max m_i states before the last one, oldest first, ``(batch, M, width)`` (h_{N−M} … h_{N−1}; zeros for
+    those before the first call's start). Passed back in as the state of the next call, the delayed reads reach
+    into it; a plain tuple starts from zero history. ``detach()`` detaches the blocks and the history together
+    (truncated backpropagation through time), which ``tuple(s.detach() for s in state)`` would not keep."""
+
+    def __new__(cls, blocks, history):
+        self = super().__new__(cls, blocks)
+        self.history = tuple(history)
+        return self
+
+    def __getnewargs__(self):
+        return tuple(self), self.history
+
+    def detach(self) -> "DelayedState":
+        return DelayedState(tuple(b.detach() for b in self), tuple(h.detach() for h in self.history))
+
+
+def incoming_history(state: State, depth: int) -> tuple[Tensor, ...] | None:
+    """The history a state brings for ``depth`` = max m_i delayed states (per block ``(batch, depth, width)``), or
+    None for zero history (a plain tuple); a :class:`DelayedState` of another depth is refused (a step h that
+    changed since it was made)."""
+    history = getattr(state, "history", None)
+    if history is None:
+        return None
+    for block, h in zip(state, history):
+        if tuple(h.shape) != (block.shape[0], depth, block.shape[1]):
+            raise ValueError(f"state.history: expected blocks of shape {(block.shape[0], depth, block.shape[1])} (batch, "
+                             f"max ⌊τ/h⌋ = {depth} delayed states, width), got {tuple(h.shape)}")
+    return history
+
+
+def carried_history(before: Tensor | None, start: Tensor, states: Tensor, depth: int) -> Tensor:
+    """One block's history after a sequence: the last ``depth`` of [before (``(batch, depth, width)`` or None: zeros),
+    start (the state it began from), states[:, :-1]] (``states`` = every step's state, ``(batch, steps, width)``)."""
+    steps = states.shape[1]
+    if steps - 1 >= depth:
+        return states[:, steps - 1 - depth:steps - 1]
+    before = start.new_zeros(start.shape[0], depth, start.shape[1]) if before is None else before
+    return torch.cat((before, start[:, None], states[:, :steps - 1]), dim=1)[:, -depth:] if depth else before
+
+
 class _Frozen:
     """The delayed states of one recurrent step, constant over the step: scheme[f, h_n, h_{n−m}, Δt]."""
 
@@ -47,12 +92,20 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
 
     Returns the observable block after every sample ``(batch, time, hidden)`` and the final state. The input
     encoding is one matmul for the whole sequence, unbound once. ``lags`` (delay systems): step n reads
-    h_{n−m_i} from a ring buffer of the last max m_i + 1 states (m_i = 0 reads the current state).
+    h_{n−m_i} from a ring buffer of the last max m_i + 1 states (m_i = 0 reads the current state), which starts
+    from ``state.history`` (a :class:`DelayedState`) or zeros; the final state is a :class:`DelayedState`.
     """
     field = Field(system)
     if lags:
-        zero = tuple(torch.zeros_like(block) for block in state)
-        past: deque[State] = deque([state], maxlen=max(lags) + 1)  # past[-1] = h_n, past[-1-m] = h_{n-m}
+        depth = max(lags)
+        before = incoming_history(state, depth)
+        if before is None:
+            zero = tuple(torch.zeros_like(block) for block in state)
+            earlier = [zero] * depth
+        else:
+            earlier = list(zip(*(h.unbind(1) for h in before))) if depth else []
+        state = tuple(state)
+        past: deque[State] = deque([*earlier, state], maxlen=depth + 1)  # past[-1] = h_n, past[-1-m] = h_{n-m}
         frozen = field.delayed = _Frozen()
     step, h, obs = scheme.step, dt / unfolds, system.block_index(system.observable)
     outputs = []
@@ -61,10 +114,15 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
         field.inp = lambda _t, u_n=u_n: u_n
         for _ in range(unfolds):
             if lags:
-                frozen.value = tuple(past[-1 - m] if m < len(past) else zero for m in lags)
+                frozen.value = tuple(past[-1 - m] for m in lags)
             state = step(field, t, state, h)
             if lags:
                 past.append(state)
             t += h
         outputs.append(state[obs])
+    if lags:  # the depth states before the last, oldest first
+        kept = list(past)[:-1]
+        state = DelayedState(state, (torch.stack([p[i] for p in kept], dim=1) if kept else
+                                     block.new_zeros(block.shape[0], 0, block.shape[1])
+                                     for i, block in enumerate(state)))
     return torch.stack(outputs, dim=1), state

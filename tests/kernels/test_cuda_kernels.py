@@ -1833,6 +1833,38 @@ def test_delay_forward_in_chunks(name, tau, monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()).item() <= tol
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("tau", [2.0, 5.0])
+@pytest.mark.parametrize("name", ["taugru", "delaygru"])
+def test_delay_kernels_continue_a_sequence(name, tau, chunked, monkeypatch):
+    """A sequence of 9 steps run as 4 + 5 through the kernel, the second part from the first's DelayedState (its
+    history: the states before, which the second part's first m steps read): the outputs, the final state and its
+    history equal one call's (float64, 1e-12), with a backward (one piece; the gradients of x, h0 and the parameters
+    too) and without one in chunks of 3 steps; lag 5 reaches past the 4 steps before, into the zero history."""
+    from odelab.kernels import chunks
+
+    torch.manual_seed(0)
+    ctor = cells.TauGRU if name == "taugru" else cells.DelayGRU
+    model = generic(ctor(3, 6, tau=tau)).to(DEVICE, torch.float64)
+    x = torch.randn(2, 9, 3, device=DEVICE, dtype=torch.float64, requires_grad=not chunked)
+    h0 = (0.5 * torch.randn(2, 6, device=DEVICE, dtype=torch.float64)).requires_grad_(not chunked)
+    run, lags = kernel(PRESETS[name][1]), lags_of(model)
+    if chunked:
+        monkeypatch.setattr(chunks, "steps_per_chunk", lambda *args: 3)
+    with torch.set_grad_enabled(not chunked):
+        whole, final = run(model.system, x, (h0,), model.dt, model.unfolds, lags)
+        first, middle = run(model.system, x[:, :4], (h0,), model.dt, model.unfolds, lags)
+        second, last = run(model.system, x[:, 4:], middle, model.dt, model.unfolds, lags)
+    pieces = torch.cat((first, second), dim=1)
+    pairs = [(pieces, whole), (last[0], final[0]), (last.history[0], final.history[0])]
+    if not chunked:
+        inputs = [x, h0, *model.parameters()]
+        loss = lambda out, state: (out * out.sin()).sum() + (state[0] ** 2).sum()
+        pairs += zip(torch.autograd.grad(loss(pieces, last), inputs), torch.autograd.grad(loss(whole, final), inputs))
+    for a, b in pairs:
+        assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-12
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["lem", "gru-ode", "ltc", "unicornn", "taugru"])
 def test_forward_in_chunks_on_the_gpu(name, monkeypatch):

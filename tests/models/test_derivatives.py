@@ -18,20 +18,11 @@ import odelab
 from odelab.kernels.cpu import extension
 from odelab.models.unicornn import UnICORNNStack
 from odelab import SecondDerivativeError
+from helpers import fused_cpu_presets
 
 # presets with a fused CPU kernel, float64: name -> model (input 2, hidden 4)
-MODELS = {
-    "lem": lambda: odelab.cells.LEM(2, 4, dt=0.6),
-    "cornn": lambda: odelab.cells.CoRNN(2, 4, dt=0.4),
-    "oscillator": lambda: odelab.cells.NeuralOscillator(2, 4, dt=0.3),
-    "gru-ode": lambda: odelab.cells.GRUODE(2, 4, dt=0.8),
-    "taugru": lambda: odelab.cells.TauGRU(2, 4, tau=2.0),
-    "delaygru": lambda: odelab.cells.DelayGRU(2, 4, tau=1.0),
-    "ltc": lambda: odelab.cells.LTC(2, 4, dt=1.0, unfolds=2),
-    "lrcu-a": lambda: odelab.cells.LRCU(2, 4, "asymmetric"),
-    "unicornn": lambda: odelab.cells.UnICORNN(2, 4, dt=0.9, alpha=0.4),
-    "unicornn-reversible": lambda: UnICORNNStack(2, 4, num_layers=2, dt=0.9, alpha=0.4, reversible=True),
-}
+MODELS = {**fused_cpu_presets(4),
+          "unicornn-reversible": lambda: UnICORNNStack(2, 4, num_layers=2, dt=0.9, alpha=0.4, reversible=True)}
 needs_kernels = pytest.mark.skipif(not extension.available(), reason="the CPU kernels did not build here")
 
 

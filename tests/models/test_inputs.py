@@ -5,21 +5,14 @@ import pytest
 import torch
 
 import odelab
+from helpers import fused_cpu_presets
 from odelab.kernels.cpu import extension
 from odelab.models.unicornn import UnICORNNStack
 
-# presets with a fused CPU kernel: name -> model (input 2, hidden 5)
-MODELS = {
-    "lem": lambda: odelab.cells.LEM(2, 5, dt=0.6),
-    "cornn": lambda: odelab.cells.CoRNN(2, 5, dt=0.4),
-    "oscillator": lambda: odelab.cells.NeuralOscillator(2, 5, dt=0.3),
-    "gru-ode": lambda: odelab.cells.GRUODE(2, 5, dt=0.8),
-    "taugru": lambda: odelab.cells.TauGRU(2, 5, tau=2.0),
-    "delaygru": lambda: odelab.cells.DelayGRU(2, 5, tau=1.0),
-    "ltc": lambda: odelab.cells.LTC(2, 5, dt=1.0, unfolds=2),
-    "lrcu-a": lambda: odelab.cells.LRCU(2, 5, "asymmetric"),
-    "unicornn": lambda: odelab.cells.UnICORNN(2, 5, dt=0.9, alpha=0.4).layers[0],
-}
+# presets with a fused CPU kernel: name -> model (input 2, hidden 5; UnICORNN's one layer)
+MODELS = fused_cpu_presets(5)
+_stack = MODELS["unicornn"]
+MODELS["unicornn"] = lambda: _stack().layers[0]
 needs_kernels = pytest.mark.skipif(not extension.available(), reason="the CPU kernels did not build here")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ...solvers.recurrence import DelayedState, carried_history, incoming_history
+from ..chunks import add_history
 from ..derivatives import kernel_backward
 from .common import chunk_samples, contiguous, encode_flat, every_sample, generic, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -57,22 +59,29 @@ class GatedDelayFunction(torch.autograd.Function):
 
 
 def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0):
+    """The sequence from ``state``; a :class:`DelayedState`'s history enters through the encoding of the first m
+    steps (``chunks.add_history``), and the final state carries the history on."""
     (h0,) = state
     m = int(lags[0]) if lags else 0
+    before = incoming_history(state, m)
+    before = None if before is None else before[0]
+    B, T, d, L = x.shape[0], x.shape[1], system.hidden_size, unfolds
+    column = kind * d  # the W2 h_{n−m} part of the pre-activations (state_products' W2 columns below)
     if not needs_backward(system, x, state):  # chunks of samples (the delayed reads reach back into H)
         (h0,) = contiguous(h0)
-        B, T, d, L = x.shape[0], x.shape[1], system.hidden_size, unfolds
         H = h0.new_empty(B, T * L, d)
         weights = contiguous(system.weight_h.t(), system.W2.t())
         chunk = chunk_samples(x, L, (4 if kind else 2) * d)
         for t0 in range(0, T, chunk):
             A = encode_flat(system, x[:, t0:t0 + chunk], L)
+            add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column, t0 * L)
             call("gdelay_forward", [A, h0, *weights, H], (kind, B, T * L, d, m, t0 * L, A.shape[0] // B),
                  (dt / L, alpha, beta))
-        return every_sample(H, L), (H[:, -1],)
-    A = encode_flat(system, x, unfolds)
-    H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta)
-    return every_sample(H, unfolds), (H[:, -1],)
+    else:
+        A = encode_flat(system, x, unfolds)  # fresh: the history's sum is added in place (autograd records it)
+        add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column)
+        H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta)
+    return every_sample(H, L), DelayedState((H[:, -1],), (carried_history(before, h0, H, m),))
 
 
 def run_delay_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...solvers.recurrence import DelayedState, carried_history, incoming_history
 from .. import chunks
 from ..derivatives import kernel_backward
 from . import grid
@@ -645,37 +646,45 @@ def _lag(lags) -> int:
     return int(lags[0]) if lags else 0  # no delay (τ = 0): the delayed state is the current one
 
 
-def _run(system, x, h0, dt, unfolds, lag, layout, alpha, beta, block_h, chosen):
-    """The sequence from h0 in one piece, or, with no backward to come (and no unfolds), in chunks of
+def _run(system, x, state, dt, unfolds, lag, layout, alpha, beta, block_h, chosen):
+    """The sequence from the state (h0,) in one piece, or, with no backward to come (and no unfolds), in chunks of
     :func:`~odelab.kernels.chunks.steps_per_chunk` steps: a chunk's first ``lag`` steps read delayed states from
     before it, whose part W2 h_{n−1−m} of the delayed branch's pre-activation is added to the chunk's encoding
     (the kernel then reads zero history there, as at the start of the sequence); its later steps read their delayed
-    states inside the chunk, as in one piece. The peak holds the outputs and one chunk's buffers."""
+    states inside the chunk, as in one piece. The peak holds the outputs and one chunk's buffers. The steps that
+    read before the sequence take a :class:`DelayedState`'s history the same way (``chunks.add_history``); the
+    final state carries the history on."""
+    (h0,) = state
+    before = incoming_history(state, lag)
+    before = None if before is None else before[0]
     H = h0.shape[1]
+    branch = layout[13] * H
     steps = chunks.steps_per_chunk(x, unfolds, H)
-    if steps >= x.shape[1] or unfolds != 1 or chunks.needs_backward(system, x, (h0,)):
+    if steps >= x.shape[1] or unfolds != 1 or chunks.needs_backward(system, x, state):
         if unfolds != 1:
             x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
-        hs, hT = grid.apply(DelayGRUSequence, system.encode(x), system.weight_h, system.W2, h0,
-                            float(dt) / unfolds, alpha, beta, lag, layout, block_h, chosen)
-        return hs[:, unfolds - 1::unfolds], (hT,)
+        enc = system.encode(x)
+        chunks.add_history(enc, before, lag, system.W2, branch)
+        hs, hT = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h0, float(dt) / unfolds, alpha, beta,
+                            lag, layout, block_h, chosen)
+        return hs[:, unfolds - 1::unfolds], DelayedState((hT,), (carried_history(before, h0, hs, lag),))
     B, T = x.shape[:2]
     out, h = None, h0
     for t0 in range(0, T, steps):
         enc = system.encode(x[:, t0:t0 + steps].contiguous())
+        chunks.add_history(enc, before, lag, system.W2, branch, t0)
         first = max(1, lag + 1 - t0)  # chunk steps k = first … last read the states t0 + k − 1 − m ≥ 0 before it
         last = min(enc.shape[1], lag)
         if system.W2 is not None and first <= last:
             lo, hi = t0 + first - 1 - lag, t0 + last - 1 - lag  # their indices (h_0 = h0, h_j = out[:, j − 1])
             past = out[:, lo - 1:hi] if lo > 0 else torch.cat((h0[:, None], out[:, :hi]), dim=1)
-            branch = layout[13] * H
             enc[:, first - 1:last, branch:branch + H] += past @ system.W2.t()
         hs, h = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h, float(dt), alpha, beta, lag, layout,
                            block_h, chosen)
         if out is None:
             out = hs.new_empty(B, T, H)
         out[:, t0:t0 + hs.shape[1]] = hs
-    return out, (h,)
+    return out, DelayedState((h,), (carried_history(before, h0, out, lag),))
 
 
 def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
@@ -690,11 +699,11 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedu
               enc_index.get("u", 0), enc_index.get("z", 0), enc_index.get("g", 0), enc_index.get("a", 0),
               h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
               tuple((enc_index[b], h_index[b]) for b in system.h_branches))
-    return _run(system, x, state[0], dt, unfolds, _lag(lags), layout, system.alpha, system.beta, block_h, chosen)
+    return _run(system, x, state, dt, unfolds, _lag(lags), layout, system.alpha, system.beta, block_h, chosen)
 
 
 def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` as in :func:`run_taugru`."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
-    return _run(system, x, state[0], dt, unfolds, _lag(lags), layout, 1.0, 1.0, block_h, chosen)
+    return _run(system, x, state, dt, unfolds, _lag(lags), layout, 1.0, 1.0, block_h, chosen)
