@@ -81,6 +81,8 @@ def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0):
         A = encode_flat(system, x, unfolds)  # fresh: the history's sum is added in place (autograd records it)
         add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column)
         H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta)
+    if not lags:  # τ = 0: no delay system, a plain state as the generic loop returns
+        return every_sample(H, L), (H[:, -1],)
     return every_sample(H, L), DelayedState((H[:, -1],), (carried_history(before, h0, H, m),))
 
 

@@ -646,7 +646,7 @@ def _lag(lags) -> int:
     return int(lags[0]) if lags else 0  # no delay (τ = 0): the delayed state is the current one
 
 
-def _run(system, x, state, dt, unfolds, lag, layout, alpha, beta, block_h, chosen):
+def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chosen):
     """The sequence from the state (h0,) in one piece, or, with no backward to come (and no unfolds), in chunks of
     :func:`~odelab.kernels.chunks.steps_per_chunk` steps: a chunk's first ``lag`` steps read delayed states from
     before it, whose part W2 h_{n−1−m} of the delayed branch's pre-activation is added to the chunk's encoding
@@ -655,6 +655,7 @@ def _run(system, x, state, dt, unfolds, lag, layout, alpha, beta, block_h, chose
     read before the sequence take a :class:`DelayedState`'s history the same way (``chunks.add_history``); the
     final state carries the history on."""
     (h0,) = state
+    lag = _lag(lags)
     before = incoming_history(state, lag)
     before = None if before is None else before[0]
     H = h0.shape[1]
@@ -667,7 +668,7 @@ def _run(system, x, state, dt, unfolds, lag, layout, alpha, beta, block_h, chose
         chunks.add_history(enc, before, lag, system.W2, branch)
         hs, hT = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h0, float(dt) / unfolds, alpha, beta,
                             lag, layout, block_h, chosen)
-        return hs[:, unfolds - 1::unfolds], DelayedState((hT,), (carried_history(before, h0, hs, lag),))
+        return hs[:, unfolds - 1::unfolds], _final(lags, hT, before, h0, hs)
     B, T = x.shape[:2]
     out, h = None, h0
     for t0 in range(0, T, steps):
@@ -684,7 +685,12 @@ def _run(system, x, state, dt, unfolds, lag, layout, alpha, beta, block_h, chose
         if out is None:
             out = hs.new_empty(B, T, H)
         out[:, t0:t0 + hs.shape[1]] = hs
-    return out, DelayedState((h,), (carried_history(before, h0, out, lag),))
+    return out, _final(lags, h, before, h0, out)
+
+
+def _final(lags, h, before, h0, states):
+    """The final state: a DelayedState carrying the last ⌊τ/h⌋ states on; τ = 0 (no delay system): a plain one."""
+    return DelayedState((h,), (carried_history(before, h0, states, _lag(lags)),)) if lags else (h,)
 
 
 def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
@@ -699,11 +705,11 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedu
               enc_index.get("u", 0), enc_index.get("z", 0), enc_index.get("g", 0), enc_index.get("a", 0),
               h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
               tuple((enc_index[b], h_index[b]) for b in system.h_branches))
-    return _run(system, x, state, dt, unfolds, _lag(lags), layout, system.alpha, system.beta, block_h, chosen)
+    return _run(system, x, state, dt, unfolds, lags, layout, system.alpha, system.beta, block_h, chosen)
 
 
 def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` as in :func:`run_taugru`."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
-    return _run(system, x, state, dt, unfolds, _lag(lags), layout, 1.0, 1.0, block_h, chosen)
+    return _run(system, x, state, dt, unfolds, lags, layout, 1.0, 1.0, block_h, chosen)
