@@ -15,5 +15,5 @@ from .training import TrainConfig, fit
 _sys.modules[__name__ + ".cells"] = cells  # `import odelab.cells` / `from odelab.cells import LEM`, as documented
 
 __version__ = "0.1.0"
-__all__ = ["solve", "Solution", "SolveError", "SecondDerivativeError", "Status", "Recurrent", "UnICORNNStack", "cells", "systems",
-           "interop", "fit", "TrainConfig", "SequenceRegressor"]
+__all__ = ["solve", "Solution", "SolveError", "SecondDerivativeError", "Status", "Recurrent", "UnICORNNStack", "cells",
+           "systems", "interop", "fit", "TrainConfig", "SequenceRegressor"]

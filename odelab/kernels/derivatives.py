@@ -18,9 +18,9 @@ from __future__ import annotations
 from ..solvers.derivatives import first_order
 from .autocast import backward_outside_autocast
 
-SECOND_DERIVATIVE = ("a second derivative through an odelab fused kernel, whose backward is first-order only: build the "
-                     "model with engine='generic' (the definition, differentiable to any order) to differentiate its "
-                     "gradients")
+SECOND_DERIVATIVE = ("a second derivative through an odelab fused kernel, whose backward is first-order only: build "
+                     "the model with engine='generic' (the definition, differentiable to any order) to differentiate "
+                     "its gradients")
 
 
 def kernel_backward(device_type: str):

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .lengths import check_lengths
 
 
 class _TorchRNN(nn.Module):
@@ -15,8 +18,15 @@ class _TorchRNN(nn.Module):
         self.rnn = self.rnn_class(input_size, hidden_size, num_layers=num_layers, batch_first=True, **self.rnn_options)
         self.hidden_size = hidden_size
 
-    def forward(self, x: Tensor, state=None):
-        return self.rnn(x, state)
+    def forward(self, x: Tensor, state=None, lengths=None):
+        """``lengths``: one per sample, through ``pack_padded_sequence`` (outputs past a length: zeros; final state
+        after it), as odelab's models take them."""
+        if lengths is None:
+            return self.rnn(x, state)
+        lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        outputs, final = self.rnn(packed, state)
+        return pad_packed_sequence(outputs, batch_first=True, total_length=x.shape[1])[0], final
 
 
 class LSTM(_TorchRNN):

@@ -2,6 +2,7 @@
 outputs are already the prediction)."""
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 
@@ -34,6 +35,14 @@ class SequenceRegressor(nn.Module):
             elif init != "default":
                 raise ValueError(f"readout_init: expected 'kaiming' or 'default', got {init!r}")
 
-    def forward(self, x: Tensor) -> Tensor:
-        outputs = self.body(x)[0]
-        return self.readout(outputs[:, -1] if self.last else outputs)
+    def forward(self, x: Tensor, lengths=None) -> Tensor:
+        """``lengths`` (one per sample; the body must take them): with ``last=True`` the readout of each sample's
+        own last step; otherwise of every step (zeros past a length, read out as the readout's bias)."""
+        if lengths is None:
+            outputs = self.body(x)[0]
+            return self.readout(outputs[:, -1] if self.last else outputs)
+        outputs = self.body(x, lengths=lengths)[0]
+        if not self.last:
+            return self.readout(outputs)
+        ends = torch.as_tensor(lengths, dtype=torch.int64, device=outputs.device) - 1
+        return self.readout(outputs[torch.arange(outputs.shape[0], device=outputs.device), ends])

@@ -17,6 +17,7 @@ from ..solvers.device import on_device_of
 from ..solvers.recurrence import DelayedState, delay_lags, incoming_history, run_sequence
 from ..solvers.schemes import Scheme, resolve_scheme
 from ..systems.base import FunctionSystem, State, System, check_state
+from .lengths import check_lengths, run_lengths
 
 ENGINES = ("auto", "generic", "fused", "cuda-graph")
 
@@ -28,7 +29,7 @@ def first_order_only(engine: str) -> str:
 
 
 class Recurrent(nn.Module):
-    """``forward(x, state=None) -> (outputs, final_state)``; x ``(batch, time, input)`` (batch first),
+    """``forward(x, state=None, lengths=None) -> (outputs, final_state)``; x ``(batch, time, input)`` (batch first),
     ``system`` an odelab System or a callable ``f(t, y, u)`` (e.g. an nn.Module) with ``hidden_size`` given;
     outputs ``(batch, time, hidden)`` = the observable block at every step, final_state a tuple of blocks.
     Delay systems keep their delayed states in a ring buffer (``odelab.solvers.recurrence``).
@@ -147,10 +148,24 @@ class Recurrent(nn.Module):
                              f"{x.device.type} with {x.dtype}; use engine='auto' or 'generic'")
         return None
 
-    def forward(self, x: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+    def forward(self, x: Tensor, state: State | None = None, lengths=None) -> tuple[Tensor, State]:
+        """``lengths`` (one per sample, 1 … time; None: all of x): each sample's final state is its state after
+        its own length, its outputs past it zeros (``odelab.models.lengths``: the samples still running continue
+        from one distinct length to the next, each piece an ordinary call)."""
         self._check_input(x)
-        system = self.system
         state = self.starting_state(x, state)
+        if lengths is not None:
+            lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+            if x.shape[0] and int(lengths.min()) < x.shape[1]:
+                if self.engine == "cuda-graph":
+                    raise ValueError("lengths: engine='cuda-graph' captures one graph per shape; run sequences of "
+                                     "several lengths with engine='auto'")
+                return run_lengths(self._sequence, x, state, lengths)
+        return self._sequence(x, state)
+
+    def _sequence(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        """The whole of x from a checked state, on the engine's path."""
+        system = self.system
         lags = delay_lags(system, self.dt / self.unfolds) if system.is_delay else ()
         if self.engine == "cuda-graph":
             if forward_mode_or_transform():

@@ -28,6 +28,7 @@ from ..solvers.derivatives import forward_mode_or_transform
 from ..solvers.device import on_device_of
 from ..systems.base import State
 from ..systems.unicornn import UnICORNN
+from .lengths import check_lengths, run_lengths
 from .recurrent import Recurrent
 
 STACK_ENGINES = ("auto", "generic", "fused")
@@ -164,9 +165,20 @@ class UnICORNNStack(nn.Module):
     def extra_repr(self) -> str:
         return f"reversible={self.reversible}, engine={self.engine!r}"
 
-    def forward(self, x: Tensor, state: Sequence[State] | None = None) -> tuple[Tensor, list[State]]:
+    def forward(self, x: Tensor, state: Sequence[State] | None = None, lengths=None) -> tuple[Tensor, list[State]]:
+        """``lengths``: as ``Recurrent.forward`` takes them (each sample's final states after its own length)."""
         if state is not None and len(state) != len(self.layers):
             raise ValueError(f"state: expected one (z, y) tuple per layer ({len(self.layers)}), got {len(state)}")
+        if lengths is not None:
+            self.layers[0]._check_input(x)
+            lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+            if x.shape[0] and int(lengths.min()) < x.shape[1]:
+                states = [layer.starting_state(x, None if state is None else state[ell])
+                          for ell, layer in enumerate(self.layers)]
+                return run_lengths(self._sequence, x, states, lengths)
+        return self._sequence(x, state)
+
+    def _sequence(self, x: Tensor, state: Sequence[State] | None) -> tuple[Tensor, list[State]]:
         finals = []
         for ell, layer in enumerate(self.layers):
             layer_state = None if state is None else state[ell]

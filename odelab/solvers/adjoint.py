@@ -56,9 +56,9 @@ from .solution import Solution, SolveError, Status
 from .tableau import ADAPTIVE_TABLEAUX, horner
 
 ADJOINTS = ("backsolve", "checkpoint")
-SECOND_DERIVATIVE = ("a second derivative through odelab.solve(..., adjoint={adjoint!r}), whose backward is first-order "
-                     "only: solve with adjoint=None (backpropagation through the steps, differentiable to any order) "
-                     "to differentiate its gradients")
+SECOND_DERIVATIVE = ("a second derivative through odelab.solve(..., adjoint={adjoint!r}), whose backward is "
+                     "first-order only: solve with adjoint=None (backpropagation through the steps, differentiable to "
+                     "any order) to differentiate its gradients")
 FANOUT = 8  # pieces per level of the recursive checkpointing
 LEAF = 8  # steps reversed with a graph at once
 

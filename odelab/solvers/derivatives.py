@@ -27,9 +27,9 @@ class SecondDerivativeError(RuntimeError):
 
 class _FirstOrderOnly(torch.autograd.Function):
     """``apply(message, n, *grads, *anchors)``: the n gradients, unchanged; a backward through them raises
-    :class:`SecondDerivativeError` with ``message``. The anchors (the Function's saved tensors and incoming
-    gradients that require grad) tie this node to the graph of the parameters and inputs: autograd only runs nodes on a path to what it
-    differentiates for."""
+    :class:`SecondDerivativeError` with ``message``. The anchors (the Function's saved tensors and incoming gradients
+    that require grad) tie this node to the graph of the parameters and inputs: autograd only runs nodes on a path
+    to what it differentiates for."""
 
     @staticmethod
     def forward(ctx, message, n, *tensors):

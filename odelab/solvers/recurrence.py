@@ -59,8 +59,9 @@ def incoming_history(state: State, depth: int) -> tuple[Tensor, ...] | None:
         return None
     for block, h in zip(state, history):
         if tuple(h.shape) != (block.shape[0], depth, block.shape[1]):
-            raise ValueError(f"state.history: expected blocks of shape {(block.shape[0], depth, block.shape[1])} (batch, "
-                             f"max ⌊τ/h⌋ = {depth} delayed states, width), got {tuple(h.shape)}")
+            expected = (block.shape[0], depth, block.shape[1])
+            raise ValueError(f"state.history: expected blocks of shape {expected} (batch, max ⌊τ/h⌋ = {depth} delayed "
+                             f"states, width), got {tuple(h.shape)}")
     return history
 
 
