@@ -11,10 +11,10 @@ from ..systems.base import System
 from .adaptive import ADAPTIVE_METHODS
 from .adjoint import solve_with_adjoint
 from .cuda_graph import replayed
+from .derivatives import forward_mode_or_transform
 from .device import on_device_of
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
-from .derivatives import forward_mode_or_transform
 from .fused_step import records_state_gradient
 from .inputs import InputPath
 from .problem import prepare
@@ -101,6 +101,9 @@ def _solve_problem(given, problem, method, dt, history, throw, options):
     system, state, t_tensor, times, path = problem.system, problem.state, problem.t_tensor, problem.times, problem.path
     stops, jumps, backwards = problem.stops, problem.jumps, problem.backwards
 
+    if isinstance(method, str) and method not in ADAPTIVE_METHODS and method not in FIXED_SCHEMES:
+        raise ValueError(f"method: unknown {method!r}; fixed-step (with dt): {sorted(FIXED_SCHEMES)}; adaptive (with "
+                         f"rtol/atol): {sorted(ADAPTIVE_METHODS)}")
     if isinstance(method, str) and method in ADAPTIVE_METHODS:
         if dt is not None:
             options.setdefault("first_step", dt)

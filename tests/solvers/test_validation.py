@@ -76,6 +76,8 @@ def test_system_state_and_input_checks():
         odelab.solve(lem, good, t, u=torch.zeros(3, 5, 2), interpolation="cubic", method="imex", dt=0.1)
     with pytest.raises(ValueError, match=r"^method"):
         odelab.solve(lem, good, t, u=torch.zeros(3, 5, 2), method="symplectic-euler", dt=0.1)
+    with pytest.raises(ValueError, match=r"^method: unknown 'rk45'; fixed-step \(with dt\): \[.*'rk4'.*adaptive.*'dopri5'"):
+        odelab.solve(lambda t, y: -y, torch.ones(2, 1), t, method="rk45")  # scipy's name: both kinds are listed
 
 
 def test_recurrent_checks():
