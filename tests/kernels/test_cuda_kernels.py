@@ -1866,6 +1866,37 @@ def test_delay_kernels_continue_a_sequence(name, tau, chunked, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["taugru", "delaygru", "lem"])
+def test_pieces_and_lengths_on_the_gpu(name):
+    """On the GPU at hidden 128 (the grid schedule): a sequence of 60 steps run as 25 + 35 from the first part's
+    state equals one call, and ``lengths`` equal each sample run alone (outputs, final states and the parameters'
+    gradients, float32, 1e-4 relative: the pieces' products may be ordered differently)."""
+    build, _ = PRESETS[name]
+    torch.manual_seed(0)
+    model = build(3, 128).to(DEVICE)
+    x = torch.randn(16, 60, 3, device=DEVICE)
+    whole, final = model(x)
+    first, middle = model(x[:, :25])
+    second, last = model(x[:, 25:], middle)
+    pairs = [(torch.cat((first, second), dim=1), whole), (last[0], final[0])]
+    if hasattr(final, "history"):
+        pairs.append((last.history[0], final.history[0]))
+    lengths = torch.randint(1, 61, (16,))
+    out, ends = model(x, lengths=lengths)
+    params = list(model.parameters())
+    got = torch.autograd.grad(out.square().sum() + ends[0].square().sum(), params)
+    want = [torch.zeros_like(p) for p in params]
+    for b, n in enumerate(lengths.tolist()):
+        o, f = model(x[b:b + 1, :n])
+        pairs += [(out[b, :n], o[0]), (ends[0][b], f[0][0])]
+        for w, g in zip(want, torch.autograd.grad(o.square().sum() + f[0].square().sum(), params)):
+            w += g
+    pairs += zip(got, want)
+    for a, b in pairs:
+        assert ((a - b).abs().max() / b.abs().max()).item() <= 1e-4
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["lem", "gru-ode", "ltc", "unicornn", "taugru"])
 def test_forward_in_chunks_on_the_gpu(name, monkeypatch):
     """On the GPU (the grid schedule at hidden 128, its barrier checked after every chunk's launch): under
