@@ -44,7 +44,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .base import System
-from .graph_coupling import GATCoupling, GCNCoupling, HeadMean, _Propagator, _SpMM, check_edge_index
+from .graph_coupling import (GATCoupling, GCNCoupling, HeadMean, SparseOperator, _Propagator, _SpMM,
+                             check_edge_index)
 
 
 def _adjacency(edge_index: Tensor, num_nodes: int, dtype) -> Tensor:
@@ -305,7 +306,7 @@ class GradientGating(GraphSystem):
             # Σ_j A_ij (τ̂_j − τ̂_i)² = (A τ̂²)_i − 2 τ̂_i (A τ̂)_i + deg_i τ̂_i²: two sparse products instead of
             # (E, m) gathers and scatters (~8x faster on 10⁶ edges); clamped at 0 against round-off
             adjacency, transpose = self._adjacency.get(edges, x.shape[0], tau_hat.dtype, tau_hat.device, _adjacency)
-            both = _SpMM.apply(adjacency, transpose, torch.cat([tau_hat.square(), tau_hat], 1))
+            both = _SpMM.apply(SparseOperator(adjacency, transpose), torch.cat([tau_hat.square(), tau_hat], 1))
             sq, lin = both.split(tau_hat.shape[1], 1)
             deg = self._degree(edges, x.shape[0], tau_hat)
             total = (sq - 2 * tau_hat * lin + deg * tau_hat.square()).clamp_min(0.0)

@@ -59,17 +59,47 @@ def gcn_norm_matrix(edge_index: Tensor, num_nodes: int, dtype=torch.float32) -> 
                                    check_invariants=False).coalesce()
 
 
+class SparseOperator:
+    """A constant CSR matrix M with its cached transpose, as one object (not a tensor or a tuple: ``torch.func``
+    transforms would try to wrap the sparse CSR tensors inside and fail)."""
+
+    __slots__ = ("matrix", "transpose")
+
+    def __init__(self, matrix: Tensor, transpose: Tensor):
+        self.matrix, self.transpose = matrix, transpose
+
+    def transposed(self) -> "SparseOperator":
+        return SparseOperator(self.transpose, self.matrix)
+
+
 class _SpMM(torch.autograd.Function):
-    """y = M x with M a constant CSR matrix; the backward uses the cached transpose (grad_x = Mᵀ g)."""
+    """``apply(operator, x)``: y = M x (:class:`SparseOperator`). Backward: grad_x = Mᵀ g, itself differentiable
+    (a second derivative goes through it); forward mode: M ẋ. So ``torch.autograd.forward_ad`` and ``torch.func``'s
+    ``grad``, ``jvp`` and ``jacrev`` work through it."""
 
     @staticmethod
-    def forward(ctx, matrix: Tensor, transpose: Tensor, x: Tensor) -> Tensor:
-        ctx.transpose = transpose
-        return matrix @ x
+    def forward(operator: SparseOperator, x: Tensor) -> Tensor:
+        return operator.matrix @ x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.operator = inputs[0]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return None, None, ctx.transpose @ grad.contiguous()
+        return None, _SpMM.apply(ctx.operator.transposed(), grad.contiguous())
+
+    @staticmethod
+    def jvp(ctx, _operator_dot, x_dot: Tensor) -> Tensor:
+        return ctx.operator.matrix @ x_dot.contiguous()
+
+    @staticmethod
+    def vmap(info, in_dims, operator: SparseOperator, x: Tensor):
+        """A batch of x (N, F) as one product: the batch moved next to the features, (N, batch·F)."""
+        if in_dims[1] is None:
+            return _SpMM.apply(operator, x), None
+        x = x.movedim(in_dims[1], 1)
+        return _SpMM.apply(operator, x.reshape(x.shape[0], -1).contiguous()).reshape(x.shape), 1
 
 
 class _Propagator:
@@ -125,7 +155,7 @@ class GCNCoupling(nn.Module):
     def propagate(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """D̂^{-1/2}(A + I)D̂^{-1/2} x for ``x`` of shape (num_nodes, features)."""
         matrix, transpose = self._cache.get(edge_index, x.shape[0], x.dtype, x.device, gcn_norm_matrix)
-        return _SpMM.apply(matrix, transpose, x.contiguous())
+        return _SpMM.apply(SparseOperator(matrix, transpose), x.contiguous())
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         if x.dim() != 2 or x.shape[1] != self.in_features:

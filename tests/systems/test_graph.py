@@ -286,3 +286,46 @@ def test_g2_sparse_square_form_equals_edge_sums():
     slow = system.derivative(0.0, (X,), None)[0]
     (g_slow,) = torch.autograd.grad(slow.square().sum(), X)
     assert (fast - slow).abs().max() <= 1e-10 and (g_fast - g_slow).abs().max() <= 1e-9
+
+
+@pytest.mark.parametrize("model_class", [GraphCONModel, G2Model])
+def test_graph_models_take_every_derivative(model_class):
+    """The GCN coupling's sparse product (a custom autograd Function) has a forward-mode rule, a vmap rule and a
+    differentiable backward: forward-mode tangents against central differences, ``torch.func.grad`` against
+    reverse mode, ``torch.func.jacrev`` against ``torch.autograd.functional.jacobian``, and Hessian-vector products
+    against central differences of the gradient. (Before: forward mode and every torch.func transform failed.)"""
+    import torch.autograd.forward_ad as forward_ad
+    from torch.func import functional_call, grad, jacrev
+
+    torch.manual_seed(0)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 2], [1, 2, 3, 4, 5, 0, 3, 5]])
+    x, direction = torch.randn(6, 3, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64)
+    model = model_class(3, 4, 2, 3).double()
+    eps = 1e-6
+    with torch.no_grad():
+        reference = (model(x + eps * direction, edge_index) - model(x - eps * direction, edge_index)) / (2 * eps)
+    with forward_ad.dual_level():
+        tangent = forward_ad.unpack_dual(model(forward_ad.make_dual(x, direction), edge_index)).tangent
+    assert torch.allclose(tangent, reference, rtol=1e-6, atol=1e-9)
+    params = {k: p.detach() for k, p in model.named_parameters()}
+    by_func = grad(lambda p: functional_call(model, p, (x, edge_index)).square().sum())(params)
+    by_autograd = torch.autograd.grad(model(x, edge_index).square().sum(), list(model.parameters()))
+    for key, g in zip(params, by_autograd):
+        assert torch.allclose(by_func[key], g, rtol=1e-12, atol=1e-14)
+    jacobian = jacrev(lambda x: model(x, edge_index))(x)
+    assert torch.allclose(jacobian, torch.autograd.functional.jacobian(lambda x: model(x, edge_index), x), atol=1e-13)
+    ps = list(model.parameters())
+    v = [torch.randn_like(p) for p in ps]
+    first = torch.autograd.grad(model(x, edge_index).square().sum(), ps, create_graph=True)
+    hvp = torch.autograd.grad(sum((g * vi).sum() for g, vi in zip(first, v)), ps)
+    grads = []
+    for sign in (1, -1):
+        with torch.no_grad():
+            for p, vi in zip(ps, v):
+                p.add_(sign * eps * vi)
+        grads.append(torch.autograd.grad(model(x, edge_index).square().sum(), ps))
+        with torch.no_grad():
+            for p, vi in zip(ps, v):
+                p.sub_(sign * eps * vi)
+    for h, a, b in zip(hvp, *grads):
+        assert torch.allclose(h, (a - b) / (2 * eps), rtol=1e-5, atol=1e-8)
