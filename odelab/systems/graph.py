@@ -325,13 +325,14 @@ class GradientGating(GraphSystem):
         return torch.tanh(total)
 
     def _degree(self, edges: Tensor, n: int, like: Tensor) -> Tensor:
-        """In-degree (n, 1), cached per graph tensor."""
-        key = (edges.data_ptr(), tuple(edges.shape), n, like.dtype, str(like.device))
-        if self._deg_cache is None or self._deg_cache[0] != key:
+        """In-degree (n, 1), cached per graph tensor (held by the cache, with its version: an edit in place or
+        another tensor recomputes it)."""
+        key = (tuple(edges.shape), edges._version, n, like.dtype, str(like.device))
+        if self._deg_cache is None or self._deg_cache[0] is not edges or self._deg_cache[1] != key:
             deg = torch.zeros(n, dtype=like.dtype, device=like.device).index_add_(
                 0, edges[1], torch.ones(edges.shape[1], dtype=like.dtype, device=like.device))
-            self._deg_cache = (key, deg.unsqueeze(1))
-        return self._deg_cache[1]
+            self._deg_cache = (edges, key, deg.unsqueeze(1))
+        return self._deg_cache[2]
 
     def gate_and_update(self, t, x: Tensor) -> tuple[Tensor, Tensor]:
         """(τ, σ(F_θ(X))) in the block's own layout."""

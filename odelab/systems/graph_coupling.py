@@ -91,7 +91,7 @@ class _SpMM(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, _operator_dot, x_dot: Tensor) -> Tensor:
-        return ctx.operator.matrix @ x_dot.contiguous()
+        return _SpMM.apply(ctx.operator, x_dot.contiguous())  # (not M @ ẋ: torch.func.jvp hands a wrapped ẋ)
 
     @staticmethod
     def vmap(info, in_dims, operator: SparseOperator, x: Tensor):
@@ -109,13 +109,16 @@ class _Propagator:
         self.size, self.entries = size, {}
 
     def get(self, edge_index: Tensor, num_nodes: int, dtype, device, build) -> tuple[Tensor, Tensor]:
-        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, num_nodes, dtype, str(device))
+        # the tensor itself (held by the entry, so its id is not reused; its storage may be out of reach under a
+        # torch.func transform) and its version: an edit in place makes a new entry
+        key = (id(edge_index), tuple(edge_index.shape), edge_index._version, num_nodes, dtype, str(device))
         hit = self.entries.get(key)
         if hit is not None and hit[0] is edge_index:
             return hit[1]
-        coo = build(edge_index, num_nodes, dtype)
-        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        # built from the plain graph tensor outside any torch.func transform (which cannot hold sparse tensors)
+        with warnings.catch_warnings(), torch._C._DisableFuncTorch():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
+            coo = build(edge_index, num_nodes, dtype)
             matrix = coo.to_sparse_csr()
             transpose = coo.t().coalesce().to_sparse_csr()
         if len(self.entries) >= self.size:
