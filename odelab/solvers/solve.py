@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..systems.base import System
 from .adaptive import ADAPTIVE_METHODS
-from .adjoint import solve_with_adjoint
+from .adjoint import ADJOINTS, solve_with_adjoint
 from .cuda_graph import replayed
 from .derivatives import forward_mode_or_transform
 from .device import on_device_of
@@ -75,6 +75,7 @@ def solve(
     (recursive checkpointing; fixed-step and adaptive ODEs, fixed-step DDEs); ``adjoint="backsolve"`` is the
     continuous adjoint, O(1) memory, gradients within the tolerance (explicit RK methods, ODEs without inputs).
     See :mod:`odelab.solvers.adjoint`; ``adjoint_params=[...]`` names the tensors a plain callable closes over.
+    Under forward-mode AD or a ``torch.func`` transform the adjoint is set aside (the solve runs as without one).
 
     ``compile=True`` hands the loop's arithmetic to torch.compile (the first call compiles, tens of seconds; later
     calls of any batch size, grid and tolerance reuse it): the adaptive methods' step (ODEs without inputs), and
@@ -87,6 +88,11 @@ def solve(
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
     with on_device_of(y0):  # Triton kernels and CUDA graphs run on the current device
+        if adjoint in ADJOINTS and forward_mode_or_transform():
+            # the adjoints only reshape the reverse pass; tangents need the steps' own derivatives (backsolve's
+            # forward, which keeps no graph, dropped them): the same solve without one
+            options.pop("adjoint_params", None)
+            adjoint = None
         if adjoint is not None:
             return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
                                       interpolation=interpolation, dt=dt, history=history, tstops=tstops,

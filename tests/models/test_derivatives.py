@@ -161,17 +161,19 @@ def test_a_second_derivative_through_an_adjoint_solve_raises(adjoint):
         torch.autograd.grad(sum((g**2).sum() for g in first), [field.weight])
 
 
+@pytest.mark.parametrize("adjoint", [None, "checkpoint", "backsolve"])
 @pytest.mark.parametrize("grad_mode", [True, False])
 @pytest.mark.parametrize("method", ["euler", "rk4", "dopri5"])
-def test_forward_mode_through_a_solve(method, grad_mode):
+def test_forward_mode_through_a_solve(method, grad_mode, adjoint):
     """dy(t)/dy0 along a direction by forward-mode AD and torch.func.jvp, against central differences of the
-    solve (the C++ stage sums, which dropped the tangents, run there)."""
+    solve (the C++ stage sums, which dropped the tangents, run there; an adjoint is set aside: backsolve's
+    forward, which keeps no graph, returned no tangent)."""
     field = Tanh()
     torch.manual_seed(5)
     y0, direction = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
     t = torch.linspace(0, 1, 5, dtype=torch.float64)
     options = dict(dt=0.05) if method != "dopri5" else dict(rtol=1e-10, atol=1e-10)
-    solve = lambda y: odelab.solve(field, y, t, method=method, **options).y
+    solve = lambda y: odelab.solve(field, y, t, method=method, adjoint=adjoint, **options).y
     eps = 1e-6
     with torch.no_grad():
         reference = (solve(y0 + eps * direction) - solve(y0 - eps * direction)) / (2 * eps)
