@@ -11,6 +11,7 @@ import math
 from collections import deque
 
 import torch
+import torch.utils._pytree as _pytree
 from torch import Tensor
 
 from ..systems.base import State, System
@@ -48,6 +49,13 @@ class DelayedState(tuple):
 
     def detach(self) -> "DelayedState":
         return DelayedState(tuple(b.detach() for b in self), tuple(h.detach() for h in self.history))
+
+
+# a pytree node (blocks, then history), so that torch.func transforms and torch.compile can return one
+_pytree.register_pytree_node(
+    DelayedState, lambda state: ([*state, *state.history], len(state)),
+    lambda leaves, blocks: DelayedState(tuple(leaves[:blocks]), tuple(leaves[blocks:])),
+    serialized_type_name="odelab.DelayedState")
 
 
 def incoming_history(state: State, depth: int) -> tuple[Tensor, ...] | None:

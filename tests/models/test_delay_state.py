@@ -96,3 +96,16 @@ def test_the_history_is_checked_detached_and_copied():
     plain, _ = model(x, tuple(state))  # a plain tuple: zero history, as at the start
     continued, _ = model(x, state)
     assert not torch.allclose(plain, continued)
+
+
+def test_a_delayed_state_is_a_pytree():
+    """torch.func transforms return it (a registered pytree node: blocks, then history)."""
+    from torch.func import vmap
+
+    model = model_of("taugru", "auto")
+    x = torch.randn(3, 5, 2, dtype=torch.float64)
+    out, state = vmap(lambda sample: model(sample[None]))(x)
+    reference, final = model(x)
+    assert isinstance(state, DelayedState)
+    assert torch.allclose(out[:, 0], reference, atol=1e-14)
+    assert torch.allclose(state.history[0][:, 0], final.history[0], atol=1e-14)
