@@ -648,12 +648,11 @@ def _lag(lags) -> int:
 
 def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chosen):
     """The sequence from the state (h0,) in one piece, or, with no backward to come (and no unfolds), in chunks of
-    :func:`~odelab.kernels.chunks.steps_per_chunk` steps: a chunk's first ``lag`` steps read delayed states from
-    before it, whose part W2 h_{n−1−m} of the delayed branch's pre-activation is added to the chunk's encoding
-    (the kernel then reads zero history there, as at the start of the sequence); its later steps read their delayed
-    states inside the chunk, as in one piece. The peak holds the outputs and one chunk's buffers. The steps that
-    read before the sequence take a :class:`DelayedState`'s history the same way (``chunks.add_history``); the
-    final state carries the history on."""
+    :func:`~odelab.kernels.chunks.steps_per_chunk` steps. The first ``lag`` steps of the sequence, or of a chunk,
+    read delayed states from before it (a :class:`DelayedState`'s history; a chunk's: the states before it): their
+    part W2 h_{n−1−m} of the delayed branch's pre-activation is added to the encoding (``chunks.add_history``; the
+    kernel then reads zero history there); the later steps read their delayed states inside, as in one piece. The
+    peak holds the outputs and one chunk's buffers. The final state carries the history on."""
     (h0,) = state
     lag = _lag(lags)
     before = incoming_history(state, lag)
@@ -673,13 +672,9 @@ def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chos
     out, h = None, h0
     for t0 in range(0, T, steps):
         enc = system.encode(x[:, t0:t0 + steps].contiguous())
-        chunks.add_history(enc, before, lag, system.W2, branch, t0)
-        first = max(1, lag + 1 - t0)  # chunk steps k = first … last read the states t0 + k − 1 − m ≥ 0 before it
-        last = min(enc.shape[1], lag)
-        if system.W2 is not None and first <= last:
-            lo, hi = t0 + first - 1 - lag, t0 + last - 1 - lag  # their indices (h_0 = h0, h_j = out[:, j − 1])
-            past = out[:, lo - 1:hi] if lo > 0 else torch.cat((h0[:, None], out[:, :hi]), dim=1)
-            enc[:, first - 1:last, branch:branch + H] += past @ system.W2.t()
+        # the chunk continues the sequence: the states before it are its history (before the first: the state's)
+        chunks.add_history(enc, before if t0 == 0 else carried_history(before, h0, out[:, :t0], lag), lag,
+                           system.W2, branch)
         hs, h = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h, float(dt), alpha, beta, lag, layout,
                            block_h, chosen)
         if out is None:
