@@ -78,6 +78,7 @@ from . import fused_step
 from .breakpoints import collect
 from .cache import inductor_options, keep_compiled_code
 from .compiled import BatchDynamic, own_code, tracing_options
+from .dense import DenseOutput
 from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
@@ -255,8 +256,11 @@ class _Integrator:
 
     def __init__(self, tableau: ButcherTableau, system: System, y0: Tensor, sizes: list[int], times: list[float],
                  path: InputPath | None, history, opts: _Options, tstops: list[float] = (),
-                 jump_times: list[float] = (), sensitive: bool = False):
+                 jump_times: list[float] = (), sensitive: bool = False, dense: bool = False):
         self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
+        # the pieces of every segment, for the solve's dense output (the torch loop keeps its step records; the
+        # fused C++ and Triton loops interpolate the outputs as they go and keep none)
+        self.kept: list[DenseOutput] | None = [] if dense else None
         self.dtype, self.device = y0.dtype, y0.device
         self.batch, self.dim = y0.shape
         self.t0, self.t_end = times[0], times[-1]
@@ -301,7 +305,8 @@ class _Integrator:
         # (z' = ∂f/∂y_τ (z(t − τ) − y'(t − τ)) + …): one more level of propagated breakpoints
         depth = tableau.order + any(learn is not None for learn in self.learnable)
         breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, self.delays, depth,
-                              tol=64 * math.ulp(scale))
+                              tol=64 * math.ulp(scale), history_kinks=getattr(history, "kinks", ()))
+        self.kinks = breakpoints.kinks
         points = list(breakpoints.stops) + [self.t_end]
         self.landing = torch.tensor(points + [math.inf], **time)
         # per landing index k (the next point a sample steps towards): the point before it, and whether f
@@ -494,12 +499,12 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
-        if self.compiled is None and fused_step.usable(self, carry.y, carry.k1):
+        if self.compiled is None and self.kept is None and fused_step.usable(self, carry.y, carry.k1):
             if self.fused is None:
                 self.fused = fused_step.FusedLoop(self)
             outputs, fields = self.fused.segment(carry, t_stop, out_times)
             return outputs, _Carry(*fields)
-        if self.device.type in TRITON_DEVICES and self.compiled is None:
+        if self.device.type in TRITON_DEVICES and self.compiled is None and self.kept is None:
             triton_step = _triton_step()
             if triton_step is not None and triton_step.usable(self, carry.y, carry.k1):
                 if self.triton is None:
@@ -717,42 +722,27 @@ class _Integrator:
 
     def dense_output(self, records, out_times: list[float], t_final: Tensor):
         """Evaluate the continuous extension of the accepted step containing each output time, per sample;
-        times a sample never reached (it failed earlier) give NaN. Also returns the last accepted step."""
+        times a sample never reached (it failed earlier) give NaN. Also returns the last accepted step, and
+        keeps the pieces when the solve was asked for its dense output."""
         if all(record[0].dim() == 1 for record in records):  # one record per attempt
             start, length, y0, coef, end = (torch.stack(parts) for parts in zip(*records))
         else:  # some are blocks of attempts (a scanned chunk) with the attempts on a leading axis
             blocks = [record if record[0].dim() == 2 else tuple(x.unsqueeze(0) for x in record) for record in records]
             start, length, y0, coef, end = (torch.cat(parts) for parts in zip(*blocks))
         count = start.shape[0]  # S attempts: start, length, end (S, B)
-        y0 = y0.flatten(0, 1)  # (S B, dim): record k of sample b in row k B + b
-        coef = coef.reshape(count * self.batch, self.dim * self.dense.shape[1])  # (S B, dim m)
-        end_rows = end.T.contiguous()
+        pieces = DenseOutput(start, length, end, y0.flatten(0, 1),  # record k of sample b in row k B + b
+                             coef.reshape(count * self.batch, self.dim * self.dense.shape[1]), self.sizes)
+        if self.kept is not None:
+            self.kept.append(pieces)
         rows = torch.arange(self.batch, device=self.device)
-        last = torch.searchsorted(end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(count - 1)
+        last = torch.searchsorted(pieces.end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(count - 1)
         flat = last * self.batch + rows
-        last_step = (start[last, rows], length[last, rows], y0[flat], coef[flat].view(self.batch * self.dim, self.dense.shape[1]))
+        last_step = (start[last, rows], length[last, rows], pieces.y[flat],
+                     pieces.coef[flat].view(self.batch * self.dim, self.dense.shape[1]))
         if not out_times:
-            return y0.new_zeros(self.batch, 0, self.dim), last_step
+            return pieces.y.new_zeros(self.batch, 0, self.dim), last_step
         times = torch.tensor(out_times, dtype=torch.float64, device=self.device)
-        start_rows, length_rows = start.T.contiguous(), length.T.contiguous()
-        chunk = max(1, 65536 // max(1, self.batch))  # outputs per pass: the temporaries stay cache-sized
-        pieces = []
-        for first in range(0, len(out_times), chunk):
-            tau = times[first:first + chunk].expand(self.batch, -1).contiguous()
-            step = torch.searchsorted(end_rows, tau)  # first record with end ≥ τ: the accepted step containing τ
-            reached = step < count
-            step.clamp_max_(count - 1)
-            theta = ((tau - start_rows.gather(1, step)) / length_rows.gather(1, step)).to(self.dtype)
-            flat = (step * self.batch + rows.unsqueeze(1)).flatten()
-            base = y0.index_select(0, flat)  # (B J, dim)
-            parts = coef.index_select(0, flat).view(flat.numel(), self.dim, self.dense.shape[1]).unbind(-1)
-            theta = theta.reshape(flat.numel(), 1).expand(-1, self.dim).contiguous()  # same-shape products are the fast ones
-            piece = horner(base, parts, theta).view(*tau.shape, self.dim)
-            if not bool(reached.all()):
-                piece = torch.where(reached.unsqueeze(-1), piece, math.nan)
-            pieces.append(piece)
-        out = torch.cat(pieces, 1) if len(pieces) > 1 else pieces[0]
-        return out, last_step
+        return pieces.at(times.expand(self.batch, -1)), last_step
 
 
 def _combine(weights: Sequence[float], terms: Sequence[Tensor]) -> Tensor:
@@ -799,7 +789,7 @@ def _compiled_attempt(solver: _Integrator, scanned: bool = False) -> Callable:
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
               times: list[float], path: InputPath | None, history=None, tstops: list[float] = (),
-              jump_times: list[float] = (), **options) -> Solution:
+              jump_times: list[float] = (), dense: bool = False, **options) -> Solution:
     """Solve with an embedded explicit RK pair (see the module docstring).
 
     Options: ``rtol`` (1e-6), ``atol`` (1e-8); ``max_steps`` (10 000 attempted steps per sample; the step
@@ -813,6 +803,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     synchronisation, see the module docstring; same steps and values); ``cuda_graph`` (False; CUDA solves that
     record no gradient: each chunk of attempts replayed as one CUDA graph captured once per segment, see
     :class:`.triton_step.ChunkGraph` -- the field's Python code then runs only at the capture);
+    ``dense`` (False: keep every step's continuous extension, :mod:`.dense`, in the torch loop; not with
+    ``checkpoint_segments``);
     ``control_delay_sensitivity`` (learnable delays: also hold ∂y/∂τ to the tolerance; default True for bosh3,
     False for the 5th-order pairs)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
@@ -820,6 +812,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
         raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "
                         f"expected some of {list(_OPTION_NAMES)}")
     opts = _Options(tableau, **options)
+    if dense and opts.segments is not None:
+        raise ValueError("dense: the dense output keeps every step, checkpoint_segments recomputes them; use one")
     dtypes = {x.dtype for x in state}
     if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
         raise TypeError(f"y0: adaptive solvers need floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
@@ -830,11 +824,13 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
                  and any(tensor is not None for _, tensor in delay_values(system)))
     with fwAD.dual_level() if sensitive else contextlib.nullcontext():
         return _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts,
-                          sensitive)
+                          sensitive, dense)
 
 
-def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts, sensitive):
-    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts, tstops, jump_times, sensitive)
+def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts, sensitive,
+               dense):
+    solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts, tstops, jump_times, sensitive,
+                         dense)
     carry = solver.start(y0)
 
     outputs = [y0.unsqueeze(1)]
@@ -860,7 +856,11 @@ def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstop
     nfe = 1 + (opts.first_step is None) + carry.steps * (tableau.stages - 1) + carry.restarts
     stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
              "nfe": nfe, "t_final": carry.t}
-    return Solution(ts=t_tensor, ys=tuple(blocks), blocks=system.blocks, stats=stats, status=carry.code)
+    pieces = solver.kept[0] if dense else None
+    if pieces is not None:
+        pieces.kinks = solver.kinks
+    return Solution(ts=t_tensor, ys=tuple(blocks), blocks=system.blocks, stats=stats, status=carry.code,
+                    dense_output=pieces)
 
 
 def _packed(result: tuple[Tensor, _Carry]) -> tuple[Tensor, ...]:
@@ -871,8 +871,9 @@ def _packed(result: tuple[Tensor, _Carry]) -> tuple[Tensor, ...]:
 def _driver(name: str) -> Callable[..., Solution]:
     tableau = ADAPTIVE_TABLEAUX[name]
 
-    def driver(system, state, t_tensor, times, path, history=None, tstops=(), jump_times=(), **options):
-        return integrate(tableau, system, state, t_tensor, times, path, history, tstops, jump_times, **options)
+    def driver(system, state, t_tensor, times, path, history=None, tstops=(), jump_times=(), dense=False, **options):
+        return integrate(tableau, system, state, t_tensor, times, path, history, tstops, jump_times, dense,
+                         **options)
 
     driver.__name__ = driver.__qualname__ = name
     driver.__doc__ = f"Adaptive {name} (embedded {tableau.order}({tableau.embedded_order}) pair); see odelab.solvers.adaptive."

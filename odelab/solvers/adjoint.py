@@ -349,7 +349,8 @@ class _DelayEngine(_Engine):
         t0, t1 = times[0], times[-1]
         self.phi = fd.history_function(system, state, history, t0)
         self.tol = tol = 1e-7 * dt
-        breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol)
+        breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol,
+                              getattr(history, "kinks", ()))
         self.grid, out_index = step_grid(times, dt, breakpoints.stops)
         grid = self.grid
         self.jumps = {k for k in nodes_near(grid, breakpoints.jumps, tol) if 0 < k < len(grid) - 1}

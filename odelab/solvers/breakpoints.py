@@ -14,7 +14,9 @@ Sources, with the order of the derivative of y that jumps there (``lost``):
 * a linear input's knots (u' jumps, so y'' jumps: lost 2) -- stops;
 * the user's ``jump_times`` (f jumps: lost 1) -- stops and jumps;
 * the user's ``tstops`` -- stops only, never propagated;
-* for delay systems, t0 itself (the history φ(t0⁻) may differ from y0: lost 0).
+* for delay systems, t0 itself (the history φ(t0⁻) may differ from y0: lost 0);
+* for a delay solve whose history is an earlier solve's dense solution, that solve's kinks (its t0, sources and
+  their propagations, each with the derivative that jumps there): the history is smooth only between them.
 
 Delays propagate them (the method of steps): a jump of y^(m) at s makes y^(m+1) jump at s + τ_i, so the
 stops include s + Σ n_i τ_i for 1 ≤ Σ n_i ≤ p − lost. f jumps at s + τ_i only where y itself jumps at s,
@@ -32,10 +34,13 @@ from .inputs import Hold, InputPath, Linear
 
 @dataclass(frozen=True)
 class Breakpoints:
-    """``stops``: sorted times strictly inside (t0, t1) to step onto; ``jumps``: those of them where f jumps."""
+    """``stops``: sorted times strictly inside (t0, t1) to step onto; ``jumps``: those of them where f jumps;
+    ``kinks``: (time, m) where the solution's m-th derivative may jump (t0 with m = 0, the sources and what the
+    delays propagate), which a delay solve continuing this one propagates in turn."""
 
     stops: tuple[float, ...] = ()
     jumps: frozenset[float] = frozenset()
+    kinks: tuple[tuple[float, int], ...] = ()
 
     def is_jump(self, s: float) -> bool:
         return s in self.jumps
@@ -78,9 +83,10 @@ def propagate(sources: Iterable[tuple[float, int]], taus: Sequence[float], order
 
 def collect(t0: float, t1: float, path: InputPath | None = None, tstops: Sequence[float] = (),
             jump_times: Sequence[float] = (), taus: Sequence[float] = (), order: int = 1,
-            tol: float = 0.0) -> Breakpoints:
+            tol: float = 0.0, history_kinks: Sequence[tuple[float, int]] = ()) -> Breakpoints:
     """The breakpoints of a solve on [t0, t1] (see the module docstring). Points within ``tol`` of t0, t1 or
-    of each other are merged (a merged point is a jump when any of its members is)."""
+    of each other are merged (a merged point is a jump when any of its members is). ``history_kinks``: those of
+    a history that is an earlier solution (delay systems)."""
     sources: list[tuple[float, int]] = []  # (time, lost)
     jumps: list[float] = [s for s in jump_times]
     if isinstance(path, Hold):
@@ -90,11 +96,14 @@ def collect(t0: float, t1: float, path: InputPath | None = None, tstops: Sequenc
         sources += [(s, 2) for s in path.times]
     sources += [(s, 1) for s in jump_times]
     points = [s for s, _ in sources] + list(tstops)
+    kinks = [(t0, 0)] + sources
     if taus:
-        delayed = propagate([(t0, 0)] + sources, taus, order, t0, t1)
+        delayed = propagate([(t0, 0)] + sources + list(history_kinks), taus, order, t0, t1)
         points += [s for s, _ in delayed]
+        kinks += delayed
         jumps += [t0 + tau for tau in taus]
-    return merge(points, jumps, t0, t1, tol)
+    found = merge(points, jumps, t0, t1, tol)
+    return Breakpoints(found.stops, found.jumps, tuple((s, m) for s, m in kinks if t0 - tol <= s <= t1 + tol))
 
 
 def merge(points: Iterable[float], jumps: Iterable[float], t0: float, t1: float, tol: float) -> Breakpoints:

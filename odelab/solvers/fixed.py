@@ -12,17 +12,20 @@ from .breakpoints import collect, nodes_near
 from .grid import step_grid
 from .inputs import FunctionInput, InputPath
 from .schemes import Scheme
+from .dense import DenseOutput
 from .solution import Solution, finish
 
 
 def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
                 path: InputPath | None, dt: float, checkpoint_segments: int | None = None,
-                tstops: list[float] = (), jump_times: list[float] = ()) -> Solution:
+                tstops: list[float] = (), jump_times: list[float] = (), dense: bool = False) -> Solution:
     """Fixed-step driver: steps of ``dt`` landing on every output time and breakpoint (hold-input sample
     times, linear-input knots, ``tstops``, ``jump_times``; see :mod:`.breakpoints`); stage times on a
     ``jump_times`` edge reach the system one ulp inside the step.
     ``checkpoint_segments=K`` runs the steps in K chunks under ``torch.utils.checkpoint`` (same values and
-    gradients; the backward recomputes each chunk, so stored activations grow with K, not the step count)."""
+    gradients; the backward recomputes each chunk, so stored activations grow with K, not the step count).
+    ``dense``: keep the cubic Hermite interpolant of every step (:mod:`.dense`), f evaluated at both ends inside
+    the step; at a node where f does not jump the end of one step and the start of the next share one evaluation."""
     tol = 1e-7 * dt
     breakpoints = collect(times[0], times[-1], path, tstops, jump_times, tol=tol)
     grid, out_index = step_grid(times, dt, breakpoints.stops)
@@ -32,6 +35,10 @@ def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, 
     record = set(out_index)
     blocks = len(state)
 
+    if dense:
+        jumps = nodes_near(grid, breakpoints.jumps, tol)
+        return _run_dense(system, scheme, field, state, t_tensor, grid, record, path, edges, jumps,
+                          breakpoints.kinks)
     fused = fused_fixed.stepper(scheme, system, state, reuse_stages=True)
     if fused is not None:  # no gradient to record: the stage sums in C++, the outputs written in place
         return _run_fused(system, fused, field, state, t_tensor, grid, record, path, edges)
@@ -83,3 +90,36 @@ def _run_fused(system: System, fused: fused_fixed.FusedExplicitRK, field: Field,
             outputs.append(state)
     stacked = None if fused.torch_path else rows.stacked()
     return finish(system, t_tensor, outputs, steps=steps, nfe=steps * fused.scheme.stages, stacked=stacked)
+
+
+def _run_dense(system: System, scheme: Scheme, field: Field, state: State, t_tensor: Tensor, grid: list[float],
+               record: set[int], path: InputPath | None, edges: set[int], jumps: set[int],
+               kinks: tuple) -> Solution:
+    """The steps of :func:`solve_fixed` keeping, for the dense output, every node's state and f at each step's ends
+    (in the step: its input segment, and one ulp inside at a ``jump_times`` edge). f_b of a step is f_a of the next
+    unless f jumps at the node (a hold sample time, a jump time)."""
+    flat = (lambda x: x[0]) if len(state) == 1 else (lambda x: torch.cat(x, -1))
+    steps = len(grid) - 1
+    nodes, starts, ends, outputs = [flat(state)], [], [], [state]
+    f_a, extra = None, 0  # extra: the evaluations of f beyond the scheme's stages
+    for k in range(steps):
+        ta, tb = grid[k], grid[k + 1]
+        if path is not None:
+            field.inp = path.segment(ta, tb)
+        if edges:
+            field.edges = (ta, tb, k in edges, k + 1 in edges)
+        if f_a is None:
+            f_a, extra = flat(field(ta, state)), extra + 1
+        state = scheme.step(field, ta, state, tb - ta)
+        f_b = flat(field(tb, state))  # the left limit at t_{k+1}: still this step's input
+        extra += 1
+        nodes.append(flat(state))
+        starts.append(f_a)
+        # f continuous at the node (no hold sample time, no jump time there): the next step starts with it
+        f_a = None if k + 1 in jumps else f_b
+        ends.append(f_b)
+        if k + 1 in record:
+            outputs.append(state)
+    pieces = DenseOutput.hermite(grid, nodes[:-1], nodes[1:], starts, ends, [x.shape[1] for x in state])
+    pieces.kinks = kinks
+    return finish(system, t_tensor, outputs, steps=steps, nfe=steps * scheme.stages + extra, dense_output=pieces)

@@ -51,6 +51,7 @@ from .grid import step_grid
 from .history import History, delay_values, history_function
 from .inputs import FunctionInput, InputPath
 from .schemes import ExplicitRK, PartitionedEuler, Scheme
+from .dense import DenseOutput
 from .solution import Solution, finish
 
 
@@ -109,8 +110,9 @@ class _Past:
     """
 
     def __init__(self, grid: list[float], phi: History, delays: list[tuple[float, Tensor | None]],
-                 jumps: set[int], tol: float):
+                 jumps: set[int], tol: float, keep: bool = False):
         self.grid, self.phi, self.delays, self.jumps, self.tol = grid, phi, delays, jumps, tol
+        self.keep = keep  # the nodes' states and derivatives stay (a dense output); stage states are released
         self.t0 = grid[0]
         self.states: list[State | None] = []
         self.stages: list[list[State] | None] = []
@@ -158,10 +160,22 @@ class _Past:
         keep_from = bisect_right(self.grid, t - self.reach - self.tol) - 2
         while self.released < min(keep_from, len(self.states) - 2):
             k = self.released
-            self.states[k] = self.right[k] = self.stages[k] = None
-            self.left.pop(k, None)
-            self.left_states.pop(k, None)
+            self.stages[k] = None
+            if not self.keep:
+                self.states[k] = self.right[k] = None
+                self.left.pop(k, None)
+                self.left_states.pop(k, None)
             self.released += 1
+
+    def dense_output(self, sizes: list[int]) -> DenseOutput:
+        """The cubic Hermite pieces of every step (a past kept whole): y(t_k⁺) and f(t_k⁺) at each start, the left
+        limits y(t_{k+1}⁻) (a learnable delay's moving jump) and f(t_{k+1}⁻) at each end."""
+        last = len(self.states) - 1
+        flat = (lambda x: x[0]) if len(sizes) == 1 else (lambda x: torch.cat(x, -1))
+        return DenseOutput.hermite(self.grid, [flat(self.states[k]) for k in range(last)],
+                                   [flat(self.left_states.get(k, self.states[k])) for k in range(1, last + 1)],
+                                   [flat(self.right[k]) for k in range(last)],
+                                   [flat(self._end_derivative(k)) for k in range(1, last + 1)], sizes)
 
     def __call__(self, t: float) -> tuple[State, ...]:
         """y(t − τ_i) for every delay, by time (the ``delayed`` of a :class:`Field`)."""
@@ -398,13 +412,17 @@ def _plan(grid: list[float], delays: list[tuple[float, Tensor | None]], scheme: 
 
 def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
                       path: InputPath | None, dt: float, history, tstops: list[float] = (),
-                      jump_times: list[float] = (), compile: bool = False) -> Solution:
+                      jump_times: list[float] = (), compile: bool = False, dense: bool = False) -> Solution:
     """Fixed-step DDE driver (method of steps) for ``odelab.solve``; see the module docstring.
 
     ``compile``: explicit RK schemes with fixed delays, no input and no jump times run _BLOCK steps per
     torch.compile'd call where every delayed read is an aligned stage of an earlier step (the method of steps'
     steady state, with delays of at least _BLOCK steps);
     values to round-off of the eager loop; elsewhere a ValueError.
+
+    ``dense``: keep every node's state and derivatives for the cubic Hermite dense output (:mod:`.dense`; the
+    reads by time then run, every derivative at a node where f jumps and at the last is evaluated as a left limit,
+    and no past is released).
 
     ``history`` as in :func:`history_function`. Raises ValueError naming ``dt`` when dt exceeds the
     smallest delay. Stats: ``nfe`` counts the stage evaluations plus the derivative evaluations the
@@ -420,7 +438,8 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     t0, t1 = times[0], times[-1]
     phi = history_function(system, state, history, t0)
     tol = 1e-7 * dt
-    breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol)
+    breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol,
+                          getattr(history, "kinks", ()))
     grid, out_index = step_grid(times, dt, breakpoints.stops)
     # nodes where f jumps (input jumps, jump_times, t0 + τ_i): the Hermite data take f's left limit there
     jumps = {k for k in nodes_near(grid, breakpoints.jumps, tol) if 0 < k < len(grid) - 1}
@@ -440,18 +459,24 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     hermite = any(j is None for row in plan for j in row)
     record = set(out_index)
     static = isinstance(scheme, ExplicitRK) and scheme.tableau.c[0] == 0 and not learnable
-    if compile and not (static and path is None and not edges and not tensor_time(system)):
+    if compile and not (static and path is None and not edges and not tensor_time(system) and not dense):
         raise ValueError("compile: fixed-step DDE solves compile explicit RK schemes with fixed (not learnable) "
-                         "delays, without an input u or jump_times")
-    stacked = None
-    if static:
+                         "delays, without an input u, jump_times or a dense output")
+    stacked = pieces = None
+    if dense:
+        jumps.add(len(grid) - 1)  # the last node's derivative: the left limit, inside the last step
+        outputs, nfe, past = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, True, jumps,
+                                            moving, tol, record, keep=True)
+        pieces = past.dense_output([x.shape[1] for x in state])
+        pieces.kinks = breakpoints.kinks
+    elif static:
         # left limits f(t_k⁻) are stored at the jump nodes only when some read interpolates (as by time)
         outputs, nfe, stacked = _steps_static(system, scheme, state, grid, path, edges, phi, taus, plan,
                                               jumps if hermite else set(), tol, record, compile)
     else:
-        outputs, nfe = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
-                                      moving, tol, record)
-    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe, stacked=stacked)
+        outputs, nfe, _ = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
+                                         moving, tol, record)
+    return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe, stacked=stacked, dense_output=pieces)
 
 
 _CHUNK = 96  # steps whose reads are resolved at a time (and whose past is released together): a multiple of _BLOCK
@@ -633,10 +658,11 @@ def _compiled_block(system: System, tableau, state: State) -> Callable:
 def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[float], path: InputPath | None,
                    edges: set[int], phi: History, delays: list[tuple[float, Tensor | None]],
                    plan: list[tuple[int | None, ...]], hermite: bool, jumps: set[int], moving: dict[int, list[Tensor]],
-                   tol: float, record: set[int]) -> tuple[list[State], int]:
+                   tol: float, record: set[int], keep: bool = False) -> tuple[list[State], int, "_Past"]:
     """The steps with every delayed read found by time as the stages ask (:class:`_Past`): learnable delays,
-    partitioned schemes. Returns the states at the nodes in ``record`` (after y0) and the evaluation count."""
-    past = _Past(grid, phi, delays, jumps, tol)
+    partitioned schemes, dense outputs (``keep``: no node released). Returns the states at the nodes in
+    ``record`` (after y0), the evaluation count and the past."""
+    past = _Past(grid, phi, delays, jumps, tol, keep)
     field = _DelayField(system, past)
     field.inp_tensor_time = isinstance(path, FunctionInput)
     past.push(state)
@@ -667,4 +693,4 @@ def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[floa
         past.release_before(tb)
         if k + 1 in record:
             outputs.append(state)
-    return outputs, field.evaluations
+    return outputs, field.evaluations, past

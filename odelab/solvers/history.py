@@ -62,6 +62,35 @@ def as_history_state(system: System, y0: State, value, what: str) -> State:
     return tuple(out)
 
 
+class SolutionHistory:
+    """An earlier solve's dense solution as the history φ(t) of a delay solve from ``t0`` that continues it: φ(t) =
+    ``solution.evaluate(t)``, t a 0-dim tensor (fixed-step solves) or ``(batch, 1)`` (adaptive ones, one time per
+    sample). Its batch must be the new solve's, its span must hold t0 and reach back to t0 − max τ (errors name
+    ``history``). ``kinks``: where its derivatives may jump, breakpoints of the new solve once the delays carry
+    them past t0. Gradients flow into the earlier solve's parameters and initial state."""
+
+    WHOSE = "the span of the solution given as history (the delays read back to t0 − max τ)"
+
+    def __init__(self, solution, t0: float):
+        self.dense = solution.dense_output
+        if self.dense is None:
+            raise ValueError("history: the solution given keeps its output times only; solve it with dense=True to "
+                             "continue it")
+        self.dense.check_span(torch.tensor([t0], dtype=torch.float64), "history", self.WHOSE)
+        self.low, self.high = sorted(self.dense.span)
+        self.kinks = self.dense.kinks
+
+    def __call__(self, t: Tensor) -> State:
+        dense = self.dense
+        if t.dim() == 2 and t.shape[0] != dense.batch:
+            raise ValueError(f"history: the solution given has a batch of {dense.batch}, the solve {t.shape[0]}")
+        if float(t.detach().min()) < self.low:
+            dense.check_span(t.detach(), "history", self.WHOSE)  # the time the delays reach back to
+        # an adaptive solve reads φ batch-wide and keeps it where t − τ ≤ t0 only: past t0 (≤ high) nothing is used
+        blocks = dense.evaluate(t.clamp_max(self.high))
+        return tuple(x.squeeze(1) for x in blocks) if t.dim() == 2 else blocks
+
+
 def history_function(system: System, y0: State, history, t0: float) -> History:
     """The initial function φ(t), t < t0, of a delay solve, as a callable of a float (or a 0-d tensor, for a
     learnable delay) returning a state tuple.

@@ -7,6 +7,8 @@ from enum import IntEnum
 import torch
 from torch import Tensor
 
+from .dense import DenseOutput
+
 
 class Status(IntEnum):
     """Per-sample outcome of a solve."""
@@ -29,13 +31,26 @@ class SolveError(RuntimeError):
 class Solution:
     """``ts`` (len(t),); ``ys`` one tensor per state block, batch first ``(batch, len(t), size)``;
     ``stats`` per-sample tensors (``steps``, ``accepted``, ``rejected``, ``nfe``); ``status`` per-sample
-    :class:`Status` codes. Index by block name (``sol["y"]``); ``sol.y`` is the state of a one-block system."""
+    :class:`Status` codes. Index by block name (``sol["y"]``); ``sol.y`` is the state of a one-block system.
+    ``dense_output``: the steps' interpolants (:class:`.dense.DenseOutput`) of a solve with ``dense=True``, read
+    by :meth:`evaluate`."""
 
     ts: Tensor
     ys: tuple[Tensor, ...]
     blocks: tuple[str, ...]
     stats: dict[str, Tensor] = field(default_factory=dict)
     status: Tensor | None = None
+    dense_output: "DenseOutput | None" = None
+
+    def evaluate(self, t) -> tuple[Tensor, ...]:
+        """The state at any time(s) ``t`` between the first and last output time, one tensor per block, from the
+        steps' interpolants: a number gives blocks ``(batch, size)``; J times (a 1-D sequence or tensor) give
+        ``(batch, J, size)``; a ``(batch, J)`` tensor gives each sample at its own times. Needs a solve with
+        ``dense=True``; differentiable (in the solve's parameters, y0 and a tensor ``t``)."""
+        if self.dense_output is None:
+            raise ValueError("evaluate: this solution keeps its output times only; solve with dense=True to "
+                             "evaluate it between them")
+        return self.dense_output.evaluate(t)
 
     def __getitem__(self, name: str) -> Tensor:
         try:
@@ -70,9 +85,9 @@ class Solution:
 
 
 def finish(system, t_tensor: Tensor, outputs: list[tuple[Tensor, ...]], steps, nfe, extra_stats=None, status=None,
-           stacked: tuple[Tensor, ...] | None = None) -> Solution:
+           stacked: tuple[Tensor, ...] | None = None, dense_output: DenseOutput | None = None) -> Solution:
     """Stack recorded states batch-first (``stacked``: already so) and attach per-sample stats and status
-    (non-finite detection)."""
+    (non-finite detection), and the dense output if one was kept."""
     ys = stacked if stacked is not None else tuple(torch.stack(block, dim=1) for block in zip(*outputs))
     batch, device = ys[0].shape[0], ys[0].device
     finite = torch.stack([torch.isfinite(y).flatten(1).all(1) for y in ys]).all(0)
@@ -82,4 +97,4 @@ def finish(system, t_tensor: Tensor, outputs: list[tuple[Tensor, ...]], steps, n
     as_tensor = lambda v: v if isinstance(v, Tensor) else torch.full((batch,), int(v), dtype=torch.int64, device=device)
     stats = {"steps": as_tensor(steps), "accepted": as_tensor(steps), "rejected": as_tensor(0), "nfe": as_tensor(nfe)}
     stats.update(extra_stats or {})
-    return Solution(ts=t_tensor, ys=ys, blocks=system.blocks, stats=stats, status=status)
+    return Solution(ts=t_tensor, ys=ys, blocks=system.blocks, stats=stats, status=status, dense_output=dense_output)

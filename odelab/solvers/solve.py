@@ -19,6 +19,8 @@ from .fused_step import records_state_gradient
 from .inputs import InputPath
 from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
+from .grid import as_times
+from .history import SolutionHistory
 from .solution import Solution, SolveError
 
 
@@ -41,6 +43,7 @@ def solve(
     jump_times: Tensor | Sequence[float] | None = None,
     throw: bool = True,
     adjoint: str | None = None,
+    dense: bool = False,
     **options,
 ) -> Solution:
     """Integrate ``system`` from ``y0`` at ``t[0]`` and return the states at every time in ``t``.
@@ -53,7 +56,8 @@ def solve(
     ``interpolation`` ("hold": u_n acts on (t_{n−1}, t_n]; "linear"), or a callable u(t).
     Fixed-step methods (``euler``, ``midpoint``, ``heun``, ``rk4``, ``imex``, ``imex-implicit``,
     ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``.
-    Delay systems take ``history`` (constant, tensor or callable of t; default: constant y0).
+    Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
+    that this one continues; default: constant y0).
 
     Time as user code sees it: a plain callable f, a callable input u(t) and a callable history get ``t`` as
     a tensor of y0's dtype and device -- 0-dim under the fixed-step methods (the batch shares the time),
@@ -84,9 +88,19 @@ def solve(
     solves without an input that record no gradient (captured at a configuration's second call, replayed with the
     new y0 from its third: see :mod:`odelab.solvers.cuda_graph`).
 
+    ``dense=True`` keeps every step's interpolant, so that ``solution.evaluate(t)`` gives the state at any time
+    between the first and last output time (see :mod:`odelab.solvers.dense`): the adaptive methods' continuous
+    extension, the cubic Hermite interpolant of the fixed-step ones (f evaluated at the steps' ends, about one
+    more evaluation a step, counted in ``nfe``). Such a solution is also a ``history`` for a delay solve that
+    continues it. Memory grows with the steps; the adaptive methods then run their torch loop.
+
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
+    if not isinstance(dense, bool):
+        raise TypeError(f"dense: expected True or False, got {type(dense).__name__}")
+    if isinstance(history, Solution):  # a delay solve continuing an earlier one
+        history = SolutionHistory(history, as_times(t, allow_decreasing=True)[1][0])
     with on_device_of(y0):  # Triton kernels and CUDA graphs run on the current device
         if adjoint in ADJOINTS and forward_mode_or_transform():
             # the adjoints only reshape the reverse pass; tangents need the steps' own derivatives (backsolve's
@@ -94,15 +108,22 @@ def solve(
             options.pop("adjoint_params", None)
             adjoint = None
         if adjoint is not None:
+            if dense:
+                raise ValueError(f"dense: the adjoint {adjoint!r} keeps no steps to interpolate; solve with "
+                                 f"adjoint=None for a dense output")
+            if isinstance(history, SolutionHistory) and history.dense.requires_grad:
+                raise ValueError(f"history: the solution given carries the earlier solve's graph, which the adjoint "
+                                 f"{adjoint!r} cannot reach (it differentiates y0, u and the parameters); solve with "
+                                 f"adjoint=None, or continue the earlier solve run under torch.no_grad()")
             return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
                                       interpolation=interpolation, dt=dt, history=history, tstops=tstops,
                                       jump_times=jump_times, throw=throw, **options)
         problem = prepare(system, y0, t, u, u_times, interpolation, tstops, jump_times)
         # a plain callable is wrapped anew by every call: a captured solve is keyed by what was given
-        return _solve_problem(system, problem, method, dt, history, throw, options)
+        return _solve_problem(system, problem, method, dt, history, throw, options, dense)
 
 
-def _solve_problem(given, problem, method, dt, history, throw, options):
+def _solve_problem(given, problem, method, dt, history, throw, options, dense=False):
     """:func:`solve` after its arguments were checked: the problem integrated by ``method``."""
     system, state, t_tensor, times, path = problem.system, problem.state, problem.t_tensor, problem.times, problem.path
     stops, jumps, backwards = problem.stops, problem.jumps, problem.backwards
@@ -114,7 +135,7 @@ def _solve_problem(given, problem, method, dt, history, throw, options):
         if dt is not None:
             options.setdefault("first_step", dt)
         solution = ADAPTIVE_METHODS[method](system, state, t_tensor, times, path, history=history, tstops=stops,
-                                            jump_times=jumps, **options)
+                                            jump_times=jumps, dense=dense, **options)
     else:
         scheme = resolve_scheme(method)
         segments = options.pop("checkpoint_segments", None)
@@ -140,13 +161,18 @@ def _solve_problem(given, problem, method, dt, history, throw, options):
         elif history is not None:
             raise ValueError(f"history: {type(system).__name__} declares no delays")
 
+        if dense and segments is not None:
+            raise ValueError("dense: the dense output keeps every step, checkpoint_segments recomputes them; use one")
+
         def drive(state):
             if system.is_delay:
                 return solve_fixed_delay(system, scheme, state, t_tensor, times, path, float(dt), history, stops,
-                                         jumps, compile)
-            return solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments, stops, jumps)
+                                         jumps, compile, dense)
+            return solve_fixed(system, scheme, state, t_tensor, times, path, float(dt), segments, stops, jumps, dense)
 
         if cuda_graph:
+            if dense:
+                raise ValueError("dense: a captured solve replays its outputs only; solve without cuda_graph")
             if path is not None:
                 raise ValueError("cuda_graph: fixed-step solves with an input u are not captured (the adaptive "
                                  "methods' chunks are)")
@@ -165,6 +191,11 @@ def _solve_problem(given, problem, method, dt, history, throw, options):
     if backwards:
         if "t_final" in solution.stats:
             solution.stats["t_final"] = -solution.stats["t_final"]
+    if solution.dense_output is not None:  # in the user's times
+        sign = -1.0 if backwards else 1.0
+        dense = solution.dense_output
+        dense.span, dense.backwards = (sign * times[0], sign * times[-1]), backwards
+        dense.kinks = tuple((sign * s, m) for s, m in dense.kinks)
 
     if throw and not bool(solution.success.all()):
         raise SolveError("solve failed: " + solution.failure_summary(), solution)
