@@ -258,8 +258,8 @@ class _Integrator:
                  path: InputPath | None, history, opts: _Options, tstops: list[float] = (),
                  jump_times: list[float] = (), sensitive: bool = False, dense: bool = False):
         self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
-        # the pieces of every segment, for the solve's dense output (the torch loop keeps its step records; the
-        # fused C++ and Triton loops interpolate the outputs as they go and keep none)
+        # the pieces of every segment, for the solve's dense output (the torch loop's step records; the fused C++
+        # and Triton loops, which interpolate the outputs as they go, then copy each attempt's last accepted step)
         self.kept: list[DenseOutput] | None = [] if dense else None
         self.dtype, self.device = y0.dtype, y0.device
         self.batch, self.dim = y0.shape
@@ -499,12 +499,12 @@ class _Integrator:
     def segment(self, carry: _Carry, t_stop: float, out_times: list[float]) -> tuple[Tensor, _Carry]:
         """Advance every sample to t ≥ t_stop (exactly t_end for the last segment) and return the states at
         ``out_times`` (all in (previous stop, t_stop]) as (batch, len(out_times), dim), plus the new carry."""
-        if self.compiled is None and self.kept is None and fused_step.usable(self, carry.y, carry.k1):
+        if self.compiled is None and fused_step.usable(self, carry.y, carry.k1):
             if self.fused is None:
                 self.fused = fused_step.FusedLoop(self)
             outputs, fields = self.fused.segment(carry, t_stop, out_times)
             return outputs, _Carry(*fields)
-        if self.device.type in TRITON_DEVICES and self.compiled is None and self.kept is None:
+        if self.device.type in TRITON_DEVICES and self.compiled is None:
             triton_step = _triton_step()
             if triton_step is not None and triton_step.usable(self, carry.y, carry.k1):
                 if self.triton is None:
@@ -720,18 +720,25 @@ class _Integrator:
             fresh = self.field(t, t_col, y, inp, right=True)
         return y, torch.where(mask.unsqueeze(1), fresh, k1)
 
+    def pieces(self, records) -> DenseOutput:
+        """The step records (start, length, state, continuous-extension coefficients (B dim, m), end) of a segment's
+        attempts as a :class:`.dense.DenseOutput`; a record may be a block of attempts (a scanned chunk) with the
+        attempts on a leading axis."""
+        if all(record[0].dim() == 1 for record in records):  # one record per attempt
+            start, length, y0, coef, end = (torch.stack(parts) for parts in zip(*records))
+        else:
+            blocks = [record if record[0].dim() == 2 else tuple(x.unsqueeze(0) for x in record) for record in records]
+            start, length, y0, coef, end = (torch.cat(parts) for parts in zip(*blocks))
+        count = start.shape[0]  # S attempts: start, length, end (S, B)
+        return DenseOutput(start, length, end, y0.flatten(0, 1),  # record k of sample b in row k B + b
+                           coef.reshape(count * self.batch, self.dim * self.dense.shape[1]), self.sizes)
+
     def dense_output(self, records, out_times: list[float], t_final: Tensor):
         """Evaluate the continuous extension of the accepted step containing each output time, per sample;
         times a sample never reached (it failed earlier) give NaN. Also returns the last accepted step, and
         keeps the pieces when the solve was asked for its dense output."""
-        if all(record[0].dim() == 1 for record in records):  # one record per attempt
-            start, length, y0, coef, end = (torch.stack(parts) for parts in zip(*records))
-        else:  # some are blocks of attempts (a scanned chunk) with the attempts on a leading axis
-            blocks = [record if record[0].dim() == 2 else tuple(x.unsqueeze(0) for x in record) for record in records]
-            start, length, y0, coef, end = (torch.cat(parts) for parts in zip(*blocks))
-        count = start.shape[0]  # S attempts: start, length, end (S, B)
-        pieces = DenseOutput(start, length, end, y0.flatten(0, 1),  # record k of sample b in row k B + b
-                             coef.reshape(count * self.batch, self.dim * self.dense.shape[1]), self.sizes)
+        pieces = self.pieces(records)
+        count, start, length = pieces.count, pieces.start, pieces.length
         if self.kept is not None:
             self.kept.append(pieces)
         rows = torch.arange(self.batch, device=self.device)
@@ -803,8 +810,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     synchronisation, see the module docstring; same steps and values); ``cuda_graph`` (False; CUDA solves that
     record no gradient: each chunk of attempts replayed as one CUDA graph captured once per segment, see
     :class:`.triton_step.ChunkGraph` -- the field's Python code then runs only at the capture);
-    ``dense`` (False: keep every step's continuous extension, :mod:`.dense`, in the torch loop; not with
-    ``checkpoint_segments``);
+    ``dense`` (False: keep every step's continuous extension, :mod:`.dense`; not with ``checkpoint_segments`` or
+    ``cuda_graph``);
     ``control_delay_sensitivity`` (learnable delays: also hold ∂y/∂τ to the tolerance; default True for bosh3,
     False for the 5th-order pairs)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
@@ -814,6 +821,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     opts = _Options(tableau, **options)
     if dense and opts.segments is not None:
         raise ValueError("dense: the dense output keeps every step, checkpoint_segments recomputes them; use one")
+    if dense and opts.cuda_graph:
+        raise ValueError("dense: a replayed chunk overwrites its step copies; solve without cuda_graph")
     dtypes = {x.dtype for x in state}
     if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
         raise TypeError(f"y0: adaptive solvers need floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")

@@ -92,7 +92,7 @@ def solve(
     between the first and last output time (see :mod:`odelab.solvers.dense`): the adaptive methods' continuous
     extension, the cubic Hermite interpolant of the fixed-step ones (f evaluated at the steps' ends, about one
     more evaluation a step, counted in ``nfe``). Such a solution is also a ``history`` for a delay solve that
-    continues it. Memory grows with the steps; the adaptive methods then run their torch loop.
+    continues it. Memory grows with the steps (the adaptive methods keep every attempt's last accepted step).
 
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.

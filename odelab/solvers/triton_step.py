@@ -432,6 +432,9 @@ class TritonLoop:
         torch_history = s.history
         if ring is not None:
             s.history = ring
+        # a dense output: after each attempt, every sample's last accepted step (see .fused_step.FusedLoop.segment)
+        records = None if s.kept is None else []
+        snapshot = lambda: records.append(tuple(x.clone() for x in (last_t, last_h, last_y, last_coef, t)))
 
         def attempts() -> None:
             """``s.chunk`` attempts of every sample, in place; no host read (what a CUDA graph replays)."""
@@ -462,7 +465,11 @@ class TritonLoop:
                         times, written, *ks, *rings, batch, dim, len(out_times), self.berr_at, self.dense_at,
                         ring.window if ring is not None else 1, S=stages, M=m, HAS_DT_MAX=s.dt_max < math.inf,
                         RING=ring is not None, BB=_ROWS, BD=block_d)
+                if records is not None:
+                    snapshot()
 
+        if records is not None:
+            snapshot()
         chunk = ChunkGraph(attempts) if s.opts.cuda_graph else attempts
         try:
             while True:  # one host read per chunk: any sample active, and (delays) whether a ring must grow first
@@ -480,6 +487,8 @@ class TritonLoop:
                 chunk()
         finally:
             s.history = torch_history
+        if records is not None:
+            s.kept.append(s.pieces(records))
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)

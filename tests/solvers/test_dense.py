@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import odelab
-from odelab.systems import System
+from odelab.solvers import fused_step
+from odelab.systems import ENSO, System, VanDerPol
 
 from helpers import assert_matches_finite_differences, linear_ode_exact, polynomial_dde_exact
 
@@ -159,16 +160,42 @@ def test_nfe_counts_the_hermite_slopes():
     assert int(sol.stats["nfe"][0]) == 4 * 10 + 11
 
 
-def test_the_dense_solve_takes_the_same_steps_as_the_fused_loop():
-    """Without gradients the adaptive solve runs its fused loop, with dense=True the torch loop: same steps, values
-    to round-off."""
-    y0 = torch.tensor([[1.0, 0.0], [0.2, 0.3]], dtype=F64)
-    f = lambda t, y: torch.stack([y[:, 1], (1 - y[:, 0] ** 2) * y[:, 1] * 3 - y[:, 0]], 1)  # Van der Pol, μ = 3
-    with torch.no_grad():
-        fused = odelab.solve(f, y0, torch.linspace(0, 10, 21, dtype=F64), rtol=1e-8, atol=1e-10)
-        dense = odelab.solve(f, y0, torch.linspace(0, 10, 21, dtype=F64), rtol=1e-8, atol=1e-10, dense=True)
-    assert torch.equal(fused.stats["steps"], dense.stats["steps"])
-    assert torch.allclose(fused.y, dense.y, rtol=0, atol=1e-10)
+def _fused_and_torch(run):
+    """(fused CPU loop, torch loop) results of ``run()`` without gradients; asserts the fused loop ran."""
+    calls, segment = [], fused_step.FusedLoop.segment
+
+    def counted(self, *args):
+        calls.append(1)
+        return segment(self, *args)
+
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_step.FusedLoop, "segment", counted)
+        fused = run()
+        assert calls, "the fused loop did not run"
+        patch.setattr(fused_step, "usable", lambda *args: False)
+        plain = run()
+    return fused, plain
+
+
+@pytest.mark.parametrize("delay", [False, True], ids=["ode", "delay"])
+def test_the_fused_loop_keeps_the_same_pieces_as_the_torch_loop(delay):
+    """The fused CPU loop (no gradient) copies every sample's last accepted step after each attempt: read at 241
+    times, the same values as the torch loop's step records to round-off, with the same steps; a sample that fails
+    (max_steps) reads NaN after it stopped in both. Van der Pol with μ from 0.5 to 8; ENSO (ring history)."""
+    if delay:
+        system, y0, end, kw = ENSO(), torch.tensor([[0.1], [0.5], [-0.3]], dtype=F64), 20.0, {}
+    else:
+        system = VanDerPol(mu=torch.tensor([0.5, 3.0, 8.0], dtype=F64))
+        y0, end, kw = torch.tensor([[2.0, 0.0], [1.0, 0.5], [2.0, 0.0]], dtype=F64), 12.0, dict(max_steps=300)
+    times = torch.linspace(0, end, 241, dtype=F64)
+    fused, plain = _fused_and_torch(lambda: odelab.solve(system, y0, [0.0, end], rtol=1e-7, atol=1e-9, dense=True,
+                                                         throw=False, **kw))
+    assert torch.equal(fused.stats["steps"], plain.stats["steps"])
+    assert torch.equal(fused.status, plain.status)
+    assert delay or not bool(plain.success.all())
+    a, b = fused.evaluate(times)[0], plain.evaluate(times)[0]
+    assert torch.equal(torch.isnan(a), torch.isnan(b))
+    assert torch.allclose(a.nan_to_num(), b.nan_to_num(), rtol=0, atol=1e-9)
 
 
 class Feedback(System):

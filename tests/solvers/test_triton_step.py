@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 import odelab  # noqa: E402
 from helpers import assert_same_steps, host_reads  # noqa: E402
 from odelab.solvers import Status, adaptive, fused_step, triton_step  # noqa: E402
-from odelab.systems import VanDerPol  # noqa: E402
+from odelab.systems import ENSO, VanDerPol  # noqa: E402
 
 F64 = torch.float64
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -366,3 +366,23 @@ def test_cuda_graph_on_the_gpu():
         eager = odelab.solve(FitzHughNagumo(), y0, t, rtol=1e-6, atol=1e-8)
     assert triton_step._GRAPH_FAILURE is None
     assert_same_steps(graphed, eager, atol=0.0)
+
+
+@pytest.mark.parametrize("delay", [False, True], ids=["ode", "delay"])
+def test_dense_output_copies_the_accepted_steps(delay):
+    """``dense=True``: the Triton loop copies every sample's last accepted step after each attempt (no host read);
+    read between the outputs, the same values as the torch loop's records, and NaN after a sample failed."""
+    if delay:
+        system, y0, end = ENSO(), torch.tensor([[0.1], [0.5]], dtype=F64, device=DEVICE), 6.0
+        kw = {}
+    else:
+        system = VanDerPol(mu=torch.tensor([0.5, 6.0], dtype=F64, device=DEVICE))
+        y0, end, kw = torch.tensor([[2.0, 0.0], [2.0, 0.0]], dtype=F64, device=DEVICE), 4.0, dict(max_steps=40)
+    fused, plain = _both(lambda: odelab.solve(system, y0, [0.0, end], rtol=1e-6, atol=1e-8, dense=True, throw=False,
+                                              **kw))
+    assert_same_steps(fused, plain, atol=1e-9)
+    times = torch.linspace(0, end, 61, dtype=F64, device=DEVICE)
+    a, b = fused.evaluate(times)[0], plain.evaluate(times)[0]
+    assert delay or bool(torch.isnan(b).any())
+    assert torch.equal(torch.isnan(a), torch.isnan(b))
+    assert torch.allclose(a.nan_to_num(), b.nan_to_num(), rtol=0, atol=1e-9)
