@@ -56,7 +56,8 @@ discrete ∂y/∂τ of the 3rd-order pair then drifts to 10–30 tol (5th-order 
 as a forward-mode tangent of every stage, and a step is accepted only when both y's and the tangent's
 embedded error estimates meet the tolerance (CVODES's error control of forward sensitivities). About 1.5×
 the steps and, in eager forward mode, 7–10× the time per step (measured on a scalar delay problem); the
-gradient itself is still reverse mode.
+gradient itself is still reverse mode. Inside the caller's own forward-mode level (``torch.autograd.forward_ad``,
+``torch.func``) the tangent is not added (levels do not nest): the steps are then controlled on y alone.
 
 Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor of the
 state's dtype (one time per sample) instead of a float.
@@ -79,6 +80,7 @@ from .breakpoints import collect
 from .cache import inductor_options, keep_compiled_code
 from .compiled import BatchDynamic, own_code, tracing_options
 from .dense import DenseOutput
+from .derivatives import forward_mode_or_transform
 from .field import check_derivative
 from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
@@ -829,7 +831,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     sizes = [x.shape[1] for x in state]
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
     # a delay that requires grad: its sensitivity ∂y/∂τ is carried as a forward-mode tangent and error-controlled
-    sensitive = (opts.control_delay_sensitivity and torch.is_grad_enabled()
+    # (not inside the caller's own forward-mode level: levels do not nest)
+    sensitive = (opts.control_delay_sensitivity and torch.is_grad_enabled() and not forward_mode_or_transform()
                  and any(tensor is not None for _, tensor in delay_values(system)))
     with fwAD.dual_level() if sensitive else contextlib.nullcontext():
         return _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts,

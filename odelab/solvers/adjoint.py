@@ -49,6 +49,7 @@ from .breakpoints import collect, nodes_near
 from .field import Field, tensor_time
 from .derivatives import first_order
 from .grid import step_grid
+from .history import delay_values
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .problem import prepare
 from .schemes import ExplicitRK, Scheme, resolve_scheme
@@ -71,9 +72,10 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
 
     Same arguments, values and :class:`Solution` as :func:`odelab.solve`. ``adjoint``: "checkpoint" (exact
     discrete gradients, O(log n) memory; ODEs, fixed-step and adaptive) or "backsolve" (continuous adjoint,
-    O(1) memory; ODEs without inputs, explicit RK or adaptive methods). A delay system's ``history`` (and
-    ``adjoint_params``, the tensors a plain callable f, a callable input or a callable history closes over)
-    also receive gradients under "checkpoint"."""
+    O(1) memory; ODEs without inputs, explicit RK or adaptive methods). A delay system's ``history`` (a tensor,
+    or a callable whose tensors are in ``adjoint_params``, the tensors a plain callable f, a callable input or a
+    callable history closes over) also receives gradients under "checkpoint"; a callable history over tensors it
+    does not name there is refused (ValueError: the recomputing backward would give them none)."""
     if adjoint not in ADJOINTS:
         raise ValueError(f"adjoint: expected one of {list(ADJOINTS)}, got {adjoint!r}")
     for name in ("checkpoint_segments", "compile"):
@@ -136,6 +138,7 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
                 raise ValueError(f"adjoint='checkpoint': delay systems take fixed-step methods (got {method!r}); "
                                  "use e.g. method='rk4' with dt, or the default direct backprop")
             engine = _DelayEngine(system, scheme, state, times, path, float(dt), history, stops, jumps)
+            extra += _history_tensors(system, state, history, times[0], extra)
         elif adaptive:
             engine = _AdaptiveEngine(tableau, system, state, times, path, opts, stops, jumps)
         else:
@@ -571,6 +574,49 @@ class _Checkpointed(torch.autograd.Function):
             param_grads.append(next(it) if p.requires_grad else None)
         input_grad = next(it) if has_input else None
         return (None, None, None, *state_grads, *([input_grad] if has_input else []), *param_grads)
+
+
+def _history_tensors(system: System, state, history, t0: float, extra: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """The tensors a delay system's history brings into the gradient, as extra leaves of the checkpointed solve: a
+    tensor history (or a tuple or dict of them) itself, where it requires grad. A callable history's value must
+    depend only on tensors the solve sees (the system's parameters and ``adjoint_params``): the backward recomputes
+    the steps and differentiates those leaves, so any other tensor would get no gradient, silently. Its value at
+    t0 − max τ is probed and its graph's leaves checked (ValueError naming ``history``)."""
+    if history is None or isinstance(history, (int, float)):
+        return ()
+    if isinstance(history, Tensor) or isinstance(history, (tuple, list, dict)):
+        values = history.values() if isinstance(history, dict) else history if isinstance(history, (tuple, list)) \
+            else (history,)
+        return tuple(x for x in values if isinstance(x, Tensor) and x.requires_grad)
+    like = state[0]
+    reach = max(value for value, _ in delay_values(system))
+    value = history(torch.full((), t0 - reach, dtype=like.dtype, device=like.device))
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else (value,)
+    seen_ids = {id(p) for p in (*system.parameters(), *extra)}
+    unseen = [x for x in _graph_leaves([x for x in values if isinstance(x, Tensor)]) if id(x) not in seen_ids]
+    if unseen:
+        shapes = ", ".join(str(tuple(x.shape)) for x in unseen[:4])
+        raise ValueError(f"history: the callable's values depend on tensors that require grad and that "
+                         f"adjoint='checkpoint' does not see (shapes {shapes}); name them in adjoint_params=[...] "
+                         f"(the backward recomputes the history from them), or solve with adjoint=None")
+    return ()
+
+
+def _graph_leaves(tensors: list[Tensor]) -> list[Tensor]:
+    """The leaf tensors requiring grad that ``tensors`` were computed from (their autograd graph's
+    AccumulateGrad nodes, and those of them that are leaves themselves)."""
+    out = [x for x in tensors if x.requires_grad and x.grad_fn is None]
+    stack, seen = [x.grad_fn for x in tensors if x.grad_fn is not None], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            out.append(variable)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return out
 
 
 def _checkpointed(engine, system: System, state, t_tensor: Tensor, path: InputPath | None,

@@ -220,3 +220,37 @@ def test_failure_status_in_a_delay_solve():
     assert sol.status[0] == Status.SUCCESS
     assert sol.status[1] != Status.SUCCESS
     assert torch.isfinite(sol.y[0]).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_forward_mode_through_a_learnable_delay(method):
+    """The caller's own forward-mode AD (a tangent on y0) through a solve with a learnable delay: bosh3 error-controls
+    ∂y/∂τ with a forward-mode level of its own, which cannot nest inside the caller's (before: "Nested forward mode
+    AD is not supported"); the tangent of y(T) against central differences of the solve."""
+    import torch.autograd.forward_ad as fwAD
+
+    class LearnableDelay(System):
+        """y' = −y(t − τ) + 0.1 y with τ a parameter."""
+
+        blocks, observable, hidden_size = ("y",), "y", 1
+
+        def __init__(self):
+            super().__init__()
+            self.tau = torch.nn.Parameter(torch.tensor(0.9, dtype=F64))
+
+        @property
+        def delays(self):
+            return (self.tau,)
+
+        def derivative(self, t, state, inp, *delayed):
+            return (-delayed[0][0] + 0.1 * state[0],)
+
+    system = LearnableDelay()
+    y0, direction = torch.tensor([[1.0], [0.5]], dtype=F64), torch.tensor([[1.0], [-2.0]], dtype=F64)
+    solve = lambda start: odelab.solve(system, start, [0.0, 2.5], method=method, rtol=1e-10, atol=1e-12).y[:, -1]
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(solve(fwAD.make_dual(y0, direction))).tangent
+    eps = 1e-6
+    with torch.no_grad():
+        central = (solve(y0 + eps * direction) - solve(y0 - eps * direction)) / (2 * eps)
+    assert torch.allclose(tangent, central, rtol=1e-6, atol=1e-8)

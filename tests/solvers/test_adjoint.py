@@ -237,6 +237,42 @@ def test_checkpoint_delay_system_equals_direct_backprop(method, dt, history):
     _assert_equal_grads(*grads)
 
 
+@pytest.mark.parametrize("kind", ["parameter", "computed", "per-block tuple"])
+def test_checkpoint_differentiates_a_tensor_history(kind):
+    """A constant history that requires grad (a parameter itself, a tensor computed from one, a tuple of blocks)
+    gets the gradient of direct backprop; before, the checkpointed solve never saw it and returned None for it."""
+    system = _DelayField()
+    weight = nn.Parameter(torch.tensor([[0.3, -0.6]], dtype=F64))
+    y0 = torch.tensor([[0.4, -0.1], [1.0, 0.3]], dtype=F64)
+    t = torch.linspace(0.0, 3.0, 4, dtype=F64)
+    history = {"parameter": lambda: weight, "computed": lambda: torch.tanh(2 * weight),
+               "per-block tuple": lambda: (weight * y0,)}[kind]
+    grads = []
+    for adjoint in (None, "checkpoint"):
+        sol = odelab.solve(system, y0, t, method="rk4", dt=0.05, history=history(), adjoint=adjoint)
+        grads.append(torch.autograd.grad(sol.y.square().sum(), [weight, system.b]))
+    assert grads[0][0].abs().max() > 0.01
+    _assert_equal_grads(*grads)
+
+
+def test_checkpoint_refuses_a_callable_history_over_tensors_it_cannot_see():
+    """A callable history's value that depends on a tensor requiring grad outside the system and adjoint_params
+    would get no gradient from the recomputing backward: a ValueError names history; with the tensor in
+    adjoint_params, the gradient of direct backprop."""
+    system = _DelayField()
+    scale = nn.Parameter(torch.tensor(0.7, dtype=F64))
+    history = lambda s: scale * torch.cos(s) * torch.ones(2, 2, dtype=F64)
+    y0 = torch.tensor([[0.4, -0.1], [1.0, 0.3]], dtype=F64)
+    t = torch.linspace(0.0, 2.0, 3, dtype=F64)
+    with pytest.raises(ValueError, match=r"history: the callable's values depend on tensors .* adjoint_params"):
+        odelab.solve(system, y0, t, method="rk4", dt=0.05, history=history, adjoint="checkpoint")
+    grads = []
+    for kw in (dict(adjoint=None), dict(adjoint="checkpoint", adjoint_params=[scale])):
+        sol = odelab.solve(system, y0, t, method="rk4", dt=0.05, history=history, **kw)
+        grads.append(torch.autograd.grad(sol.y.square().sum(), [scale]))
+    _assert_equal_grads(*grads)
+
+
 # -- backsolve: the continuous adjoint ------------------------------------------------------------------
 
 @pytest.mark.parametrize("method", ["dopri5", "tsit5"])
