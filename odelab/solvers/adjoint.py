@@ -118,6 +118,14 @@ def solve_with_adjoint(system: System | Callable, y0, t, *, adjoint: str, method
             raise ValueError(f"dt: expected a positive finite number, got {dt!r}")
         scheme.check(system)
 
+    unseen = _unseen_leaves(system, state, path, times[0], extra, adaptive)
+    if unseen:
+        shapes = ", ".join(str(tuple(x.shape)) for x in unseen[:4])
+        remedy = ("name them in adjoint_params=[...]" if adjoint == "checkpoint" else
+                  "make them parameters of the system (an nn.Module)")
+        raise ValueError(f"adjoint_params: the vector field (or the callable input) depends on tensors that require "
+                         f"grad and that adjoint={adjoint!r} does not see (shapes {shapes}): they would get no "
+                         f"gradient; {remedy}, or solve with adjoint=None")
     if adjoint == "backsolve":
         if path is not None:
             raise ValueError("u: adjoint='backsolve' supports systems without inputs; use adjoint='checkpoint' "
@@ -600,6 +608,34 @@ def _history_tensors(system: System, state, history, t0: float, extra: tuple[Ten
                          f"adjoint='checkpoint' does not see (shapes {shapes}); name them in adjoint_params=[...] "
                          f"(the backward recomputes the history from them), or solve with adjoint=None")
     return ()
+
+
+def _unseen_leaves(system: System, state, path: InputPath | None, t0: float, extra: tuple[Tensor, ...],
+                   adaptive: bool) -> list[Tensor]:
+    """The tensors requiring grad that one evaluation of the field at (t0, y0) -- and of a callable input --
+    depends on beyond the system's parameters and ``extra``: the adjoints differentiate only those (and y0 and a
+    sampled input), so any other would get no gradient, silently (torchdiffeq's odeint_adjoint refuses the same
+    case). The probe's time is as the solve passes it (a (batch, 1) tensor under the adaptive methods, 0-dim under
+    the fixed-step ones, a float to a System); a probe that fails leaves the check to the solve itself."""
+    blocks = tuple(x.detach() for x in state)
+    like = blocks[0]
+    t_tensor = torch.full((like.shape[0], 1) if adaptive else (), t0, dtype=like.dtype, device=like.device)
+    try:
+        with torch.enable_grad():
+            inp = None
+            if isinstance(path, FunctionInput):
+                inp = path.at(t_tensor)
+            elif path is not None:
+                inp = path.encoded[:, 0].detach()
+            delayed = (blocks,) * len(system.delays) if system.is_delay else ()
+            out = system.derivative(t_tensor if tensor_time(system) else t0, blocks, inp, *delayed)
+    except Exception:
+        return []
+    values = [x for x in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(x, Tensor)]
+    if isinstance(inp, Tensor):
+        values.append(inp)
+    seen = {id(p) for p in (*system.parameters(), *extra)}
+    return [x for x in _graph_leaves(values) if id(x) not in seen]
 
 
 def _graph_leaves(tensors: list[Tensor]) -> list[Tensor]:

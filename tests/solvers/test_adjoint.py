@@ -273,6 +273,28 @@ def test_checkpoint_refuses_a_callable_history_over_tensors_it_cannot_see():
     _assert_equal_grads(*grads)
 
 
+@pytest.mark.parametrize("adjoint,where", [("checkpoint", "field"), ("backsolve", "field"), ("checkpoint", "input")])
+def test_adjoints_refuse_tensors_they_cannot_see(adjoint, where):
+    """A plain callable f, or a callable input u(t), that closes over a tensor requiring grad which is neither a
+    parameter of the system nor in adjoint_params: the adjoints differentiate only what they see, so that tensor got
+    no gradient (None) silently; now a ValueError naming adjoint_params. Named in adjoint_params, the checkpointed
+    gradient equals direct backprop's."""
+    weight = nn.Parameter(torch.tensor([[0.3]], dtype=F64))
+    y0 = torch.tensor([[1.0], [0.5]], dtype=F64, requires_grad=True)
+    if where == "field":
+        f, kw = (lambda t, y: -weight * y), {}
+    else:  # backsolve takes systems without inputs
+        f, kw = (lambda t, y, v: -y + v), dict(u=lambda t: weight * torch.cos(t) * torch.ones_like(y0))
+    with pytest.raises(ValueError, match=r"adjoint_params: .* does not see .* no gradient"):
+        odelab.solve(f, y0, [0.0, 1.0], adjoint=adjoint, **kw)
+    if adjoint == "checkpoint":
+        grads = []
+        for extra in (dict(adjoint=None), dict(adjoint="checkpoint", adjoint_params=[weight])):
+            sol = odelab.solve(f, y0, [0.0, 1.0], method="rk4", dt=0.1, **kw, **extra)
+            grads.append(torch.autograd.grad(sol.y[:, -1].sum(), [weight, y0]))
+        _assert_equal_grads(*grads)
+
+
 # -- backsolve: the continuous adjoint ------------------------------------------------------------------
 
 @pytest.mark.parametrize("method", ["dopri5", "tsit5"])
