@@ -21,7 +21,7 @@ def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
                                         "lrc_damping.json")),
     ("custom_system.py", (), ()),
     ("fitzhugh_nagumo.py", ("--out", "out"), ("lem.png", "lstm.png")),
-    ("enso.py", ("--out", "out"), ("enso_trajectories.png",)),
+    ("enso.py", ("--out", "out"), ("enso_trajectories.png", "enso_continued.png")),
     ("mackey_glass.py", (), ()),
 ])
 def test_example_runs_tiny(tmp_path, name, args, outputs):
