@@ -45,13 +45,13 @@ from ..systems.base import State, System
 from .breakpoints import collect, nodes_near
 from .cache import inductor_options, keep_compiled_code
 from .compiled import BatchDynamic, own_code, tracing_options
+from .dense import DenseOutput
 from . import fused_fixed
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
 from .history import History, delay_values, history_function
 from .inputs import FunctionInput, InputPath
 from .schemes import ExplicitRK, PartitionedEuler, Scheme
-from .dense import DenseOutput
 from .solution import Solution, finish
 
 

@@ -16,11 +16,11 @@ from .device import on_device_of
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
 from .fused_step import records_state_gradient
+from .grid import as_times
+from .history import SolutionHistory
 from .inputs import InputPath
 from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
-from .grid import as_times
-from .history import SolutionHistory
 from .solution import Solution, SolveError
 
 

@@ -270,6 +270,37 @@ def test_the_continued_solve_lands_on_the_kinks_of_its_history():
     assert abs(float(second.y[0, -1, 0].detach()) - exact) <= 1e-13
 
 
+@pytest.mark.parametrize("method,kw", [("bosh3", dict(rtol=1e-9, atol=1e-11)), ("dopri5", dict(rtol=1e-10, atol=1e-12)),
+                                       ("rk4", dict(dt=0.01))])
+def test_a_learnable_delay_differentiates_the_dense_output(method, kw):
+    """d/dτ of y read between the outputs (y' = −y(t − τ) + 0.1 y, τ a parameter, a history per sample) against
+    central differences: the pieces carry the delay's gradient (fixed-step: the moving jump at t0 + τ too)."""
+
+    class LearnableDelay(System):
+        blocks, observable, hidden_size = ("y",), "y", 1
+
+        def __init__(self):
+            super().__init__()
+            self.tau = torch.nn.Parameter(torch.tensor(0.9, dtype=F64))
+
+        @property
+        def delays(self):
+            return (self.tau,)
+
+        def derivative(self, t, state, inp, *delayed):
+            return (-delayed[0][0] + 0.1 * state[0],)
+
+    system = LearnableDelay()
+    y0, history = torch.tensor([[1.0], [0.5]], dtype=F64), torch.tensor([[0.7], [0.2]], dtype=F64)
+
+    def value():
+        sol = odelab.solve(system, y0, [0.0, 3.0], method=method, history=history, dense=True, **kw)
+        return (sol.evaluate([1.3, 2.77])[0] ** 2).sum()
+
+    grads = torch.autograd.grad(value(), [system.tau])
+    assert_matches_finite_differences(value, [system.tau], grads, eps=1e-6, rtol=1e-5 if method != "rk4" else 1e-4)
+
+
 def test_gradients_flow_through_a_continued_solve():
     """d y(3) / d(gain, y0) of the continued solve (rk4) equal those of one solve over [0, 3]."""
     system = Feedback()
