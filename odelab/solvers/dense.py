@@ -25,6 +25,30 @@ from torch import Tensor
 from .tableau import horner
 
 
+class StepCopies:
+    """The pieces a fused adaptive loop (C++ or Triton) keeps for a dense output: after every attempt, each sample's
+    last accepted step (start, length, state, coefficients (B dim, m)) and its current time, copied into rows of
+    buffers that double when full (no allocation per attempt; on CUDA no host read). A rejected attempt repeats the
+    step before, which ends where the sample stands: a piece of the same end, which no lookup selects first."""
+
+    def __init__(self, last_t: Tensor, last_h: Tensor, last_y: Tensor, last_coef: Tensor, capacity: int = 64):
+        self.count = 0
+        self.buffers = [x.new_empty(capacity, *x.shape) for x in (last_t, last_h, last_y, last_coef, last_t)]
+
+    def append(self, *step: Tensor) -> None:
+        """Copy (last_t, last_h, last_y, last_coef, t) into the next row."""
+        if self.count == self.buffers[0].shape[0]:
+            self.buffers = [torch.cat([x, torch.empty_like(x)]) for x in self.buffers]
+        for buffer, value in zip(self.buffers, step):
+            buffer[self.count].copy_(value)
+        self.count += 1
+
+    def pieces(self, sizes: list[int]) -> "DenseOutput":
+        start, length, y, coef, end = (x[:self.count] for x in self.buffers)
+        count, batch, dim = y.shape
+        return DenseOutput(start, length, end, y.reshape(count * batch, dim), coef.reshape(count * batch, -1), sizes)
+
+
 class DenseOutput:
     """Pieces of a solve, stacked: ``start``, ``length``, ``end`` (S, B) float64 solver times (``end`` is
     non-decreasing along S for every sample; an attempt that was rejected is a piece of length 0 that nothing

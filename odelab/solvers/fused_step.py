@@ -33,6 +33,7 @@ import math
 import torch
 from torch import Tensor
 
+from .dense import StepCopies
 from .derivatives import forward_mode_or_transform
 from .native import NativeLibrary
 from .solution import Status
@@ -576,10 +577,9 @@ class FusedLoop:
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         # a dense output: after each attempt, every sample's last accepted step, ending at its time (a rejected
         # attempt repeats the step before, which ends where the sample stands)
-        records = None if s.kept is None else []
-        snapshot = lambda: records.append(tuple(x.clone() for x in (last_t, last_h, last_y, last_coef, t)))
-        if records is not None:
-            snapshot()
+        copies = None if s.kept is None else StepCopies(last_t, last_h, last_y, last_coef)
+        if copies is not None:
+            copies.append(last_t, last_h, last_y, last_coef, t)
         going, attempted = int(active.sum()), 0
         keep = []  # the field's values of this attempt (their addresses are in the argument arrays)
         # a delay system's dense history reads the rings of accepted steps that the finish kernel fills
@@ -614,16 +614,16 @@ class FusedLoop:
                 attempted += 1
                 finish_sizes[5] = int(attempted >= budget)
                 going = self.finish(self.f64, finish_sizes, finish_args, self.finish_scalars)
-                if records is not None:
-                    snapshot()
+                if copies is not None:
+                    copies.append(last_t, last_h, last_y, last_coef, t)
                 if ring is not None and int(grow):  # a ring holds only records still needed: double it first
                     ring.grow()
                     finish_sizes[8] = ring.window
                     finish_args = finish_pointers()  # its k_i slots: rewritten by the next attempt's stages
         finally:
             s.history = torch_history
-        if records is not None:
-            s.kept.append(s.pieces(records))
+        if copies is not None:
+            s.kept.append(copies.pieces(s.sizes))
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times)).unsqueeze(0) >= written.unsqueeze(1)

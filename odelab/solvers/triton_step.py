@@ -38,6 +38,7 @@ from torch import Tensor
 
 from .cache import keep_triton_code
 from .cuda_graph import capture as _capture, capturing as _capturing, warm_up as _warm_up
+from .dense import StepCopies
 from .fused_step import RingHistory, records_gradient
 from .solution import Status
 from .tableau import horner
@@ -433,8 +434,7 @@ class TritonLoop:
         if ring is not None:
             s.history = ring
         # a dense output: after each attempt, every sample's last accepted step (see .fused_step.FusedLoop.segment)
-        records = None if s.kept is None else []
-        snapshot = lambda: records.append(tuple(x.clone() for x in (last_t, last_h, last_y, last_coef, t)))
+        copies = None if s.kept is None else StepCopies(last_t, last_h, last_y, last_coef)
 
         def attempts() -> None:
             """``s.chunk`` attempts of every sample, in place; no host read (what a CUDA graph replays)."""
@@ -465,11 +465,11 @@ class TritonLoop:
                         times, written, *ks, *rings, batch, dim, len(out_times), self.berr_at, self.dense_at,
                         ring.window if ring is not None else 1, S=stages, M=m, HAS_DT_MAX=s.dt_max < math.inf,
                         RING=ring is not None, BB=_ROWS, BD=block_d)
-                if records is not None:
-                    snapshot()
+                if copies is not None:
+                    copies.append(last_t, last_h, last_y, last_coef, t)
 
-        if records is not None:
-            snapshot()
+        if copies is not None:
+            copies.append(last_t, last_h, last_y, last_coef, t)
         chunk = ChunkGraph(attempts) if s.opts.cuda_graph else attempts
         try:
             while True:  # one host read per chunk: any sample active, and (delays) whether a ring must grow first
@@ -487,8 +487,8 @@ class TritonLoop:
                 chunk()
         finally:
             s.history = torch_history
-        if records is not None:
-            s.kept.append(s.pieces(records))
+        if copies is not None:
+            s.kept.append(copies.pieces(s.sizes))
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)
