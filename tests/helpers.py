@@ -244,3 +244,24 @@ def fused_cpu_presets(hidden: int) -> dict:
         "lrcu-a": lambda: cells.LRCU(2, hidden, "asymmetric"),
         "unicornn": lambda: cells.UnICORNN(2, hidden, dt=0.9, alpha=0.4),
     }
+
+
+def learnable_delay_system():
+    """y' = −y(t − τ) + 0.1 y with τ = 0.9 a parameter (float64): a delay system whose delay learns."""
+    import odelab
+
+    class LearnableDelay(odelab.systems.System):
+        blocks, observable, hidden_size = ("y",), "y", 1
+
+        def __init__(self):
+            super().__init__()
+            self.tau = torch.nn.Parameter(torch.tensor(0.9, dtype=torch.float64))
+
+        @property
+        def delays(self):
+            return (self.tau,)
+
+        def derivative(self, t, state, inp, *delayed):
+            return (-delayed[0][0] + 0.1 * state[0],)
+
+    return LearnableDelay()

@@ -47,11 +47,7 @@ def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, 
         """Steps first..last-1 from ``start``; returns the recorded states (flattened) then the final state."""
         state, recorded = start, []
         for k in range(first, last):
-            ta, tb = grid[k], grid[k + 1]
-            if path is not None:
-                field.inp = path.segment(ta, tb)
-            if edges:
-                field.edges = (ta, tb, k in edges, k + 1 in edges)
+            ta, tb = _enter_step(field, grid, k, path, edges)
             state = scheme.step(field, ta, state, tb - ta)
             if k + 1 in record:
                 recorded.extend(state)
@@ -71,6 +67,16 @@ def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, 
     return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=(len(grid) - 1) * scheme.stages)
 
 
+def _enter_step(field: Field, grid: list[float], k: int, path: InputPath | None, edges: set[int]) -> tuple[float, float]:
+    """Bind step k's input segment and jump edges to ``field``; returns the step's ends (t_k, t_{k+1})."""
+    ta, tb = grid[k], grid[k + 1]
+    if path is not None:
+        field.inp = path.segment(ta, tb)
+    if edges:
+        field.edges = (ta, tb, k in edges, k + 1 in edges)
+    return ta, tb
+
+
 def _run_fused(system: System, fused: fused_fixed.FusedExplicitRK, field: Field, state: State, t_tensor: Tensor,
                grid: list[float], record: set[int], path: InputPath | None, edges: set[int]) -> Solution:
     """The steps of :func:`solve_fixed` by :class:`.fused_fixed.FusedExplicitRK`, each recorded state written into
@@ -79,11 +85,7 @@ def _run_fused(system: System, fused: fused_fixed.FusedExplicitRK, field: Field,
     rows = fused_fixed.Outputs(state, steps, record)
     outputs = [rows.views[0]]
     for k in range(steps):
-        ta, tb = grid[k], grid[k + 1]
-        if path is not None:
-            field.inp = path.segment(ta, tb)
-        if edges:
-            field.edges = (ta, tb, k in edges, k + 1 in edges)
+        ta, tb = _enter_step(field, grid, k, path, edges)
         recorded = k + 1 in record
         state = fused.step(field, ta, state, tb - ta, rows.take() if recorded else None)
         if recorded:
@@ -103,11 +105,7 @@ def _run_dense(system: System, scheme: Scheme, field: Field, state: State, t_ten
     nodes, starts, ends, outputs = [flat(state)], [], [], [state]
     f_a, extra = None, 0  # extra: the evaluations of f beyond the scheme's stages
     for k in range(steps):
-        ta, tb = grid[k], grid[k + 1]
-        if path is not None:
-            field.inp = path.segment(ta, tb)
-        if edges:
-            field.edges = (ta, tb, k in edges, k + 1 in edges)
+        ta, tb = _enter_step(field, grid, k, path, edges)
         if f_a is None:
             f_a, extra = flat(field(ta, state)), extra + 1
         state = scheme.step(field, ta, state, tb - ta)

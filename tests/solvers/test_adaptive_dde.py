@@ -11,7 +11,7 @@ from odelab.solvers import Status
 from odelab.systems import System
 from odelab.systems import ENSO
 
-from helpers import assert_matches_finite_differences
+from helpers import assert_matches_finite_differences, learnable_delay_system
 
 F64 = torch.float64
 METHODS = ["dopri5", "tsit5", "bosh3"]
@@ -229,23 +229,7 @@ def test_forward_mode_through_a_learnable_delay(method):
     AD is not supported"); the tangent of y(T) against central differences of the solve."""
     import torch.autograd.forward_ad as fwAD
 
-    class LearnableDelay(System):
-        """y' = −y(t − τ) + 0.1 y with τ a parameter."""
-
-        blocks, observable, hidden_size = ("y",), "y", 1
-
-        def __init__(self):
-            super().__init__()
-            self.tau = torch.nn.Parameter(torch.tensor(0.9, dtype=F64))
-
-        @property
-        def delays(self):
-            return (self.tau,)
-
-        def derivative(self, t, state, inp, *delayed):
-            return (-delayed[0][0] + 0.1 * state[0],)
-
-    system = LearnableDelay()
+    system = learnable_delay_system()
     y0, direction = torch.tensor([[1.0], [0.5]], dtype=F64), torch.tensor([[1.0], [-2.0]], dtype=F64)
     solve = lambda start: odelab.solve(system, start, [0.0, 2.5], method=method, rtol=1e-10, atol=1e-12).y[:, -1]
     with fwAD.dual_level():

@@ -11,7 +11,8 @@ import odelab
 from odelab.solvers import fused_step
 from odelab.systems import ENSO, System, VanDerPol
 
-from helpers import assert_matches_finite_differences, linear_ode_exact, polynomial_dde_exact
+from helpers import (assert_matches_finite_differences, learnable_delay_system, linear_ode_exact,
+                     polynomial_dde_exact)
 
 F64 = torch.float64
 ADAPTIVE = ["dopri5", "tsit5", "bosh3"]
@@ -276,21 +277,7 @@ def test_a_learnable_delay_differentiates_the_dense_output(method, kw):
     """d/dτ of y read between the outputs (y' = −y(t − τ) + 0.1 y, τ a parameter, a history per sample) against
     central differences: the pieces carry the delay's gradient (fixed-step: the moving jump at t0 + τ too)."""
 
-    class LearnableDelay(System):
-        blocks, observable, hidden_size = ("y",), "y", 1
-
-        def __init__(self):
-            super().__init__()
-            self.tau = torch.nn.Parameter(torch.tensor(0.9, dtype=F64))
-
-        @property
-        def delays(self):
-            return (self.tau,)
-
-        def derivative(self, t, state, inp, *delayed):
-            return (-delayed[0][0] + 0.1 * state[0],)
-
-    system = LearnableDelay()
+    system = learnable_delay_system()
     y0, history = torch.tensor([[1.0], [0.5]], dtype=F64), torch.tensor([[0.7], [0.2]], dtype=F64)
 
     def value():
