@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 
 import odelab
 from odelab.solvers import Status
@@ -227,8 +228,6 @@ def test_forward_mode_through_a_learnable_delay(method):
     """The caller's own forward-mode AD (a tangent on y0) through a solve with a learnable delay: bosh3 error-controls
     ∂y/∂τ with a forward-mode level of its own, which cannot nest inside the caller's (before: "Nested forward mode
     AD is not supported"); the tangent of y(T) against central differences of the solve."""
-    import torch.autograd.forward_ad as fwAD
-
     system = learnable_delay_system()
     y0, direction = torch.tensor([[1.0], [0.5]], dtype=F64), torch.tensor([[1.0], [-2.0]], dtype=F64)
     solve = lambda start: odelab.solve(system, start, [0.0, 2.5], method=method, rtol=1e-10, atol=1e-12).y[:, -1]
