@@ -67,6 +67,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     spec = FitSpec(args.task, args.model, args.preset, hidden=args.hidden, epochs=args.epochs, lr=args.lr,
                    batch_size=args.batch_size, clip=args.clip, seed=args.seed, model_options=model_options,
+                   lr_milestones=tuple(args.lr_milestones) if args.lr_milestones else None, lr_gamma=args.lr_gamma,
+                   weight_decay=args.weight_decay,
                    data_options=load_options(task, args), out=Path(args.out or f"runs/{args.task}-{args.model}"),
                    resume=args.resume, progress=not args.no_progress, engine=args.engine)
     try:
@@ -101,6 +103,11 @@ def add_command(subparsers) -> None:
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a keyword of the model's constructor, e.g. dt=0.1 or gamma=2 (repeatable)")
     p.add_argument("--clip", type=arguments.positive_float, help="gradient-norm clipping (> 0)")
+    p.add_argument("--lr-milestones", type=arguments.integer(1), nargs="+", metavar="EPOCH",
+                   help="step decay: from each of these epochs (0-based, increasing) on, the rate is multiplied by "
+                        "--lr-gamma (the papers' 'lr / 10 after epoch 90': --lr-milestones 90)")
+    p.add_argument("--lr-gamma", type=arguments.positive_float, help="the step decay's factor (default 0.1)")
+    p.add_argument("--weight-decay", type=float, help="the optimizer's L2 penalty λ (>= 0; default 0)")
     p.add_argument("--seed", type=arguments.seed, default=1234, help="data and initialisation seed (0 … 2^32 − 1)")
     p.add_argument("--device", type=arguments.device, default="cpu",
                    help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)")

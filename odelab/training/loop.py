@@ -36,6 +36,31 @@ class TrainConfig:
     eval_batch_size: int = 256
     optimizer: str = "adam"  # "adam" or "rmsprop"
     regression_loss: str = "mse"  # "mse" or "l1" (mean absolute error, e.g. the LRC authors' neural-ODE code)
+    # step decay of the papers ("lr divided by 10 after epoch 90"): from epoch m (0-based) of each milestone m on,
+    # the rate is multiplied by lr_gamma; a function of the epoch alone, so a resumed run keeps it
+    lr_milestones: tuple[int, ...] = ()
+    lr_gamma: float = 0.1
+    weight_decay: float = 0.0  # the optimizer's L2 penalty (torch's weight_decay: λ θ added to the gradient)
+
+    def lr_at(self, epoch: int) -> float:
+        """The learning rate of ``epoch`` (0-based): lr · lr_gamma^(number of milestones ≤ epoch)."""
+        return self.lr * self.lr_gamma ** sum(1 for m in self.lr_milestones if m <= epoch)
+
+    def check(self) -> None:
+        """ValueError naming the field when a setting is out of range."""
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.regression_loss not in REGRESSION_LOSSES:
+            raise ValueError(f"regression_loss: expected one of {sorted(REGRESSION_LOSSES)}, got "
+                             f"{self.regression_loss!r}")
+        milestones = self.lr_milestones = tuple(self.lr_milestones)
+        if not all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in milestones) or \
+                any(b <= a for a, b in zip(milestones, milestones[1:])):
+            raise ValueError(f"lr_milestones: expected strictly increasing epochs >= 1, got {self.lr_milestones!r}")
+        if not 0 < self.lr_gamma <= 1:
+            raise ValueError(f"lr_gamma: expected a factor in (0, 1], got {self.lr_gamma!r}")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ValueError(f"weight_decay: expected a finite number >= 0, got {self.weight_decay!r}")
 
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
@@ -208,10 +233,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     :class:`CheckpointError` naming each change, as does an unreadable checkpoint. Ctrl-C raises
     :class:`Interrupted` with the last finished epoch, whose checkpoint is intact.
     """
-    if config.optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZERS)}, got {config.optimizer!r}")
-    if config.regression_loss not in REGRESSION_LOSSES:
-        raise ValueError(f"regression_loss: expected one of {sorted(REGRESSION_LOSSES)}, got {config.regression_loss!r}")
+    config.check()
     check_targets(data, loss)
     classification = loss == "cross_entropy"
     rank, world = rank_and_world()
@@ -220,7 +242,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     parameters = [p for p in model.parameters() if p.requires_grad]
     x_train, y_train = (t.to(device) for t in data["train"])
     x_valid, y_valid = (t.to(device) for t in data["valid"])
-    optimizer = OPTIMIZERS[config.optimizer](parameters, lr=config.lr)
+    optimizer = OPTIMIZERS[config.optimizer](parameters, lr=config.lr, weight_decay=config.weight_decay)
     shuffle = torch.Generator().manual_seed(config.seed)
     history, start_epoch, elapsed = (ClassificationHistory() if classification else History()), 0, 0.0
     best = ({"valid_accuracy": -math.inf, "valid_loss": math.inf, "epoch": -1, "state": None} if classification
@@ -258,6 +280,8 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     try:
         for epoch in bar:
             tic = time.perf_counter()
+            for group in optimizer.param_groups:  # the step schedule (also after a resume: it reads the epoch)
+                group["lr"] = config.lr_at(epoch)
             model.train()
             order = torch.randperm(x_train.shape[0], generator=shuffle)  # the same on every rank
             for i in range(0, len(order), config.batch_size):

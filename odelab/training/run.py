@@ -42,6 +42,9 @@ class FitSpec:
     lr: float | None = None
     batch_size: int | None = None
     clip: float | None = None
+    lr_milestones: tuple[int, ...] | None = None
+    lr_gamma: float | None = None
+    weight_decay: float | None = None
     seed: int = 1234
     device: str = "cpu"
     model_options: dict = field(default_factory=dict)
@@ -66,6 +69,12 @@ class FitSpec:
                                           ("clip", self.clip, 0, True)):
             if value is not None and (value <= low if strict else value < low):
                 raise FitError(f"--{name}: expected a number {'>' if strict else '>='} {low}, got {value}")
+        try:
+            TrainConfig(lr_milestones=self.lr_milestones or (), lr_gamma=1.0 if self.lr_gamma is None else self.lr_gamma,
+                        weight_decay=self.weight_decay or 0.0).check()
+        except ValueError as err:
+            name, detail = str(err).split(":", 1)
+            raise FitError(f"--{name.replace('_', '-')}:{detail}") from None
         return task
 
     def config(self, task: Task) -> tuple[int, TrainConfig]:
@@ -73,7 +82,8 @@ class FitSpec:
         preset = settings(task, self.preset, self.model)
         hidden = self.hidden or preset.pop("hidden_size")
         preset.pop("hidden_size", None)
-        overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip") if getattr(self, k) is not None}
+        overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip", "lr_milestones", "lr_gamma",
+                                                   "weight_decay") if getattr(self, k) is not None}
         return hidden, TrainConfig(**{**preset, **overrides}, seed=self.seed, device=self.device)
 
 
