@@ -7,6 +7,8 @@
   max_i max(|z_n^i|, |y_n^i|) ≤ min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt), for any input.
 * :func:`unicornn_energy` / :func:`energy_drift` -- the Hamiltonian (thesis eq. 3.4) along trajectories;
   :func:`invert_partitioned_euler` -- the exact inverse step (3.7).
+* :func:`step_jacobians` -- ∂X_n/∂X_{n−1} of a cell's steps along a sequence (Rusch et al. 2022, App. E.2 eq. 27:
+  I + Δt E + Δt² F for LEM; products give ∂X_n/∂X_k, eq. 26); for UnICORNN's symplectic step, det = 1.
 * :func:`field_jacobian` / :func:`eigen_study` -- eigenvalues of h·∂f/∂state along a trajectory against the
   stability regions of explicit Euler, RK2, RK4 and implicit Euler.
 * :func:`damping_study` -- LRC vs STC (and LTC) oscillation damping: zero crossings after a step input and
@@ -74,6 +76,38 @@ def trajectory(layer: Recurrent, x: Tensor, state: State | None = None,
     finally:
         layer.scheme, layer.engine = saved
     return outputs, hook.states
+
+
+def step_jacobians(layer: Recurrent, x: Tensor, state: State | None = None) -> Tensor:
+    """``(batch, T, n, n)``: the Jacobian ∂X_n/∂X_{n−1} of every step of ``layer`` (one sample, its sub-steps
+    included) along the sequence ``x`` from ``state`` (default: the layer's zero state), per sample, with the
+    state's blocks flattened in ``layer.system.blocks`` order. Products of consecutive ones are ∂X_n/∂X_k (Rusch et
+    al. 2022, eq. 26). The generic loop steps. Delay cells are refused (their step also reads the buffer)."""
+    if layer.system.is_delay:
+        raise ValueError(f"layer: {type(layer.system).__name__} is a delay system; its step reads states before "
+                         f"X_(n−1), so ∂X_n/∂X_(n−1) alone is not its Jacobian")
+    _, states = trajectory(layer, x, state)
+    start = tuple(layer.starting_state(x, state))
+    sizes = [s.shape[-1] for s in start]
+    saved, layer.engine = layer.engine, "generic"
+    try:
+        out = []
+        for b in range(x.shape[0]):
+            rows = []
+            for n in range(x.shape[1]):
+                before = start if n == 0 else states[n - 1]
+                u = x[b:b + 1, n:n + 1]
+
+                def step(v: Tensor) -> Tensor:
+                    blocks = tuple(part.unsqueeze(0) for part in v.split(sizes))
+                    return torch.cat(layer(u, blocks)[1], -1)[0]
+
+                v = torch.cat([s[b] for s in before]).detach()
+                rows.append(torch.autograd.functional.jacobian(step, v))
+            out.append(torch.stack(rows))
+    finally:
+        layer.engine = saved
+    return torch.stack(out)
 
 
 def stack_states(states: Sequence[State]) -> tuple[Tensor, ...]:
