@@ -6,7 +6,9 @@
   (LEM eq. 3, coRNN eq. 2.3 with explicit damping): block += dt (forcing − decay · block). With
   ``implicit_decay=True`` the decay is implicit, block = (block + dt forcing) / (1 + dt decay) -- coRNN's
   implicit-damping option and the LTC fused (semi-implicit) step. With ``symplectic=True`` it is
-  symplectic Euler for a (velocity, position) pair (UnICORNN, harmonic oscillators).
+  symplectic Euler for a (velocity, position) pair (UnICORNN, harmonic oscillators). ``imex-reversed`` updates
+  the blocks in the opposite order (LEM: y from the old z, then z from the new y), the ordering the LEM paper's
+  discretisation study sets against its own (Rusch et al. 2022, §2.7 checklist).
 
 All schemes are first order except the RK methods of higher order; ``order`` records the classical order.
 """
@@ -85,10 +87,13 @@ class ExplicitRK(Scheme):
 class PartitionedEuler(Scheme):
     """Block-by-block Euler in the system's declared order (see module docstring)."""
 
-    def __init__(self, name: str, implicit_decay: bool = False, symplectic: bool = False):
-        self.name, self.implicit_decay, self.symplectic = name, implicit_decay, symplectic
+    def __init__(self, name: str, implicit_decay: bool = False, symplectic: bool = False, reverse: bool = False):
+        self.name, self.implicit_decay, self.symplectic, self.reverse = name, implicit_decay, symplectic, reverse
 
     def check(self, system):
+        if self.reverse and len(system.blocks) < 2:
+            raise ValueError(f"method: {self.name!r} reverses the order of two or more state blocks; "
+                             f"{type(system).__name__} has one (use 'imex')")
         if self.symplectic and system.velocity_position is None:
             raise ValueError(
                 f"method: {self.name!r} needs a (velocity, position) pair; {type(system).__name__} declares none "
@@ -99,7 +104,8 @@ class PartitionedEuler(Scheme):
 
     def step(self, field, t, state, dt):
         state, implicit = list(state), self.implicit_decay
-        for i, split in enumerate(field.split_plan(self.symplectic)):  # which blocks split: found once per field
+        plan = list(enumerate(field.split_plan(self.symplectic)))  # which blocks split: found once per field
+        for i, split in reversed(plan) if self.reverse else plan:
             block = state[i]
             if not split:
                 state[i] = block + scaled(dt, field.block(i, t, state))
@@ -120,6 +126,7 @@ FIXED_SCHEMES: dict[str, Scheme] = {
     "rk4": ExplicitRK(RK4),
     "imex": PartitionedEuler("imex"),
     "imex-implicit": PartitionedEuler("imex-implicit", implicit_decay=True),
+    "imex-reversed": PartitionedEuler("imex-reversed", reverse=True),
     "symplectic-euler": PartitionedEuler("symplectic-euler", symplectic=True),
 }
 

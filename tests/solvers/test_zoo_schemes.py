@@ -11,9 +11,10 @@ INPUTS, HIDDEN, BATCH = 2, 5, 3
 EXPLICIT = {"euler", "midpoint", "heun", "rk4"}
 SYSTEMS = {
     # name: (constructor, schemes that apply)
-    "cornn": (lambda: CoRNN(INPUTS, HIDDEN, gamma=2.0, epsilon=3.0), EXPLICIT | {"imex", "imex-implicit", "symplectic-euler"}),
-    "unicornn": (lambda: UnICORNN(INPUTS, HIDDEN, alpha=1.0), EXPLICIT | {"imex", "symplectic-euler"}),
-    "oscillator": (lambda: NeuralOscillator(INPUTS, HIDDEN), EXPLICIT | {"imex", "symplectic-euler"}),
+    "cornn": (lambda: CoRNN(INPUTS, HIDDEN, gamma=2.0, epsilon=3.0),
+              EXPLICIT | {"imex", "imex-implicit", "imex-reversed", "symplectic-euler"}),
+    "unicornn": (lambda: UnICORNN(INPUTS, HIDDEN, alpha=1.0), EXPLICIT | {"imex", "imex-reversed", "symplectic-euler"}),
+    "oscillator": (lambda: NeuralOscillator(INPUTS, HIDDEN), EXPLICIT | {"imex", "imex-reversed", "symplectic-euler"}),
     "ltc": (lambda: LTC(INPUTS, HIDDEN), EXPLICIT | {"imex", "imex-implicit"}),
     "stc": (lambda: STC(INPUTS, HIDDEN), EXPLICIT | {"imex", "imex-implicit"}),
     "lrc-a": (lambda: LRC(INPUTS, HIDDEN, "asymmetric"), EXPLICIT | {"imex", "imex-implicit"}),
