@@ -89,9 +89,11 @@ class DenseOutput:
     def requires_grad(self) -> bool:
         return self.y.requires_grad or self.coef.requires_grad
 
-    def at(self, times: Tensor) -> Tensor:
+    def at(self, times: Tensor, unreached: bool = True) -> Tensor:
         """The flat state at solver times ``times`` (B, J) float64 (they may carry a gradient, which θ keeps) as
-        (B, J, dim): the piece containing each time is the first whose end is not before it."""
+        (B, J, dim): the piece containing each time is the first whose end is not before it. ``unreached``: look
+        for times past a failed sample's last step and give NaN there (one host read; False when every sample
+        finished)."""
         batch, dim, m = self.batch, self.dim, self.m
         rows = torch.arange(batch, device=self.y.device).unsqueeze(1)
         chunk = max(1, 65536 // max(1, batch))  # times per pass: the temporaries stay cache-sized
@@ -107,7 +109,7 @@ class DenseOutput:
             parts = self.coef.index_select(0, flat).view(flat.numel(), dim, m).unbind(-1)
             theta = theta.reshape(flat.numel(), 1).expand(-1, dim).contiguous()  # same-shape products are the fast ones
             piece = horner(base, parts, theta).view(*tau.shape, dim)
-            if not bool(reached.all()):
+            if unreached and not bool(reached.all()):
                 piece = torch.where(reached.unsqueeze(-1), piece, math.nan)
             pieces.append(piece)
         return torch.cat(pieces, 1) if len(pieces) > 1 else pieces[0]
@@ -131,9 +133,14 @@ class DenseOutput:
                              f"{tuple(t.shape)}")
         t = t.to(device=self.y.device, dtype=torch.float64)
         self.check_span(t.detach())
+        return self.read(t)
+
+    def read(self, t: Tensor, unreached: bool = True) -> tuple[Tensor, ...]:
+        """:meth:`evaluate` for float64 times ``t`` of the checked shapes and span, without host reads (but the one
+        of ``unreached``, see :meth:`at`)."""
         s = -t if self.backwards else t
         times = s.reshape(1, -1).expand(self.batch, -1) if t.dim() < 2 else s
-        flat = self.at(times)
+        flat = self.at(times, unreached)
         if t.dim() == 0:
             flat = flat.squeeze(1)
         return tuple(flat.split(self.sizes, -1)) if len(self.sizes) > 1 else (flat,)

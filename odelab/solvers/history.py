@@ -71,23 +71,24 @@ class SolutionHistory:
 
     WHOSE = "the span of the solution given as history (the delays read back to t0 − max τ)"
 
-    def __init__(self, solution, t0: float):
+    def __init__(self, solution, t0: float, reach: float):
         self.dense = solution.dense_output
         if self.dense is None:
             raise ValueError("history: the solution given keeps its output times only; solve it with dense=True to "
                              "continue it")
-        self.dense.check_span(torch.tensor([t0], dtype=torch.float64), "history", self.WHOSE)
+        self.dense.check_span(torch.tensor([t0, t0 - reach], dtype=torch.float64), "history", self.WHOSE)
         self.low, self.high = sorted(self.dense.span)
         self.kinks = self.dense.kinks
+        # NaN past a failed sample's last step: looked for only when some sample failed (a host read per read)
+        self.failed = solution.status is not None and not bool((solution.status == 0).all())
 
     def __call__(self, t: Tensor) -> State:
+        """φ(t) with no host read: the span was checked for t0 − max τ … t0 when the solve began; an adaptive solve
+        also reads φ batch-wide past t0 and keeps it only where t − τ ≤ t0, so times are clamped into the span."""
         dense = self.dense
         if t.dim() == 2 and t.shape[0] != dense.batch:
             raise ValueError(f"history: the solution given has a batch of {dense.batch}, the solve {t.shape[0]}")
-        if float(t.detach().min()) < self.low:
-            dense.check_span(t.detach(), "history", self.WHOSE)  # the time the delays reach back to
-        # an adaptive solve reads φ batch-wide and keeps it where t − τ ≤ t0 only: past t0 (≤ high) nothing is used
-        blocks = dense.evaluate(t.clamp_max(self.high))
+        blocks = dense.read(t.to(device=dense.y.device, dtype=torch.float64).clamp(self.low, self.high), self.failed)
         return tuple(x.squeeze(1) for x in blocks) if t.dim() == 2 else blocks
 
 

@@ -100,7 +100,8 @@ def solve(
     if not isinstance(dense, bool):
         raise TypeError(f"dense: expected True or False, got {type(dense).__name__}")
     if isinstance(history, Solution):  # a delay solve continuing an earlier one
-        history = SolutionHistory(history, as_times(t, allow_decreasing=True)[1][0])
+        reach = max((float(tau) for tau in getattr(system, "delays", ())), default=0.0)
+        history = SolutionHistory(history, as_times(t, allow_decreasing=True)[1][0], reach)
     with on_device_of(y0):  # Triton kernels and CUDA graphs run on the current device
         if adjoint in ADJOINTS and forward_mode_or_transform():
             # the adjoints only reshape the reverse pass; tangents need the steps' own derivatives (backsolve's

@@ -78,3 +78,18 @@ def test_adaptive_torch_loop_reads_once_per_chunk(chunk, dense):
     (short_reads, short_steps), (long_reads, long_steps) = runs
     assert long_steps - short_steps > 400
     assert long_reads - short_reads <= (long_steps - short_steps) // chunk + 2
+
+
+def test_reading_a_dense_solution_as_history_reads_nothing():
+    """A delay solve continuing a dense solution reads it at every stage (the adaptive methods batch-wide): each read
+    costs no host read (its span is checked once, when the solve begins). Before: three per read."""
+    from odelab.solvers.history import SolutionHistory
+
+    first = odelab.solve(ENSO(), torch.tensor([[0.3], [0.9]], dtype=F64), [0.0, 20.0], rtol=1e-6, atol=1e-8,
+                         dense=True)
+    history = SolutionHistory(first, 20.0, 4.8)
+    times, shared = torch.tensor([[16.1], [19.5]], dtype=F64), torch.tensor(17.0, dtype=F64)
+    with host_reads() as reads:
+        history(times)
+        history(shared)
+    assert not reads
