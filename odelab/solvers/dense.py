@@ -51,19 +51,19 @@ class StepCopies:
 
 class DenseOutput:
     """Pieces of a solve, stacked: ``start``, ``length``, ``end`` (S, B) float64 solver times (``end`` is
-    non-decreasing along S for every sample; an attempt that was rejected is a piece of length 0 that nothing
-    lands in); ``y`` (S B, dim) and ``coef`` (S B, dim m), piece k of sample b in row k B + b. ``sizes``: the
-    state blocks' widths, in order; ``span``: the user's first and last time; ``backwards``: s = −t; ``kinks``
-    (set by the driver, in the user's times once solved): where the solution's derivatives may jump."""
+    non-decreasing along S for every sample; a rejected attempt ends where it started, so a lookup selects it only at
+    that time, where θ = 0 gives its starting state); ``y`` (S B, dim) and ``coef`` (S B, dim m), piece k of sample
+    b in row k B + b. ``sizes``: the state blocks' widths, in order. Set by ``odelab.solve`` once solved: ``span``,
+    the user's first and last time; ``backwards``, s = −t; ``kinks`` (the user's times), where the solution's
+    derivatives may jump."""
 
-    def __init__(self, start: Tensor, length: Tensor, end: Tensor, y: Tensor, coef: Tensor, sizes: list[int],
-                 span: tuple[float, float] | None = None, backwards: bool = False):
+    def __init__(self, start: Tensor, length: Tensor, end: Tensor, y: Tensor, coef: Tensor, sizes: list[int]):
         self.start, self.length, self.end, self.y, self.coef = start, length, end, y, coef
         self.count, self.batch = start.shape
         self.dim = y.shape[-1]
         self.m = coef.shape[-1] // self.dim
-        self.sizes, self.backwards = list(sizes), backwards
-        self.span = span
+        self.sizes, self.backwards = list(sizes), False
+        self.span: tuple[float, float] | None = None
         self.kinks: tuple[tuple[float, int], ...] = ()  # (time, m): y^(m) may jump there (see .breakpoints)
         self.end_rows, self.start_rows, self.length_rows = (x.T.contiguous() for x in (end, start, length))
 
