@@ -260,9 +260,9 @@ class _Integrator:
                  path: InputPath | None, history, opts: _Options, tstops: list[float] = (),
                  jump_times: list[float] = (), sensitive: bool = False, dense: bool = False):
         self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
-        # the pieces of every segment, for the solve's dense output (the torch loop's step records; the fused C++
-        # and Triton loops, which interpolate the outputs as they go, then copy each attempt's last accepted step)
-        self.kept: list[DenseOutput] | None = [] if dense else None
+        # the solve's dense output (one segment: dense refuses checkpoint_segments): the torch loop's step records;
+        # the fused C++ and Triton loops, which interpolate the outputs as they go, copy each attempt's last step
+        self.dense_pieces, self.pieces_kept = dense, None
         self.dtype, self.device = y0.dtype, y0.device
         self.batch, self.dim = y0.shape
         self.t0, self.t_end = times[0], times[-1]
@@ -741,8 +741,8 @@ class _Integrator:
         keeps the pieces when the solve was asked for its dense output."""
         pieces = self.pieces(records)
         count, start, length = pieces.count, pieces.start, pieces.length
-        if self.kept is not None:
-            self.kept.append(pieces)
+        if self.dense_pieces:
+            self.pieces_kept = pieces
         rows = torch.arange(self.batch, device=self.device)
         last = torch.searchsorted(pieces.end_rows, t_final.unsqueeze(1)).squeeze(1).clamp_max_(count - 1)
         flat = last * self.batch + rows
@@ -868,7 +868,7 @@ def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstop
     nfe = 1 + (opts.first_step is None) + carry.steps * (tableau.stages - 1) + carry.restarts
     stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
              "nfe": nfe, "t_final": carry.t}
-    pieces = solver.kept[0] if dense else None
+    pieces = solver.pieces_kept
     if pieces is not None:
         pieces.kinks = solver.kinks
     return Solution(ts=t_tensor, ys=tuple(blocks), blocks=system.blocks, stats=stats, status=carry.code,

@@ -577,7 +577,7 @@ class FusedLoop:
         budget = s.opts.max_steps - (int(steps.max()) if steps.numel() else 0)
         # a dense output: after each attempt, every sample's last accepted step, ending at its time (a rejected
         # attempt repeats the step before, which ends where the sample stands)
-        copies = None if s.kept is None else StepCopies(last_t, last_h, last_y, last_coef)
+        copies = StepCopies(last_t, last_h, last_y, last_coef) if s.dense_pieces else None
         if copies is not None:
             copies.append(last_t, last_h, last_y, last_coef, t)
         going, attempted = int(active.sum()), 0
@@ -623,7 +623,7 @@ class FusedLoop:
         finally:
             s.history = torch_history
         if copies is not None:
-            s.kept.append(copies.pieces(s.sizes))
+            s.pieces_kept = copies.pieces(s.sizes)
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times)).unsqueeze(0) >= written.unsqueeze(1)

@@ -17,7 +17,7 @@ from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
 from .fused_step import records_state_gradient
 from .grid import as_times
-from .history import SolutionHistory
+from .history import SolutionHistory, delay_values
 from .inputs import InputPath
 from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
@@ -100,7 +100,7 @@ def solve(
     if not isinstance(dense, bool):
         raise TypeError(f"dense: expected True or False, got {type(dense).__name__}")
     if isinstance(history, Solution):  # a delay solve continuing an earlier one
-        reach = max((float(tau) for tau in getattr(system, "delays", ())), default=0.0)
+        reach = max((value for value, _ in delay_values(system)), default=0.0) if isinstance(system, System) else 0.0
         history = SolutionHistory(history, as_times(t, allow_decreasing=True)[1][0], reach)
     with on_device_of(y0):  # Triton kernels and CUDA graphs run on the current device
         if adjoint in ADJOINTS and forward_mode_or_transform():

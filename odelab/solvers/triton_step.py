@@ -434,7 +434,7 @@ class TritonLoop:
         if ring is not None:
             s.history = ring
         # a dense output: after each attempt, every sample's last accepted step (see .fused_step.FusedLoop.segment)
-        copies = None if s.kept is None else StepCopies(last_t, last_h, last_y, last_coef)
+        copies = StepCopies(last_t, last_h, last_y, last_coef) if s.dense_pieces else None
 
         def attempts() -> None:
             """``s.chunk`` attempts of every sample, in place; no host read (what a CUDA graph replays)."""
@@ -488,7 +488,7 @@ class TritonLoop:
         finally:
             s.history = torch_history
         if copies is not None:
-            s.kept.append(copies.pieces(s.sizes))
+            s.pieces_kept = copies.pieces(s.sizes)
         out = out.transpose(0, 1)
         if len(out_times) and bool((written < len(out_times)).any()):  # times a sample never reached (it failed)
             unreached = torch.arange(len(out_times), device=device).unsqueeze(0) >= written.unsqueeze(1)
