@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from .gates import log_histogram  # noqa: E402
 from .stability import STABILITY_FUNCTIONS  # noqa: E402
 
 
@@ -142,4 +143,34 @@ def plot_damping(result: dict, path: str | Path) -> None:
         axes[1, col].set(title=f"{label}: explicit Euler, Δ = 1", xlabel="step", ylabel="h_1", yscale="symlog")
         axes[0, col].legend(fontsize=7)
         axes[1, col].legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_step_histograms(steps: dict, summary: dict, path: str | Path, marks: tuple[float, ...] = (),
+                         title: str = "") -> None:
+    """One panel per block: the density of its steps h · decay on log-spaced bins (log-log, as Rusch et al. 2022,
+    Figs. 4, 5, 7), the power-law and exponential fits of the tail (``summary``: :func:`gates.step_summary`), and
+    vertical lines at ``marks`` (e.g. the data's true time scales)."""
+    fig, axes = plt.subplots(1, len(steps), figsize=(5.5 * len(steps), 4.2), squeeze=False)
+    for ax, (block, values) in zip(axes[0], steps.items()):
+        edges, density = log_histogram(values)
+        centres = (edges[:-1] * edges[1:]).sqrt().numpy()
+        ax.stairs(density.numpy(), edges.numpy(), fill=True, alpha=0.5, label="density")
+        tail = summary[block]["tail"]
+        if tail is not None:
+            start = int(density.argmax())
+            s = centres[start:]
+            p0 = float(density[start])
+            k, lam = tail["power_law"]["exponent"], tail["exponential"]["rate"]
+            ax.plot(s, p0 * (s / s[0]) ** (-k), "r-",
+                    label=f"power law s^-{k:.2f} (R² {tail['power_law']['r2']:.2f})")
+            ax.plot(s, p0 * np.exp(-lam * (s - s[0])), "k--",
+                    label=f"exponential e^-{lam:.3g}s (R² {tail['exponential']['r2']:.2f})")
+        for mark in marks:
+            ax.axvline(mark, color="g", lw=1)
+        decades = summary[block]["decades_1_99"]
+        ax.set(xscale="log", yscale="log", xlabel=f"step of {block} (h · decay)", ylabel="density",
+               title=f"{block}: {decades:.2f} decades (1–99 %)")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
     _save(fig, path)

@@ -5,6 +5,7 @@ parser and its ``run``; ``main`` parses and dispatches. Nothing in the package i
     odelab reproduce TASK --seeds N ...    a paper's table over seeds, ours beside theirs (reproduce.py)
     odelab reproduce --report              every table as one markdown report + figures (reproduce.py)
     odelab compare-schemes ...             one trained model under every scheme and step (compare_schemes.py)
+    odelab gates --run DIR                 a trained gated cell's multiscale steps (gates.py)
     odelab stability ...                   gradients, state bounds, energy, eigenvalues, damping (stability.py)
     odelab graph ...                       GraphCON / G²: node classification, sweeps, oversmoothing (graph.py)
 
@@ -16,9 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import compare_schemes, fit, graph, reproduce, stability
+from . import compare_schemes, fit, gates, graph, reproduce, stability
 
-COMMANDS = (fit, reproduce, compare_schemes, stability, graph)
+COMMANDS = (fit, reproduce, compare_schemes, gates, stability, graph)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from ..data.tasks import TASKS, settings as task_settings
 from ..models import cells
 from ..solvers.schemes import FIXED_SCHEMES
 from ..training import FitError, FitSpec, TrainConfig, build_regressor, model_keywords, run_fit
-from . import arguments
+from . import arguments, runs
 
 # compare-schemes --quick: a few minutes on 2 CPU cores
 QUICK = dict(length=200, train=128, valid=64, test=64, epochs=20, retrain_epochs=8, finest=8)
@@ -53,39 +53,16 @@ def _builder(task, model: str, input_size: int, hidden: int, output_size: int, s
     return build
 
 
-def _load_state(path: Path):
-    """A checkpoint's tensors (``weights_only``), or SystemExit naming the file."""
-    if not path.is_file():
-        raise SystemExit(f"odelab: compare-schemes: no such checkpoint {str(path)!r}")
-    try:
-        return torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as err:  # truncated, random bytes, another format
-        raise SystemExit(f"odelab: compare-schemes: {path} is not a readable checkpoint ({type(err).__name__}: "
-                         "truncated or corrupt)") from None
-
-
-def _read_run(run: Path) -> dict:
-    try:
-        info = json.loads((run / "results.json").read_text())
-        return {key: info[key] for key in ("task", "model", "hidden_size")}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SystemExit(f"odelab: --run: {run / 'results.json'} is missing or not the results of an `odelab fit` "
-                         f"run ({type(err).__name__})") from None
-
-
 def cmd_compare_schemes(args: argparse.Namespace) -> int:
     task_name, model_name, hidden = args.task, args.model, args.hidden
     saved_state = None
     if args.run_dir:
         run = Path(args.run_dir)
-        info = _read_run(run)
+        info = runs.read_run(run, "compare-schemes")
         task_name, model_name, hidden = info["task"], info["model"], info["hidden_size"]
-        checkpoint = _load_state(run / "checkpoint.pt")
-        if not isinstance(checkpoint, dict) or "model" not in checkpoint:
-            raise SystemExit(f"odelab: --run: {run / 'checkpoint.pt'} is not an odelab training checkpoint")
-        saved_state = (checkpoint.get("best") or {}).get("state") or checkpoint["model"]
+        saved_state = runs.best_state(run, "compare-schemes")
     elif args.checkpoint:
-        checkpoint = _load_state(Path(args.checkpoint))
+        checkpoint = runs.load_state(Path(args.checkpoint), "compare-schemes")
         saved_state = checkpoint.get("model", checkpoint) if isinstance(checkpoint, dict) else checkpoint
         if isinstance(checkpoint, dict) and (checkpoint.get("best") or {}).get("state"):
             saved_state = checkpoint["best"]["state"]

@@ -19,9 +19,17 @@ from .recurrent import Recurrent
 from .unicornn import UnICORNNStack
 
 
-def LEM(input_size: int, hidden_size: int, dt: float = 1.0, **kwargs) -> Recurrent:
-    """LEM cell (Rusch et al. 2022, eq. 3) = LEM field (eq. 2) + partitioned Euler with explicit decay ("imex") + dt."""
-    return Recurrent(systems.LEM(input_size, hidden_size, **kwargs), "imex", dt)
+def LEM(input_size: int, hidden_size: int, dt: float = 1.0, chrono: float | None = None, **kwargs) -> Recurrent:
+    """LEM cell (Rusch et al. 2022, eq. 3) = LEM field (eq. 2) + partitioned Euler with explicit decay ("imex") + dt;
+    ``chrono`` = T_max (steps): the chrono initialisation of App. B.3 (``systems.LEM``'s chrono_horizon T_max Δt);
+    ``kwargs``: ``systems.LEM``'s official_bias, min_gate."""
+    horizon = None if chrono is None else chrono * dt
+    return Recurrent(systems.LEM(input_size, hidden_size, chrono_horizon=horizon, **kwargs), "imex", dt)
+
+
+def SingleScaleLEM(input_size: int, hidden_size: int, dt: float = 1.0) -> Recurrent:
+    """LEM without multiscale steps (Rusch et al. 2022, Table 9): the gates fixed to 1, the same IMEX step + Δt."""
+    return Recurrent(systems.SingleScaleLEM(input_size, hidden_size), "imex", dt)
 
 
 def CoRNN(input_size: int, hidden_size: int, dt: float = 0.45, gamma: float = 1.0, epsilon: float = 3.0,
@@ -102,7 +110,8 @@ CORNN_SEARCHED = dict(dt=1.4363418013024873, gamma=1.660989001144332, epsilon=3.
 # CLI name -> constructor (input_size, hidden_size) -> module returning (outputs (batch, time, hidden), state).
 PRESETS = {
     "lem": LEM,
-    "lem-official": partial(LEM, official_bias=True),  # the official code's doubled biases at initialisation
+    "lem-official": partial(LEM, official_bias=True),  # the official code's layout: two bias vectors (8d)
+    "lem-single": SingleScaleLEM,  # Table 9's "LEM w/o multi-scale"
     "lstm": LSTM,
     "gru": GRU,
     "cornn": CoRNN,

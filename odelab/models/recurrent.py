@@ -141,11 +141,13 @@ class Recurrent(nn.Module):
                 raise ValueError(first_order_only("fused"))
             return None
         impl = kernels.find(self.system, self.scheme.name, x)
-        if impl is not None and impl.available():
+        blocker = self.system.kernel_blocker()
+        if impl is not None and impl.available() and blocker is None:
             return impl.load()
         if self.engine == "fused":
+            why = f" ({blocker})" if impl is not None and blocker is not None else ""
             raise ValueError(f"engine: no fused kernel for ({type(self.system).__name__}, {self.scheme.name!r}) on "
-                             f"{x.device.type} with {x.dtype}; use engine='auto' or 'generic'")
+                             f"{x.device.type} with {x.dtype}{why}; use engine='auto' or 'generic'")
         return None
 
     def forward(self, x: Tensor, state: State | None = None, lengths=None) -> tuple[Tensor, State]:

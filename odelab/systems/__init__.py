@@ -1,14 +1,14 @@
 """Vector fields: the learnable sequence models and the classical dynamical systems."""
 from .base import FunctionSystem, System
-from .classical import FitzHughNagumo, HarmonicOscillator, LotkaVolterra, VanDerPol
+from .classical import FitzHughNagumo, HarmonicOscillator, Lorenz63, Lorenz96, LotkaVolterra, VanDerPol
 from .delay_oscillators import ENSO, MackeyGlass
 from .cornn import CoRNN
 from .graph import GradientGating, GraphCON
 from .gru import GRU
-from .lem import LEM
+from .lem import LEM, SingleScaleLEM
 from .liquid import LRC, LTC, STC
 from .oscillator import NeuralOscillator
 from .taugru import DelayGRU, TauGRU
 from .unicornn import UnICORNN
 
-__all__ = ["System", "FunctionSystem", "LEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator", "TauGRU", "DelayGRU", "ENSO", "MackeyGlass", "GraphCON", "GradientGating"]
+__all__ = ["System", "FunctionSystem", "LEM", "SingleScaleLEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator", "Lorenz63", "Lorenz96", "TauGRU", "DelayGRU", "ENSO", "MackeyGlass", "GraphCON", "GradientGating"]

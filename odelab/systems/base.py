@@ -65,6 +65,11 @@ class System(nn.Module):
         """Parameters under the paper's names (views, so edits write through)."""
         return dict(self.named_parameters())
 
+    def kernel_blocker(self) -> str | None:
+        """Why the fused kernels registered for this class do not compute this instance (an option they do not
+        implement), or None: then ``Recurrent`` runs the generic loop."""
+        return None
+
     # -- conveniences -------------------------------------------------------------------------------
     def set_sizes(self, input_size: int, hidden_size: int) -> None:
         """Validate and store the sizes (ValueError naming the argument)."""
@@ -79,13 +84,10 @@ class System(nn.Module):
         return len(self.delays) > 0
 
     @torch.no_grad()
-    def init_uniform_(self, bound: float, params=None, doubled: Tensor | None = None) -> None:
-        """Draw ``params`` (default: every parameter) from U(−bound, bound); ``doubled`` gets a second draw
-        added (the official codes' two nn.Linear biases per pre-activation)."""
+    def init_uniform_(self, bound: float, params=None) -> None:
+        """Draw ``params`` (default: every parameter) from U(−bound, bound)."""
         for p in self.parameters() if params is None else params:
             p.uniform_(-bound, bound)
-        if doubled is not None:
-            doubled.add_(torch.empty_like(doubled).uniform_(-bound, bound))
 
     def block_index(self, name: str) -> int:
         return self.blocks.index(name)

@@ -37,8 +37,9 @@ class _GatedDelay(System):
     """Shared storage: ``weight_h`` stacks the maps of h(t), ``W2`` acts on h(t − τ), ``weight_input`` and
     ``bias`` stack the input maps and biases so that ``encode(x)`` is one matmul for a whole sequence.
     Initialisation as the official code: every weight and bias U(−1/√d, 1/√d). One bias per
-    pre-activation (the official cell has two, nn.Linear on h and on x; ``official_bias=True`` draws b as
-    the sum of two such uniforms, the distribution of that effective bias)."""
+    pre-activation; ``official_bias=True`` is the official cell's layout, two (its nn.Linear on h and on x each
+    carry one, §1.8's parameter counts): a second vector ``bias_state`` added to ``bias``, each moving at the
+    learning rate under Adam."""
 
     blocks = ("h",)
     observable = "h"
@@ -56,11 +57,19 @@ class _GatedDelay(System):
         self.W2 = nn.Parameter(torch.empty(d, d)) if delayed_map else None
         self.weight_input = nn.Parameter(torch.empty(input_maps * d, input_size))
         self.bias = nn.Parameter(torch.empty(input_maps * d))
-        self.official_bias = official_bias
+        self.bias_state = nn.Parameter(torch.empty(input_maps * d)) if official_bias else None
         self.reset_parameters()
 
+    @property
+    def official_bias(self) -> bool:
+        return self.bias_state is not None
+
     def reset_parameters(self) -> None:
-        self.init_uniform_(1.0 / math.sqrt(self.hidden_size), doubled=self.bias if self.official_bias else None)
+        self.init_uniform_(1.0 / math.sqrt(self.hidden_size))
+
+    def input_bias(self) -> Tensor:
+        """The stacked biases of the branches, the sum of both vectors in the official layout."""
+        return self.bias if self.bias_state is None else self.bias + self.bias_state
 
     @property
     def delays(self) -> tuple[float, ...]:
@@ -68,11 +77,11 @@ class _GatedDelay(System):
         return (self.tau,) if self.tau > 0 else ()
 
     def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.bias)
+        return F.linear(u, self.weight_input, self.input_bias())
 
     def _encoded(self, inp: Tensor | None, h: Tensor) -> list[Tensor]:
         if inp is None:  # autonomous use: the encoding is the bias alone
-            inp = self.bias.expand(h.shape[0], -1)
+            inp = self.input_bias().expand(h.shape[0], -1)
         return list(inp.split(self.hidden_size, dim=-1))
 
     def derivative(self, t, state: State, inp: Tensor | None, *delayed: State) -> State:
@@ -117,7 +126,7 @@ class TauGRU(_GatedDelay):
         d = self.hidden_size
         found = {"W2": self.W2}
         found.update(("W" + self._symbol[b], w) for b, w in zip(self.h_branches, self.weight_h.split(d)))
-        for b, u, c in zip(self.branches, self.weight_input.split(d), self.bias.split(d)):
+        for b, u, c in zip(self.branches, self.weight_input.split(d), self.input_bias().split(d)):
             found["U" + self._symbol[b]], found["b" + self._symbol[b]] = u, c
         names = [letter + n for letter in ("W", "U", "b") for n in "1234"]
         return {name: found[name] for name in names if found.get(name) is not None}
@@ -157,7 +166,7 @@ class DelayGRU(_GatedDelay):
         d = self.hidden_size
         W1, W3 = self.weight_h.split(d)
         U, U3 = self.weight_input.split(d)
-        b, b3 = self.bias.split(d)
+        b, b3 = self.input_bias().split(d)
         return dict(W1=W1, W2=self.W2, W3=W3, U=U, U3=U3, b=b, b3=b3)
 
     def split(self, i, t, state, inp, *delayed):

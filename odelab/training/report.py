@@ -10,7 +10,7 @@ from pathlib import Path
 from .reproduce import TABLES, option_key
 
 BEGIN, END = "<!-- reproduce-report:begin -->", "<!-- reproduce-report:end -->"
-MODEL_NAMES = {"lem": "LEM", "lem-official": "LEM (official init)", "cornn": "coRNN", "cornn-official": "coRNN (official readout init)",
+MODEL_NAMES = {"lem": "LEM", "lem-official": "LEM (official biases)", "lem-single": "LEM w/o multi-scale", "cornn": "coRNN", "cornn-official": "coRNN (official readout init)",
                "cornn-searched": "coRNN (searched)", "lstm": "LSTM", "gru": "GRU",
                "rnn": "tanh RNN", "taugru": "τ-GRU", "delaygru": "Delay GRU", "lrcu-a": "LRCU-A", "lrcu-s": "LRCU-S",
                "unicornn": "UnICORNN", "node": "MLP neural ODE (dopri5)", "ltc": "LTC", "stc": "STC",
