@@ -102,3 +102,36 @@ class HarmonicOscillator(System):
     def energy(self, state):
         p, q = state
         return 0.5 * (p**2 + (self.omega**2) * q**2).sum(-1)
+
+
+class Lorenz63(_Classical):
+    """Lorenz (1963), eq. 25--27:  x' = σ (y − x),   y' = x (ρ − z) − y,   z' = x y − β z.
+    State x = (x, y, z); defaults σ = 10, ρ = 28, β = 8/3 (chaotic, largest Lyapunov exponent ≈ 0.906)."""
+
+    dim = 3
+
+    def __init__(self, sigma=10.0, rho=28.0, beta=8.0 / 3.0):
+        super().__init__()
+        self.sigma, self.rho, self.beta = sigma, rho, beta
+
+    def derivative(self, t, state, inp=None, *delayed):
+        x, y, z = state[0].split(1, dim=-1)  # (batch, 1) each: a per-sample parameter broadcasts
+        return (torch.cat((self.sigma * (y - x), x * (self.rho - z) - y, x * y - self.beta * z), dim=-1),)
+
+
+class Lorenz96(_Classical):
+    """Lorenz (1996), eq. 1:  x_i' = (x_{i+1} − x_{i−2}) x_{i−1} − x_i + F,  i = 1..N, indices cyclic
+    (x_{−1} = x_{N−1}, x_0 = x_N, x_{N+1} = x_1).  Defaults N = 40 and F = 8 as in Lorenz & Emanuel (1998)
+    and the data-assimilation benchmarks (chaotic, largest Lyapunov exponent ≈ 1.68); N ≥ 4 so that the four
+    indices of the stencil are distinct."""
+
+    def __init__(self, dimension=40, forcing=8.0):
+        super().__init__()
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 4:
+            raise ValueError(f"dimension: expected an integer >= 4, got {dimension!r}")
+        self.dim, self.forcing = dimension, forcing
+
+    def derivative(self, t, state, inp=None, *delayed):
+        x = state[0]  # torch.roll(x, k)[i] = x[i − k]
+        ahead, behind, two_behind = x.roll(-1, -1), x.roll(1, -1), x.roll(2, -1)
+        return ((ahead - two_behind) * behind - x + self.forcing,)
