@@ -5,6 +5,8 @@
   odelab cells against torch.nn.LSTM and a tanh torch.nn.RNN.
 * :func:`lem_state_bound` -- Rusch et al. 2022, Prop. 4.1: for Δt ≤ 1 and z_0 = y_0 = 0,
   max_i max(|z_n^i|, |y_n^i|) ≤ min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt), for any input.
+* :func:`lem_gradient_vs_length` -- Prop. 4.2 / Remark E.1: the total gradient |∂E_N/∂θ| against N with
+  Δt = N^−s, whose bound grows like N^(2(1 − s)), never exponentially.
 * :func:`unicornn_energy` / :func:`energy_drift` -- the Hamiltonian (thesis eq. 3.4) along trajectories;
   :func:`invert_partitioned_euler` -- the exact inverse step (3.7).
 * :func:`step_jacobians` -- ∂X_n/∂X_{n−1} of a cell's steps along a sequence (Rusch et al. 2022, App. E.2 eq. 27:
@@ -240,6 +242,57 @@ def lem_state_bound(dts: Sequence[float] = (0.1, 0.5, 1.0, 1.5, 1.9), steps: int
                      "bound_holds": holds, "bound": "min(1, Δ̄√t_n)" if dt <= 1 else "max(1, Δt/(2−Δt))",
                      "t": t.tolist(), "max_state_curve": curve.tolist(), "bound_curve": bound.tolist()})
     return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# LEM: total gradient against sequence length with Δt = N^−s (Rusch et al. 2022, Prop. 4.2, Remark E.1)
+
+
+def lem_gradient_bound(system: systems.LEM, dt: float, steps: int, target: Tensor) -> float:
+    """Prop. 4.2's bound on every |∂E_N/∂θ|: (1 + Ŷ) t_N + (1 + Ŷ) Γ t_N², Ŷ = ‖ȳ‖_∞, Γ = 2(1 + η)(1 + 3η),
+    η the largest ∞-norm (row sum) of W1, W2, Wz, Wy."""
+    S = system.symbols()
+    eta = max(float(S[name].detach().abs().sum(1).max()) for name in ("W1", "W2", "Wz", "Wy"))
+    gamma, t_n, y_hat = 2 * (1 + eta) * (1 + 3 * eta), steps * dt, float(target.abs().max())
+    return (1 + y_hat) * t_n + (1 + y_hat) * gamma * t_n ** 2
+
+
+def lem_gradient_vs_length(lengths: Sequence[int] = (250, 500, 1000, 2000, 4000),
+                           exponents: Sequence[float] = (0.0, 0.5, 4 / 7, 1.0), hidden_size: int = 16,
+                           batch: int = 8, seeds: Sequence[int] = (0, 1, 2),
+                           dtype: torch.dtype = torch.float64) -> dict:
+    """Random LEMs (inputs N(0, 1), one feature; ȳ ~ U(−1, 1)^d) trained on E_N = ½ ‖y_N − ȳ‖² (batch mean):
+    for each exponent s and length N, with Δt = N^−s, the median over ``seeds`` of max_θ |∂E_N/∂θ| over every
+    weight and bias of the cell, and Prop. 4.2's bound. Per s, the least-squares slope of log gradient against
+    log N (None for one length) beside Remark E.1's rate 2(1 − s) of the bound (s = 1: t_N = 1, bounded;
+    s = 1/2: linear growth)."""
+    rows, slopes = [], {}
+    for s in exponents:
+        medians = []
+        for steps in lengths:
+            dt = steps ** -s
+            grads, bounds = [], []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                layer = Recurrent(systems.LEM(1, hidden_size), "imex", dt).to(dtype)
+                x = torch.randn(batch, steps, 1, dtype=dtype)
+                target = 2 * torch.rand(hidden_size, dtype=dtype) - 1
+                _, (_, y) = layer(x)
+                loss = 0.5 * ((y - target) ** 2).sum(-1).mean()
+                params = [p for p in layer.parameters()]
+                grads.append(max(float(g.abs().max()) for g in torch.autograd.grad(loss, params)))
+                bounds.append(lem_gradient_bound(layer.system, dt, steps, target))
+            median = float(torch.tensor(grads, dtype=torch.float64).median())
+            medians.append(median)
+            rows.append({"s": s, "steps": steps, "dt": dt, "t_N": steps * dt, "max_abs_gradient": median,
+                         "bound": float(torch.tensor(bounds, dtype=torch.float64).median()),
+                         "bound_holds": all(g <= b for g, b in zip(grads, bounds))})
+        logs = torch.log(torch.tensor(medians, dtype=torch.float64))
+        log_n = torch.log(torch.tensor(lengths, dtype=torch.float64))
+        centred = log_n - log_n.mean()
+        slope = float((centred * (logs - logs.mean())).sum() / (centred ** 2).sum()) if len(lengths) > 1 else None
+        slopes[f"{s:g}"] = {"slope": slope, "bound_rate": 2 * (1 - s)}
+    return {"lengths": list(lengths), "exponents": list(exponents), "rows": rows, "slopes": slopes}
 
 
 # ----------------------------------------------------------------------------------------------------------------

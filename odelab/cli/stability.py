@@ -1,7 +1,7 @@
 """``odelab stability``: gradients vs lag, the LEM state bound, UnICORNN energy and inverse, eigenvalues along
 trajectories, LRC damping (``odelab.analysis.stability``).
 
-    odelab stability [--model lem,cornn,...] [--study gradients|lem-bound|unicornn|eigen|lrc-damping|oversmoothing|graphcon-spectrum|all]
+    odelab stability [--model lem,cornn,...] [--study gradients|lem-bound|lem-gradient-length|unicornn|eigen|lrc-damping|oversmoothing|graphcon-spectrum|all]
                      [--steps N] [--out DIR]
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..models import cells
 from ..systems import UnICORNN
 from . import arguments
 
-STUDIES = ("gradients", "lem-bound", "unicornn", "eigen", "lrc-damping", "oversmoothing", "graphcon-spectrum")
+STUDIES = ("gradients", "lem-bound", "lem-gradient-length", "unicornn", "eigen", "lrc-damping", "oversmoothing", "graphcon-spectrum")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
 STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
 BASELINES = ("lstm", "rnn")
@@ -70,6 +70,19 @@ def cmd_stability(args: argparse.Namespace) -> int:
         for row in rows:
             print(f"{row['dt']:6.2f}{row['max_state']:12.4f}{row['max_ratio_to_bound']:11.4f}{str(row['bound_holds']):>7s}"
                   f"  {row['bound']}{'' if row['hypothesis'] else ' (outside Δt ≤ 1)'}")
+    if "lem-gradient-length" in studies:
+        lengths = tuple(sorted({max(2, round(args.steps / 2 ** k)) for k in range(4)}))  # N/8, N/4, N/2, N
+        result = stability.lem_gradient_vs_length(lengths, hidden_size=args.hidden, seeds=seeds)
+        _write(out, "lem_gradient_length", result)
+        plots.plot_lem_gradient_length(result, out / "lem_gradient_length.png")
+        print(f"\nLEM total gradient vs length, Δt = N^−s (Rusch et al. 2022, Prop. 4.2, Remark E.1); "
+              f"N = {', '.join(map(str, lengths))}\n{'s':>6s}{'slope':>8s}{'bound rate':>12s}{'max |∂E/∂θ|':>14s}"
+              f"{'bound':>11s}  holds")
+        for s in result["exponents"]:
+            rows = [r for r in result["rows"] if r["s"] == s]
+            slope = result["slopes"][f"{s:g}"]
+            print(f"{s:6.3f}{slope['slope'] or 0:8.2f}{slope['bound_rate']:12.2f}{rows[-1]['max_abs_gradient']:14.3e}"
+                  f"{rows[-1]['bound']:11.2e}  {all(r['bound_holds'] for r in rows)}")
     if "unicornn" in studies:
         torch.manual_seed(seeds[0])
         system = UnICORNN(1, args.hidden, alpha=0.5).double()

@@ -335,6 +335,7 @@ def test_cli_compare_schemes_loads_a_fit_run(tmp_path):
 
 
 @pytest.mark.parametrize("study,files", [("gradients", "gradients"), ("lem-bound", "lem_bound"),
+                                         ("lem-gradient-length", "lem_gradient_length"),
                                          ("unicornn", "unicornn"), ("eigen", "eigen")])
 def test_cli_stability_studies_write_json_and_png(tmp_path, study, files):
     out = tmp_path / study

@@ -4,6 +4,8 @@ I + Δt E + Δt² F (Rusch et al. 2022, App. E.2, eq. 27, E and F written entry 
 import pytest
 import torch
 
+import odelab
+
 from odelab import cells
 from odelab.analysis import stability
 from odelab.solvers import resolve_scheme
@@ -97,3 +99,37 @@ def test_delay_cells_are_refused():
     layer = stability.single_layer(cells.TauGRU(2, 3, tau=2.0))
     with pytest.raises(ValueError, match="layer: .* delay system"):
         stability.step_jacobians(layer, torch.randn(1, 4, 2))
+
+
+def test_lem_gradient_vs_length_against_eq3_and_prop_4_2():
+    """Rusch et al. 2022, Prop. 4.2 / Remark E.1 with Δt = N^−s: the study's max_θ |∂E_N/∂θ| equals the gradient of
+    eq. 3 written out here (one seed, s = 1/2), the bound (1 + Ŷ) t_N + (1 + Ŷ) Γ t_N² holds, and with s = 1
+    (t_N = 1) the gradient stays bounded as N grows (it converges to the ODE's sensitivity)."""
+    from odelab.analysis.stability import lem_gradient_vs_length
+
+    result = lem_gradient_vs_length(lengths=(40,), exponents=(0.5,), hidden_size=6, batch=3, seeds=(0,))
+    row = result["rows"][0]
+    torch.manual_seed(0)
+    S = {k: v.detach().double().clone().requires_grad_() for k, v in odelab.systems.LEM(1, 6).symbols().items()}
+    x = torch.randn(3, 40, 1, dtype=torch.float64)
+    target = 2 * torch.rand(6, dtype=torch.float64) - 1
+    dt = 40 ** -0.5
+    z = y = torch.zeros(3, 6, dtype=torch.float64)
+    for u in x.unbind(1):
+        a = dt * torch.sigmoid(y @ S["W1"].T + u @ S["V1"].T + S["b1"])
+        b = dt * torch.sigmoid(y @ S["W2"].T + u @ S["V2"].T + S["b2"])
+        z = (1 - a) * z + a * torch.tanh(y @ S["Wz"].T + u @ S["Vz"].T + S["bz"])
+        y = (1 - b) * y + b * torch.tanh(z @ S["Wy"].T + u @ S["Vy"].T + S["by"])
+    loss = 0.5 * ((y - target) ** 2).sum(-1).mean()
+    grads = torch.autograd.grad(loss, list(S.values()))
+    assert row["max_abs_gradient"] == pytest.approx(max(float(g.abs().max()) for g in grads), rel=1e-9)
+    eta = max(float(S[n].detach().abs().sum(1).max()) for n in ("W1", "W2", "Wz", "Wy"))
+    y_hat, t_n = float(target.abs().max()), 40 * dt
+    bound = (1 + y_hat) * t_n + (1 + y_hat) * 2 * (1 + eta) * (1 + 3 * eta) * t_n ** 2
+    assert row["bound"] == pytest.approx(bound, rel=1e-12) and row["max_abs_gradient"] <= bound
+
+    result = lem_gradient_vs_length(lengths=(100, 200, 400, 800), exponents=(1.0, 0.5), hidden_size=8, batch=4,
+                                    seeds=(0, 1))
+    assert all(r["bound_holds"] for r in result["rows"])
+    assert abs(result["slopes"]["1"]["slope"]) < 0.25  # bounded: the bound's rate 2(1 − s) = 0
+    assert result["slopes"]["0.5"]["slope"] <= result["slopes"]["0.5"]["bound_rate"]  # no faster than N
