@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import compare_schemes, fit, gates, graph, reproduce, stability
+from . import compare_schemes, fit, gates, graph, reproduce, stability, sweep
 
-COMMANDS = (fit, reproduce, compare_schemes, gates, stability, graph)
+COMMANDS = (fit, reproduce, sweep, compare_schemes, gates, stability, graph)
 
 
 def main(argv: list[str] | None = None) -> int:

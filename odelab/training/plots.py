@@ -175,3 +175,21 @@ def _save(fig, title: str, path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_sweep(result: dict, path: str | Path) -> None:
+    """The test metric against the varied value (mean ± std over seeds, every seed as a dot); a log x axis when the
+    values are positive numbers spanning more than a decade."""
+    rows = result["rows"]
+    numeric = all(isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool) for r in rows)
+    x = [r["value"] for r in rows] if numeric else list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.errorbar(x, [r["mean"] for r in rows], yerr=[r["std"] for r in rows], fmt="o-", capsize=3)
+    for xi, r in zip(x, rows):
+        ax.plot([xi] * len(r["values"]), r["values"], ".", color="gray", alpha=0.6)
+    if numeric and min(x) > 0 and max(x) > 10 * min(x):
+        ax.set_xscale("log")
+    if not numeric:
+        ax.set_xticks(x, [str(r["value"]) for r in rows])
+    ax.set(xlabel=result["key"], ylabel=result["metric"])
+    _save(fig, f"{result['task']}: {result['model']}, {result['preset']} preset, {result['epochs']} epochs", path)
