@@ -6,6 +6,7 @@
     odelab fit enso|mackey-glass [--horizon H] [--stride K]     odelab fit adding|copy [--length N]
     odelab fit frequency [--noise SIGMA]       (frequency, copy: classification, accuracy and cross-entropy)
     odelab fit spiral|duffing [--reading ours|official] [--valid-window N]
+    odelab fit smnist|psmnist --data-root PATH [--train-size N]   (the MNIST IDX files; nothing is downloaded)
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -29,7 +30,7 @@ from . import arguments
 
 # argparse dests of task options
 TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference",
-                "stride", "noise", "reading", "valid_window")
+                "stride", "noise", "reading", "valid_window", "data_root", "train_size")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -57,6 +58,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
             args.error(f"--{dest.replace('_', '-')}: only for the task(s) {', '.join(users)}")
     if args.task == "csv" and args.csv is None:
         args.error("--csv: the csv task needs --csv PATH")
+    if "data_root" in task.options.values() and args.data_root is None:
+        args.error(f"--data-root: the {args.task} task reads its files from a local folder: --data-root PATH "
+                   "(nothing is downloaded)")
     if args.preset not in task.presets:
         args.error(f"--preset: the task {args.task} has the preset(s) {', '.join(task.presets)}, not {args.preset!r}")
     try:
@@ -134,6 +138,12 @@ def add_command(subparsers) -> None:
                            "default 0.1; the paper: 0 and 0.1)")
     task.add_argument("--csv", help="csv: path of the CSV file (header row, one row per time step; the delimiter "
                                     ", ; tab or | is sniffed)")
+    task.add_argument("--data-root", help="smnist, psmnist: folder with the MNIST IDX files train-images-idx3-ubyte, "
+                                          "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte "
+                                          "(each plain or .gz) in it, in raw/ or in MNIST/raw/; never downloaded")
+    task.add_argument("--train-size", type=arguments.integer(1),
+                      help="smnist, psmnist: train on this many of the 57 000 training images (a random subset; "
+                           "default all); validation and test stay whole")
     task.add_argument("--columns", help="csv: comma-separated columns to model (default: every numeric column "
                                         "but index/date-like ones; the columns left out are named)")
     task.add_argument("--strict", action="store_true", default=None,

@@ -1,5 +1,5 @@
 """Data: sequence tasks generated offline with odelab's solvers and cached on disk; generated graphs and readers of
-local graph files (never downloaded)."""
+local graph and MNIST files (never downloaded)."""
 from .adding import adding
 from .copy import copy_task
 from .csv_series import csv_series
@@ -8,8 +8,10 @@ from .fhn import fitzhugh_nagumo
 from .frequency import frequency
 from .graph_files import load_graph, load_planetoid, load_webkb
 from .graphs import GraphData, grid_graph, homophily, random_partition_graph, stochastic_block_model
+from .mnist import mnist
 from .neural_ode import duffing, spiral
+from .ode_series import lorenz63, lorenz96, one_step_dataset
 
 __all__ = ["fitzhugh_nagumo", "enso", "mackey_glass", "adding", "frequency", "copy_task", "spiral", "duffing", "csv_series", "GraphData",
            "grid_graph", "random_partition_graph", "stochastic_block_model", "homophily", "load_planetoid",
-           "load_webkb", "load_graph"]
+           "load_webkb", "load_graph", "mnist", "one_step_dataset", "lorenz63", "lorenz96"]

@@ -33,6 +33,20 @@ protocol where one exists:
   long sequences); ``small``: our CPU protocol for Fig. 7 at T = 1000, the same for every model: d = 32, Adam lr
   3e-3, batch 32, 20 epochs (1260 steps), gradient-norm clipping at 1.0 (≈ 8 s per τ-GRU epoch with
   ``--threads 1``; τ-GRU recalls every symbol after 8–11 epochs, LSTM and LEM none);
+* lorenz63 (one step ahead, odelab/data/ode_series.py; no paper gives a protocol): the FHN protocol of Rusch et al. 2022
+  (d = 16, lr 9.04e-3, batch 32, 400 epochs) carried over, as the student report did; ``quick``: FHN's quick lr
+  0.0155, 100 epochs (≈ 15 s for LEM with ``--threads 1``);
+* lorenz96 (likewise): the same with d = 64 (40 observed components on an attractor of Kaplan–Yorke dimension ≈ 27
+  do not pass through 16 hidden units);
+* smnist, psmnist (classification, the MNIST files read from ``--data-root``, never downloaded; see
+  odelab/data/mnist.py): Rusch et al. 2022, §3.2, Table 8 and App. A: d = 128, batch 128, 120 epochs with the lr ÷ 10
+  from epoch 100 (0-based; the official ``(epoch + 1) % 100``), Adam lr 1.8e-3 / 3.5e-3, LEM Δt 0.21 / 1.9, and the
+  official code's gradient-norm clipping (1.0 / 1.1; the paper gives none); coRNN (Δt, γ, ε) = (0.042, 2.7, 4.7) /
+  (0.076, 0.4, 8.0), the official coRNN code's defaults. The psMNIST code's own defaults (lr 0.0073, Δt 0.31, clip
+  1.1) are ``--preset paper --lr 0.0073 --model-option dt=0.31`` (a preset sets no model option). ``quick``: the
+  paper preset at d = 32 for 2 epochs of all 57 000 training images, no lr drop (≈ 1.5 min per LEM or LSTM epoch
+  with ``--threads 1``, estimated from 0.16 s per training batch of 128 and the evaluations; coRNN ≈ 0.7 min, GRU
+  ≈ 2 min); ``--train-size N`` trains on N of them;
 * csv: no paper; ``quick`` only.
 
 The classification tasks' ``quick`` presets (d = 32, lr 3e-3, batch 32) fit a 3-seed table of 3–4 models in
@@ -57,7 +71,9 @@ from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse
 from .delay_oscillators import enso, mackey_glass
 from .fhn import fitzhugh_nagumo
 from .frequency import chance_accuracy, frequency
+from .mnist import majority_class_accuracy, mnist
 from .neural_ode import WINDOW, duffing, initial_state_mae, initial_state_rmse, spiral
+from .ode_series import LORENZ63, LORENZ96, lorenz63, lorenz96, rmse_by_component
 
 
 @dataclass
@@ -168,6 +184,28 @@ def _copy_models(model: str, options: dict) -> dict:
     return {}
 
 
+def _mnist_models(lem_dt: float, cornn: dict) -> Callable[[str, dict], dict]:
+    """LEM's Δt (Rusch et al. 2022, Table 8) and coRNN's (Δt, γ, ε) (its official code's defaults) on (p)sMNIST."""
+    def options(model: str, data_options: dict) -> dict:
+        if model in ("lem", "lem-official"):
+            return {"dt": lem_dt}
+        return dict(cornn) if model in ("cornn", "cornn-official") else {}
+    return options
+
+
+def _mnist_presets(lr: float, clip: float) -> dict[str, dict]:
+    """paper: Rusch et al. 2022, Table 8 and §3.2 with the official code's clipping; quick: d 32, 2 epochs."""
+    return {"paper": dict(hidden_size=128, epochs=120, lr=lr, batch_size=128, clip=clip, lr_milestones=(100,)),
+            "quick": dict(hidden_size=32, epochs=2, lr=lr, batch_size=128, clip=clip)}
+
+
+def _mnist_task(name: str, permuted: bool, presets: dict, model_options: Callable[[str, dict], dict]) -> Task:
+    return Task(name, load=lambda seed, path=None, train_size=None: mnist(path, permuted, seed, train_size=train_size),
+                presets=presets, options={"path": "data_root", "train_size": "train_size"},
+                model_options=model_options, baselines={"majority class": majority_class_accuracy}, target="last",
+                loss="cross_entropy", classes=10, plot="classes")
+
+
 def _neural_ode_models(model: str, options: dict) -> dict:
     return {"dt": 25.0 / 999} if model in ("node", "lrc-ode-a", "lrc-ode-s") else {}  # the data's sample spacing
 
@@ -202,6 +240,16 @@ def _neural_ode_task(name: str, load: Callable[..., dict], iterations: int) -> T
                 baselines={"initial state (persistence)": _initial_state_error, "mean predictor": _mean_predictor_error},
                 report=lambda prediction, data: {"test_mae": float((prediction - data["test"][1]).abs().mean())},
                 plot="phase", sample_dt=25.0 / 999)
+
+
+def _one_step_ode_task(name: str, load: Callable[..., dict], recipe: dict, hidden: int, quick_epochs: int,
+                       plot: str) -> Task:
+    """paper: the FHN protocol of Rusch et al. 2022 (Table 8) carried over, as the student report did; quick: FHN's
+    quick learning rate and ``quick_epochs``. Baselines and RMSEs in standardised units, ``report`` in the system's."""
+    presets = {"paper": dict(hidden_size=hidden, epochs=400, lr=9.04e-3, batch_size=32),
+               "quick": dict(hidden_size=hidden, epochs=quick_epochs, lr=0.01545927736419477, batch_size=32)}
+    return Task(name, load=lambda seed: load(seed=seed), presets=presets, baselines=ONE_STEP_BASELINES,
+                report=rmse_by_component, plot=plot, sample_dt=recipe["spacing"])
 
 
 def _neural_ode_presets(iterations: int) -> dict[str, dict]:
@@ -254,6 +302,8 @@ TASKS = {
     ),
     "spiral": _neural_ode_task("spiral", spiral, 1000),
     "duffing": _neural_ode_task("duffing", duffing, 2000),
+    "lorenz63": _one_step_ode_task("lorenz63", lorenz63, LORENZ63, hidden=16, quick_epochs=100, plot="phase"),
+    "lorenz96": _one_step_ode_task("lorenz96", lorenz96, LORENZ96, hidden=64, quick_epochs=100, plot="series"),
     "frequency": Task(
         "frequency",
         load=lambda seed, noise=0.1: frequency(noise=noise, seed=seed),
@@ -285,6 +335,10 @@ TASKS = {
         classes=10,
         plot="symbols",
     ),
+    "smnist": _mnist_task("smnist", False, _mnist_presets(1.8e-3, 1.0),
+                          _mnist_models(0.21, dict(dt=0.042, gamma=2.7, epsilon=4.7))),
+    "psmnist": _mnist_task("psmnist", True, _mnist_presets(3.5e-3, 1.1),
+                           _mnist_models(1.9, dict(dt=0.076, gamma=0.4, epsilon=8.0))),
     "csv": Task(
         "csv",
         load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False:

@@ -250,8 +250,16 @@ def parse_options(task: str, pairs: list[str]) -> dict:
     return options
 
 
+def folder_options(options: dict) -> dict:
+    """The task options that name a run folder: all but a data file's or folder's ``path`` (a location, not a
+    setting: its slashes would nest folders, and a moved data folder keeps its runs)."""
+    return {k: v for k, v in options.items() if k != "path"}
+
+
 def run_folder(out: Path, task: str, model: str, preset: str, seed: int, options: dict) -> Path:
-    """``OUT/TASK[-OPTIONS]-MODEL[-PRESET][-seedS]``: the paper preset and the default seed add nothing."""
+    """``OUT/TASK[-OPTIONS]-MODEL[-PRESET][-seedS]``: the paper preset and the default seed add nothing; OPTIONS
+    are the :func:`folder_options`."""
+    options = folder_options(options)
     name = "-".join([task] + ([option_key(options)] if options else []) + [model]
                     + ([preset] if preset != "paper" else []) + ([f"seed{seed}"] if seed != DEFAULT_SEED else []))
     return out / name

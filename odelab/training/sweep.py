@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from ..data.tasks import TASKS
-from .reproduce import _epochs_done, _finished, option_key, parse_options, run_specs, summary
+from .reproduce import _epochs_done, _finished, folder_options, option_key, parse_options, run_specs, summary
 from .run import FitError, FitSpec, accepted_options
 
 
@@ -65,7 +65,8 @@ def sweep(task: str, model: str, vary: str, preset: str = "quick", epochs: int |
     for value in values:
         data_options = {**options, key: value} if kind == "task" else options
         keywords = {**model_options, key: value} if kind == "model" else model_options
-        name = "-".join([task] + ([option_key(data_options)] if data_options else []) + [model]
+        named = folder_options(data_options)
+        name = "-".join([task] + ([option_key(named)] if named else []) + [model]
                         + ([option_key(keywords)] if keywords else []) + [preset])
         folders[value] = []
         for s in range(seed, seed + seeds):

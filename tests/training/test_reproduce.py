@@ -194,3 +194,12 @@ def test_ctrl_c_in_a_run_stops_reproduce_instead_of_going_on_with_the_next(tmp_p
     argv = ["reproduce", "fhn", "--models", "lem,lstm", "--epochs", "1", "--out", str(tmp_path), "--no-progress"]
     assert main(argv) == 130
     assert started == ["lem"] and "interrupted after epoch 1" in capsys.readouterr().err
+
+
+def test_run_folders_are_named_by_settings_not_by_data_paths(tmp_path):
+    """A data folder's path (smnist's --option path=DIR, csv's file) would nest folders by its slashes."""
+    from odelab.training.reproduce import run_folder
+
+    options = {"path": "/data/mnist", "train_size": 100}
+    assert run_folder(tmp_path, "smnist", "lem", "paper", 1234, options) == tmp_path / "smnist-train_size=100-lem"
+    assert run_folder(tmp_path, "smnist", "lem", "quick", 7, {"path": "a/b"}) == tmp_path / "smnist-lem-quick-seed7"
