@@ -61,9 +61,10 @@ class _RecordingScheme(Scheme):
 
 
 @torch.no_grad()
-def effective_steps(layer: Recurrent, x: Tensor, state=None) -> dict[str, Tensor]:
-    """``{block: (batch, T · unfolds, size)}``: h · decay of every split block at every sub-step (h = Δt / unfolds)
-    of ``layer`` along ``x`` -- for LEM ``{"z": Δt_n, "y": Δt̄_n}``. The generic loop steps, with the decays the
+def effective_steps(layer: Recurrent, x: Tensor, state=None, dt: Tensor | None = None) -> dict[str, Tensor]:
+    """``{block: (batch, T · unfolds, size)}``: h · decay of every split block at every sub-step (h = Δt / unfolds,
+    or each sample's gap ``dt`` / unfolds, see ``Recurrent.forward``) of ``layer`` along ``x`` -- for LEM
+    ``{"z": Δt_n, "y": Δt̄_n}``. The generic loop steps, with the decays the
     step itself uses (a block's decay is read where the scheme reads it, after the blocks updated before it).
     ValueError for a scheme that is not a partitioned Euler step or a system without a decay split."""
     if not isinstance(layer, Recurrent):
@@ -76,7 +77,7 @@ def effective_steps(layer: Recurrent, x: Tensor, state=None) -> dict[str, Tensor
     saved, layer.scheme = (layer.scheme, layer.engine), hook
     layer.engine = "generic"  # the hook is a scheme: only the generic loop steps through it
     try:
-        layer(x, state)
+        layer(x, state, dt=dt)
     finally:
         layer.scheme, layer.engine = saved
     blocks = layer.system.blocks

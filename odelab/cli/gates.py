@@ -61,8 +61,11 @@ def cmd_gates(args: argparse.Namespace) -> int:
         raise SystemExit(f"odelab: gates: {run}: {str(err).strip().splitlines()[0][:200]}") from None
     if len(layers) != 1:
         raise SystemExit(f"odelab: gates: {model_name} has {len(layers)} recurrent layers; the study reads one")
+    gaps = None
+    if model.gaps_as_step:  # irregular sampling: the last feature is each sample's step
+        x, gaps = x[..., :-1], x[..., -1]
     try:
-        steps = gates.effective_steps(layers[0], x)
+        steps = gates.effective_steps(layers[0], x, dt=gaps)
     except ValueError as err:
         raise SystemExit(f"odelab: gates: {model_name}: {err}") from None
     summary = gates.step_summary(steps)

@@ -6,6 +6,9 @@ busy 2-core machine, too few for LEM, which needs ~2000 steps to pass MSE 0.01);
 protocol where one exists:
 
 * fhn: Rusch et al. 2022, Table 8 / official code (d = 16, lr 9.04e-3, batch 32, 400 epochs);
+* fhn-irregular (ours, no paper: odelab/data/fhn.py): FHN's sequences observed at irregular times, gaps U[0.04, 0.76]
+  (mean 0.4, the regular spacing); the inputs' second feature is the time to the predicted sample (``time_gaps``:
+  the continuous-time cells step by it, LSTM/GRU read it); FHN's ``paper`` and ``quick`` presets;
 * enso, mackey-glass: Erichson et al. 2025, §3.0 / Table 10 (d = 16, Adam lr 0.01, 400 epochs; τ-GRU τ = 20 / 10 steps);
   the batch size is not given: 32 (ours);
 * adding: Erichson et al. 2025, Table 10 for N = 2000 (d = 128, lr 2.6e-3, 200 epochs, τ-GRU τ = 900; N = 5000: τ = 2000,
@@ -69,7 +72,7 @@ from .adding import adding
 from .copy import copy_task, memoryless_cross_entropy, recalled_accuracy
 from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse_by_column
 from .delay_oscillators import enso, mackey_glass
-from .fhn import fitzhugh_nagumo
+from .fhn import fitzhugh_nagumo, fitzhugh_nagumo_irregular, irregular_extrapolation_rmse, irregular_persistence_rmse
 from .frequency import chance_accuracy, frequency
 from .mnist import majority_class_accuracy, mnist
 from .neural_ode import WINDOW, duffing, initial_state_mae, initial_state_rmse, spiral
@@ -90,7 +93,8 @@ class Task:
     last step); ``loss``: ``"mse"`` (regression, float targets) or ``"cross_entropy"`` (classification: int64
     class targets (N,) or (N, T), ``classes`` logits per prediction); ``plot``: ``"series"``, ``"phase"``,
     ``"scatter"``, ``"forecast"``, ``"classes"`` (confusion matrix and accuracy per class) or ``"symbols"``
-    (decoded sequences).
+    (decoded sequences); ``time_gaps``: irregularly sampled, the inputs' last feature is the time each sample
+    lasts (``odelab.models.SequenceRegressor``: the continuous-time cells step by it, the others read it).
     """
 
     name: str
@@ -107,6 +111,7 @@ class Task:
     loss: str = "mse"
     classes: int | None = None
     baseline_metrics: dict[str, str] = field(default_factory=dict)  # classification: name -> "cross-entropy"
+    time_gaps: bool = False  # irregular sampling: the inputs' last feature is each sample's duration
 
     def __post_init__(self):
         if self.target not in ("sequence", "last"):
@@ -280,6 +285,16 @@ TASKS = {
         hidden={"cornn": 24, "cornn-official": 24, "cornn-searched": 24},  # Rusch et al. 2022, Table 4: coRNN, 24 units
         baselines={"linear extrapolation": ONE_STEP_BASELINES["linear extrapolation"]},
         sample_dt=0.4,
+    ),
+    "fhn-irregular": Task(
+        "fhn-irregular",
+        load=lambda seed: fitzhugh_nagumo_irregular(seed=seed),
+        presets={"paper": dict(hidden_size=16, epochs=400, lr=9.04e-3, batch_size=32),
+                 "quick": dict(hidden_size=16, epochs=100, lr=0.01545927736419477, batch_size=32)},
+        baselines={"persistence": lambda data: irregular_persistence_rmse(*data["test"]),
+                   "linear extrapolation": lambda data: irregular_extrapolation_rmse(*data["test"])},
+        sample_dt=0.4,
+        time_gaps=True,
     ),
     "enso": Task("enso", load=lambda seed, horizon=1, stride=1: enso(seed=seed, horizon=horizon, stride=stride),
                  presets=_delay_presets(), options={"horizon": "horizon", "stride": "stride"},

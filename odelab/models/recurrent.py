@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
 from .. import kernels
@@ -29,7 +30,7 @@ def first_order_only(engine: str) -> str:
 
 
 class Recurrent(nn.Module):
-    """``forward(x, state=None, lengths=None) -> (outputs, final_state)``; x ``(batch, time, input)`` (batch first),
+    """``forward(x, state=None, lengths=None, dt=None) -> (outputs, final_state)``; x ``(batch, time, input)`` (batch first),
     ``system`` an odelab System or a callable ``f(t, y, u)`` (e.g. an nn.Module) with ``hidden_size`` given;
     outputs ``(batch, time, hidden)`` = the observable block at every step, final_state a tuple of blocks.
     Delay systems keep their delayed states in a ring buffer (``odelab.solvers.recurrence``).
@@ -150,12 +151,25 @@ class Recurrent(nn.Module):
                              f"{x.device.type} with {x.dtype}{why}; use engine='auto' or 'generic'")
         return None
 
-    def forward(self, x: Tensor, state: State | None = None, lengths=None) -> tuple[Tensor, State]:
+    def forward(self, x: Tensor, state: State | None = None, lengths=None, dt=None) -> tuple[Tensor, State]:
         """``lengths`` (one per sample, 1 … time; None: all of x): each sample's final state is its state after
         its own length, its outputs past it zeros (``odelab.models.lengths``: the samples still running continue
-        from one distinct length to the next, each piece an ordinary call)."""
+        from one distinct length to the next, each piece an ordinary call).
+
+        ``dt`` (None: the model's step for every sample): the time each sample lasts, ``(batch, time)`` or
+        ``(time,)``, ≥ 0 -- irregularly sampled sequences, where sample n of a sequence drives the step(s) over
+        its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
+        into ``unfolds`` equal sub-steps. The generic loop runs it (the kernels take one step for the batch); not
+        for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
+        if dt is not None:
+            gaps = self._check_gaps(dt, x)
+            active = None
+            if lengths is not None:
+                lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+                active = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]
+            return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active)
         if lengths is not None:
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])
             if x.shape[0] and int(lengths.min()) < x.shape[1]:
@@ -164,6 +178,23 @@ class Recurrent(nn.Module):
                                      "several lengths with engine='auto'")
                 return run_lengths(self._sequence, x, state, lengths)
         return self._sequence(x, state)
+
+    def _check_gaps(self, dt, x: Tensor) -> Tensor:
+        """``dt`` as a ``(batch, time)`` tensor of x's dtype and device, after checking it (one host read)."""
+        if self.system.is_delay:
+            raise ValueError(f"dt: {type(self.system).__name__} is a delay system; its ring buffer holds states "
+                             f"⌊τ/h⌋ steps of one length h apart, so every sample must last the model's dt")
+        if self.engine in ("fused", "cuda-graph"):
+            raise ValueError(f"dt: engine={self.engine!r} steps every sample by the model's dt; per-sample steps run "
+                             "the generic loop (engine='auto' or 'generic')")
+        gaps = torch.as_tensor(dt, dtype=x.dtype, device=x.device)
+        batch, steps = x.shape[:2]
+        if gaps.shape not in ((batch, steps), (steps,)):
+            raise ValueError(f"dt: expected shape ({batch}, {steps}) (batch, time) or ({steps},), got "
+                             f"{tuple(gaps.shape)}")
+        if gaps.numel() and not bool(((gaps >= 0) & gaps.isfinite()).all()):
+            raise ValueError("dt: expected finite time gaps >= 0")
+        return gaps.expand(batch, steps)
 
     def _sequence(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         """The whole of x from a checked state, on the engine's path."""

@@ -95,14 +95,17 @@ class _Frozen:
         return self.value
 
 
-def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: float, unfolds: int = 1,
-                 lags: tuple[int, ...] = ()) -> tuple[Tensor, State]:
+def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: float | Tensor, unfolds: int = 1,
+                 lags: tuple[int, ...] = (), active: Tensor | None = None) -> tuple[Tensor, State]:
     """Step ``system`` through the input sequence ``x`` ``(batch, time, input)`` from ``state``.
 
     Returns the observable block after every sample ``(batch, time, hidden)`` and the final state. The input
     encoding is one matmul for the whole sequence, unbound once. ``lags`` (delay systems): step n reads
     h_{n−m_i} from a ring buffer of the last max m_i + 1 states (m_i = 0 reads the current state), which starts
     from ``state.history`` (a :class:`DelayedState`) or zeros; the final state is a :class:`DelayedState`.
+    ``dt`` a ``(batch, time)`` tensor: sample n of each sequence lasts its own dt[:, n] (irregular sampling; no
+    delays), its time a ``(batch, 1)`` tensor. ``active`` ``(batch, time)`` bool: a sample past its sequence's end
+    leaves the state as it is and outputs zeros.
     """
     field = Field(system)
     if lags:
@@ -116,19 +119,29 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
         state = tuple(state)
         past: deque[State] = deque([*earlier, state], maxlen=depth + 1)  # past[-1] = h_n, past[-1-m] = h_{n-m}
         frozen = field.delayed = _Frozen()
-    step, h, obs = scheme.step, dt / unfolds, system.block_index(system.observable)
+    step, obs = scheme.step, system.block_index(system.observable)
+    gaps = (dt / unfolds).unsqueeze(-1).unbind(1) if isinstance(dt, Tensor) else None
+    keep = active.unsqueeze(-1).unbind(1) if active is not None else None
+    h = None if gaps is not None else dt / unfolds
     outputs = []
     t = 0.0
-    for u_n in system.encode(x).unbind(1):
+    for n, u_n in enumerate(system.encode(x).unbind(1)):
         field.inp = lambda _t, u_n=u_n: u_n
+        if gaps is not None:
+            h = gaps[n]
+        before = state
         for _ in range(unfolds):
             if lags:
                 frozen.value = tuple(past[-1 - m] for m in lags)
             state = step(field, t, state, h)
             if lags:
                 past.append(state)
-            t += h
-        outputs.append(state[obs])
+            t = t + h
+        if keep is not None:
+            state = tuple(torch.where(keep[n], new, old) for new, old in zip(state, before))
+            outputs.append(torch.where(keep[n], state[obs], 0.0))
+        else:
+            outputs.append(state[obs])
     if lags:  # the depth states before the last, oldest first
         kept = list(past)[:-1]
         state = DelayedState(state, (torch.stack([p[i] for p in kept], dim=1) if kept else

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..data.tasks import TASKS, Task, settings
 from ..models import Recurrent, SequenceRegressor, cells
+from ..models.heads import takes_time_gaps
 from .distributed import rank_and_world
 from .loop import CheckpointError, Interrupted, NonFiniteLoss, TrainConfig, fit, predict
 from .results import print_table, write_results
@@ -129,9 +130,17 @@ def build_regressor(task: Task, model: str, input_size: int, hidden: int, output
                     keywords: dict | None = None) -> SequenceRegressor:
     """The preset ``model`` with ``keywords`` (see :func:`model_keywords`) behind a linear readout: at every step,
     or at the last one for tasks whose target is ``"last"``. For a classification task ``output_size`` is its
-    number of classes (the readout gives logits)."""
-    return SequenceRegressor(cells.PRESETS[model](input_size, hidden, **(keywords or {})), hidden, output_size,
-                             task.target == "last")
+    number of classes (the readout gives logits). On a task with ``time_gaps`` (the inputs' last feature is each
+    sample's duration) a body that steps by it (:func:`~odelab.models.heads.takes_time_gaps`) takes one input
+    feature less; the others read the gap as an input."""
+    build = cells.PRESETS[model]
+    keywords = keywords or {}
+    if task.time_gaps:
+        with torch.random.fork_rng():  # a probe: the real body below draws the same numbers as without it
+            steps_by_gaps = takes_time_gaps(build(max(1, input_size - 1), hidden, **keywords))
+        input_size -= steps_by_gaps
+    return SequenceRegressor(build(input_size, hidden, **keywords), hidden, output_size, task.target == "last",
+                             time_gaps=task.time_gaps)
 
 
 def output_size(task: Task, targets: torch.Tensor) -> int:

@@ -114,3 +114,15 @@ def test_cli_gates_errors(tiny_fhn, tmp_path, capsys):
         main(["gates", "--run", str(tmp_path / "nowhere")])
     with pytest.raises(SystemExit, match="--marks"):
         main(["gates", "--run", str(run), "--marks", "0,1"])
+
+
+def test_steps_of_an_irregularly_sampled_sequence_are_gap_times_gate():
+    torch.manual_seed(4)
+    cell = odelab.cells.LEM(2, 3).double()
+    x = torch.randn(2, 6, 2, dtype=torch.float64)
+    gaps = 0.1 + torch.rand(2, 6, dtype=torch.float64)
+    unit = effective_steps(cell, x, dt=torch.ones_like(gaps))
+    # the gates read y_{n−1}, which the gaps change: compare the first step, where y_0 = 0 for both
+    scaled = effective_steps(cell, x, dt=gaps)
+    assert torch.allclose(scaled["z"][:, 0], gaps[:, :1] * unit["z"][:, 0], atol=1e-15)
+    assert scaled["z"].shape == (2, 6, 3)

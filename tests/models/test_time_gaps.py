@@ -1,0 +1,109 @@
+"""Irregularly sampled sequences: ``Recurrent.forward(x, dt=gaps)`` steps sample n of each sequence over its own
+gap (Farsang et al. 2024, App. A.3.2), and ``SequenceRegressor(time_gaps=True)`` hands the inputs' last feature to
+the cells that step by it and to the others as a feature. References: eq. 3 written out, and the ordinary forward
+called one sample at a time with that sample's step."""
+import math
+
+import pytest
+import torch
+
+import odelab
+from odelab.models import Recurrent, SequenceRegressor
+from odelab.models.heads import takes_time_gaps
+
+
+def _one_sample_at_a_time(cell, x, gaps):
+    """The ordinary forward (a float dt) over one sample per call, the state carried, per sequence."""
+    outputs = []
+    for b in range(x.shape[0]):
+        state, ys = None, []
+        for n in range(x.shape[1]):
+            cell.dt = float(gaps[b, n])
+            y, state = cell(x[b:b + 1, n:n + 1], state)
+            ys.append(y)
+        outputs.append(torch.cat(ys, 1))
+    return torch.cat(outputs, 0)
+
+
+def test_lem_steps_each_sample_by_its_gap():
+    """Eq. 3 with Δt = the sample's gap: z_n = (1 − Δ_n a) z + Δ_n a tanh(·), y likewise."""
+    torch.manual_seed(0)
+    cell = odelab.cells.LEM(2, 4).double()
+    x = torch.randn(3, 7, 2, dtype=torch.float64)
+    gaps = 2 * torch.rand(3, 7, dtype=torch.float64)
+    out, (z_end, y_end) = cell(x, dt=gaps)
+    S = {k: v.detach() for k, v in cell.system.symbols().items()}
+    z = y = torch.zeros(3, 4, dtype=torch.float64)
+    for n in range(7):
+        u, d = x[:, n], gaps[:, n:n + 1]
+        a = d * torch.sigmoid(y @ S["W1"].T + u @ S["V1"].T + S["b1"])
+        c = d * torch.sigmoid(y @ S["W2"].T + u @ S["V2"].T + S["b2"])
+        z = (1 - a) * z + a * torch.tanh(y @ S["Wz"].T + u @ S["Vz"].T + S["bz"])
+        y = (1 - c) * y + c * torch.tanh(z @ S["Wy"].T + u @ S["Vy"].T + S["by"])
+        assert (out[:, n] - y).abs().max() < 1e-13
+    assert (z_end - z).abs().max() < 1e-13
+
+
+@pytest.mark.parametrize("make", [lambda: odelab.cells.LTC(2, 3, unfolds=6), lambda: odelab.cells.LRCU(2, 3),
+                                  lambda: odelab.cells.CoRNN(2, 3, damping="implicit"),
+                                  lambda: odelab.cells.GRUODE(2, 3),
+                                  lambda: Recurrent(odelab.systems.LEM(2, 3), "rk4", 1.0)])
+def test_every_scheme_and_unfolding_matches_one_sample_at_a_time(make):
+    torch.manual_seed(1)
+    cell = make().double()
+    x = torch.randn(2, 6, 2, dtype=torch.float64)
+    gaps = 0.1 + torch.rand(2, 6, dtype=torch.float64)
+    out, _ = cell(x, dt=gaps)
+    assert (out - _one_sample_at_a_time(cell, x, gaps)).abs().max() < 1e-12
+
+
+def test_shared_gaps_lengths_and_padding():
+    torch.manual_seed(2)
+    cell = odelab.cells.LEM(2, 4).double()
+    x = torch.randn(3, 8, 2, dtype=torch.float64)
+    gaps = torch.rand(8, dtype=torch.float64)  # one gap sequence for the whole batch
+    assert torch.equal(cell(x, dt=gaps)[0], cell(x, dt=gaps.expand(3, 8))[0])
+    padded = x.clone()
+    padded[1, 3:] = float("nan")  # past its length: never read into the state
+    out, (z, y) = cell(padded, dt=gaps, lengths=torch.tensor([8, 3, 5]))
+    alone, (z1, y1) = cell(x[1:2, :3], dt=gaps[:3])
+    assert (out[1, :3] - alone[0]).abs().max() < 1e-14 and (y[1] - y1[0]).abs().max() < 1e-14
+    assert torch.equal(out[1, 3:], torch.zeros_like(out[1, 3:])) and torch.isfinite(out).all()
+
+
+def test_gradient_with_respect_to_the_gaps():
+    """The outputs are differentiable in the gaps (central differences, float64)."""
+    torch.manual_seed(3)
+    cell = odelab.cells.LEM(1, 3).double()
+    x = torch.randn(2, 5, 1, dtype=torch.float64)
+    gaps = (0.2 + torch.rand(2, 5, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda g: cell(x, dt=g)[0], (gaps,))
+
+
+def test_bad_gaps_are_refused():
+    cell = odelab.cells.LEM(1, 3)
+    x = torch.randn(2, 5, 1)
+    with pytest.raises(ValueError, match=r"expected shape \(2, 5\)"):
+        cell(x, dt=torch.ones(2, 4))
+    with pytest.raises(ValueError, match="finite time gaps >= 0"):
+        cell(x, dt=-torch.ones(5))
+    with pytest.raises(ValueError, match="finite time gaps >= 0"):
+        cell(x, dt=torch.full((5,), math.nan))
+    with pytest.raises(ValueError, match="delay system"):
+        odelab.cells.TauGRU(1, 3, tau=2.0)(x, dt=torch.ones(5))
+    cell.engine = "fused"
+    with pytest.raises(ValueError, match="per-sample steps run the generic loop"):
+        cell(x, dt=torch.ones(5))
+
+
+def test_regressor_hands_the_gap_to_cells_that_step_by_it_and_to_the_others_as_a_feature():
+    torch.manual_seed(4)
+    x = torch.randn(2, 6, 3)
+    x[..., -1] = torch.rand(2, 6)
+    lem = SequenceRegressor(odelab.cells.LEM(2, 4), 4, 1, time_gaps=True)
+    expected = lem.readout(lem.body(x[..., :2], dt=x[..., 2])[0])
+    assert torch.equal(lem(x), expected)
+    lstm = SequenceRegressor(odelab.models.baselines.LSTM(3, 4), 4, 1, time_gaps=True)
+    assert torch.equal(lstm(x), lstm.readout(lstm.body(x)[0]))
+    assert not takes_time_gaps(odelab.cells.TauGRU(3, 4, tau=2.0)) and not takes_time_gaps(lstm.body)
+    assert takes_time_gaps(lem.body)
