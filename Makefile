@@ -79,6 +79,7 @@ bench: $(BENCH_STAMP)
 	$(PY) benchmarks/cell_speed.py
 	$(PY) benchmarks/solvers.py
 	$(PY) benchmarks/dense_output.py
+	$(PY) benchmarks/irregular.py
 	$(PY) benchmarks/enso_torchdde.py
 	$(PY) benchmarks/unicornn_memory.py --threads 1
 	$(PY) benchmarks/adjoint_memory.py

@@ -23,6 +23,7 @@ class Implementation:
     target: str
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
     reversible: bool = False
+    gaps: bool = False  # also takes dt as a (batch, time) tensor of per-sample steps (irregular sampling)
 
     def load(self) -> Callable:
         module, _, name = self.target.partition(":")
@@ -43,9 +44,12 @@ REGISTRY: dict[tuple[type, str, str, bool], Implementation] = {}
 
 
 def register(system: type, scheme: str, device: str, target: str,
-             dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64), reversible: bool = False) -> None:
-    """Declare a kernel; ``target`` is ``"module:function"`` relative to this package (``".cuda.lem:run"``)."""
-    REGISTRY[(system, scheme, device, reversible)] = Implementation(system, scheme, device, target, dtypes, reversible)
+             dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64), reversible: bool = False,
+             gaps: bool = False) -> None:
+    """Declare a kernel; ``target`` is ``"module:function"`` relative to this package (``".cuda.lem:run"``);
+    ``gaps``: it also takes per-sample steps, ``dt`` a ``(batch, time)`` tensor without gradient."""
+    REGISTRY[(system, scheme, device, reversible)] = Implementation(system, scheme, device, target, dtypes, reversible,
+                                                                    gaps)
 
 
 def find(system, scheme: str, x: torch.Tensor, reversible: bool = False) -> Implementation | None:

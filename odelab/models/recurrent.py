@@ -132,9 +132,10 @@ class Recurrent(nn.Module):
                                 f"{h.device}")
         return state
 
-    def kernel(self, x: Tensor) -> Callable | None:
+    def kernel(self, x: Tensor, gaps: bool = False) -> Callable | None:
         """The fused implementation that ``forward(x)`` would run, or None for the generic loop (also under
-        ``torch.func`` transforms and forward-mode AD, which the kernels do not support: ``solvers.derivatives``)."""
+        ``torch.func`` transforms and forward-mode AD, which the kernels do not support: ``solvers.derivatives``);
+        ``gaps``: for per-sample steps (``forward(x, dt=gaps)``), which only some kernels take."""
         if self.engine in ("generic", "cuda-graph"):
             return None
         if forward_mode_or_transform():
@@ -143,6 +144,8 @@ class Recurrent(nn.Module):
             return None
         impl = kernels.find(self.system, self.scheme.name, x)
         blocker = self.system.kernel_blocker()
+        if gaps and impl is not None and not impl.gaps:
+            blocker = "it steps every sample by the model's dt; per-sample steps run the generic loop"
         if impl is not None and impl.available() and blocker is None:
             return impl.load()
         if self.engine == "fused":
@@ -159,8 +162,8 @@ class Recurrent(nn.Module):
         ``dt`` (None: the model's step for every sample): the time each sample lasts, ``(batch, time)`` or
         ``(time,)``, ≥ 0 -- irregularly sampled sequences, where sample n of a sequence drives the step(s) over
         its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
-        into ``unfolds`` equal sub-steps. The generic loop runs it (the kernels take one step for the batch); not
-        for delay systems, whose ring buffer counts steps of one length."""
+        into ``unfolds`` equal sub-steps. LEM's CPU kernel takes it (without ``lengths`` and gradients to ``dt``),
+        the generic loop everything else; not for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
         if dt is not None:
@@ -169,6 +172,14 @@ class Recurrent(nn.Module):
             if lengths is not None:
                 lengths = check_lengths(lengths, x.shape[0], x.shape[1])
                 active = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]
+            elif x.shape[0] and not gaps.requires_grad:
+                kernel = self.kernel(x, gaps=True)
+                if kernel is not None:
+                    with on_device_of(x), outside_autocast(x):
+                        return kernel(self.system, x, state, gaps, self.unfolds, ())
+            if self.engine == "fused":
+                raise ValueError("dt: engine='fused' runs per-sample steps of a registered kernel without "
+                                 "lengths and without gradients to the steps; use engine='auto' or 'generic'")
             return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active)
         if lengths is not None:
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])
@@ -184,9 +195,9 @@ class Recurrent(nn.Module):
         if self.system.is_delay:
             raise ValueError(f"dt: {type(self.system).__name__} is a delay system; its ring buffer holds states "
                              f"⌊τ/h⌋ steps of one length h apart, so every sample must last the model's dt")
-        if self.engine in ("fused", "cuda-graph"):
-            raise ValueError(f"dt: engine={self.engine!r} steps every sample by the model's dt; per-sample steps run "
-                             "the generic loop (engine='auto' or 'generic')")
+        if self.engine == "cuda-graph":
+            raise ValueError("dt: engine='cuda-graph' steps every sample by the model's dt; per-sample steps run "
+                             "the generic loop or a kernel (engine='auto' or 'generic')")
         gaps = torch.as_tensor(dt, dtype=x.dtype, device=x.device)
         batch, steps = x.shape[:2]
         if gaps.shape not in ((batch, steps), (steps,)):

@@ -91,9 +91,36 @@ def test_bad_gaps_are_refused():
         cell(x, dt=torch.full((5,), math.nan))
     with pytest.raises(ValueError, match="delay system"):
         odelab.cells.TauGRU(1, 3, tau=2.0)(x, dt=torch.ones(5))
-    cell.engine = "fused"
+    ltc = odelab.cells.LTC(1, 3)
+    ltc.engine = "fused"  # its kernels step every sample by one dt
     with pytest.raises(ValueError, match="per-sample steps run the generic loop"):
+        ltc(x, dt=torch.ones(5))
+    cell.engine = "cuda-graph"
+    with pytest.raises(ValueError, match="engine='cuda-graph' steps every sample by the model's dt"):
         cell(x, dt=torch.ones(5))
+
+
+@pytest.mark.parametrize("unfolds", [1, 3])
+def test_lem_cpu_kernel_takes_the_gaps(unfolds):
+    """The fused LEM kernel with per-sample steps = the generic loop: outputs, final state, and the gradients of
+    every parameter, the input and the initial state (float64, 1e-10)."""
+    torch.manual_seed(5)
+    cell = Recurrent(odelab.systems.LEM(3, 5), "imex", 1.0, unfolds=unfolds).double()
+    x = torch.randn(4, 9, 3, dtype=torch.float64, requires_grad=True)
+    state = tuple(torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    gaps = 1.5 * torch.rand(4, 9, dtype=torch.float64)
+    if cell.kernel(x, gaps=True) is None:
+        pytest.skip("no CPU kernel here (no C++ compiler)")
+    leaves = [x, *state, *cell.parameters()]
+    results = []
+    for engine in ("fused", "generic"):
+        cell.engine = engine
+        out, (z, y) = cell(x, state, dt=gaps)
+        loss = (out * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum() + z.square().sum()
+        results.append((out, z, torch.autograd.grad(loss, leaves)))
+    (out_f, z_f, g_f), (out_g, z_g, g_g) = results
+    assert (out_f - out_g).abs().max() < 1e-12 and (z_f - z_g).abs().max() < 1e-12
+    assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
 
 
 def test_regressor_hands_the_gap_to_cells_that_step_by_it_and_to_the_others_as_a_feature():

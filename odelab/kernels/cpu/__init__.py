@@ -16,7 +16,7 @@ def available() -> bool:
     return _available()
 
 
-register(systems.LEM, "imex", "cpu", ".cpu.lem:run")
+register(systems.LEM, "imex", "cpu", ".cpu.lem:run", gaps=True)
 register(systems.CoRNN, "imex", "cpu", ".cpu.cornn:run_explicit")
 register(systems.CoRNN, "imex-implicit", "cpu", ".cpu.cornn:run_implicit")
 register(systems.UnICORNN, "symplectic-euler", "cpu", ".cpu.unicornn:run")

@@ -20,27 +20,29 @@ from .common import (
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
-def _forward(A, z0, y0, Wgt, Wyt, h):
-    """The time loop over A (B·T, 4d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as the pre-activations."""
+def _forward(A, z0, y0, Wgt, Wyt, h, hs=None):
+    """The time loop over A (B·T, 4d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as the pre-activations.
+    ``hs`` (B, T) contiguous: each (sub-)step's own length instead of h (irregular sampling)."""
     B, d = z0.shape
     T = A.shape[0] // B
     Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
-    call("lem_forward", [A, z0, y0, Wgt, Wyt, Z, Y], (B, T, d), (h,))
+    call("lem_forward", [A, z0, y0, Wgt, Wyt, Z, Y, hs], (B, T, d), (h,))
     return Z, Y
 
 
 class LEMFunction(torch.autograd.Function):
-    """(A, z0, y0, Wg = [W1; Wz; W2], Wy, h) -> (Y, z_T, A): Y (B, T, d) all y, z_T the last z; the encoded
-    input A (B·T, 4d) is overwritten by the pre-activations (marked dirty)."""
+    """(A, z0, y0, Wg = [W1; Wz; W2], Wy, h, hs) -> (Y, z_T, A): Y (B, T, d) all y, z_T the last z; the encoded
+    input A (B·T, 4d) is overwritten by the pre-activations (marked dirty); ``hs`` (B, T) or None: per-step lengths
+    (data: no gradient)."""
 
     @staticmethod
-    def forward(ctx, A, z0, y0, Wg, Wy, h):
+    def forward(ctx, A, z0, y0, Wg, Wy, h, hs):
         z0, y0, Wg, Wy = contiguous(z0, y0, Wg, Wy)
-        Z, Y = _forward(A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), h)
+        Z, Y = _forward(A, z0, y0, Wg.t().contiguous(), Wy.t().contiguous(), h, hs)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, z0, y0, Wg, Wy, Z, Y)
-        ctx.h = h
+        ctx.h, ctx.hs = h, hs
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
@@ -53,16 +55,22 @@ class LEMFunction(torch.autograd.Function):
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, 4 * d)
-        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA], (B, T, d), (ctx.h,))
+        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs], (B, T, d), (ctx.h,))
         dWg = state_products(dA, (0, 3 * d), Y, y0) if ctx.needs_input_grad[3] else None
         dWy = dA[:, 3 * d:].t() @ Z.view(B * T, d) if ctx.needs_input_grad[4] else None
-        return dA, gz, gy, dWg, dWy, None
+        return dA, gz, gy, dWg, dWy, None, None
 
 
-def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
-    """The LEM cell over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop."""
+def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
+    """The LEM cell over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop; ``dt`` a (B, T)
+    tensor (without gradient): each sample's own step (``Recurrent.forward(x, dt=gaps)``)."""
     z0, y0 = state
     Wg = torch.cat((system.weight_y, system.W2), dim=0)
+    if isinstance(dt, Tensor):  # per-sample steps: one buffer of the sub-steps' lengths, the whole sequence at once
+        hs = (dt / unfolds).to(x.dtype).repeat_interleave(unfolds, dim=1).contiguous()
+        A = encode_flat(system, x, unfolds)
+        Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, 0.0, hs)
+        return every_sample(Y, unfolds), (zT, Y[:, -1])
     if not needs_backward(system, x, state):
         Wgt, Wyt = Wg.t().contiguous(), system.Wy.t().contiguous()
 
@@ -72,5 +80,5 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
 
         return forward_in_chunks(system, x, unfolds, 4 * system.hidden_size, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)
-    Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, dt / unfolds)
+    Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, dt / unfolds, None)
     return every_sample(Y, unfolds), (zT, Y[:, -1])

@@ -199,7 +199,7 @@ void relax_bwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, c
 
 template <typename S>
 void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, const S* Wyt, double hd, S* Z,
-             S* Y) {
+             S* Y, const S* hs) {  // hs (B, T): each sample's step (irregular sampling); nullptr: h for every one
   const S h = S(hd);
   const i64 ls = T * d, la = T * 4 * d;  // row strides of a step's states / pre-activations
   for (i64 n = 0; n < T; ++n) {
@@ -207,10 +207,11 @@ void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, 
     const S* zp = n ? Z + (n - 1) * d : z0; const i64 lzp = n ? ls : d;
     S* a = A + n * 4 * d;
     mm(B, 3 * d, d, yp, lyp, Wgt, 3 * d, S(1), a, la);                    // [s1 s2 sz] += y [W1; Wz; W2]^T
-    for (i64 b = 0; b < B; ++b) relax_fwd(d, h, a + b * la, a + b * la + d, zp + b * lzp, Z + n * d + b * ls);
-    mm(B, d, d, Z + n * d, ls, Wyt, d, S(1), a + 3 * d, la);               // sy += z' Wy^T
     for (i64 b = 0; b < B; ++b)
-      relax_fwd(d, h, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, Y + n * d + b * ls);  // same form
+      relax_fwd(d, hs ? hs[b * T + n] : h, a + b * la, a + b * la + d, zp + b * lzp, Z + n * d + b * ls);
+    mm(B, d, d, Z + n * d, ls, Wyt, d, S(1), a + 3 * d, la);               // sy += z' Wy^T
+    for (i64 b = 0; b < B; ++b)                                            // same form
+      relax_fwd(d, hs ? hs[b * T + n] : h, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, Y + n * d + b * ls);
   }
 }
 
@@ -218,7 +219,7 @@ void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, 
 // initial state. dA (B,T,4d): gradients of the pre-activations (= of the encoded input). G: (B, d) scratch.
 template <typename S>
 void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* Wg, const S* Wy, double hd,
-             const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA) {
+             const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, const S* hs) {
   const S h = S(hd);
   std::vector<S> G(B * d), H(B * d);
   const i64 ls = T * d, la = T * 4 * d;
@@ -228,12 +229,12 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
     const S* a = A + n * 4 * d; S* da = dA + n * 4 * d;
     if (dY) for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gy[b * d + j] += dY[b * ls + n * d + j];
     for (i64 b = 0; b < B; ++b)  // y-update
-      relax_bwd(d, h, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, gy + b * d, H.data() + b * d,
+      relax_bwd(d, hs ? hs[b * T + n] : h, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, gy + b * d, H.data() + b * d,
                 da + b * la + 2 * d, da + b * la + 3 * d);
     std::memcpy(G.data(), gz, B * d * sizeof(S));
     mm(B, d, d, da + 3 * d, la, Wy, d, S(1), G.data(), d);                 // dL/dz' += dsy Wy
     for (i64 b = 0; b < B; ++b)  // z-update
-      relax_bwd(d, h, a + b * la, a + b * la + d, zp + b * lzp, G.data() + b * d, gz + b * d, da + b * la,
+      relax_bwd(d, hs ? hs[b * T + n] : h, a + b * la, a + b * la + d, zp + b * lzp, G.data() + b * d, gz + b * d, da + b * la,
                 da + b * la + d);
     std::memcpy(gy, H.data(), B * d * sizeof(S));
     mm(B, d, 3 * d, da, la, Wg, d, S(1), gy, d);                          // dL/dy += [ds1 dsz ds2] [W1; Wz; W2]
@@ -977,11 +978,12 @@ void odelab_set_blas_threshold(i64 t) { blas_threshold = t; }
 int odelab_has_blas() { return (sgemm_ != nullptr && dgemm_ != nullptr) ? 1 : 0; }
 }
 
-// sizes (B, T, d); pointers A z0 y0 Wg^T Wy^T Z Y; scalars h
-ODELAB_EXPORT(lem_forward, lem_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6)))
-// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA; scalars h
+// sizes (B, T, d); pointers A z0 y0 Wg^T Wy^T Z Y hs (hs may be null); scalars h
+ODELAB_EXPORT(lem_forward, lem_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
+                                      PTR(7)))
+// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs (dY, hs may be null); scalars h
 ODELAB_EXPORT(lem_backward, lem_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                       PTR(7), PTR(8), PTR(9), PTR(10)))
+                                       PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
 // sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y; scalars h γ ε
 ODELAB_EXPORT(cornn_forward, cornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
                                           (int)n[3], PTR(5), PTR(6)))
