@@ -102,6 +102,34 @@ def plot_lem_gradient_length(result: dict, path: str | Path) -> None:
     _save(fig, path)
 
 
+def plot_long_range(result: dict, path: str | Path) -> None:
+    """Left: median max_θ |∂E_n^(k)/∂θ| of the fixed step k against n − k, one line per model (log y; torch
+    baselines dashed). Right: the LEMs' contribution at n − k = lag against Δt (log-log) per parameter, with the
+    fitted slopes and a Δt^(3/2) guide (Rusch et al. 2022, Prop. 4.3)."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for name, row in result["models"].items():
+        normal = [v if v >= np.finfo(np.float64).tiny else np.nan for v in row["median_contribution"]]
+        axes[0].semilogy(row["n_minus_k"], normal, label=name, ls="--" if row["dt"] is None else "-")
+    axes[0].set(xlabel="n − k", ylabel="median max_θ |∂E_n^(k)/∂θ|",
+                title=f"contribution of step k = {result['k']} to the gradient of E_n")
+    axes[0].legend(fontsize=8)
+    scaling = result["dt_scaling"]
+    lems = [row for row in result["models"].values() if row["lem"]]
+    dts = np.asarray(scaling["dts"])
+    for key, slope in scaling["slopes"].items():
+        label = f"{key.removeprefix('system.')}: slope {'—' if slope is None else f'{slope:.2f}'}"
+        axes[1].loglog(dts, _positive([row["at_lag"][key] for row in lems]), "o-", label=label,
+                       lw=2.5 if key == "max" else 1)
+    if len(dts):  # through the max at the smallest Δt
+        smallest = int(np.argmin(dts))
+        guide = np.sort(dts)
+        axes[1].loglog(guide, lems[smallest]["at_lag"]["max"] * (guide / dts[smallest]) ** 1.5, "k:",
+                       label="∝ Δt^(3/2)")
+    axes[1].set(xlabel="Δt", ylabel=f"|∂E_n^(k)/∂θ| at n − k = {scaling['lag']}", title="LEM: scaling with Δt")
+    axes[1].legend(fontsize=7)
+    _save(fig, path)
+
+
 def plot_unicornn(energy: dict, inverse: dict, path: str | Path) -> None:
     """Left: mean Hamiltonian H_n − H_0 per scheme (symlog). Right: inverse-step reconstruction error vs length."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

@@ -3,6 +3,9 @@
 * :func:`gradients_vs_lag` -- ‖∂L/∂h_k‖ against the lag T − k, L = r·o_T a fixed random projection of the last
   output: the exploding/vanishing-gradient picture (Rusch et al. 2022, §4, eqs. 5/25; Rusch 2023, Props. 3.2.2–3.2.4; Erichson et al. 2025, Prop. 3),
   odelab cells against torch.nn.LSTM and a tanh torch.nn.RNN.
+* :func:`loss_gradient_terms` / :func:`contributions_to_loss` / :func:`contributions_of_step` /
+  :func:`long_range_study` -- Rusch et al. 2022, eqs. 5/25 and Prop. 4.3 / E.2: the gradient of E_n split into
+  the contributions ∂E_n^(k)/∂θ of the steps k ≤ n; for a fixed early k against n, LEM (Δt scaling) vs tanh RNN/LSTM.
 * :func:`lem_state_bound` -- Rusch et al. 2022, Prop. 4.1: for Δt ≤ 1 and z_0 = y_0 = 0,
   max_i max(|z_n^i|, |y_n^i|) ≤ min(1, Δ̄ √t_n), Δ̄ = (1 + Δt)/√(2 − Δt), for any input.
 * :func:`lem_gradient_vs_length` -- Prop. 4.2 / Remark E.1: the total gradient |∂E_N/∂θ| against N with
@@ -22,6 +25,7 @@ import math
 from typing import Callable, Sequence
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -197,13 +201,192 @@ def decay_summary(norms: Tensor) -> dict:
     positive = norms >= torch.finfo(norms.dtype).tiny
     lags = torch.arange(len(norms), dtype=torch.float64)[positive]
     logs = torch.log10(norms[positive].double())
-    slope = None
-    if len(lags) > 1:
-        centred = lags - lags.mean()
-        slope = float((centred * (logs - logs.mean())).sum() / (centred**2).sum()) * 1000
+    slope = least_squares_slope(lags, logs) * 1000 if len(lags) > 1 else None
     zero = (~positive).nonzero()
     return {"log10_ratio_last_to_lag0": float(torch.log10(norms[-1] / norms[0])) if positive[-1] else None,
             "underflow_lag": int(zero[0]) if len(zero) else None, "decades_per_1000_steps": slope}
+
+
+def least_squares_slope(x: Tensor, y: Tensor) -> float:
+    """The least-squares slope of y against x (1-D, at least two distinct x)."""
+    centred = x - x.mean()
+    return float((centred * (y - y.mean())).sum() / (centred ** 2).sum())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Long-range gradient contributions (Rusch et al. 2022, Prop. 4.3 / E.2)
+
+
+class _SampleRunner:
+    """A model behind one interface for the gradient decompositions: ``run(x, state) -> (outputs, final state)``
+    with the state a tuple of ``(batch, width)`` blocks, ``observe(state)`` = the output o_n, ``parameters`` by name.
+    An odelab cell (its one non-delay Recurrent, stepped by the generic loop) or a one-layer batch-first
+    torch.nn RNN/LSTM/GRU (the baselines), whose state is (h,) or (h, c). Every call starts at t = 0: the cells
+    are autonomous (the input carries the time), as in :func:`step_jacobians`."""
+
+    def __init__(self, model: nn.Module):
+        rnn = getattr(model, "rnn", model)
+        if isinstance(rnn, nn.RNNBase):
+            if rnn.num_layers != 1 or rnn.bidirectional or not rnn.batch_first:
+                raise ValueError("model: expected a one-layer, one-directional, batch-first torch RNN")
+            self.module, self.blocks = rnn, 2 if isinstance(rnn, nn.LSTM) else 1
+        else:
+            layer = single_layer(model)
+            if layer.system.is_delay:
+                raise ValueError(f"model: {type(layer.system).__name__} is a delay system; its step reads states "
+                                 "before X_(n−1), which a split into per-step terms from X_(n−1) misses")
+            self.module, self.blocks = layer, None
+        self.parameters = dict(self.module.named_parameters())
+
+    def start(self, x: Tensor, state: State | None) -> State:
+        if self.blocks is None:
+            return tuple(self.module.starting_state(x, state))
+        if state is not None:
+            return tuple(state)
+        return tuple(x.new_zeros(x.shape[0], self.module.hidden_size) for _ in range(self.blocks))
+
+    def run(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        if self.blocks is None:
+            saved, self.module.engine = self.module.engine, "generic"
+            try:
+                outputs, final = self.module(x, state)
+            finally:
+                self.module.engine = saved
+            return outputs, tuple(final)
+        packed = tuple(s.unsqueeze(0) for s in state)
+        outputs, final = self.module(x, packed if self.blocks == 2 else packed[0])
+        return outputs, tuple(s[0] for s in (final if self.blocks == 2 else (final,)))
+
+    def observe(self, state: State) -> Tensor:
+        return state[0] if self.blocks is not None else state[self.module.output_index]
+
+
+def loss_gradient_terms(model: nn.Module, x: Tensor, target: Tensor, n: int = -1,
+                        state: State | None = None) -> dict[str, Tensor]:
+    """∂E_n^(k)/∂θ = (∂E_n/∂X_n)(∂X_n/∂X_k)(∂⁺X_k/∂θ) for every sample k = 0 … n (n < 0: from the end) and every
+    parameter θ of ``model``'s recurrent layer (keys: that Recurrent's or torch RNN's ``named_parameters()``),
+    stacked ``(n + 1, *θ.shape)`` (Rusch et al. 2022, eqs. 5/25); they sum to ∂E_n/∂θ. E_n = ½‖o_n − ȳ‖², averaged
+    over the batch, ȳ = ``target`` ``(hidden,)`` or ``(batch, hidden)``, from ``state`` (None: zeros); ∂⁺X_k/∂θ is
+    θ's use in sample k alone (its ``unfolds`` sub-steps together). Backpropagation through time one sample at a
+    time: sample k runs from the detached X_(k−1), and its own backward, seeded with ∂E_n/∂X_k, gives the term of
+    k and ∂E_n/∂X_(k−1). ``model``: as :class:`_SampleRunner` (no delay cells)."""
+    runner = _SampleRunner(model)
+    n = _sample_index(n, x.shape[1], "n")
+    current = runner.start(x, state)
+    samples = []
+    with torch.enable_grad():
+        for u in x[:, :n + 1].split(1, dim=1):
+            before = tuple(s.detach().requires_grad_() for s in current)
+            current = runner.run(u, before)[1]
+            samples.append((before, current))
+        final = tuple(s.detach().requires_grad_() for s in current)  # the blocks as independent coordinates of X_n
+        loss = 0.5 * (runner.observe(final) - target).square().sum(-1).mean()
+        seed = torch.autograd.grad(loss, final, allow_unused=True, materialize_grads=True)
+        parameters, terms = tuple(runner.parameters.values()), []
+        for before, after in reversed(samples):
+            grads = torch.autograd.grad(after, before + parameters, seed, allow_unused=True, materialize_grads=True)
+            seed = grads[:len(before)]
+            terms.append(grads[len(before):])
+    return {name: torch.stack(column[::-1]) for name, column in zip(runner.parameters, zip(*terms))}
+
+
+def contributions_to_loss(model: nn.Module, x: Tensor, target: Tensor, n: int = -1,
+                          state: State | None = None) -> dict[str, Tensor]:
+    """``(n + 1,)`` per parameter: max over θ's entries of |∂E_n^(k)/∂θ| for k = 0 … n (the paper's |∂E_n^(k)/∂θ|
+    for a scalar θ, at the worst entry), from :func:`loss_gradient_terms`."""
+    terms = loss_gradient_terms(model, x, target, n, state)
+    return {name: per_step.flatten(1).abs().amax(1) for name, per_step in terms.items()}
+
+
+def contributions_of_step(model: nn.Module, x: Tensor, target: Tensor, k: int,
+                          state: State | None = None) -> dict[str, Tensor]:
+    """``(T − k,)`` per parameter: max over θ's entries of |∂E_n^(k)/∂θ| for n = k … T − 1: how much sample k
+    contributes to the gradient of every later loss E_n (Rusch et al. 2022, Prop. 4.3; notation of
+    :func:`loss_gradient_terms`). Forward mode from X_k, the batch copied once per state coordinate j with tangent
+    e_j, gives ∂E_n/∂X_k = (o_n − ȳ)ᵀ ∂o_n/∂X_k / batch for all n in one pass; one backward of sample k alone
+    (from the detached X_(k−1)) per n, seeded with it, gives ∂E_n^(k)/∂θ."""
+    runner = _SampleRunner(model)
+    batch, steps = x.shape[:2]
+    k = _sample_index(k, steps, "k")
+    with torch.no_grad():
+        before = runner.start(x, state)
+        if k:
+            before = runner.run(x[:, :k], before)[1]
+    with torch.enable_grad():
+        after = runner.run(x[:, k:k + 1], tuple(s.detach() for s in before))[1]
+    sizes = [s.shape[-1] for s in after]
+    width = sum(sizes)
+    tangents = torch.eye(width, dtype=x.dtype, device=x.device).repeat_interleave(batch, 0).split(sizes, -1)
+    with torch.no_grad(), forward_ad.dual_level():  # copy j (rows j·batch … j·batch + batch − 1): tangent e_j
+        start = tuple(forward_ad.make_dual(s.detach().repeat(width, 1), t.contiguous())
+                      for s, t in zip(after, tangents))
+        outputs = runner.observe(start).unsqueeze(1)
+        if k + 1 < steps:
+            outputs = torch.cat([outputs, runner.run(x[:, k + 1:].repeat(width, 1, 1), start)[0]], 1)
+        o, do = forward_ad.unpack_dual(outputs)
+    target = torch.as_tensor(target, dtype=x.dtype, device=x.device).expand(batch, o.shape[-1]).repeat(width, 1)
+    seeds = (((o - target.unsqueeze(1)) * do).sum(-1) / batch).view(width, batch, -1).permute(2, 1, 0)
+    parameters = tuple(runner.parameters.values())
+    norms = []
+    for seed in seeds:  # n = k … T − 1: seed (batch, width) = ∂E_n/∂X_k
+        grads = torch.autograd.grad(after, parameters, seed.split(sizes, -1), retain_graph=True, allow_unused=True,
+                                    materialize_grads=True)
+        norms.append(torch.stack([g.abs().max() for g in grads]))
+    return dict(zip(runner.parameters, torch.stack(norms, 1)))
+
+
+def _sample_index(index: int, steps: int, name: str) -> int:
+    """``index`` (negative: from the end) as 0 … steps − 1; ValueError outside."""
+    if not -steps <= index < steps:
+        raise ValueError(f"{name}: expected a sample index in [{-steps}, {steps}), got {index}")
+    return index % steps
+
+
+LONG_RANGE_MODELS = ("lem", "lem[dt=0.1]", "lem[dt=0.01]", "rnn", "lstm")
+
+
+def long_range_study(models: Sequence[str] = LONG_RANGE_MODELS, steps: int = 1000, k: int = 10, lag: int = 10,
+                     hidden_size: int = 16, batch: int = 4, seeds: Sequence[int] = (0, 1, 2),
+                     dtype: torch.dtype = torch.float64) -> dict:
+    """Rusch et al. 2022, Prop. 4.3 / E.2: the contribution max_θ |∂E_n^(k)/∂θ| (over every weight and bias) of the
+    early sample k to the loss E_n = ½‖o_n − ȳ‖² for n = k … steps − 1, median over ``seeds`` of random models
+    (``cells.build``, one input feature, inputs N(0, 1), ȳ ~ U[−1, 1]^hidden), with its decay in n − k
+    (:func:`decay_summary`; per unit of time t_n − t_k too for the odelab cells): the paper expects no exponential
+    decay for LEM, whose contribution is O(Δt^(3/2)) for θ = W_y; exponential decay for a tanh RNN / LSTM.
+    ``at_lag``: every parameter's median contribution at n − k = ``lag``. Over the LEMs (specs ``lem[...]``), per
+    parameter and for the max: the least-squares slope of log contribution against log Δt at that lag."""
+    if not 0 <= k < steps or not 0 <= lag < steps - k:
+        raise ValueError(f"k, lag: expected 0 <= k < steps and 0 <= lag < steps − k (steps = {steps}), got k = {k}, "
+                         f"lag = {lag}")
+    result = {}
+    for name in models:
+        curves = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = cells.build(name, 1, hidden_size).to(dtype)
+            x = torch.randn(batch, steps, 1, dtype=dtype)
+            target = 2 * torch.rand(hidden_size, dtype=dtype) - 1
+            per_parameter = contributions_of_step(model, x, target, k)
+            curves.append({**per_parameter, "max": torch.stack(list(per_parameter.values())).amax(0)})
+        medians = {key: torch.stack([c[key] for c in curves]).median(0).values for key in curves[0]}
+        median = medians["max"]
+        dt = None if isinstance(getattr(model, "rnn", model), nn.RNNBase) else single_layer(model).dt
+        summary = decay_summary(median)
+        rate = summary["decades_per_1000_steps"]
+        result[name] = {"dt": dt, "lem": cells.parse_spec(name)[0] == "lem", "n_minus_k": list(range(steps - k)),
+                        "median_contribution": median.tolist(), "contribution_first": float(median[0]),
+                        "contribution_last": float(median[-1]), **summary,
+                        "decades_per_unit_time": None if dt is None or rate is None else rate / (1000 * dt),
+                        "at_lag": {key: float(values[lag]) for key, values in medians.items()}}
+    lems = [row for row in result.values() if row["lem"]]
+    dts = torch.tensor([row["dt"] for row in lems], dtype=torch.float64)
+    slopes = {}
+    for key in lems[0]["at_lag"] if lems else ():
+        values = torch.tensor([row["at_lag"][key] for row in lems], dtype=torch.float64)
+        fits = len(set(dts.tolist())) > 1 and bool((values > 0).all())
+        slopes[key] = least_squares_slope(dts.log(), values.log()) if fits else None
+    return {"k": k, "steps": steps, "lag": lag, "models": result,
+            "dt_scaling": {"lag": lag, "dts": dts.tolist(), "slopes": slopes, "paper_slope": 1.5}}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -289,8 +472,7 @@ def lem_gradient_vs_length(lengths: Sequence[int] = (250, 500, 1000, 2000, 4000)
                          "bound_holds": all(g <= b for g, b in zip(grads, bounds))})
         logs = torch.log(torch.tensor(medians, dtype=torch.float64))
         log_n = torch.log(torch.tensor(lengths, dtype=torch.float64))
-        centred = log_n - log_n.mean()
-        slope = float((centred * (logs - logs.mean())).sum() / (centred ** 2).sum()) if len(lengths) > 1 else None
+        slope = least_squares_slope(log_n, logs) if len(lengths) > 1 else None
         slopes[f"{s:g}"] = {"slope": slope, "bound_rate": 2 * (1 - s)}
     return {"lengths": list(lengths), "exponents": list(exponents), "rows": rows, "slopes": slopes}
 

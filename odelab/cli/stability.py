@@ -1,7 +1,9 @@
 """``odelab stability``: gradients vs lag, the LEM state bound, UnICORNN energy and inverse, eigenvalues along
-trajectories, LRC damping (``odelab.analysis.stability``).
+trajectories, LRC damping, long-range gradient contributions (``odelab.analysis.stability``).
 
-    odelab stability [--model lem,cornn,...] [--study gradients|lem-bound|lem-gradient-length|unicornn|eigen|lrc-damping|oversmoothing|graphcon-spectrum|all]
+    odelab stability [--model lem,cornn,...]
+                     [--study gradients|lem-bound|lem-gradient-length|lem-long-range|unicornn|eigen|lrc-damping|
+                              oversmoothing|graphcon-spectrum|all]
                      [--steps N] [--out DIR]
 """
 from __future__ import annotations
@@ -19,7 +21,8 @@ from ..models import cells
 from ..systems import UnICORNN
 from . import arguments
 
-STUDIES = ("gradients", "lem-bound", "lem-gradient-length", "unicornn", "eigen", "lrc-damping", "oversmoothing", "graphcon-spectrum")
+STUDIES = ("gradients", "lem-bound", "lem-gradient-length", "lem-long-range", "unicornn", "eigen", "lrc-damping",
+           "oversmoothing", "graphcon-spectrum")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
 STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
 BASELINES = ("lstm", "rnn")
@@ -83,6 +86,30 @@ def cmd_stability(args: argparse.Namespace) -> int:
             slope = result["slopes"][f"{s:g}"]
             print(f"{s:6.3f}{slope['slope'] or 0:8.2f}{slope['bound_rate']:12.2f}{rows[-1]['max_abs_gradient']:14.3e}"
                   f"{rows[-1]['bound']:11.2e}  {all(r['bound_holds'] for r in rows)}")
+    if "lem-long-range" in studies:
+        specs = [n for n in _model_list(args.model, stability.LONG_RANGE_MODELS)
+                 if n == "rnn" or cells.parse_spec(n)[0] not in ("taugru", "delaygru")]  # no per-step split for delays
+        k = min(10, args.steps // 2)
+        lag = min(10, args.steps - 1 - k)
+        result = stability.long_range_study(specs + [b for b in BASELINES if b not in specs], args.steps, k, lag,
+                                            args.hidden, seeds=seeds)
+        _write(out, "lem_long_range", result)
+        plots.plot_long_range(result, out / "lem_long_range.png")
+        print(f"\nlong-range gradient contributions (Rusch et al. 2022, Prop. 4.3 / E.2): max_θ |∂E_n^(k)/∂θ| of step "
+              f"k = {k} for n = {k} … {args.steps - 1} (median of {len(seeds)} inits)\n{'model':14s}{'Δt':>7s}"
+              f"{'n = k':>11s}{f'n − k = {lag}':>13s}{'n = N':>11s}{'decades/1000':>14s}{'per unit t':>12s}  underflow")
+        for name, row in result["models"].items():
+            dt, per_time = row["dt"], row["decades_per_unit_time"]
+            print(f"{name:14s}{'—' if dt is None else f'{dt:g}':>7s}"
+                  f"{row['contribution_first']:11.2e}{row['at_lag']['max']:13.2e}{row['contribution_last']:11.2e}"
+                  f"{row['decades_per_1000_steps'] or 0:14.2f}{'—' if per_time is None else f'{per_time:.3f}':>12s}  "
+                  + ("—" if row["underflow_lag"] is None else f"from n − k = {row['underflow_lag']}"))
+        scaling = result["dt_scaling"]
+        fitted = {key.removeprefix("system."): slope for key, slope in scaling["slopes"].items() if slope is not None}
+        if fitted:
+            print(f"LEM Δt scaling at n − k = {lag}, Δt = {', '.join(f'{dt:g}' for dt in scaling['dts'])}: slope of "
+                  "log contribution vs log Δt: " + ", ".join(f"{key} {slope:.2f}" for key, slope in fitted.items())
+                  + " (Prop. 4.3: 3/2 for W_y)")
     if "unicornn" in studies:
         torch.manual_seed(seeds[0])
         system = UnICORNN(1, args.hidden, alpha=0.5).double()
@@ -126,10 +153,11 @@ def cmd_stability(args: argparse.Namespace) -> int:
 
 
 def add_command(sub) -> None:
-    p = sub.add_parser("stability", help="gradients vs lag, LEM bound, UnICORNN energy, eigenvalues, LRC damping")
-    p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}); "
-                                   "a model's keywords in brackets, e.g. lem[dt=0.01]; lstm and rnn are always "
-                                   "added to the gradient study")
+    p = sub.add_parser("stability", help="gradients vs lag, LEM bound, long-range gradient contributions, UnICORNN "
+                                         "energy, eigenvalues, LRC damping")
+    p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}; lem-long-range: "
+                                   f"{','.join(stability.LONG_RANGE_MODELS)}); a model's keywords in brackets, e.g. "
+                                   "lem[dt=0.01]; lstm and rnn are always added to the gradient and long-range studies")
     p.add_argument("--study", default="all", choices=STUDIES + ("all",))
     p.add_argument("--steps", type=arguments.integer(2), default=1000,
                    help="sequence length (>= 2; up to 10^4 for the gradient study)")

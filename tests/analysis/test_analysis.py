@@ -336,7 +336,8 @@ def test_cli_compare_schemes_loads_a_fit_run(tmp_path):
 
 @pytest.mark.parametrize("study,files", [("gradients", "gradients"), ("lem-bound", "lem_bound"),
                                          ("lem-gradient-length", "lem_gradient_length"),
-                                         ("unicornn", "unicornn"), ("eigen", "eigen")])
+                                         ("lem-long-range", "lem_long_range"), ("unicornn", "unicornn"),
+                                         ("eigen", "eigen")])
 def test_cli_stability_studies_write_json_and_png(tmp_path, study, files):
     out = tmp_path / study
     assert main(["stability", "--study", study, "--model", "lem,unicornn", "--steps", "20", "--seeds", "1",
