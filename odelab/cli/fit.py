@@ -7,6 +7,8 @@
     odelab fit frequency [--noise SIGMA]       (frequency, copy: classification, accuracy and cross-entropy)
     odelab fit spiral|duffing [--reading ours|official] [--valid-window N]
     odelab fit smnist|psmnist --data-root PATH [--train-size N]   (the MNIST IDX files; nothing is downloaded)
+    odelab fit eigenworms --data-root PATH [--length N] [--stride K]   (the UEA EigenWorms files)
+    odelab fit person-activity --data-root PATH   (UCI's ConfLongDemo_JSI.txt; irregular: the cells step by the gaps)
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -132,7 +134,8 @@ def add_command(subparsers) -> None:
                            "official scipy recipe")
     task.add_argument("--length", type=arguments.integer(2),
                       help="adding: sequence length N (>= 2, default 2000); copy: the delay T over which the 10 "
-                           "symbols are remembered (>= 2, default 1000; sequences of T + 20 steps)")
+                           "symbols are remembered (>= 2, default 1000; sequences of T + 20 steps); eigenworms: "
+                           "keep the first N steps (default all 17 984)")
     task.add_argument("--noise", type=arguments.non_negative_float,
                       help="frequency: standard deviation σ of the Gaussian noise added to each sample (>= 0, "
                            "default 0.1; the paper: 0 and 0.1)")
@@ -140,7 +143,9 @@ def add_command(subparsers) -> None:
                                     ", ; tab or | is sniffed)")
     task.add_argument("--data-root", help="smnist, psmnist: folder with the MNIST IDX files train-images-idx3-ubyte, "
                                           "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte "
-                                          "(each plain or .gz) in it, in raw/ or in MNIST/raw/; never downloaded")
+                                          "(each plain or .gz) in it, in raw/ or in MNIST/raw/; eigenworms: the UEA "
+                                          "EigenWorms_TRAIN/_TEST .ts (or .arff) files; person-activity: UCI's "
+                                          "ConfLongDemo_JSI.txt; never downloaded")
     task.add_argument("--train-size", type=arguments.integer(1),
                       help="smnist, psmnist: train on this many of the 57 000 training images (a random subset; "
                            "default all); validation and test stay whole")
@@ -160,7 +165,8 @@ def add_command(subparsers) -> None:
                            "mackey-glass: H kept samples ahead, see --stride)")
     task.add_argument("--stride", type=arguments.integer(1),
                       help="enso, mackey-glass: keep every K-th sample of the series (>= 1, default 1: spacing 0.1 "
-                           "for enso, 0.25 for mackey-glass, times K)")
+                           "for enso, 0.25 for mackey-glass, times K); eigenworms: every K-th step (LEM's and "
+                           "UnICORNN's Δt times K)")
     task.add_argument("--window", type=arguments.integer(2), help="csv: training window length (>= 2, default 64)")
     task.add_argument("--reading", choices=["ours", "official"],
                       help="spiral, duffing: ours (default: held-out trajectories, test MSE) or official (the authors' "

@@ -50,6 +50,23 @@ protocol where one exists:
   paper preset at d = 32 for 2 epochs of all 57 000 training images, no lr drop (≈ 1.5 min per LEM or LSTM epoch
   with ``--threads 1``, estimated from 0.16 s per training batch of 128 and the evaluations; coRNN ≈ 0.7 min, GRU
   ≈ 2 min); ``--train-size N`` trains on N of them;
+* eigenworms (classification, the UEA files EigenWorms_TRAIN/_TEST ``.ts`` or ``.arff`` read from ``--data-root``,
+  never downloaded; see odelab/data/eigenworms.py): Rusch et al. 2022, §3.3, Table 8: d = 32, Adam lr 2.3e-3, batch 8,
+  50 epochs, LEM Δt 1.6e-3 (the official code's defaults: ``--lr 0.00609 --model-option dt=0.00017``); the official
+  split of the merged files, 181 / 39 / 39, the same for every seed; UnICORNN with 2 layers, Δt (2.81e-5, 3.43e-2),
+  α 0 (Rusch 2023, Table 3.8; its lr 8.59e-3 and 250 epochs not taken: one protocol for every model); coRNN: no
+  published setting, its defaults. ``quick``: the paper preset for 10 epochs of the full 17 984-step sequences (LEM:
+  14 s per epoch with ``--threads 1``, measured on random data of that size; ≈ 2.5 min); ``--stride K`` keeps every
+  K-th step (LEM's and UnICORNN's Δt × K), ``--length N`` the first N steps; baseline: the majority class;
+* person-activity (classification, a class at every step, irregularly sampled: UCI's ``ConfLongDemo_JSI.txt`` read
+  from ``--data-root``, never downloaded; see odelab/data/person_activity.py): Farsang et al. 2024, Table 5: RMSprop
+  lr 1e-3, batch 128, 100 epochs (the LRC code's default: 200), windows of 32 samples; d = 100, LRCU-A / LRCU-S 64
+  (Table 1's note); no clipping (none stated). The inputs' last feature is the time gap (100 ms -> 1.0): the LRCUs
+  step by it, LSTM/GRU read it. The test windows are the ODE-LSTM loader's 20 % (``RandomState(98841)``), the same
+  for every seed; a tenth of the training windows, drawn with the run's seed, validate (the paper has no validation
+  set and reports the test accuracy after its last epoch; odelab keeps the best validation epoch). ``quick``: the
+  paper preset for 5 epochs (≈ 5 s per LSTM epoch, ≈ 37 s per LRCU-A epoch with ``--threads 1``, measured on a
+  synthetic file of the real size); baseline: the majority class at every step;
 * csv: no paper; ``quick`` only.
 
 The classification tasks' ``quick`` presets (d = 32, lr 3e-3, batch 32) fit a 3-seed table of 3–4 models in
@@ -72,11 +89,13 @@ from .adding import adding
 from .copy import copy_task, memoryless_cross_entropy, recalled_accuracy
 from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse_by_column
 from .delay_oscillators import enso, mackey_glass
+from .eigenworms import eigenworms, eigenworms_models
 from .fhn import fitzhugh_nagumo, fitzhugh_nagumo_irregular, irregular_extrapolation_rmse, irregular_persistence_rmse
 from .frequency import chance_accuracy, frequency
 from .mnist import majority_class_accuracy, mnist
 from .neural_ode import WINDOW, duffing, initial_state_mae, initial_state_rmse, spiral
 from .ode_series import LORENZ63, LORENZ96, lorenz63, lorenz96, rmse_by_component
+from .person_activity import majority_class_accuracy as majority_step_accuracy, person_activity
 
 
 @dataclass
@@ -354,6 +373,32 @@ TASKS = {
                           _mnist_models(0.21, dict(dt=0.042, gamma=2.7, epsilon=4.7))),
     "psmnist": _mnist_task("psmnist", True, _mnist_presets(3.5e-3, 1.1),
                            _mnist_models(1.9, dict(dt=0.076, gamma=0.4, epsilon=8.0))),
+    "eigenworms": Task(
+        "eigenworms",
+        load=lambda seed, path=None, length=None, stride=1: eigenworms(path, length=length, stride=stride),
+        presets={"paper": dict(hidden_size=32, epochs=50, lr=2.3e-3, batch_size=8),
+                 "quick": dict(hidden_size=32, epochs=10, lr=2.3e-3, batch_size=8)},
+        options={"path": "data_root", "length": "length", "stride": "stride"},
+        model_options=eigenworms_models,
+        baselines={"majority class": majority_class_accuracy},
+        target="last",
+        loss="cross_entropy",
+        classes=5,
+        plot="classes",
+    ),
+    "person-activity": Task(
+        "person-activity",
+        load=lambda seed, path=None: person_activity(path, seed=seed),
+        presets={"paper": dict(hidden_size=100, epochs=100, lr=1e-3, batch_size=128, optimizer="rmsprop"),
+                 "quick": dict(hidden_size=100, epochs=5, lr=1e-3, batch_size=128, optimizer="rmsprop")},
+        options={"path": "data_root"},
+        hidden={"lrcu-a": 64, "lrcu-s": 64},  # Farsang et al. 2024, Table 1: 64 LRCU cells, 100 for the others
+        baselines={"majority class": majority_step_accuracy},
+        loss="cross_entropy",
+        classes=7,
+        plot="classes",
+        time_gaps=True,
+    ),
     "csv": Task(
         "csv",
         load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False:

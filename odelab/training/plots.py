@@ -95,10 +95,10 @@ def plot_forecast(model, x, y, meta: dict, path: str | Path, title: str = "", ma
 
 
 def plot_classes(model, x, y, classes: int, path: str | Path, title: str = "", batch_size: int = 256) -> None:
-    """One class per sequence: the confusion matrix (rows: true class, columns: predicted) and the accuracy of each
-    class, for every test sequence."""
+    """The confusion matrix (rows: true class, columns: predicted) and the accuracy of each class over every test
+    prediction: one per sequence, or one per step for per-step classes (targets ``(N, T)``)."""
     pred = torch.cat([_predict(model, x[i:i + batch_size]).argmax(-1) for i in range(0, x.shape[0], batch_size)])
-    y = y.cpu()
+    y, pred = y.cpu().flatten(), pred.flatten()
     confusion = torch.zeros(classes, classes)
     confusion.index_put_((y, pred), torch.ones(y.numel()), accumulate=True)
     per_class = (confusion.diagonal() / confusion.sum(1).clamp(min=1)).numpy()
@@ -108,7 +108,7 @@ def plot_classes(model, x, y, classes: int, path: str | Path, title: str = "", b
     image = axes[0].imshow(confusion, cmap="Greys", interpolation="nearest", origin="lower")
     axes[0].set_xlabel("predicted class")
     axes[0].set_ylabel("true class")
-    fig.colorbar(image, ax=axes[0], label="test sequences", shrink=0.8)
+    fig.colorbar(image, ax=axes[0], label="test predictions", shrink=0.8)
     index = np.arange(classes)
     axes[1].bar(index[seen], 100 * per_class[seen], width=1.0, color="tab:blue")
     axes[1].axhline(100 / classes, color="black", lw=1, ls="--", label="chance")

@@ -219,6 +219,36 @@ TABLES = {
                      "(Table 8; the code's defaults: lr 0.0073, Δt 0.31), coRNN (Δt, γ, ε) = (0.076, 0.4, 8.0). The "
                      "paper's LSTM and GRU rows are other papers' runs with 256 units. Validation: a random 3 000 of "
                      "the training images drawn with the run's seed", selection_options=("path",)),
+    "eigenworms": Table("accuracy", "%", "Rusch et al. 2022, Table 2 (mean ± std of 5 re-trainings of the best "
+                        "network: run with --seeds 5)",
+                        {"": {"lstm": (38.5, 10.1), "cornn": (86.7, 3.0), "unicornn": (90.3, 3.0), "lem": (92.3, 1.8)}},
+                        ("lem", "unicornn", "cornn", "lstm"), "lem",
+                        "EigenWorms read from --option path=DIR (the UEA files EigenWorms_TRAIN/_TEST .ts or .arff). "
+                        "Every model under LEM's protocol (Table 8): d 32, Adam 2.3e-3, batch 8, 50 epochs, no "
+                        "clipping; LEM Δt 1.6e-3 (the code's defaults: lr 0.00609, Δt 0.00017). The paper's LSTM, "
+                        "coRNN and UnICORNN rows are Rusch & Mishra 2021b's runs (the UnICORNN paper), not LEM's "
+                        "protocol: UnICORNN with 2 layers (Δt 2.81e-5 for the first, 3.43e-2 for the second, α 0: "
+                        "Rusch 2023, Table 3.8, used here; its lr 8.59e-3 and 250 epochs are not), coRNN with no "
+                        "published EigenWorms setting (odelab's defaults). Its chrono-LSTM row (82.6 ± 6.4, LSTM "
+                        "with chrono initialisation) has no odelab model. Split: the official one, the UEA training "
+                        "and test files merged (259) and split 181 / 39 / 39 by train_test_split's rule with seed "
+                        "1234, the same for every seed (the seeds vary the initialisation and the batches); no "
+                        "normalisation", selection_options=("path",)),
+    "person-activity": Table("accuracy", "%", "Farsang et al. 2024, Table 1 \"Localization\" (mean ± std of 5 runs: "
+                             "run with --seeds 5)",
+                             {"": {"lstm": (82.90, 0.31), "gru": (82.76, 0.41), "lrcu-a": (83.90, 0.34),
+                                   "lrcu-s": (84.21, 0.26)}},
+                             ("lrcu-s", "lrcu-a", "lstm", "gru"), "lrcu-s",
+                             "UCI's ConfLongDemo_JSI.txt read from --option path=DIR (the file's folder, not a reading); "
+                             "the ODE-LSTM loader's recipe (7 features, 7 classes at every step, windows of 32 with "
+                             "stride 16, its 20 % test windows). The LRCUs have 64 units, LSTM and GRU 100 (Table 1's "
+                             "note; App. A.3.2's \"100 units\" for the LRCUs contradicts it); every model under Table 5's "
+                             "protocol: RMSprop 1e-3, batch 128, 100 epochs. The time gap (100 ms = 1.0) is the LRCUs' "
+                             "Euler step and one more input feature of LSTM and GRU. The paper's MGU row (83.35 ± 0.30) "
+                             "has no odelab model; its text's 84.99 % for LRCU-S disagrees with the table. The paper "
+                             "(its code) reports the test accuracy after the last epoch and has no validation set; "
+                             "ours: the epoch of best accuracy on a tenth of the training windows drawn with the run's "
+                             "seed (the test windows are the same for every seed)", selection_options=("path",)),
 }
 
 

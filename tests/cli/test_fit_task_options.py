@@ -31,7 +31,7 @@ def test_horizon_and_stride_reach_the_delay_loaders(task, monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["fit", "fhn", "--stride", "2"], "--stride: only for the task(s) enso, mackey-glass"),
+    (["fit", "fhn", "--stride", "2"], "--stride: only for the task(s) eigenworms, enso, mackey-glass"),
     (["fit", "enso", "--noise", "0"], "--noise: only for the task(s) frequency"),
     (["fit", "frequency", "--length", "5"], "--length: only for the task(s) adding, copy"),
     (["fit", "enso", "--stride", "0"], "argument --stride: expected an integer >= 1"),
