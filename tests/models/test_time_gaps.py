@@ -91,23 +91,33 @@ def test_bad_gaps_are_refused():
         cell(x, dt=torch.full((5,), math.nan))
     with pytest.raises(ValueError, match="delay system"):
         odelab.cells.TauGRU(1, 3, tau=2.0)(x, dt=torch.ones(5))
-    ltc = odelab.cells.LTC(1, 3)
-    ltc.engine = "fused"  # its kernels step every sample by one dt
+    cornn = odelab.cells.CoRNN(1, 3)
+    cornn.engine = "fused"  # its kernels step every sample by one dt
     with pytest.raises(ValueError, match="per-sample steps run the generic loop"):
-        ltc(x, dt=torch.ones(5))
+        cornn(x, dt=torch.ones(5))
     cell.engine = "cuda-graph"
     with pytest.raises(ValueError, match="engine='cuda-graph' steps every sample by the model's dt"):
         cell(x, dt=torch.ones(5))
 
 
-@pytest.mark.parametrize("unfolds", [1, 3])
-def test_lem_cpu_kernel_takes_the_gaps(unfolds):
-    """The fused LEM kernel with per-sample steps = the generic loop: outputs, final state, and the gradients of
+CELLS_WITH_GAP_KERNELS = {
+    "lem": lambda: Recurrent(odelab.systems.LEM(3, 5), "imex", 1.0),
+    "lem, 3 unfolds": lambda: Recurrent(odelab.systems.LEM(3, 5), "imex", 1.0, unfolds=3),
+    "ltc, 6 unfolds": lambda: odelab.cells.LTC(3, 5),
+    "stc, 6 unfolds": lambda: odelab.cells.STC(3, 5),
+    "lrcu-a": lambda: odelab.cells.LRCU(3, 5),
+    "lrcu-s": lambda: odelab.cells.LRCU(3, 5, elastance="symmetric"),
+}
+
+
+@pytest.mark.parametrize("name", list(CELLS_WITH_GAP_KERNELS))
+def test_cpu_kernels_take_the_gaps(name):
+    """The fused CPU kernels with per-sample steps = the generic loop: outputs, final state, and the gradients of
     every parameter, the input and the initial state (float64, 1e-10)."""
     torch.manual_seed(5)
-    cell = Recurrent(odelab.systems.LEM(3, 5), "imex", 1.0, unfolds=unfolds).double()
+    cell = CELLS_WITH_GAP_KERNELS[name]().double()
     x = torch.randn(4, 9, 3, dtype=torch.float64, requires_grad=True)
-    state = tuple(torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    state = tuple(torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in cell.system.blocks)
     gaps = 1.5 * torch.rand(4, 9, dtype=torch.float64)
     if cell.kernel(x, gaps=True) is None:
         pytest.skip("no CPU kernel here (no C++ compiler)")
@@ -115,11 +125,11 @@ def test_lem_cpu_kernel_takes_the_gaps(unfolds):
     results = []
     for engine in ("fused", "generic"):
         cell.engine = engine
-        out, (z, y) = cell(x, state, dt=gaps)
-        loss = (out * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum() + z.square().sum()
-        results.append((out, z, torch.autograd.grad(loss, leaves)))
-    (out_f, z_f, g_f), (out_g, z_g, g_g) = results
-    assert (out_f - out_g).abs().max() < 1e-12 and (z_f - z_g).abs().max() < 1e-12
+        out, final = cell(x, state, dt=gaps)
+        loss = (out * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum() + final[0].square().sum()
+        results.append((out, final[0], torch.autograd.grad(loss, leaves)))
+    (out_f, s_f, g_f), (out_g, s_g, g_g) = results
+    assert (out_f - out_g).abs().max() < 1e-12 and (s_f - s_g).abs().max() < 1e-12
     assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
 
 

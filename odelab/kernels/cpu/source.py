@@ -766,7 +766,7 @@ void liquid_update(int kind, i64 m, S h, const S* __restrict__ f, const S* __res
 template <typename S>
 void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* h0, const S* G,
                 const S* Aa, const S* Bb, const S* K, const S* gl, const S* el, const S* Oh, const S* ksh,
-                const S* Win, double hd, S* C, S* H) {
+                const S* Win, double hd, S* C, S* H, const S* hs) {  // hs (B, T): a sample's sub-step (or null: h)
   const S h = S(hd);
   const bool store = C != nullptr;
   const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = store ? TS * w : w, lx = T * n, ls = T * m;
@@ -798,7 +798,7 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
     synapses_fwd(B, m, m, P.data(), hp, lp, a, lc, threads);
     for (i64 b = 0; b < B; ++b) {
       const S* f = a + b * lc;
-      liquid_update(kind, m, h, f, f + m, f + 2 * m, hp + b * lp, el, ksh, out + b * lo);
+      liquid_update(kind, m, hs ? hs[b * T + ns] : h, f, f + m, f + 2 * m, hp + b * lp, el, ksh, out + b * lo);
     }
     hp = out; lp = lo;
   }
@@ -892,7 +892,7 @@ template <typename S>
 void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* C, const S* h0,
                 const S* G, const S* Aa, const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd,
                 const S* H, const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh,
-                S* dWin) {
+                S* dWin, const S* hs) {
   const S h = S(hd);
   const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
   const i64 J = m + n, inputs = m * m /* the inputs' rows */, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
@@ -912,7 +912,7 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
       for (i64 r = 0; r + 1 < L; ++r)
         for (i64 b = 0; b < B; ++b) {
           const S* f = C + (ns * L + r) * w + b * lc;
-          liquid_update(kind, m, h, f, f + m, f + 2 * m, Hs.data() + (r * B + b) * m, el, ksh,
+          liquid_update(kind, m, hs ? hs[b * T + ns] : h, f, f + m, f + 2 * m, Hs.data() + (r * B + b) * m, el, ksh,
                         Hs.data() + ((r + 1) * B + b) * m);
         }
       for (i64 b = 0; b < B; ++b) std::memcpy(Hs.data() + (L * B + b) * m, H + ns * m + b * ly, m * sizeof(S));
@@ -927,7 +927,8 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
       S* __restrict__ df = D.data() + b * 2 * mp; S* __restrict__ du = df + mp;
       S* __restrict__ dw = kind >= 2 ? Dw.data() + b * m : nullptr;
       S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
-      liquid_update_bwd(kind, m, h, f, u, wv, x, hn, g, dy, el, ksh, go, df, du, dw, aE.data(), aS.data());
+      liquid_update_bwd(kind, m, hs ? hs[b * T + ns] : h, f, u, wv, x, hn, g, dy, el, ksh, go, df, du, dw, aE.data(),
+                        aS.data());
       for (i64 i = 0; i < m; ++i) aL[i] += double(df[i] + du[i]);
       if (kind >= 2) {
         S* __restrict__ gw = dWin + (b * T + ns) * m;
@@ -1020,14 +1021,14 @@ ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], 
 // sizes (B, T, w, c0, nc, d, s); pointers dA H h0 O
 ODELAB_EXPORT(state_products, state_products<S>(n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
                                                 PTR(3)))
-// sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H; scalars δ
+// sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H hs; scalars δ
 ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],
-                                            PTR(11), PTR(12)))
+                                            PTR(11), PTR(12), PTR(13)))
 // sizes (kind, B, T, m, n, L, threads); pointers X C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dX dG dAa dBb dK dg_l
-// de_l dk_shift dO_h dW_in; scalars δ
+// de_l dk_shift dO_h dW_in hs; scalars δ
 ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
                                              PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), s[0], PTR(10),
                                              PTR(11), PTR(12), PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18),
-                                             PTR(19), PTR(20), PTR(21), PTR(22)))
+                                             PTR(19), PTR(20), PTR(21), PTR(22), PTR(23)))
 """
