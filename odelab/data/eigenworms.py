@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .local import local_root
+
 CASES = 259  # 128 training + 131 test cases in the UEA files
 SERIES_LENGTH = 17984
 CHANNELS = 6
@@ -56,12 +58,7 @@ FORMATS = (".ts", ".arff")  # looked for in this order
 def find_files(root: str | Path | None) -> dict[str, Path]:
     """The training and test file (``.ts`` pair before ``.arff`` pair) in ``root``, ``root/EigenWorms`` or
     ``root/raw``; FileNotFoundError naming every expected file and the folders searched."""
-    if root is None:
-        raise ValueError("path: the eigenworms task reads the UEA files from a local folder (--data-root PATH); "
-                         "nothing is downloaded")
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"--data-root {str(root)!r}: no such folder")
+    root = local_root(root, "the eigenworms task reads the UEA files")
     folders = [root, root / "EigenWorms", root / "raw"]
     missing = []
     for ext in FORMATS:

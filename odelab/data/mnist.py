@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .local import local_root
+
 SIDE = 28
 PIXELS = SIDE * SIDE  # N = 784 steps
 CLASSES = 10
@@ -48,12 +50,7 @@ IMAGE_MAGIC, LABEL_MAGIC = 0x803, 0x801  # 0x08 (unsigned bytes) << 8 | number o
 def find_files(root: str | Path | None) -> dict[str, Path]:
     """The path of each of :data:`FILES` (plain before ``.gz``) in ``root``, ``root/raw`` or ``root/MNIST/raw``;
     FileNotFoundError naming every missing file and the folders searched."""
-    if root is None:
-        raise ValueError("path: the MNIST tasks read the IDX files from a local folder (--data-root PATH); "
-                         "nothing is downloaded")
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"--data-root {str(root)!r}: no such folder")
+    root = local_root(root, "the MNIST tasks read the IDX files")
     folders = [root, root / "raw", root / "MNIST" / "raw"]
     found, missing = {}, []
     for key, name in FILES.items():

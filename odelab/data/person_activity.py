@@ -57,6 +57,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .local import local_root
+
 FILE = "ConfLongDemo_JSI.txt"
 SUBFOLDER = "person"  # the downloaders' data/person/
 FIELDS = ("sequence name", "tag id", "timestamp", "date", "x", "y", "z", "activity")
@@ -79,14 +81,9 @@ VALID_FRACTION = 10  # a tenth of the training windows validate (ours: the loade
 def find_file(root: str | Path | None) -> Path:
     """``ConfLongDemo_JSI.txt`` in ``root``, ``root/person`` or another folder directly in ``root`` (or ``root``
     itself when it is that file); FileNotFoundError naming the file and the folders searched."""
-    if root is None:
-        raise ValueError(f"path: the person-activity task reads {FILE} from a local folder (--data-root PATH); "
-                         "nothing is downloaded")
-    root = Path(root).expanduser()
-    if root.is_file() and root.name == FILE:
-        return root
-    if not root.is_dir():
-        raise FileNotFoundError(f"--data-root {str(root)!r}: no such folder")
+    if root is not None and Path(root).expanduser().is_file() and Path(root).name == FILE:
+        return Path(root).expanduser()
+    root = local_root(root, f"the person-activity task reads {FILE}")
     others = sorted((p for p in root.iterdir() if p.is_dir() and p.name != SUBFOLDER), key=lambda p: p.name)
     folders = [root, root / SUBFOLDER] + others
     for folder in folders:
