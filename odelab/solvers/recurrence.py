@@ -103,8 +103,8 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
     encoding is one matmul for the whole sequence, unbound once. ``lags`` (delay systems): step n reads
     h_{n−m_i} from a ring buffer of the last max m_i + 1 states (m_i = 0 reads the current state), which starts
     from ``state.history`` (a :class:`DelayedState`) or zeros; the final state is a :class:`DelayedState`.
-    ``dt`` a ``(batch, time)`` tensor: sample n of each sequence lasts its own dt[:, n] (irregular sampling; no
-    delays), its time a ``(batch, 1)`` tensor. ``active`` ``(batch, time)`` bool: a sample past its sequence's end
+    ``dt`` a number or a 0-dim tensor (one step for every sample), or a ``(batch, time)`` tensor: sample n of each
+    sequence lasts its own dt[:, n] (irregular sampling; no delays), its time a ``(batch, 1)`` tensor. ``active`` ``(batch, time)`` bool: a sample past its sequence's end
     leaves the state as it is and outputs zeros.
     """
     field = Field(system)
@@ -120,7 +120,7 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
         past: deque[State] = deque([*earlier, state], maxlen=depth + 1)  # past[-1] = h_n, past[-1-m] = h_{n-m}
         frozen = field.delayed = _Frozen()
     step, obs = scheme.step, system.block_index(system.observable)
-    gaps = (dt / unfolds).unsqueeze(-1).unbind(1) if isinstance(dt, Tensor) else None
+    gaps = (dt / unfolds).unsqueeze(-1).unbind(1) if isinstance(dt, Tensor) and dt.dim() == 2 else None
     keep = active.unsqueeze(-1).unbind(1) if active is not None else None
     h = None if gaps is not None else dt / unfolds
     outputs = []

@@ -66,7 +66,7 @@ def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=())
     tensor (without gradient): each sample's own step (``Recurrent.forward(x, dt=gaps)``)."""
     z0, y0 = state
     Wg = torch.cat((system.weight_y, system.W2), dim=0)
-    if isinstance(dt, Tensor):  # per-sample steps: one buffer of the sub-steps' lengths, the whole sequence at once
+    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps: the sub-steps' lengths, the whole sequence
         hs = (dt / unfolds).to(x.dtype).repeat_interleave(unfolds, dim=1).contiguous()
         A = encode_flat(system, x, unfolds)
         Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, 0.0, hs)

@@ -76,7 +76,7 @@ def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, kind: int):
     tensors = contiguous(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k,
                          F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh)
     tensors += (w_in,)
-    if isinstance(dt, Tensor):  # per-sample steps (B, T), each sample's L sub-steps of dt / L
+    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps (B, T), each sample's L sub-steps of dt / L
         args = (*tensors, 0.0, (dt / unfolds).to(h0.dtype).contiguous(), kind, unfolds)
     else:
         args = (*tensors, dt / unfolds, None, kind, unfolds)
