@@ -23,8 +23,11 @@ def LEM(input_size: int, hidden_size: int, dt: float = 1.0, chrono: float | None
     """LEM cell (Rusch et al. 2022, eq. 3) = LEM field (eq. 2) + partitioned Euler with explicit decay ("imex") + dt;
     ``chrono`` = T_max (steps): the chrono initialisation of App. B.3 (``systems.LEM``'s chrono_horizon T_max Δt);
     ``kwargs``: ``systems.LEM``'s official_bias, min_gate."""
-    horizon = None if chrono is None else chrono * dt
-    return Recurrent(systems.LEM(input_size, hidden_size, chrono_horizon=horizon, **kwargs), "imex", dt)
+    if chrono is not None:
+        if "chrono_horizon" in kwargs:
+            raise ValueError("chrono, chrono_horizon: give T_max (chrono, steps) or T_max·Δt (chrono_horizon), not both")
+        kwargs["chrono_horizon"] = chrono * dt
+    return Recurrent(systems.LEM(input_size, hidden_size, **kwargs), "imex", dt)
 
 
 def SingleScaleLEM(input_size: int, hidden_size: int, dt: float = 1.0) -> Recurrent:

@@ -82,6 +82,10 @@ def test_chrono_initialisation():
     assert 0 < w.abs().max() <= 1 / math.sqrt(4000)  # the weights keep U(−1/√d, 1/√d)
     with pytest.raises(ValueError, match="chrono_horizon"):
         odelab.cells.LEM(3, 4, dt=0.001, chrono=1000)  # T_max Δt = 1: U[1, 0] is empty
+    with pytest.raises(ValueError, match="not both"):
+        odelab.cells.LEM(3, 4, chrono=10, chrono_horizon=10.0)
+    direct = odelab.cells.LEM(3, 4, dt=0.5, chrono_horizon=500.0).system.symbols()["b1"]
+    assert torch.exp(-direct).max() <= 499 + 1e-4 and torch.count_nonzero(direct) == 4
 
 
 def test_two_scale_constructor_gives_eq1():
