@@ -197,6 +197,12 @@ void relax_bwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, c
   }
 }
 
+// the step of batch row b at step n: its own (hs (B, T), irregular sampling) or the shared h
+template <typename S>
+inline __attribute__((always_inline)) S step(const S* __restrict__ hs, S h, i64 b, i64 T, i64 n) {
+  return __builtin_expect(hs != nullptr, 0) ? hs[b * T + n] : h;
+}
+
 template <typename S>
 void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, const S* Wyt, double hd, S* Z,
              S* Y, const S* hs) {  // hs (B, T): each sample's step (irregular sampling); nullptr: h for every one
@@ -208,10 +214,10 @@ void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, 
     S* a = A + n * 4 * d;
     mm(B, 3 * d, d, yp, lyp, Wgt, 3 * d, S(1), a, la);                    // [s1 s2 sz] += y [W1; Wz; W2]^T
     for (i64 b = 0; b < B; ++b)
-      relax_fwd(d, hs ? hs[b * T + n] : h, a + b * la, a + b * la + d, zp + b * lzp, Z + n * d + b * ls);
+      relax_fwd(d, step(hs, h, b, T, n), a + b * la, a + b * la + d, zp + b * lzp, Z + n * d + b * ls);
     mm(B, d, d, Z + n * d, ls, Wyt, d, S(1), a + 3 * d, la);               // sy += z' Wy^T
     for (i64 b = 0; b < B; ++b)                                            // same form
-      relax_fwd(d, hs ? hs[b * T + n] : h, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, Y + n * d + b * ls);
+      relax_fwd(d, step(hs, h, b, T, n), a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, Y + n * d + b * ls);
   }
 }
 
@@ -229,12 +235,12 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
     const S* a = A + n * 4 * d; S* da = dA + n * 4 * d;
     if (dY) for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gy[b * d + j] += dY[b * ls + n * d + j];
     for (i64 b = 0; b < B; ++b)  // y-update
-      relax_bwd(d, hs ? hs[b * T + n] : h, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, gy + b * d, H.data() + b * d,
+      relax_bwd(d, step(hs, h, b, T, n), a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, gy + b * d, H.data() + b * d,
                 da + b * la + 2 * d, da + b * la + 3 * d);
     std::memcpy(G.data(), gz, B * d * sizeof(S));
     mm(B, d, d, da + 3 * d, la, Wy, d, S(1), G.data(), d);                 // dL/dz' += dsy Wy
     for (i64 b = 0; b < B; ++b)  // z-update
-      relax_bwd(d, hs ? hs[b * T + n] : h, a + b * la, a + b * la + d, zp + b * lzp, G.data() + b * d, gz + b * d, da + b * la,
+      relax_bwd(d, step(hs, h, b, T, n), a + b * la, a + b * la + d, zp + b * lzp, G.data() + b * d, gz + b * d, da + b * la,
                 da + b * la + d);
     std::memcpy(gy, H.data(), B * d * sizeof(S));
     mm(B, d, 3 * d, da, la, Wg, d, S(1), gy, d);                          // dL/dy += [ds1 dsz ds2] [W1; Wz; W2]
