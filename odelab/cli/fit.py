@@ -9,6 +9,7 @@
     odelab fit smnist|psmnist --data-root PATH [--train-size N]   (the MNIST IDX files; nothing is downloaded)
     odelab fit eigenworms --data-root PATH [--length N] [--stride K]   (the UEA EigenWorms files)
     odelab fit person-activity --data-root PATH   (UCI's ConfLongDemo_JSI.txt; irregular: the cells step by the gaps)
+    odelab fit har2 --data-root PATH   (the UCI HAR Dataset folder; 2 classes, τ-GRU paper's HAR-2)
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -145,7 +146,8 @@ def add_command(subparsers) -> None:
                                           "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte "
                                           "(each plain or .gz) in it, in raw/ or in MNIST/raw/; eigenworms: the UEA "
                                           "EigenWorms_TRAIN/_TEST .ts (or .arff) files; person-activity: UCI's "
-                                          "ConfLongDemo_JSI.txt; never downloaded")
+                                          "ConfLongDemo_JSI.txt; har2: the UCI HAR Dataset folder (or its "
+                                          "parent); never downloaded")
     task.add_argument("--train-size", type=arguments.integer(1),
                       help="smnist, psmnist: train on this many of the 57 000 training images (a random subset; "
                            "default all); validation and test stay whole")

@@ -1,5 +1,5 @@
 """Data: sequence tasks generated offline with odelab's solvers and cached on disk; generated graphs and readers of
-local graph, MNIST, EigenWorms and Person Activity files (never downloaded)."""
+local graph, MNIST, EigenWorms, Person Activity and UCI HAR files (never downloaded)."""
 from .adding import adding
 from .copy import copy_task
 from .csv_series import csv_series
@@ -7,6 +7,7 @@ from .delay_oscillators import enso, mackey_glass
 from .eigenworms import eigenworms
 from .fhn import fitzhugh_nagumo
 from .frequency import frequency
+from .har import har2
 from .graph_files import load_graph, load_planetoid, load_webkb
 from .graphs import GraphData, grid_graph, homophily, random_partition_graph, stochastic_block_model
 from .mnist import mnist
@@ -17,4 +18,4 @@ from .person_activity import person_activity
 __all__ = ["fitzhugh_nagumo", "enso", "mackey_glass", "adding", "frequency", "copy_task", "spiral", "duffing", "csv_series", "GraphData",
            "grid_graph", "random_partition_graph", "stochastic_block_model", "homophily", "load_planetoid",
            "load_webkb", "load_graph", "mnist", "eigenworms", "one_step_dataset", "lorenz63", "lorenz96",
-           "person_activity"]
+           "person_activity", "har2"]

@@ -67,6 +67,14 @@ protocol where one exists:
   set and reports the test accuracy after its last epoch; odelab keeps the best validation epoch). ``quick``: the
   paper preset for 5 epochs (≈ 5 s per LSTM epoch, ≈ 37 s per LRCU-A epoch with ``--threads 1``, measured on a
   synthetic file of the real size); baseline: the majority class at every step;
+* har2 (classification, UCI HAR's "UCI HAR Dataset" folder read from ``--data-root``, never downloaded; see
+  odelab/data/har.py): Erichson et al. 2025, §5, Table 1 / Table 10: Adam lr 1.53e-3, 100 epochs, τ-GRU / Delay GRU
+  τ = 10 steps; d = 64, Table 1's width (its 19k τ-GRU parameters are d = 64 with 9 inputs and 2 outputs; Table 10
+  and 11 say 128); batch 64 (not given: the coRNN code's HAR-2 default); no clipping (none stated); 9 raw inertial
+  channels standardised, activities grouped into 2 classes (Kusupati et al. 2018), 6 452 / 900 / 2 947 windows, the
+  900 validating carved from the training file with a fixed seed, the same for every run seed. ``quick``: the paper
+  preset for 10 epochs (≈ 10 s per GRU, LEM or τ-GRU epoch with ``--threads 1``, measured on random files of the
+  real size; reading them ≈ 4 s); baseline: the majority class;
 * csv: no paper; ``quick`` only.
 
 The classification tasks' ``quick`` presets (d = 32, lr 3e-3, batch 32) fit a 3-seed table of 3–4 models in
@@ -92,6 +100,7 @@ from .delay_oscillators import enso, mackey_glass
 from .eigenworms import eigenworms, eigenworms_models
 from .fhn import fitzhugh_nagumo, fitzhugh_nagumo_irregular, irregular_extrapolation_rmse, irregular_persistence_rmse
 from .frequency import chance_accuracy, frequency
+from .har import har2
 from .mnist import majority_class_accuracy, mnist
 from .neural_ode import WINDOW, duffing, initial_state_mae, initial_state_rmse, spiral
 from .ode_series import LORENZ63, LORENZ96, lorenz63, lorenz96, rmse_by_component
@@ -398,6 +407,19 @@ TASKS = {
         classes=7,
         plot="classes",
         time_gaps=True,
+    ),
+    "har2": Task(
+        "har2",
+        load=lambda seed, path=None: har2(path),
+        presets={"paper": dict(hidden_size=64, epochs=100, lr=1.53e-3, batch_size=64),
+                 "quick": dict(hidden_size=64, epochs=10, lr=1.53e-3, batch_size=64)},
+        options={"path": "data_root"},
+        model_options=_delay_models(10.0),
+        baselines={"majority class": majority_class_accuracy},
+        target="last",
+        loss="cross_entropy",
+        classes=2,
+        plot="classes",
     ),
     "csv": Task(
         "csv",
