@@ -17,8 +17,8 @@ def available() -> bool:
 
 
 register(systems.LEM, "imex", "cpu", ".cpu.lem:run", gaps=True)
-register(systems.CoRNN, "imex", "cpu", ".cpu.cornn:run_explicit")
-register(systems.CoRNN, "imex-implicit", "cpu", ".cpu.cornn:run_implicit")
+register(systems.CoRNN, "imex", "cpu", ".cpu.cornn:run_explicit", gaps=True)
+register(systems.CoRNN, "imex-implicit", "cpu", ".cpu.cornn:run_implicit", gaps=True)
 register(systems.UnICORNN, "symplectic-euler", "cpu", ".cpu.unicornn:run")
 register(systems.UnICORNN, "symplectic-euler", "cpu", ".cpu.unicornn:run_reversible", reversible=True)
 register(systems.GRU, "euler", "cpu", ".cpu.gru:run")

@@ -17,26 +17,28 @@ from .common import (
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
-def _forward(A, z0, y0, Wct, Wyt, h, gamma, epsilon, implicit):
-    """The time loop over A (B·T, d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as s."""
+def _forward(A, z0, y0, Wct, Wyt, h, gamma, epsilon, implicit, hs=None):
+    """The time loop over A (B·T, d) from (z0, y0) (contiguous): (Z, Y) (B, T, d); A ends as s. ``hs`` (B, T)
+    contiguous: each (sub-)step's own length instead of h (irregular sampling)."""
     B, d = z0.shape
     T = A.shape[0] // B
     Z, Y = A.new_empty(B, T, d), A.new_empty(B, T, d)
-    call("cornn_forward", [A, z0, y0, Wct, Wyt, Z, Y], (B, T, d, int(implicit)), (h, gamma, epsilon))
+    call("cornn_forward", [A, z0, y0, Wct, Wyt, Z, Y, hs], (B, T, d, int(implicit)), (h, gamma, epsilon))
     return Z, Y
 
 
 class CoRNNFunction(torch.autograd.Function):
-    """(A, z0, y0, 𝒲, W, h, γ, ε, implicit) -> (Y, z_T, A); A (B·T, d) is overwritten by s = 𝒲 z + W y + a."""
+    """(A, z0, y0, 𝒲, W, h, γ, ε, implicit, hs) -> (Y, z_T, A); A (B·T, d) is overwritten by s = 𝒲 z + W y + a;
+    ``hs`` (B, T) or None: per-step lengths (data: no gradient)."""
 
     @staticmethod
-    def forward(ctx, A, z0, y0, Wc, Wy, h, gamma, epsilon, implicit):
+    def forward(ctx, A, z0, y0, Wc, Wy, h, gamma, epsilon, implicit, hs):
         z0, y0, Wc, Wy = contiguous(z0, y0, Wc, Wy)
-        Z, Y = _forward(A, z0, y0, Wc.t().contiguous(), Wy.t().contiguous(), h, gamma, epsilon, implicit)
+        Z, Y = _forward(A, z0, y0, Wc.t().contiguous(), Wy.t().contiguous(), h, gamma, epsilon, implicit, hs)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, z0, y0, Wc, Wy, Z, Y)
-        ctx.args = (h, gamma, epsilon, int(implicit))
+        ctx.args, ctx.hs = (h, gamma, epsilon, int(implicit)), hs
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
@@ -50,19 +52,24 @@ class CoRNNFunction(torch.autograd.Function):
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
-        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA], (B, T, d, implicit), (h, gamma, epsilon))
+        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA, ctx.hs], (B, T, d, implicit), (h, gamma, epsilon))
         dWc = state_products(dA, (0, d), Z, z0) if ctx.needs_input_grad[3] else None
         dWy = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[4] else None
-        return dA, gz, gy, dWc, dWy, None, None, None, None
+        return dA, gz, gy, dWc, dWy, None, None, None, None, None
 
 
-def _run(system, x: Tensor, state, dt: float, unfolds: int, implicit: bool):
+def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, implicit: bool):
     if system.learn_coefficients:
         return generic(system, "imex-implicit" if implicit else "imex", x, state, dt, unfolds)
     z0, y0 = state
     m, d = system.input_size, system.hidden_size
     gamma, epsilon = (float(v) for v in system.coefficients.tolist())
     Wc, Wy = system.weight[:, m:m + d], system.weight[:, m + d:]
+    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps: the sub-steps' lengths, the whole sequence
+        hs = (dt / unfolds).to(x.dtype).repeat_interleave(unfolds, dim=1).contiguous()
+        A = encode_flat(system, x, unfolds)
+        Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, 0.0, gamma, epsilon, implicit, hs)
+        return every_sample(Y, unfolds), (zT, Y[:, -1])
     if not needs_backward(system, x, state):
         Wct, Wyt = Wc.t().contiguous(), Wy.t().contiguous()
 
@@ -72,15 +79,15 @@ def _run(system, x: Tensor, state, dt: float, unfolds: int, implicit: bool):
 
         return forward_in_chunks(system, x, unfolds, d, contiguous(z0, y0), step)
     A = encode_flat(system, x, unfolds)
-    Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, dt / unfolds, gamma, epsilon, implicit)
+    Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, dt / unfolds, gamma, epsilon, implicit, None)
     return every_sample(Y, unfolds), (zT, Y[:, -1])
 
 
-def run_explicit(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+def run_explicit(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
     """coRNN with explicit damping ("imex", the official code)."""
     return _run(system, x, state, dt, unfolds, False)
 
 
-def run_implicit(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+def run_implicit(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
     """coRNN with implicit damping ("imex-implicit")."""
     return _run(system, x, state, dt, unfolds, True)

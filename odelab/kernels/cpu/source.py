@@ -290,7 +290,7 @@ void cornn_step_bwd(i64 d, S h, S gamma, S q, S keep, const S* __restrict__ s, S
 
 template <typename S>
 void cornn_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wct, const S* Wyt, double hd,
-               double gd, double ed, int implicit, S* Z, S* Y) {
+               double gd, double ed, int implicit, S* Z, S* Y, const S* hs) {  // hs (B, T): per-sample steps, or null
   const S h = S(hd), gamma = S(gd), eps = S(ed);
   const S den = S(1) + h * eps;
   const i64 ls = T * d;
@@ -299,15 +299,17 @@ void cornn_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wct
     S* a = A + n * d;
     mm(B, d, d, zp, lp, Wct, d, S(1), a, ls);
     mm(B, d, d, yp, lp, Wyt, d, S(1), a, ls);
-    for (i64 b = 0; b < B; ++b)
-      cornn_step(d, h, gamma, eps, den, implicit, a + b * ls, zp + b * lp, yp + b * lp, Z + n * d + b * ls,
-                 Y + n * d + b * ls);
+    for (i64 b = 0; b < B; ++b) {
+      const S hb = step(hs, h, b, T, n);
+      cornn_step(d, hb, gamma, eps, hs ? S(1) + hb * eps : den, implicit, a + b * ls, zp + b * lp, yp + b * lp,
+                 Z + n * d + b * ls, Y + n * d + b * ls);
+    }
   }
 }
 
 template <typename S>
 void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double hd, double gd, double ed,
-               int implicit, const S* dY, S* gz, S* gy, S* dA) {
+               int implicit, const S* dY, S* gz, S* gy, S* dA, const S* hs) {
   const S h = S(hd), gamma = S(gd), eps = S(ed);
   const S den = S(1) + h * eps;
   const S q = implicit ? h / den : h;                       // dz'/dF
@@ -315,8 +317,15 @@ void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double
   const i64 ls = T * d;
   for (i64 n = T - 1; n >= 0; --n) {
     add_step(B, d, gy, dY, n, ls);
-    for (i64 b = 0; b < B; ++b)
-      cornn_step_bwd(d, h, gamma, q, keep, A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
+    for (i64 b = 0; b < B; ++b) {
+      if (hs) {
+        const S hb = hs[b * T + n], db = S(1) + hb * eps;
+        cornn_step_bwd(d, hb, gamma, implicit ? hb / db : hb, implicit ? S(1) / db : S(1) - hb * eps,
+                       A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
+      } else {
+        cornn_step_bwd(d, h, gamma, q, keep, A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
+      }
+    }
     mm(B, d, d, dA + n * d, ls, Wc, d, S(1), gz, d);          // dL/dz += ds 𝒲
     mm(B, d, d, dA + n * d, ls, Wy, d, S(1), gy, d);          // dL/dy += ds W
   }
@@ -991,12 +1000,12 @@ ODELAB_EXPORT(lem_forward, lem_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), 
 // sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs (dY, hs may be null); scalars h
 ODELAB_EXPORT(lem_backward, lem_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
                                        PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
-// sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y; scalars h γ ε
+// sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y hs (hs may be null); scalars h γ ε
 ODELAB_EXPORT(cornn_forward, cornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
-                                          (int)n[3], PTR(5), PTR(6)))
-// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA; scalars h γ ε
+                                          (int)n[3], PTR(5), PTR(6), PTR(7)))
+// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA hs (dY, hs may be null); scalars h γ ε
 ODELAB_EXPORT(cornn_backward, cornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1], s[2], (int)n[3],
-                                           PTR(3), PTR(4), PTR(5), PTR(6)))
+                                           PTR(3), PTR(4), PTR(5), PTR(6), PTR(7)))
 // sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
 ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
                                                 PTR(5), PTR(6)))
