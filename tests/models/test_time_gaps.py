@@ -91,10 +91,10 @@ def test_bad_gaps_are_refused():
         cell(x, dt=torch.full((5,), math.nan))
     with pytest.raises(ValueError, match="delay system"):
         odelab.cells.TauGRU(1, 3, tau=2.0)(x, dt=torch.ones(5))
-    gru = odelab.cells.GRUODE(1, 3)
-    gru.engine = "fused"  # its kernels step every sample by one dt
+    oscillator = odelab.cells.NeuralOscillator(1, 3)
+    oscillator.engine = "fused"  # its kernels step every sample by one dt
     with pytest.raises(ValueError, match="per-sample steps run the generic loop"):
-        gru(x, dt=torch.ones(5))
+        oscillator(x, dt=torch.ones(5))
     cell.engine = "cuda-graph"
     with pytest.raises(ValueError, match="engine='cuda-graph' steps every sample by the model's dt"):
         cell(x, dt=torch.ones(5))
@@ -107,6 +107,7 @@ CELLS_WITH_GAP_KERNELS = {
     "stc, 6 unfolds": lambda: odelab.cells.STC(3, 5),
     "lrcu-a": lambda: odelab.cells.LRCU(3, 5),
     "lrcu-s": lambda: odelab.cells.LRCU(3, 5, elastance="symmetric"),
+    "gru-ode, 2 unfolds": lambda: Recurrent(odelab.systems.GRU(3, 5), "euler", 1.0, unfolds=2),
     "cornn, explicit damping": lambda: odelab.cells.CoRNN(3, 5),
     "cornn, implicit damping, 2 unfolds": lambda: Recurrent(odelab.systems.CoRNN(3, 5, 1.0, 3.0), "imex-implicit", 0.45,
                                                             unfolds=2),

@@ -17,27 +17,28 @@ from .common import (
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
-def _forward(A, h0, Wrft, Wut, bhu, h):
+def _forward(A, h0, Wrft, Wut, bhu, h, hs=None):
     """The time loop over A (B·T, 3d) from h0 (contiguous): (H (B, T, d), C (B·T, d) the candidates'
-    pre-activations); A ends as the pre-activations."""
+    pre-activations); A ends as the pre-activations. ``hs`` (B, T): each (sub-)step's own length instead of h."""
     B, d = h0.shape
     T = A.shape[0] // B
     H, C = A.new_empty(B, T, d), A.new_empty(B * T, d)
-    call("gru_forward", [A, C, h0, Wrft, Wut, bhu, H], (B, T, d), (h,))
+    call("gru_forward", [A, C, h0, Wrft, Wut, bhu, H, hs], (B, T, d), (h,))
     return H, C
 
 
 class GRUFunction(torch.autograd.Function):
-    """(A, h0, W_rf, W_u, b_hu, Δ) -> (H, A): A (B·T, 3d) is overwritten by the pre-activations."""
+    """(A, h0, W_rf, W_u, b_hu, Δ, Δs) -> (H, A): A (B·T, 3d) is overwritten by the pre-activations; Δs (B, T) or
+    None: per-step lengths (data: no gradient)."""
 
     @staticmethod
-    def forward(ctx, A, h0, Wrf, Wu, bhu, h):
+    def forward(ctx, A, h0, Wrf, Wu, bhu, h, hs):
         h0, Wrf, Wu, bhu = contiguous(h0, Wrf, Wu, bhu)
-        H, C = _forward(A, h0, Wrf.t().contiguous(), Wu.t().contiguous(), bhu, h)
+        H, C = _forward(A, h0, Wrf.t().contiguous(), Wu.t().contiguous(), bhu, h, hs)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, C, h0, Wrf, Wu, H)
-        ctx.h = h
+        ctx.h, ctx.hs = h, hs
         return H, A
 
     @staticmethod
@@ -49,20 +50,24 @@ class GRUFunction(torch.autograd.Function):
         gh = A.new_zeros(B, d)
         dH = dH.contiguous() if dH is not None else None
         dA, dC = A.new_empty(B * T, 3 * d), A.new_empty(B * T, d)
-        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC], (B, T, d), (ctx.h,))
+        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC, ctx.hs], (B, T, d), (ctx.h,))
         dWrf = state_products(dA, (0, 2 * d), H, h0) if ctx.needs_input_grad[2] else None
         dWu = state_products(dC, (0, d), H, h0) if ctx.needs_input_grad[3] else None
         dbhu = dC.sum(0) if ctx.needs_input_grad[4] else None
-        return dA, gh, dWrf, dWu, dbhu, None
+        return dA, gh, dWrf, dWu, dbhu, None, None
 
 
-def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
     """The GRU-ODE Euler cell over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop."""
     if not system.reset_after:
         return generic(system, "euler", x, state, dt, unfolds)
     (h0,) = state
     d = system.hidden_size
     Wrf, Wu, bhu = system.weight_hidden[:2 * d], system.weight_hidden[2 * d:], system.bias_hidden_candidate
+    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps: the sub-steps' lengths, the whole sequence
+        hs = (dt / unfolds).to(x.dtype).repeat_interleave(unfolds, dim=1).contiguous()
+        H, _ = GRUFunction.apply(encode_flat(system, x, unfolds), h0, Wrf, Wu, bhu, 0.0, hs)
+        return every_sample(H, unfolds), (H[:, -1],)
     if not needs_backward(system, x, state):
         Wrft, Wut, bhu = Wrf.t().contiguous(), Wu.t().contiguous(), bhu.contiguous()
 
@@ -72,5 +77,5 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
 
         return forward_in_chunks(system, x, unfolds, 3 * d, contiguous(h0), step)
     A = encode_flat(system, x, unfolds)
-    H, _ = GRUFunction.apply(A, h0, Wrf, Wu, bhu, dt / unfolds)
+    H, _ = GRUFunction.apply(A, h0, Wrf, Wu, bhu, dt / unfolds, None)
     return every_sample(H, unfolds), (H[:, -1],)

@@ -477,7 +477,7 @@ void unicornn_rev_bwd(i64 B, i64 T, i64 d, S* A, const S* w, const S* k, double 
 // =====================================================================================================
 template <typename S>
 void gru_fwd(i64 B, i64 T, i64 d, S* A, S* C, const S* h0, const S* Wrft, const S* Wut, const S* bhu, double hd,
-             S* H) {
+             S* H, const S* hs) {  // hs (B, T): per-sample steps, or null
   const S h = S(hd);
   const i64 ls = T * d, la = T * 3 * d;
   for (i64 n = 0; n < T; ++n) {
@@ -492,14 +492,14 @@ void gru_fwd(i64 B, i64 T, i64 d, S* A, S* C, const S* h0, const S* Wrft, const 
         cb[j] = cj;
         s[2 * d + j] = s[2 * d + j] + sigmoid(s[j]) * cj;
       }
-      relax_fwd(d, h, s + d, s + 2 * d, hp + b * lp, H + n * d + b * ls);
+      relax_fwd(d, step(hs, h, b, T, n), s + d, s + 2 * d, hp + b * lp, H + n * d + b * ls);
     }
   }
 }
 
 template <typename S>
 void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* Wrf, const S* Wu, double hd,
-             const S* H, const S* dY, S* gh, S* dA, S* dC) {
+             const S* H, const S* dY, S* gh, S* dA, S* dC, const S* hs) {
   const S h = S(hd);
   std::vector<S> G(B * d);
   const i64 ls = T * d, la = T * 3 * d;
@@ -508,7 +508,7 @@ void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* 
     const S* a = A + n * 3 * d; S* da = dA + n * 3 * d;
     if (dY) for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += dY[b * ls + n * d + j];
     for (i64 b = 0; b < B; ++b) {
-      relax_bwd(d, h, a + b * la + d, a + b * la + 2 * d, hp + b * lp, gh + b * d, G.data() + b * d,
+      relax_bwd(d, step(hs, h, b, T, n), a + b * la + d, a + b * la + 2 * d, hp + b * lp, gh + b * d, G.data() + b * d,
                 da + b * la + d, da + b * la + 2 * d);
       const S* __restrict__ s = a + b * la; const S* __restrict__ c = C + n * d + b * ls;
       S* __restrict__ dsr = da + b * la; const S* __restrict__ dsu = da + b * la + 2 * d;
@@ -1018,11 +1018,12 @@ ODELAB_EXPORT(unicornn_reversible_forward, unicornn_rev_fwd<S>(n[0], n[1], n[2],
 // sizes (B, T, d); pointers A w k z y dY gz gy dw dk; scalars h α
 ODELAB_EXPORT(unicornn_reversible_backward, unicornn_rev_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1],
                                                                 PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9)))
-// sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H; scalars Δ
-ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6)))
-// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC; scalars Δ
+// sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H hs (hs may be null); scalars Δ
+ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6),
+                                      PTR(7)))
+// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs (dY, hs may be null); scalars Δ
 ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                       PTR(7), PTR(8), PTR(9)))
+                                       PTR(7), PTR(8), PTR(9), PTR(10)))
 // sizes (B, T, d); pointers A z0 y0 W^T Z Y; scalars h
 ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5)))
 // sizes (B, T, d); pointers A W dY gz gy dA; scalars h
