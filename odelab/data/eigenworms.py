@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .local import local_root
+from .local import finite_numbers, local_root
 
 CASES = 259  # 128 training + 131 test cases in the UEA files
 SERIES_LENGTH = 17984
@@ -75,25 +75,8 @@ def find_files(root: str | Path | None) -> dict[str, Path]:
 
 def _numbers(path: Path, number: int, channel: int, text: str) -> np.ndarray:
     """The comma-separated values of one channel as float64; ValueError naming the file, line and channel."""
-    tokens = text.split(",")
-    try:
-        values = np.array(tokens, dtype=np.float64)
-    except ValueError:
-        bad = next(t.strip() for t in tokens if not _is_number(t))
-        hint = " (a missing value: EigenWorms has none and odelab fills no gaps)" if bad == "?" else ""
-        raise ValueError(f"{path}, line {number}, channel {channel}: {bad[:30]!r} is not a number{hint}") from None
-    if not np.isfinite(values).all():
-        raise ValueError(f"{path}, line {number}, channel {channel}: a non-finite value "
-                         f"({values[~np.isfinite(values)][0]})")
-    return values
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-        return True
-    except ValueError:
-        return False
+    return finite_numbers(text.split(","), f"{path}, line {number}, channel {channel}",
+                          " (a missing value: EigenWorms has none and odelab fills no gaps)")
 
 
 def _labels_declared(path: Path, number: int, labels: list[str]) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .local import local_root
+from .local import finite_numbers, local_root
 
 CHANNELS = ("body_acc_x", "body_acc_y", "body_acc_z", "body_gyro_x", "body_gyro_y", "body_gyro_z",
             "total_acc_x", "total_acc_y", "total_acc_z")
@@ -84,25 +84,10 @@ def read_signal(path: str | Path) -> np.ndarray:
             if len(tokens) != STEPS:
                 raise ValueError(f"{path}, line {number}: {len(tokens)} values, expected {STEPS} (one window of "
                                  f"{STEPS} steps per line)")
-            try:
-                values = np.array(tokens, dtype=np.float64)
-            except ValueError:
-                bad = next(t for t in tokens if not _is_number(t))
-                raise ValueError(f"{path}, line {number}: {bad[:30]!r} is not a number") from None
-            if not np.isfinite(values).all():
-                raise ValueError(f"{path}, line {number}: a non-finite value ({values[~np.isfinite(values)][0]})")
-            rows.append(values)
+            rows.append(finite_numbers(tokens, f"{path}, line {number}"))
     if not rows:
         raise ValueError(f"{path}: no window")
     return np.stack(rows)
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-        return True
-    except ValueError:
-        return False
 
 
 def read_labels(path: str | Path) -> np.ndarray:
