@@ -77,7 +77,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
                    lr_milestones=tuple(args.lr_milestones) if args.lr_milestones else None, lr_gamma=args.lr_gamma,
                    weight_decay=args.weight_decay,
                    data_options=load_options(task, args), out=Path(args.out or f"runs/{args.task}-{args.model}"),
-                   resume=args.resume, progress=not args.no_progress, engine=args.engine)
+                   resume=args.resume, progress=not args.no_progress, engine=args.engine,
+                   embedding_size=args.embedding_size, input_dropout=args.input_dropout,
+                   output_dropout=args.output_dropout)
     try:
         spec.check()
         spec.device = init_distributed(args.device)
@@ -110,6 +112,13 @@ def add_command(subparsers) -> None:
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a keyword of the model's constructor, e.g. dt=0.1 or gamma=2 (repeatable)")
     p.add_argument("--clip", type=arguments.positive_float, help="gradient-norm clipping (> 0)")
+    p.add_argument("--input-dropout", type=arguments.fraction(closed_upper=False), metavar="P",
+                   help="dropout on what the model reads (a token task's embeddings), one mask per sequence shared "
+                        "over time (default: the preset's, mostly 0)")
+    p.add_argument("--output-dropout", type=arguments.fraction(closed_upper=False), metavar="P",
+                   help="dropout on the recurrent outputs before the readout, likewise")
+    p.add_argument("--embedding-size", type=arguments.integer(1),
+                   help="token tasks: the embedding's width (default: the preset's, or the pretrained vectors')")
     p.add_argument("--lr-milestones", type=arguments.integer(1), nargs="+", metavar="EPOCH",
                    help="step decay: from each of these epochs (0-based, increasing) on, the rate is multiplied by "
                         "--lr-gamma (the papers' 'lr / 10 after epoch 90': --lr-milestones 90)")

@@ -53,7 +53,8 @@ def cmd_gates(args: argparse.Namespace) -> int:
     x_test, y_test = data["test"]
     x = x_test[:args.sequences]
     torch.manual_seed(0)
-    model = build_regressor(task, model_name, x.shape[-1], hidden, output_size(task, y_test), info.get("model_options"))
+    model = build_regressor(task, model_name, x.shape[-1], hidden, output_size(task, y_test), info.get("model_options"),
+                            (info.get("settings") or {}).get("head"), data.get("meta"))
     try:
         model.load_state_dict(runs.best_state(run, "gates"))
         layers = recurrent_layers(model)
@@ -61,11 +62,10 @@ def cmd_gates(args: argparse.Namespace) -> int:
         raise SystemExit(f"odelab: gates: {run}: {str(err).strip().splitlines()[0][:200]}") from None
     if len(layers) != 1:
         raise SystemExit(f"odelab: gates: {model_name} has {len(layers)} recurrent layers; the study reads one")
-    gaps = None
-    if model.gaps_as_step:  # irregular sampling: the last feature is each sample's step
-        x, gaps = x[..., :-1], x[..., -1]
+    with torch.no_grad():  # embedded tokens, a suffix appended, the time gaps split off as the step
+        x, step = model.body_inputs(x)
     try:
-        steps = gates.effective_steps(layers[0], x, dt=gaps)
+        steps = gates.effective_steps(layers[0], x, dt=step.get("dt"))
     except ValueError as err:
         raise SystemExit(f"odelab: gates: {model_name}: {err}") from None
     summary = gates.step_summary(steps)

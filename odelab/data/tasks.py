@@ -140,6 +140,7 @@ class Task:
     classes: int | None = None
     baseline_metrics: dict[str, str] = field(default_factory=dict)  # classification: name -> "cross-entropy"
     time_gaps: bool = False  # irregular sampling: the inputs' last feature is each sample's duration
+    vocabulary: int | None = None  # token inputs: int64 ids (N, T), 0 padding; the model embeds them
 
     def __post_init__(self):
         if self.target not in ("sequence", "last"):

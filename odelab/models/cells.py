@@ -49,12 +49,13 @@ def CoRNN(input_size: int, hidden_size: int, dt: float = 0.45, gamma: float = 1.
 
 
 def UnICORNN(input_size: int, hidden_size: int, dt: float | Sequence[float] = 2.0, alpha: float = 0.5,
-             num_layers: int = 1, reversible: bool = False) -> UnICORNNStack:
+             num_layers: int = 1, reversible: bool = False, dropout: float = 0.0) -> UnICORNNStack:
     """Multi-layer UnICORNN (Rusch 2023, eq. 3.6): per layer the UnICORNN field with time scale σ̂(c) + symplectic
     Euler + Δt (one per layer allowed); ``reversible=True`` trains with the exact-inverse backward (eq. 3.7).
     Defaults (Δt, α, L) = (2, 0.5, 1): our FitzHugh–Nagumo choice (the papers give none for it; best of
-    nine settings after 10 epochs; the effective step is Δt σ̂(c) ≈ 1 at initialisation)."""
-    return UnICORNNStack(input_size, hidden_size, num_layers, dt, alpha, reversible)
+    nine settings after 10 epochs; the effective step is Δt σ̂(c) ≈ 1 at initialisation). ``dropout``: after every
+    layer, one mask per sequence shared over time (the official code's ``Dropout_overtime``)."""
+    return UnICORNNStack(input_size, hidden_size, num_layers, dt, alpha, reversible, dropout=dropout)
 
 
 def NeuralOscillator(input_size: int, hidden_size: int, dt: float = 0.01) -> Recurrent:

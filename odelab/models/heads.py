@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .dropout import SequenceDropout
 from .recurrent import Recurrent
 
 
@@ -21,14 +22,44 @@ class SequenceRegressor(nn.Module):
     ``time_gaps=True`` (irregularly sampled sequences): the inputs' last feature is the time each sample lasts. A
     body that steps by it (:func:`takes_time_gaps`: an odelab ``Recurrent`` without delays) gets it as its per-sample
     step ``dt`` and the other features as its input; any other body (LSTM, GRU, a delay cell) gets it as one more
-    input feature (Farsang et al. 2024, App. A.3.2: the time gap concatenated to the baselines' inputs)."""
+    input feature (Farsang et al. 2024, App. A.3.2: the time gap concatenated to the baselines' inputs).
+
+    Token inputs (``vocabulary``): x holds int64 ids ``(batch, time)`` in 0 … vocabulary − 1 (0: padding, embedded as
+    zeros), embedded into ``embedding_size`` features (``nn.Embedding``; :meth:`load_embedding` sets pretrained
+    vectors). ``suffix`` ``(steps, features)``: a fixed sequence appended after every input sequence (a buffer,
+    saved with the model; e.g. nCIFAR's noise, which would cost N × 968 × 96 floats as data).
+    ``input_dropout`` (on what the body reads: the embeddings or the features, not the time gaps) and
+    ``output_dropout`` (on the body's outputs, before the readout): :class:`SequenceDropout`, while training only,
+    one mask per sequence shared over time unless ``variational_dropout=False`` (a fresh mask at every step)."""
 
     def __init__(self, body: nn.Module, hidden_size: int, output_size: int, last: bool = False,
-                 time_gaps: bool = False):
+                 time_gaps: bool = False, *, vocabulary: int | None = None, embedding_size: int | None = None,
+                 suffix: Tensor | None = None, input_dropout: float = 0.0, output_dropout: float = 0.0,
+                 variational_dropout: bool = True):
         super().__init__()
         self.body = body
         self.last = last
         self.gaps_as_step = time_gaps and takes_time_gaps(body)
+        if vocabulary is not None:
+            if not (isinstance(vocabulary, int) and vocabulary >= 2 and isinstance(embedding_size, int)
+                    and embedding_size >= 1):
+                raise ValueError(f"token inputs need a vocabulary >= 2 and an embedding_size >= 1, got {vocabulary!r} "
+                                 f"and {embedding_size!r}")
+            if time_gaps or suffix is not None:
+                raise ValueError("token inputs take neither time gaps nor a suffix")
+            self.embedding = nn.Embedding(vocabulary, embedding_size, padding_idx=0)
+        elif embedding_size is not None:
+            raise ValueError("embedding_size is for token inputs (a vocabulary)")
+        if suffix is not None:
+            if not (isinstance(suffix, Tensor) and suffix.dim() == 2 and suffix.is_floating_point()):
+                raise ValueError(f"suffix: expected a floating (steps, features) tensor, got {suffix!r:.80}")
+            if not last or time_gaps:
+                raise ValueError("suffix: for a readout at the last step (last=True) of inputs without time gaps")
+            self.register_buffer("suffix", suffix.detach().clone())
+        else:
+            self.suffix = None
+        self.input_dropout = SequenceDropout(input_dropout, variational_dropout)
+        self.output_dropout = SequenceDropout(output_dropout, variational_dropout)
         if getattr(body, "predicts_outputs", False):
             produced = getattr(body, "output_size", None)
             if produced != output_size:
@@ -44,16 +75,48 @@ class SequenceRegressor(nn.Module):
             elif init != "default":
                 raise ValueError(f"readout_init: expected 'kaiming' or 'default', got {init!r}")
 
-    def forward(self, x: Tensor, lengths=None) -> Tensor:
-        """``lengths`` (one per sample; the body must take them): with ``last=True`` the readout of each sample's
-        own last step; otherwise of every step (zeros past a length, read out as the readout's bias)."""
+    @property
+    def vocabulary(self) -> int | None:
+        return self.embedding.num_embeddings if hasattr(self, "embedding") else None
+
+    @torch.no_grad()
+    def load_embedding(self, vectors: Tensor, freeze: bool = True) -> None:
+        """Pretrained token vectors ``(vocabulary, embedding_size)`` (e.g. GloVe); ``freeze``: not trained."""
+        if self.vocabulary is None:
+            raise ValueError("load_embedding: this model takes no token inputs")
+        if tuple(vectors.shape) != tuple(self.embedding.weight.shape):
+            raise ValueError(f"load_embedding: expected vectors of shape {tuple(self.embedding.weight.shape)}, got "
+                             f"{tuple(vectors.shape)}")
+        self.embedding.weight.copy_(vectors)
+        self.embedding.weight.requires_grad_(not freeze)
+
+    def body_inputs(self, x: Tensor, lengths=None) -> tuple[Tensor, dict]:
+        """(what the body reads, its step keywords): the tokens embedded, the time gaps split off as the step ``dt``,
+        the suffix appended; no dropout."""
         step = {}
+        if self.vocabulary is not None:
+            if x.dtype != torch.int64 or x.dim() != 2:
+                raise ValueError(f"token inputs: expected int64 ids of shape (batch, time), got {x.dtype} of shape "
+                                 f"{tuple(x.shape)}")
+            x = self.embedding(x)
         if self.gaps_as_step:
             x, step = x[..., :-1], {"dt": x[..., -1]}
+        if self.suffix is not None:
+            if lengths is not None:
+                raise ValueError("lengths: a model with a suffix reads whole sequences")
+            x = torch.cat((x, self.suffix.to(x.dtype).expand(x.shape[0], -1, -1)), dim=1)
+        return x, step
+
+    def forward(self, x: Tensor, lengths=None) -> Tensor:
+        """``lengths`` (one per sample; the body must take them): with ``last=True`` the readout of each sample's
+        own last step; otherwise of every step (zeros past a length, read out as the readout's bias). With a suffix
+        the readout is of its last step."""
+        x, step = self.body_inputs(x, lengths)
+        x = self.input_dropout(x)
         if lengths is None:
-            outputs = self.body(x, **step)[0]
+            outputs = self.output_dropout(self.body(x, **step)[0])
             return self.readout(outputs[:, -1] if self.last else outputs)
-        outputs = self.body(x, lengths=lengths, **step)[0]
+        outputs = self.output_dropout(self.body(x, lengths=lengths, **step)[0])
         if not self.last:
             return self.readout(outputs)
         ends = torch.as_tensor(lengths, dtype=torch.int64, device=outputs.device) - 1

@@ -28,6 +28,7 @@ from ..solvers.derivatives import forward_mode_or_transform
 from ..solvers.device import on_device_of
 from ..systems.base import State
 from ..systems.unicornn import UnICORNN
+from .dropout import SequenceDropout
 from .lengths import check_lengths, run_lengths
 from .recurrent import Recurrent
 
@@ -129,11 +130,12 @@ class UnICORNNStack(nn.Module):
     where one exists for x's device and dtype (the reversible one with ``reversible=True``), else the Python
     definition (the generic loop, or :class:`ReversibleUnICORNN`). Under ``torch.func`` transforms and
     forward-mode AD every layer runs as ``Recurrent`` runs it there (the generic loop; ``engine="fused"`` refuses),
-    reversible or not: the same values, without the memory saving.
+    reversible or not: the same values, without the memory saving. ``dropout`` (training only): after every layer,
+    one mask per sequence and unit shared by every step (the official ``Dropout_overtime``; the top layer's too).
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, dt: float | Sequence[float] = 0.1,
-                 alpha: float = 0.0, reversible: bool = False, engine: str = "auto"):
+                 alpha: float = 0.0, reversible: bool = False, engine: str = "auto", dropout: float = 0.0):
         super().__init__()
         if not (isinstance(num_layers, int) and num_layers >= 1):
             raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}")
@@ -148,6 +150,7 @@ class UnICORNNStack(nn.Module):
             for ell, step in enumerate(dts)
         )
         self.hidden_size, self.reversible = hidden_size, reversible
+        self.dropout = SequenceDropout(dropout)
         self.engine = engine
 
     @property
@@ -169,16 +172,31 @@ class UnICORNNStack(nn.Module):
         """``lengths``: as ``Recurrent.forward`` takes them (each sample's final states after its own length)."""
         if state is not None and len(state) != len(self.layers):
             raise ValueError(f"state: expected one (z, y) tuple per layer ({len(self.layers)}), got {len(state)}")
+        masks = self._dropout_masks(x)
         if lengths is not None:
             self.layers[0]._check_input(x)
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])
             if x.shape[0] and int(lengths.min()) < x.shape[1]:
                 states = [layer.starting_state(x, None if state is None else state[ell])
                           for ell, layer in enumerate(self.layers)]
-                return run_lengths(self._sequence, x, states, lengths)
-        return self._sequence(x, state)
+                # the masks travel with the states, so that every piece of a sample's time uses its own masks
+                out, finals = run_lengths(self._pieces, x, states + [masks], lengths)
+                return out, finals[:-1]
+        return self._sequence(x, state, masks)
 
-    def _sequence(self, x: Tensor, state: Sequence[State] | None) -> tuple[Tensor, list[State]]:
+    def _dropout_masks(self, x: Tensor) -> tuple[Tensor, ...]:
+        """One dropout factor (batch, 1, hidden) per layer, drawn once for the whole sequence; () when not dropping."""
+        if not self.training or self.dropout.p == 0.0:
+            return ()
+        shape = x.new_empty(x.shape[0], 1, self.hidden_size)
+        return tuple(self.dropout.mask(shape) for _ in self.layers)
+
+    def _pieces(self, x: Tensor, state: list) -> tuple[Tensor, list]:
+        out, finals = self._sequence(x, state[:-1], state[-1])
+        return out, finals + [state[-1]]
+
+    def _sequence(self, x: Tensor, state: Sequence[State] | None, masks: tuple[Tensor, ...] = ()) \
+            -> tuple[Tensor, list[State]]:
         finals = []
         for ell, layer in enumerate(self.layers):
             layer_state = None if state is None else state[ell]
@@ -193,5 +211,7 @@ class UnICORNNStack(nn.Module):
                         x, final = kernel(layer.system, x, layer_state, layer.dt, layer.unfolds)
             else:
                 x, final = layer(x, layer_state)
+            if masks:
+                x = x * masks[ell]
             finals.append(final)
         return x, finals

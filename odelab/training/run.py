@@ -54,6 +54,9 @@ class FitSpec:
     resume: bool = False
     progress: bool = True
     engine: str = "auto"  # Recurrent.engine of every layer: auto, generic, fused or cuda-graph (same results)
+    embedding_size: int | None = None  # token tasks: the embedding's width
+    input_dropout: float | None = None  # SequenceRegressor's dropout on what the body reads
+    output_dropout: float | None = None  # ... on the body's outputs, before the readout
 
     def check(self) -> Task:
         """The task, after checking the names (before any data is loaded)."""
@@ -70,6 +73,13 @@ class FitSpec:
                                           ("clip", self.clip, 0, True)):
             if value is not None and (value <= low if strict else value < low):
                 raise FitError(f"--{name}: expected a number {'>' if strict else '>='} {low}, got {value}")
+        for name, value in (("input-dropout", self.input_dropout), ("output-dropout", self.output_dropout)):
+            if value is not None and not 0 <= value < 1:
+                raise FitError(f"--{name}: expected a probability in [0, 1), got {value}")
+        if self.embedding_size is not None and (task.vocabulary is None or self.embedding_size < 1):
+            raise FitError(f"--embedding-size: expected an integer >= 1, for a task with token inputs "
+                           f"({', '.join(sorted(n for n, t in TASKS.items() if t.vocabulary))}), got "
+                           f"{self.embedding_size} for {self.task}")
         try:
             TrainConfig(lr_milestones=self.lr_milestones or (), lr_gamma=1.0 if self.lr_gamma is None else self.lr_gamma,
                         weight_decay=self.weight_decay or 0.0).check()
@@ -83,9 +93,25 @@ class FitSpec:
         preset = settings(task, self.preset, self.model)
         hidden = self.hidden or preset.pop("hidden_size")
         preset.pop("hidden_size", None)
+        for key in HEAD_KEYS:
+            preset.pop(key, None)
         overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip", "lr_milestones", "lr_gamma",
                                                    "weight_decay") if getattr(self, k) is not None}
         return hidden, TrainConfig(**{**preset, **overrides}, seed=self.seed, device=self.device)
+
+    def head(self, task: Task) -> dict:
+        """The readout head's settings that differ from its defaults (:data:`HEAD_KEYS`): the preset's, with this
+        spec's overrides."""
+        preset = settings(task, self.preset, self.model)
+        head = {k: preset[k] for k in HEAD_KEYS if k in preset}
+        head.update({k: getattr(self, k) for k in ("embedding_size", "input_dropout", "output_dropout")
+                     if getattr(self, k) is not None})
+        return {k: v for k, v in head.items() if v != HEAD_DEFAULTS[k]}
+
+
+# A preset's settings of the readout head (odelab.models.SequenceRegressor), beside TrainConfig's fields and hidden_size
+HEAD_DEFAULTS = {"embedding_size": None, "input_dropout": 0.0, "output_dropout": 0.0, "variational_dropout": True}
+HEAD_KEYS = tuple(HEAD_DEFAULTS)
 
 
 def model_keywords(task: Task, model: str, data_options: dict | None = None, options: dict | None = None) -> dict:
@@ -117,7 +143,8 @@ def check_model_options(task: Task, spec: "FitSpec", hidden: int) -> dict:
     options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
     try:
         torch.manual_seed(0)
-        build_regressor(task, spec.model, 1, hidden, 1, options)
+        build_regressor(task, spec.model, 1, hidden, 1, options,
+                        head={"embedding_size": 1} if task.vocabulary is not None else None)
     except TypeError as err:
         raise FitError(f"--model-option: {spec.model} with options {spec.model_options}: {err}; it accepts: "
                        f"{', '.join(accepted_options(spec.model))}") from None
@@ -127,20 +154,38 @@ def check_model_options(task: Task, spec: "FitSpec", hidden: int) -> dict:
 
 
 def build_regressor(task: Task, model: str, input_size: int, hidden: int, output_size: int,
-                    keywords: dict | None = None) -> SequenceRegressor:
+                    keywords: dict | None = None, head: dict | None = None, meta: dict | None = None) \
+        -> SequenceRegressor:
     """The preset ``model`` with ``keywords`` (see :func:`model_keywords`) behind a linear readout: at every step,
     or at the last one for tasks whose target is ``"last"``. For a classification task ``output_size`` is its
     number of classes (the readout gives logits). On a task with ``time_gaps`` (the inputs' last feature is each
     sample's duration) a body that steps by it (:func:`~odelab.models.heads.takes_time_gaps`) takes one input
-    feature less; the others read the gap as an input."""
+    feature less; the others read the gap as an input. ``head``: the head's settings (:meth:`FitSpec.head`);
+    ``meta``: the data's, for a token task's vocabulary (``meta["vocabulary"]``, else the task's) and pretrained
+    vectors (``meta["embedding"]``, frozen unless ``meta["freeze_embedding"]`` is False) and a fixed input suffix
+    (``meta["suffix"]``); a token task's body reads the embeddings (``input_size`` is not used)."""
     build = cells.PRESETS[model]
-    keywords = keywords or {}
+    keywords, head, meta = keywords or {}, dict(head or {}), meta or {}
+    vectors = meta.get("embedding")
+    if task.vocabulary is not None:
+        head["vocabulary"] = int(meta.get("vocabulary", task.vocabulary))
+        if vectors is not None:
+            head.setdefault("embedding_size", int(vectors.shape[1]))
+        if head.get("embedding_size") is None:
+            raise ValueError(f"the task {task.name} has token inputs and needs an embedding size (a preset's "
+                             f"embedding_size, --embedding-size, or pretrained vectors)")
+        input_size = head["embedding_size"]
+    if meta.get("suffix") is not None:
+        head["suffix"] = meta["suffix"]
     if task.time_gaps:
         with torch.random.fork_rng():  # a probe: the real body below draws the same numbers as without it
             steps_by_gaps = takes_time_gaps(build(max(1, input_size - 1), hidden, **keywords))
         input_size -= steps_by_gaps
-    return SequenceRegressor(build(input_size, hidden, **keywords), hidden, output_size, task.target == "last",
-                             time_gaps=task.time_gaps)
+    regressor = SequenceRegressor(build(input_size, hidden, **keywords), hidden, output_size, task.target == "last",
+                                  time_gaps=task.time_gaps, **head)
+    if vectors is not None:
+        regressor.load_embedding(torch.as_tensor(vectors, dtype=torch.float32), meta.get("freeze_embedding", True))
+    return regressor
 
 
 def output_size(task: Task, targets: torch.Tensor) -> int:
@@ -208,7 +253,8 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     torch.manual_seed(config.seed)
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
     try:
-        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test), model_options)
+        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test), model_options,
+                                spec.head(task), meta)
         for layer in model.modules():
             if isinstance(layer, Recurrent):
                 layer.engine = spec.engine
@@ -263,6 +309,8 @@ def run_settings(spec: FitSpec, task: Task, hidden: int, model_options: dict, me
     data_options = {k: v for k, v in {**defaults, **spec.data_options}.items() if k not in ("path", "strict", "encoding")}
     settings = {"task": spec.task, "preset": spec.preset, "model": spec.model, "hidden_size": hidden,
                 "model_options": model_options, **data_options}
+    if spec.head(task):
+        settings["head"] = spec.head(task)
     if "columns" in meta:
         settings["columns"] = list(meta["columns"])
     if "sha256" in meta:
@@ -280,8 +328,8 @@ def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dic
     if task.classification:
         result["baseline_metrics"] = {name: task.baseline_metrics.get(name, "accuracy") for name in task.baselines}
     model.cpu()
-    if "meta" in data:
-        result["data"] = data["meta"]
+    if "meta" in data:  # without the tensors the model took (pretrained vectors, a suffix)
+        result["data"] = {k: v for k, v in data["meta"].items() if not isinstance(v, torch.Tensor)}
     if task.report is not None:
         result.update(task.report(predict(model, x_test, result["config"]["eval_batch_size"], "cpu"), data))
     write_results(result, out)
