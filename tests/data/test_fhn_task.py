@@ -86,3 +86,15 @@ def test_fit_stops_on_nonfinite_loss(tiny_data, tmp_path, monkeypatch, capsys):
 def test_baselines_train_through_the_cli(tiny_data, tmp_path, monkeypatch, model):
     monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", lambda seed, solver="odelab": tiny_data)
     assert main(["fit", "fhn", "--model", model, "--epochs", "1", "--no-progress", "--out", str(tmp_path)]) == 0
+
+
+def test_persistence_on_the_full_test_set_is_the_theses_figure():
+    """Rusch's thesis (ch. 5, FHN): predicting v_{k+1} = v_k gives a test RMSE of 7.85e-2 (std of v ≈ 1.48)."""
+    from odelab.data.tasks import TASKS
+
+    data = fitzhugh_nagumo(seed=1234)
+    x, y = data["test"]
+    assert torch.equal(x[:, 1:], y[:, :-1])  # the input is the previous target
+    value = TASKS["fhn"].baselines["persistence"](data)
+    assert value == pytest.approx(float(((y[:, 1:] - y[:, :-1]) ** 2).mean().sqrt()), rel=0.01)
+    assert value == pytest.approx(7.85e-2, rel=0.01)
