@@ -301,9 +301,9 @@ def test_model_options_from_the_command_line_reach_the_model(tmp_path, monkeypat
     built = {}
     original = odelab.training.run.build_regressor
 
-    def spy(task, name, *args):
-        built.update(args[-1])
-        return original(task, name, *args)
+    def spy(task, name, input_size, hidden, output_size, keywords, *args, **head):
+        built.update(keywords)
+        return original(task, name, input_size, hidden, output_size, keywords, *args, **head)
 
     monkeypatch.setattr(odelab.training.run, "build_regressor", spy)
     out = tmp_path / "run"
