@@ -36,16 +36,18 @@ def SingleScaleLEM(input_size: int, hidden_size: int, dt: float = 1.0) -> Recurr
 
 
 def CoRNN(input_size: int, hidden_size: int, dt: float = 0.45, gamma: float = 1.0, epsilon: float = 3.0,
-          damping: str = "explicit", **kwargs) -> Recurrent:
+          damping: str = "explicit", learn_dt: bool = False, **kwargs) -> Recurrent:
     """coRNN cell (Rusch 2023, eq. 2.3) = CoRNN field (eq. 2.2) + partitioned Euler, z then y, with the damping
     explicit (n̄ = n−1, official code: "imex") or implicit (n̄ = n: "imex-implicit"). The defaults
     (Δt, γ, ε) = (0.45, 1, 3) are our FitzHugh–Nagumo choice (the papers give none for it; best of five
     settings after 10 epochs); they satisfy the explicit-damping stability condition (2.47)
-    Δt < (2ε − 1)/(γ + ε²) = 0.5."""
+    Δt < (2ε − 1)/(γ + ε²) = 0.5. The thesis's trainable variant (training details): ``learn_dt=True`` (Δt = σ(θ)
+    in (0, 1)) and ``learn_coefficients=True`` (γ, ε through ReLU)."""
     schemes = {"explicit": "imex", "implicit": "imex-implicit"}
     if damping not in schemes:
         raise ValueError(f"damping: expected 'explicit' or 'implicit', got {damping!r}")
-    return Recurrent(systems.CoRNN(input_size, hidden_size, gamma, epsilon, **kwargs), schemes[damping], dt)
+    return Recurrent(systems.CoRNN(input_size, hidden_size, gamma, epsilon, **kwargs), schemes[damping], dt,
+                     learn_dt=learn_dt)
 
 
 def UnICORNN(input_size: int, hidden_size: int, dt: float | Sequence[float] = 2.0, alpha: float = 0.5,

@@ -6,6 +6,7 @@ model emits the system's observable block after every sample, like ``torch.nn.RN
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -49,10 +50,15 @@ class Recurrent(nn.Module):
     dtype also under ``torch.autocast`` (``odelab.kernels.autocast``), on x's CUDA device. Its gradients are
     first order: a backward through them after ``create_graph=True`` raises; ``torch.func`` transforms and
     forward-mode AD run the generic loop under "auto" (``odelab.solvers.derivatives``).
+
+    ``learn_dt=True`` trains the step: Δt = dt_max · σ(θ), θ a parameter starting at Δt = ``dt`` (Rusch's thesis,
+    coRNN's training details: "Δt constrained to [0, 1] by a sigmoid", dt_max = 1). Every sample then steps by the
+    learned tensor on the generic loop (the kernels take no gradient to the step); not for delay systems. ``dt``
+    reads its current value as a float.
     """
 
     def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
-                 hidden_size: int | None = None, engine: str = "auto"):
+                 hidden_size: int | None = None, engine: str = "auto", learn_dt: bool = False, dt_max: float = 1.0):
         super().__init__()
         if not isinstance(system, System):
             if not callable(system) or hidden_size is None:
@@ -65,7 +71,18 @@ class Recurrent(nn.Module):
             raise ValueError(f"dt: expected a positive number, got {dt!r}")
         if not (isinstance(unfolds, int) and unfolds >= 1):
             raise ValueError(f"unfolds: expected a positive integer, got {unfolds!r}")
-        self.system, self.dt, self.unfolds = system, float(dt), unfolds
+        self.system, self.unfolds = system, unfolds
+        if learn_dt:
+            if system.is_delay:
+                raise ValueError(f"learn_dt: {type(system).__name__} is a delay system, whose ring buffer holds states "
+                                 "⌊τ/Δt⌋ steps of one fixed length apart")
+            if not (isinstance(dt_max, (int, float)) and dt < dt_max < float("inf")):
+                raise ValueError(f"dt_max: expected a finite bound above dt = {dt} (the learned step is dt_max σ(θ)), "
+                                 f"got {dt_max!r}")
+            self.dt_max = float(dt_max)
+            self.dt_logit = nn.Parameter(torch.tensor(math.log(dt / (dt_max - dt))))
+        else:
+            self._dt, self.dt_logit = float(dt), None
         self.output_index = system.block_index(system.observable)
         self.engine = engine
         self._graphs = None  # the captured loops of engine="cuda-graph", by input shape
@@ -81,11 +98,32 @@ class Recurrent(nn.Module):
         self._engine = value
 
     @property
+    def dt(self) -> float:
+        """The step: the given one, or the learned one's current value."""
+        return self._dt if self.dt_logit is None else float(self.learned_dt().detach())
+
+    @dt.setter
+    def dt(self, value: float) -> None:
+        if not (isinstance(value, (int, float)) and 0 < value < (self.dt_max if self.dt_logit is not None else math.inf)):
+            raise ValueError(f"dt: expected a positive number{' below dt_max' if self.dt_logit is not None else ''}, "
+                             f"got {value!r}")
+        if self.dt_logit is None:
+            self._dt = float(value)
+        else:
+            with torch.no_grad():
+                self.dt_logit.fill_(math.log(value / (self.dt_max - value)))
+
+    def learned_dt(self) -> Tensor:
+        """dt_max · σ(θ), with its gradient (``learn_dt=True``)."""
+        return self.dt_max * torch.sigmoid(self.dt_logit)
+
+    @property
     def hidden_size(self) -> int:
         return self.system.block_sizes()[self.output_index]
 
     def extra_repr(self) -> str:
-        return f"scheme={self.scheme.name!r}, dt={self.dt}, unfolds={self.unfolds}, engine={self.engine!r}"
+        learned = f" (learned, at most {self.dt_max})" if self.dt_logit is not None else ""
+        return f"scheme={self.scheme.name!r}, dt={self.dt:g}{learned}, unfolds={self.unfolds}, engine={self.engine!r}"
 
     def _check_input(self, x: Tensor) -> None:
         if not isinstance(x, Tensor):
@@ -167,6 +205,8 @@ class Recurrent(nn.Module):
         whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
+        if dt is None and self.dt_logit is not None:
+            dt = self.learned_dt().to(x.dtype).expand(x.shape[1])
         if dt is not None:
             gaps = self._check_gaps(dt, x)
             active = None
