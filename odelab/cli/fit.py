@@ -29,6 +29,7 @@ from ..data.tasks import TASKS, Task
 from ..models import cells
 from ..training import FitError, FitSpec, run_fit
 from ..training.distributed import init_distributed, rank_and_world
+from ..training.loop import OPTIMIZERS
 from . import arguments
 
 # argparse dests of task options
@@ -75,7 +76,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     spec = FitSpec(args.task, args.model, args.preset, hidden=args.hidden, epochs=args.epochs, lr=args.lr,
                    batch_size=args.batch_size, clip=args.clip, seed=args.seed, model_options=model_options,
                    lr_milestones=tuple(args.lr_milestones) if args.lr_milestones else None, lr_gamma=args.lr_gamma,
-                   weight_decay=args.weight_decay,
+                   weight_decay=args.weight_decay, optimizer=args.optimizer,
                    data_options=load_options(task, args), out=Path(args.out or f"runs/{args.task}-{args.model}"),
                    resume=args.resume, progress=not args.no_progress, engine=args.engine,
                    embedding_size=args.embedding_size, input_dropout=args.input_dropout,
@@ -124,6 +125,9 @@ def add_command(subparsers) -> None:
                         "--lr-gamma (the papers' 'lr / 10 after epoch 90': --lr-milestones 90)")
     p.add_argument("--lr-gamma", type=arguments.positive_float, help="the step decay's factor (default 0.1)")
     p.add_argument("--weight-decay", type=float, help="the optimizer's L2 penalty λ (>= 0; default 0)")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS),
+                   help="adam, rmsprop (torch's defaults: ρ 0.99, ε 1e-8) or rmsprop-keras (Keras': ρ 0.9, ε 1e-7, the "
+                        "LRC code's); default: the preset's")
     p.add_argument("--seed", type=arguments.seed, default=1234, help="data and initialisation seed (0 … 2^32 − 1)")
     p.add_argument("--device", type=arguments.device, default="cpu",
                    help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)")

@@ -60,7 +60,7 @@ protocol where one exists:
   K-th step (LEM's and UnICORNN's Δt × K), ``--length N`` the first N steps; baseline: the majority class;
 * person-activity (classification, a class at every step, irregularly sampled: UCI's ``ConfLongDemo_JSI.txt`` read
   from ``--data-root``, never downloaded; see odelab/data/person_activity.py): Farsang et al. 2024, Table 5: RMSprop
-  lr 1e-3, batch 128, 100 epochs (the LRC code's default: 200), windows of 32 samples; d = 100, LRCU-A / LRCU-S 64
+  (Keras' defaults ρ 0.9, ε 1e-7, as the authors' TensorFlow code: ``rmsprop-keras``) lr 1e-3, batch 128, 100 epochs (the LRC code's default: 200), windows of 32 samples; d = 100, LRCU-A / LRCU-S 64
   (Table 1's note); no clipping (none stated). The inputs' last feature is the time gap (100 ms -> 1.0): the LRCUs
   step by it, LSTM/GRU read it. The test windows are the ODE-LSTM loader's 20 % (``RandomState(98841)``), the same
   for every seed; a tenth of the training windows, drawn with the run's seed, validate (the paper has no validation
@@ -399,8 +399,8 @@ TASKS = {
     "person-activity": Task(
         "person-activity",
         load=lambda seed, path=None: person_activity(path, seed=seed),
-        presets={"paper": dict(hidden_size=100, epochs=100, lr=1e-3, batch_size=128, optimizer="rmsprop"),
-                 "quick": dict(hidden_size=100, epochs=5, lr=1e-3, batch_size=128, optimizer="rmsprop")},
+        presets={"paper": dict(hidden_size=100, epochs=100, lr=1e-3, batch_size=128, optimizer="rmsprop-keras"),
+                 "quick": dict(hidden_size=100, epochs=5, lr=1e-3, batch_size=128, optimizer="rmsprop-keras")},
         options={"path": "data_root"},
         hidden={"lrcu-a": 64, "lrcu-s": 64},  # Farsang et al. 2024, Table 1: 64 LRCU cells, 100 for the others
         baselines={"majority class": majority_step_accuracy},

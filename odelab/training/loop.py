@@ -9,6 +9,7 @@ single-process one on that batch."""
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 import warnings
@@ -34,7 +35,7 @@ class TrainConfig:
     clip: float | None = None
     device: str = "cpu"
     eval_batch_size: int = 256
-    optimizer: str = "adam"  # "adam" or "rmsprop"
+    optimizer: str = "adam"  # "adam", "rmsprop" (torch's defaults) or "rmsprop-keras" (Keras' defaults)
     regression_loss: str = "mse"  # "mse" or "l1" (mean absolute error, e.g. the LRC authors' neural-ODE code)
     # step decay of the papers ("lr divided by 10 after epoch 90"): from epoch m (0-based) of each milestone m on,
     # the rate is multiplied by lr_gamma; a function of the epoch alone, so a resumed run keeps it
@@ -63,7 +64,10 @@ class TrainConfig:
             raise ValueError(f"weight_decay: expected a finite number >= 0, got {self.weight_decay!r}")
 
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
+# "rmsprop": torch's defaults (ρ 0.99, ε 1e-8); "rmsprop-keras": Keras' (ρ 0.9, ε 1e-7; the same update
+# θ −= lr g / (√v + ε)), the optimizer of the LRC authors' TensorFlow code
+OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop,
+              "rmsprop-keras": functools.partial(torch.optim.RMSprop, alpha=0.9, eps=1e-7)}
 REGRESSION_LOSSES = {"mse": lambda error: (error ** 2).sum(), "l1": lambda error: error.abs().sum()}
 
 

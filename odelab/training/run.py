@@ -46,6 +46,7 @@ class FitSpec:
     lr_milestones: tuple[int, ...] | None = None
     lr_gamma: float | None = None
     weight_decay: float | None = None
+    optimizer: str | None = None
     seed: int = 1234
     device: str = "cpu"
     model_options: dict = field(default_factory=dict)
@@ -82,7 +83,7 @@ class FitSpec:
                            f"{self.embedding_size} for {self.task}")
         try:
             TrainConfig(lr_milestones=self.lr_milestones or (), lr_gamma=1.0 if self.lr_gamma is None else self.lr_gamma,
-                        weight_decay=self.weight_decay or 0.0).check()
+                        weight_decay=self.weight_decay or 0.0, optimizer=self.optimizer or "adam").check()
         except ValueError as err:
             name, detail = str(err).split(":", 1)
             raise FitError(f"--{name.replace('_', '-')}:{detail}") from None
@@ -96,7 +97,7 @@ class FitSpec:
         for key in HEAD_KEYS:
             preset.pop(key, None)
         overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip", "lr_milestones", "lr_gamma",
-                                                   "weight_decay") if getattr(self, k) is not None}
+                                                   "weight_decay", "optimizer") if getattr(self, k) is not None}
         return hidden, TrainConfig(**{**preset, **overrides}, seed=self.seed, device=self.device)
 
     def head(self, task: Task) -> dict:

@@ -70,3 +70,23 @@ def test_the_command_line_settings_reach_the_configuration():
     hidden, config = FitSpec("fhn", "lem", "quick", lr_milestones=(5, 8), lr_gamma=0.3, weight_decay=1e-4).config(
         FitSpec("fhn", "lem", "quick").check())
     assert (config.lr_milestones, config.lr_gamma, config.weight_decay) == ((5, 8), 0.3, 1e-4)
+
+
+@pytest.mark.parametrize("name, rho, eps", [("rmsprop", 0.99, 1e-8), ("rmsprop-keras", 0.9, 1e-7)])
+def test_rmsprop_takes_torchs_or_keras_defaults(name, rho, eps):
+    """One full-batch step from v = 0: v = (1 − ρ) g², θ −= lr g / (√v + ε) (Keras' and torch's update)."""
+    data = _data()
+    model = _model()
+    x, y = data["train"]
+    loss = ((model(x) - y) ** 2).sum() / y.numel()  # the loop's mean squared error over every target
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    expected = [p.detach() - 0.01 * g / (((1 - rho) * g * g).sqrt() + eps) for p, g in zip(model.parameters(), grads)]
+    fit(model, data, TrainConfig(epochs=1, lr=0.01, batch_size=16, optimizer=name), progress=False)
+    for want, got in zip(expected, model.parameters()):
+        assert torch.allclose(got.detach(), want, rtol=0, atol=1e-6)
+
+
+def test_the_optimizer_is_chosen_on_the_command_line(capsys):
+    assert FitSpec("fhn", optimizer="rmsprop-keras").config(FitSpec("fhn").check())[1].optimizer == "rmsprop-keras"
+    with pytest.raises(FitError, match="--optimizer: expected one of"):
+        FitSpec("fhn", optimizer="sgd").check()
