@@ -12,6 +12,7 @@ class _TorchRNN(nn.Module):
 
     rnn_class: type[nn.RNNBase]
     rnn_options: dict = {}
+    state_batch_dim = 1  # torch's states are (layers, batch, hidden)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1):
         super().__init__()

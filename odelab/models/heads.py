@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from .dropout import SequenceDropout
+from .lengths import map_state
 from .recurrent import Recurrent
 
 
@@ -106,6 +107,25 @@ class SequenceRegressor(nn.Module):
                 raise ValueError("lengths: a model with a suffix reads whole sequences")
             x = torch.cat((x, self.suffix.to(x.dtype).expand(x.shape[0], -1, -1)), dim=1)
         return x, step
+
+    def stream(self, x: Tensor, state=None) -> tuple[Tensor, object]:
+        """(the readout at every step, the body's final state) from ``state`` (None: zeros): one window of a long
+        stream, whose final state starts the next window (truncated back-propagation through time)."""
+        if self.last:
+            raise ValueError("stream: a model read at the last step predicts one value per sequence, not a stream")
+        if self.suffix is not None:
+            raise ValueError("stream: a model with a suffix reads whole sequences")
+        x, step = self.body_inputs(x)
+        outputs, final = self.body(self.input_dropout(x), state, **step)
+        return self.readout(self.output_dropout(outputs)), final
+
+    def carried(self, state, rows: int | None = None):
+        """``state`` detached from its graph (the gradient stops at the window's start), its first ``rows`` samples
+        where given (a stream that ended drops out of the batch)."""
+        dim = getattr(self.body, "state_batch_dim", 0)
+        if rows is None:
+            return map_state(state, lambda t: t.detach())
+        return map_state(state, lambda t: t.detach().narrow(dim, 0, rows))
 
     def forward(self, x: Tensor, lengths=None) -> Tensor:
         """``lengths`` (one per sample; the body must take them): with ``last=True`` the readout of each sample's

@@ -35,13 +35,16 @@ def check_lengths(lengths, batch: int, steps: int) -> Tensor:
     return lengths
 
 
-def _map(state, fn):
-    """``fn`` on every tensor of a state: a tuple of blocks, a DelayedState (its history too) or a list of them."""
+def map_state(state, fn):
+    """``fn`` on every tensor of a state: a tensor, a tuple of blocks, a DelayedState (its history too) or a list or
+    tuple of them."""
+    if isinstance(state, Tensor):
+        return fn(state)
     if isinstance(state, DelayedState):
         return DelayedState(tuple(fn(b) for b in state), tuple(fn(h) for h in state.history))
     if isinstance(state, list):
-        return [_map(s, fn) for s in state]
-    return tuple(fn(b) for b in state)
+        return [map_state(s, fn) for s in state]
+    return tuple(map_state(b, fn) for b in state)
 
 
 def _join(parts: list, fn):
@@ -61,7 +64,7 @@ def run_lengths(run: Callable, x: Tensor, state, lengths: Tensor):
     order = torch.argsort(lengths, descending=True, stable=True)
     sorted_lengths = lengths[order].tolist()
     order = order.to(x.device)
-    x, state = x.index_select(0, order), _map(state, lambda t: t.index_select(0, order))
+    x, state = x.index_select(0, order), map_state(state, lambda t: t.index_select(0, order))
     outputs, finals, start, active = [], [], 0, B
     for end in sorted(set(sorted_lengths)):
         part, state = run(x[:active, start:end], state)
@@ -69,8 +72,8 @@ def run_lengths(run: Callable, x: Tensor, state, lengths: Tensor):
             part = torch.cat((part, part.new_zeros(B - active, *part.shape[1:])), dim=0)
         outputs.append(part)
         running = sum(n > end for n in sorted_lengths)  # a prefix of the sorted batch
-        finals.append(_map(state, lambda t, a=running: t[a:]))
-        state, start, active = _map(state, lambda t, a=running: t[:a]), end, running
+        finals.append(map_state(state, lambda t, a=running: t[a:]))
+        state, start, active = map_state(state, lambda t, a=running: t[:a]), end, running
     if start < T:
         outputs.append(outputs[-1].new_zeros(B, T - start, *outputs[-1].shape[2:]))
     inverse = torch.argsort(order)

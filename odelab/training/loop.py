@@ -34,7 +34,7 @@ class TrainConfig:
     seed: int = 1234
     clip: float | None = None
     device: str = "cpu"
-    eval_batch_size: int = 256
+    eval_batch_size: int = 256  # with ``stateful``: the training batch_size, the number of streams read at once
     optimizer: str = "adam"  # "adam", "rmsprop" (torch's defaults) or "rmsprop-keras" (Keras' defaults)
     regression_loss: str = "mse"  # "mse" or "l1" (mean absolute error, e.g. the LRC authors' neural-ODE code)
     # step decay of the papers ("lr divided by 10 after epoch 90"): from epoch m (0-based) of each milestone m on,
@@ -42,6 +42,9 @@ class TrainConfig:
     lr_milestones: tuple[int, ...] = ()
     lr_gamma: float = 0.1
     weight_decay: float = 0.0  # the optimizer's L2 penalty (torch's weight_decay: λ θ added to the gradient)
+    # the sequences are consecutive windows of one long stream (language modelling): batches read them as parallel
+    # streams (:func:`stripes`) whose states carry from one batch to the next, detached (truncated BPTT)
+    stateful: bool = False
 
     def lr_at(self, epoch: int) -> float:
         """The learning rate of ``epoch`` (0-based): lr · lr_gamma^(number of milestones ≤ epoch)."""
@@ -154,36 +157,59 @@ def predict(model: nn.Module, x: Tensor, batch_size: int, device: str) -> Tensor
     return torch.cat([model(x[i:i + batch_size].to(device)).cpu() for i in range(0, x.shape[0], batch_size)])
 
 
+def stripes(n: int, count: int) -> list[Tensor]:
+    """The batches that read ``n`` consecutive windows of one stream as ``count`` parallel streams (the usual
+    language-model batching): stream b holds windows b·S … b·S + S − 1 (S = ⌈n / count⌉; the last stream may be
+    shorter), batch j window b·S + j of every stream that has one. A stream that ends drops out of the last batches,
+    and it is always the last ones: every batch is a prefix of the streams."""
+    if n == 0:
+        return []
+    length = math.ceil(n / min(count, n))
+    starts = torch.arange(0, n, length)
+    return [starts[starts + j < n] + j for j in range(length)]
+
+
+def _outputs_by_batch(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str, stateful: bool):
+    """(outputs, targets) batch by batch: this rank's every world-th chunk; ``stateful``: every window, read as
+    ``batch_size`` streams carrying their states (:func:`stripes`), on every rank."""
+    if not stateful:
+        rank, world = rank_and_world()
+        for i in range(rank * batch_size, x.shape[0], world * batch_size):
+            yield model(x[i:i + batch_size].to(device)), y[i:i + batch_size].to(device)
+        return
+    state = None
+    for batch in stripes(x.shape[0], batch_size):
+        state = None if state is None else model.carried(state, batch.numel())
+        outputs, state = model.stream(x[batch].to(device), state)
+        yield outputs, y[batch].to(device)
+
+
 @torch.no_grad()
-def rmse(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str) -> float:
+def rmse(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str, stateful: bool = False) -> float:
     """Root mean squared error over ALL sequences (not the last batch only, the official code's quirk).
     In data-parallel training each rank evaluates every world-th chunk and the sums are all-reduced."""
     model.eval()
-    rank, world = rank_and_world()
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # squared error, count
-    for i in range(rank * batch_size, x.shape[0], world * batch_size):
-        xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-        sums[0] += ((model(xb) - yb) ** 2).sum().double()
+    for outputs, yb in _outputs_by_batch(model, x, y, batch_size, device, stateful):
+        sums[0] += ((outputs - yb) ** 2).sum().double()
         sums[1] += yb.numel()
-    if world > 1:
+    if rank_and_world()[1] > 1 and not stateful:
         dist.all_reduce(sums)
     return math.sqrt(float(sums[0] / sums[1]))
 
 
 @torch.no_grad()
-def classification_scores(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str) -> tuple[float, float]:
+def classification_scores(model: nn.Module, x: Tensor, y: Tensor, batch_size: int, device: str,
+                          stateful: bool = False) -> tuple[float, float]:
     """(mean cross-entropy in nats per predicted symbol, accuracy = fraction of symbols whose largest logit is the
     target) over ALL sequences; in data-parallel training each rank takes every world-th chunk, sums all-reduced."""
     model.eval()
-    rank, world = rank_and_world()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # cross-entropy, correct, count
-    for i in range(rank * batch_size, x.shape[0], world * batch_size):
-        xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-        logits = model(xb)
+    for logits, yb in _outputs_by_batch(model, x, y, batch_size, device, stateful):
         sums[0] += cross_entropy_sum(logits, yb).double()
         sums[1] += (logits.argmax(-1) == yb).sum().double()
         sums[2] += yb.numel()
-    if world > 1:
+    if rank_and_world()[1] > 1 and not stateful:
         dist.all_reduce(sums)
     return float(sums[0] / sums[2]), float(sums[1] / sums[2])
 
@@ -239,6 +265,10 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     """
     config.check()
     check_targets(data, loss)
+    if config.stateful and not hasattr(model, "stream"):
+        raise ValueError(f"stateful: training carries states between batches through model.stream(x, state) "
+                         f"(odelab.models.SequenceRegressor); {type(model).__name__} has none")
+    evaluation_batch = config.batch_size if config.stateful else config.eval_batch_size  # stateful: as many streams
     classification = loss == "cross_entropy"
     rank, world = rank_and_world()
     device = config.device
@@ -287,13 +317,20 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
             for group in optimizer.param_groups:  # the step schedule (also after a resume: it reads the epoch)
                 group["lr"] = config.lr_at(epoch)
             model.train()
-            order = torch.randperm(x_train.shape[0], generator=shuffle)  # the same on every rank
-            for i in range(0, len(order), config.batch_size):
-                batch = order[i:i + config.batch_size]
+            if config.stateful:
+                batches, state = stripes(x_train.shape[0], config.batch_size), None
+            else:
+                order = torch.randperm(x_train.shape[0], generator=shuffle)  # the same on every rank
+                batches = order.split(config.batch_size)
+            for number, batch in enumerate(batches):
                 mine = batch[rank::world].to(device)
                 optimizer.zero_grad(set_to_none=True)
-                if mine.numel():
+                if mine.numel() and config.stateful:
+                    state = None if state is None else model.carried(state, mine.numel())
+                    outputs, state = model.stream(x_train[mine], state)
+                elif mine.numel():
                     outputs = model(x_train[mine])
+                if mine.numel():
                     summed = (cross_entropy_sum(outputs, y_train[mine]) if classification
                               else REGRESSION_LOSSES[config.regression_loss](outputs - y_train[mine]))
                     batch_loss = summed / (batch.numel() * per_sequence)
@@ -306,7 +343,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                     bar.close()
                     where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
                     raise NonFiniteLoss(f"loss became {total.item()} at epoch {epoch + 1}, batch "
-                                        f"{i // config.batch_size + 1} (try a smaller lr or --clip){where}")
+                                        f"{number + 1} (try a smaller lr or --clip){where}")
                 batch_loss.backward()
                 if world > 1:
                     sum_gradients(parameters)
@@ -319,16 +356,16 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                             bar.close()
                             where = f"; the last good checkpoint is {checkpoint}" if checkpoint is not None else ""
                             raise NonFiniteLoss(f"gradient norm non-finite ({norm}) in {skipped_in_a_row} steps in a "
-                                                f"row up to epoch {epoch + 1}, batch {i // config.batch_size + 1} "
+                                                f"row up to epoch {epoch + 1}, batch {number + 1} "
                                                 f"(try a smaller lr){where}")
                         continue
                     skipped_in_a_row = 0
                 optimizer.step()
             if classification:
-                train_loss, train_accuracy = classification_scores(model, x_train, y_train, config.eval_batch_size,
-                                                                    device)
-                valid_loss, valid_accuracy = classification_scores(model, x_valid, y_valid, config.eval_batch_size,
-                                                                    device)
+                train_loss, train_accuracy = classification_scores(model, x_train, y_train, evaluation_batch,
+                                                                    device, config.stateful)
+                valid_loss, valid_accuracy = classification_scores(model, x_valid, y_valid, evaluation_batch,
+                                                                    device, config.stateful)
                 scores = {"valid_accuracy": valid_accuracy, "valid_loss": valid_loss}
                 history.train_loss.append(train_loss)
                 history.valid_loss.append(valid_loss)
@@ -336,8 +373,8 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
                 history.valid_accuracy.append(valid_accuracy)
                 postfix = dict(loss=f"{train_loss:.3f}", valid=f"{valid_accuracy:.1%}")
             else:
-                train = rmse(model, x_train, y_train, config.eval_batch_size, device)
-                valid = rmse(model, x_valid, y_valid, config.eval_batch_size, device)
+                train = rmse(model, x_train, y_train, evaluation_batch, device, config.stateful)
+                valid = rmse(model, x_valid, y_valid, evaluation_batch, device, config.stateful)
                 scores = {"valid_rmse": valid}
                 history.train_rmse.append(train)
                 history.valid_rmse.append(valid)
@@ -368,12 +405,13 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     if classification:
-        test_loss, test_accuracy = classification_scores(model, *data["test"], config.eval_batch_size, device)
+        test_loss, test_accuracy = classification_scores(model, *data["test"], evaluation_batch, device,
+                                                         config.stateful)
         return {"config": asdict(config), "best_epoch": best["epoch"], "valid_accuracy": best["valid_accuracy"],
                 "valid_loss": best["valid_loss"], "test_accuracy": test_accuracy, "test_loss": test_loss,
                 "metric": "accuracy", "loss": loss, "train_seconds": elapsed, "world_size": world,
                 "history": asdict(history)}
-    test = rmse(model, *data["test"], config.eval_batch_size, device)
+    test = rmse(model, *data["test"], evaluation_batch, device, config.stateful)
     return {"config": asdict(config), "best_epoch": best["epoch"], "valid_rmse": best["valid_rmse"], "test_rmse": test,
             "train_seconds": elapsed, "world_size": world, "history": asdict(history), "metric": "rmse"}
 

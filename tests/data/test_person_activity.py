@@ -214,10 +214,10 @@ def test_too_few_samples_or_recordings_are_errors(tmp_path):
 
 def test_the_task_and_the_table_follow_the_paper():
     task = TASKS["person-activity"]
-    paper = dict(hidden_size=100, epochs=100, lr=1e-3, batch_size=128, optimizer="rmsprop")
+    paper = dict(hidden_size=100, epochs=100, lr=1e-3, batch_size=128, optimizer="rmsprop-keras")
     assert settings(task, "paper", "lstm") == settings(task, "paper", "gru") == paper
     assert settings(task, "paper", "lrcu-a") == settings(task, "paper", "lrcu-s") == {**paper, "hidden_size": 64}
-    assert settings(task, "quick", "lstm")["optimizer"] == "rmsprop"
+    assert settings(task, "quick", "lstm")["optimizer"] == "rmsprop-keras"
     assert task.loss == "cross_entropy" and task.classes == 7 and task.target == "sequence" and task.time_gaps
     assert task.options == {"path": "data_root"} and set(task.baselines) == {"majority class"}
     # the LRCU steps by the gap (7 input features), the LSTM reads it as an 8th
@@ -240,7 +240,7 @@ def test_cli_fit_person_activity_on_a_tiny_file(tmp_path, capsys, model):
     assert main(argv) == 0
     assert "train (11, 32, 8), valid (1, 32, 8), test (3, 32, 8)" in capsys.readouterr().out
     result = json.loads((out / "results.json").read_text())
-    assert result["config"]["optimizer"] == "rmsprop" and result["config"]["batch_size"] == 128
+    assert result["config"]["optimizer"] == "rmsprop-keras" and result["config"]["batch_size"] == 128
     assert result["test_sequences"] == 3 and 0 <= result["test_accuracy"] <= 1
     assert 0 <= result["baselines"]["majority class"] <= 1 and result["data"]["windows"] == 15
 

@@ -88,10 +88,10 @@ def test_best_epoch_has_the_highest_validation_accuracy_ties_to_the_lower_loss(m
     valid = iter([(0.9, 0.5), (0.5, 0.7), (0.4, 0.7), (0.3, 0.6), (0.6, 0.7)])  # (loss, accuracy) per epoch
     real = loop.classification_scores
 
-    def scripted(model, x, y, batch_size, device):
+    def scripted(model, x, y, batch_size, device, stateful=False):
         if x is data["valid"][0]:
             return next(valid)
-        return real(model, x, y, batch_size, device)
+        return real(model, x, y, batch_size, device, stateful)
 
     monkeypatch.setattr(loop, "classification_scores", scripted)
     model = tiny_model()
