@@ -10,6 +10,15 @@
     odelab fit eigenworms --data-root PATH [--length N] [--stride K]   (the UEA EigenWorms files)
     odelab fit person-activity --data-root PATH   (UCI's ConfLongDemo_JSI.txt; irregular: the cells step by the gaps)
     odelab fit har2 --data-root PATH   (the UCI HAR Dataset folder; 2 classes, τ-GRU paper's HAR-2)
+    odelab fit bidmc-hr|bidmc-rr|bidmc-spo2 --data-root PATH [--length N] [--stride K] [--standardise]
+               (the regression archive's BIDMC32HR/RR/SpO2 .ts files; one target per window)
+    odelab fit imdb --data-root PATH [--vocabulary V] [--length N] [--glove FILE] [--train-size N]
+               (aclImdb/ or Keras' imdb.npz; token ids, the sentiment at the last step)
+    odelab fit ncifar|scifar --data-root PATH [--train-size N] [--padding-noise gaussian|uniform]
+               (cifar-10-batches-py; nCIFAR's 968 noise rows are appended by the model)
+    odelab fit google12 --data-root PATH [--train-size N]   (Speech Commands v0.02; features cached on first use)
+    odelab fit ptb-char|ptb-word --data-root PATH [--length L] [--train-size N]
+               (Mikolov's PTB files; stateful truncated BPTT, bits per character / perplexity)
     torchrun --nproc_per_node=N -m odelab fit TASK ...     (data-parallel: gloo on CPU, nccl on CUDA)
 
 Every number is checked by argparse; the model, its options and the preset are checked before any data is
@@ -34,7 +43,8 @@ from . import arguments
 
 # argparse dests of task options
 TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference",
-                "stride", "noise", "reading", "valid_window", "data_root", "train_size")
+                "stride", "noise", "reading", "valid_window", "data_root", "train_size", "standardise", "vocabulary",
+                "glove", "padding_noise")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -149,7 +159,9 @@ def add_command(subparsers) -> None:
     task.add_argument("--length", type=arguments.integer(2),
                       help="adding: sequence length N (>= 2, default 2000); copy: the delay T over which the 10 "
                            "symbols are remembered (>= 2, default 1000; sequences of T + 20 steps); eigenworms: "
-                           "keep the first N steps (default all 17 984)")
+                           "keep the first N steps (default all 17 984); bidmc-*: likewise (default all 4000); imdb: "
+                           "the last N tokens of each review, pre-padded with 0 (default 256); ptb-char, ptb-word: "
+                           "the window, the steps of truncated back-propagation (default 150 / 70)")
     task.add_argument("--noise", type=arguments.non_negative_float,
                       help="frequency: standard deviation σ of the Gaussian noise added to each sample (>= 0, "
                            "default 0.1; the paper: 0 and 0.1)")
@@ -158,12 +170,33 @@ def add_command(subparsers) -> None:
     task.add_argument("--data-root", help="smnist, psmnist: folder with the MNIST IDX files train-images-idx3-ubyte, "
                                           "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte "
                                           "(each plain or .gz) in it, in raw/ or in MNIST/raw/; eigenworms: the UEA "
-                                          "EigenWorms_TRAIN/_TEST .ts (or .arff) files; person-activity: UCI's "
+                                          "EigenWorms_TRAIN/_TEST .ts (or .arff) files; bidmc-hr, bidmc-rr, "
+                                          "bidmc-spo2: the regression archive's BIDMC32HR_TRAIN/_TEST .ts files "
+                                          "(BIDMC32RR_…, BIDMC32SpO2_…; also in BIDMC32HR/, raw/BIDMC32HR/, raw/); "
+                                          "person-activity: UCI's "
                                           "ConfLongDemo_JSI.txt; har2: the UCI HAR Dataset folder (or its "
-                                          "parent); never downloaded")
+                                          "parent); imdb: the aclImdb folder (or its parent) or Keras' imdb.npz "
+                                          "(or its folder); ncifar, scifar: the cifar-10-batches-py folder (or its "
+                                          "parent); google12: the extracted Speech Commands v0.02 folder; ptb-char, "
+                                          "ptb-word: Mikolov's simple-examples folder (or its data/); never downloaded")
     task.add_argument("--train-size", type=arguments.integer(1),
                       help="smnist, psmnist: train on this many of the 57 000 training images (a random subset; "
-                           "default all); validation and test stay whole")
+                           "default all); imdb: of the 17 500 training reviews; ncifar, scifar: of the 48 000 "
+                           "training images; google12: of the training clips; ptb-char, ptb-word: the first N "
+                           "training windows; validation and test stay whole")
+    task.add_argument("--padding-noise", choices=["gaussian", "uniform"],
+                      help="ncifar: the 968 padding rows, one fixed draw of N(0, 1) (the official code, default) or "
+                           "U[0, 1) (the thesis' \"uniform random numbers\")")
+    task.add_argument("--vocabulary", type=arguments.integer(3),
+                      help="imdb: token ids in all, padding (0) and out-of-vocabulary (1) included: the "
+                           "vocabulary − 2 most frequent training words (>= 3, default 25 000 as coRNN; LRC: 20 000)")
+    task.add_argument("--glove", metavar="FILE",
+                      help="imdb: a GloVe text file (e.g. glove.6B.100d.txt, plain or .gz; a relative path is also "
+                           "looked up in --data-root): the embedding's pretrained vectors, frozen; never downloaded")
+    task.add_argument("--standardise", action="store_true", default=None,
+                      help="bidmc-hr, bidmc-rr, bidmc-spo2: train on the targets standardised with the training "
+                           "split's mean and std (default: the raw values, as the papers' code; results.json adds "
+                           "the test RMSE in the target's unit either way)")
     task.add_argument("--columns", help="csv: comma-separated columns to model (default: every numeric column "
                                         "but index/date-like ones; the columns left out are named)")
     task.add_argument("--strict", action="store_true", default=None,
@@ -180,8 +213,8 @@ def add_command(subparsers) -> None:
                            "mackey-glass: H kept samples ahead, see --stride)")
     task.add_argument("--stride", type=arguments.integer(1),
                       help="enso, mackey-glass: keep every K-th sample of the series (>= 1, default 1: spacing 0.1 "
-                           "for enso, 0.25 for mackey-glass, times K); eigenworms: every K-th step (LEM's and "
-                           "UnICORNN's Δt times K)")
+                           "for enso, 0.25 for mackey-glass, times K); eigenworms, bidmc-*: every K-th step (LEM's "
+                           "and UnICORNN's Δt times K)")
     task.add_argument("--window", type=arguments.integer(2), help="csv: training window length (>= 2, default 64)")
     task.add_argument("--reading", choices=["ours", "official"],
                       help="spiral, duffing: ours (default: held-out trajectories, test MSE) or official (the authors' "

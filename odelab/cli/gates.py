@@ -53,7 +53,8 @@ def cmd_gates(args: argparse.Namespace) -> int:
     x_test, y_test = data["test"]
     x = x_test[:args.sequences]
     torch.manual_seed(0)
-    model = build_regressor(task, model_name, x.shape[-1], hidden, output_size(task, y_test), info.get("model_options"),
+    model = build_regressor(task, model_name, x.shape[-1], hidden, output_size(task, y_test, data.get("meta")),
+                            info.get("model_options"),
                             (info.get("settings") or {}).get("head"), data.get("meta"))
     try:
         model.load_state_dict(runs.best_state(run, "gates"))

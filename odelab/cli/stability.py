@@ -1,9 +1,10 @@
 """``odelab stability``: gradients vs lag, the LEM state bound, UnICORNN energy and inverse, eigenvalues along
-trajectories, LRC damping, long-range gradient contributions (``odelab.analysis.stability``).
+trajectories, LRC damping, long-range gradient contributions (``odelab.analysis.stability``); the coRNN energy and
+input-perturbation bounds and UnICORNN's per-neuron step volume (``odelab.analysis.oscillator_bounds``).
 
     odelab stability [--model lem,cornn,...]
                      [--study gradients|lem-bound|lem-gradient-length|lem-long-range|unicornn|eigen|lrc-damping|
-                              oversmoothing|graphcon-spectrum|all]
+                              oversmoothing|graphcon-spectrum|cornn-energy|perturbation|symplectic|all]
                      [--steps N] [--out DIR]
 """
 from __future__ import annotations
@@ -15,14 +16,14 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import oversmoothing, plots, stability
+from ..analysis import oscillator_bounds, oversmoothing, plots, stability
 from ..analysis.schemes import json_ready
 from ..models import cells
 from ..systems import UnICORNN
 from . import arguments
 
 STUDIES = ("gradients", "lem-bound", "lem-gradient-length", "lem-long-range", "unicornn", "eigen", "lrc-damping",
-           "oversmoothing", "graphcon-spectrum")
+           "oversmoothing", "graphcon-spectrum", "cornn-energy", "perturbation", "symplectic")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
 STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
 BASELINES = ("lstm", "rnn")
@@ -45,6 +46,8 @@ def _model_list(text: str | None, default) -> list[str]:
 
 
 def cmd_stability(args: argparse.Namespace) -> int:
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     studies = STUDIES if args.study == "all" else (args.study,)
     models = _model_list(args.model, STABILITY_MODELS)
     seeds = tuple(range(args.seeds))
@@ -144,6 +147,38 @@ def cmd_stability(args: argparse.Namespace) -> int:
             for name, row in setup["models"].items():
                 amp = ", ".join(f"{a:.3f}" for a in row["e1_amplification"])
                 print(f"{label:4s}{name:24s}{row['zero_crossings_fine']:8d}{row['sign_changes_e1']:12d}{amp:>18s}")
+    if "cornn-energy" in studies:
+        rows = oscillator_bounds.cornn_energy_study(steps=args.steps, hidden_size=args.hidden, seeds=seeds)
+        _write(out, "cornn_energy", rows)
+        oscillator_bounds.plot_cornn_energy(rows, out / "cornn_energy.png")
+        print(f"\ncoRNN energy yᵀy + zᵀz/γ against m t_n/γ (thesis (2.48); (2.10) at γ = ε = 1), {args.steps} steps, "
+              f"inputs N(0, 100)\n{'setting':20s}{'damping':>9s}{'Δt':>7s}{'γ':>6s}{'ε':>6s}{'Δt limit':>10s}"
+              f"{'max energy':>12s}{'max/bound':>11s}  holds")
+        for row in rows:
+            holds = "yes" if row["bound_holds"] else f"no, from n = {row['first_violation_step']}"
+            mark = " " if row["condition_holds"] else "!"
+            print(f"{row['setting']:20s}{row['damping']:>9s}{row['dt']:7.3g}{row['gamma']:6.3g}{row['epsilon']:6.3g}"
+                  f"{row['step_limit']:9.3g}{mark}{row['max_energy']:12.3e}{row['max_ratio_to_bound']:11.3e}  {holds}")
+        print("(! : Δt outside the damping's sufficient condition, (2.47) explicit, (2.50) implicit)")
+    if "perturbation" in studies:
+        result = oscillator_bounds.perturbation_study(steps=args.steps, hidden_size=args.hidden, seeds=seeds)
+        _write(out, "perturbation", result)
+        oscillator_bounds.plot_perturbation(result, out / "perturbation.png")
+        print(f"\ninput perturbation ū = u + {result['delta']:g} ξ: ‖ΔX_n‖² against 4 m t_n (thesis (2.12), coRNN at "
+              f"γ = ε = 1, Δt = {result['dt']:g}), {args.steps} steps\n{'model':16s}{'gain':>6s}{'‖ΔX_1‖²':>11s}"
+              f"{'max ‖ΔX_n‖²':>13s}{'log10 ampl.':>13s}{'max/bound':>11s}")
+        for row in result["rows"]:
+            print(f"{row['model']:16s}{row['gain']:6g}{row['first']:11.2e}{row['max']:13.2e}"
+                  f"{row['log10_amplification']:13.2f}{row['max_ratio_to_bound']:11.2e}"
+                  + ("" if row["bound_applies"] else "  (no bound)"))
+    if "symplectic" in studies:
+        result = oscillator_bounds.symplectic_study(steps=min(args.steps, 200), hidden_size=args.hidden, seed=seeds[0])
+        _write(out, "symplectic", result)
+        oscillator_bounds.plot_symplectic(result, out / "symplectic.png")
+        print(f"\nUnICORNN step volume (thesis (3.25)), Δt = {result['dt']:g}, α = {result['alpha']:g}, "
+              f"{result['steps']} steps\n{'scheme':18s}{'max|det B^i − 1|':>18s}{'max|det J − 1|':>16s}{'off-block':>11s}")
+        for scheme, row in result["schemes"].items():
+            print(f"{scheme:18s}{row['max_block_error']:18.2e}{row['max_map_error']:16.2e}{row['off_block']:11.1e}")
     for name in ("oversmoothing", "graphcon-spectrum"):  # graphs (Rusch 2023, chs. 7-8): odelab.analysis.oversmoothing
         if name in studies:
             result = oversmoothing.run_study(name, str(out))
@@ -154,7 +189,8 @@ def cmd_stability(args: argparse.Namespace) -> int:
 
 def add_command(sub) -> None:
     p = sub.add_parser("stability", help="gradients vs lag, LEM bound, long-range gradient contributions, UnICORNN "
-                                         "energy, eigenvalues, LRC damping")
+                                         "energy, eigenvalues, LRC damping, coRNN energy and perturbation bounds, "
+                                         "UnICORNN step volume")
     p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}; lem-long-range: "
                                    f"{','.join(stability.LONG_RANGE_MODELS)}); a model's keywords in brackets, e.g. "
                                    "lem[dt=0.01]; lstm and rnn are always added to the gradient and long-range studies")
@@ -164,4 +200,6 @@ def add_command(sub) -> None:
     p.add_argument("--hidden", type=arguments.integer(1), default=16, help="hidden size (>= 1)")
     p.add_argument("--seeds", type=arguments.integer(1), default=3, help="random initialisations (>= 1; median)")
     p.add_argument("--out", help="output folder (default runs/stability)")
+    p.add_argument("--threads", type=arguments.integer(1),
+                   help="CPU threads for torch (>= 1; default torch's: on a shared machine 1 is often faster)")
     p.set_defaults(run=cmd_stability)

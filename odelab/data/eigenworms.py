@@ -37,13 +37,13 @@ Reading the two ``.ts`` files (≈ 28 million numbers, ≈ 260 MB of text) takes
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .local import finite_numbers, local_root
+from .local import local_root
+from .ts_files import count_option as _count, read_series_file
 
 CASES = 259  # 128 training + 131 test cases in the UEA files
 SERIES_LENGTH = 17984
@@ -73,114 +73,11 @@ def find_files(root: str | Path | None) -> dict[str, Path]:
         f"EigenWorms.zip (timeseriesclassification.com) there")
 
 
-def _numbers(path: Path, number: int, channel: int, text: str) -> np.ndarray:
-    """The comma-separated values of one channel as float64; ValueError naming the file, line and channel."""
-    return finite_numbers(text.split(","), f"{path}, line {number}, channel {channel}",
-                          " (a missing value: EigenWorms has none and odelab fills no gaps)")
-
-
-def _labels_declared(path: Path, number: int, labels: list[str]) -> tuple[str, ...]:
-    labels = [label.strip().strip("'\"") for label in labels if label.strip()]
-    if len(labels) != CLASSES or len(set(labels)) != CLASSES:
-        raise ValueError(f"{path}, line {number}: the header declares the class labels {', '.join(labels) or 'none'}; "
-                         f"EigenWorms has {CLASSES} classes")
-    return tuple(labels)
-
-
 def read_file(path: str | Path) -> tuple[np.ndarray, list[str], tuple[str, ...] | None]:
     """(series (n, steps, 6) float32, the class label of each case as written, the labels the header declares or
-    None) of one UEA ``.ts`` or ``.arff`` file (by its suffix), checked; ValueError naming the file and line."""
-    path = Path(path)
-    arff = path.suffix.lower() == ".arff"
-    comment = "%" if arff else "#"
-    declared = header_length = None
-    relational = data = False
-    relational_steps = 0
-    cases, labels, seen = [], [], {}
-    length_source = None
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line or line.startswith(comment):
-                continue
-            if not data:
-                if not line.startswith("@"):
-                    raise ValueError(f"{path}, line {number}: expected a header line starting with '@' before "
-                                     f"'@data', got {line[:40]!r}")
-                words = line.split()
-                tag = words[0].lower()
-                if tag == "@data":
-                    data = True
-                    if arff and relational_steps:
-                        header_length, length_source = relational_steps, "the header's relational attributes"
-                elif arff and tag == "@attribute":
-                    match = re.match(r"@attribute\s+('[^']*'|\"[^\"]*\"|\S+)\s+(.*)$", line, re.IGNORECASE)
-                    kind = match.group(2).strip() if match else ""
-                    if kind.lower() == "relational":
-                        relational = True
-                    elif relational:
-                        relational_steps += 1
-                    elif kind.startswith("{") and kind.endswith("}"):
-                        declared = _labels_declared(path, number, kind[1:-1].split(","))
-                elif arff and tag == "@end":
-                    relational = False
-                elif not arff and tag == "@classlabel":
-                    if len(words) < 2 or words[1].lower() != "true":
-                        raise ValueError(f"{path}, line {number}: '@classLabel {' '.join(words[1:2])}': the file has "
-                                         "no class labels")
-                    declared = _labels_declared(path, number, words[2:])
-                elif not arff and tag == "@dimensions":
-                    if words[1:] != [str(CHANNELS)]:
-                        raise ValueError(f"{path}, line {number}: {line!r}, expected {CHANNELS} channels")
-                elif not arff and tag == "@serieslength":
-                    try:
-                        header_length, length_source = int(words[1]), "the header's @seriesLength"
-                    except (IndexError, ValueError):
-                        raise ValueError(f"{path}, line {number}: {line!r}: not a length") from None
-                elif not arff and tag == "@timestamps" and words[1:2] and words[1].lower() == "true":
-                    raise ValueError(f"{path}, line {number}: time-stamped series are not supported")
-                continue
-            if arff:
-                quote = line[0]
-                end = line.find(quote, 1) if quote in "'\"" else -1  # the values hold no quotes
-                rest = line[end + 1:].strip() if end > 0 else ""
-                if end <= 0 or not rest.startswith(","):
-                    raise ValueError(f"{path}, line {number}: expected 'CHANNEL\\nCHANNEL…',LABEL (the channels in "
-                                     f"one quoted string, then the class label)")
-                channels, label = line[1:end].split("\\n"), rest[1:].strip().strip("'\"")
-            else:
-                *channels, label = line.split(":")
-                label = label.strip()
-            if len(channels) != CHANNELS:
-                separator = "'\\n'" if arff else "':'"
-                raise ValueError(f"{path}, line {number}: {len(channels)} channel(s) separated by {separator}, "
-                                 f"expected {CHANNELS} and the class label last")
-            if not label:
-                raise ValueError(f"{path}, line {number}: no class label after the channels")
-            if declared is not None and label not in declared:
-                raise ValueError(f"{path}, line {number}: class label {label!r} is not one of the labels its "
-                                 f"header declares ({', '.join(declared)})")
-            if label not in seen:
-                if len(seen) == CLASSES:
-                    raise ValueError(f"{path}, line {number}: class label {label!r}, a {CLASSES + 1}th one "
-                                     f"(EigenWorms has {CLASSES}: {', '.join(seen)} seen)")
-                seen[label] = number
-            series = []
-            for channel, text in enumerate(channels, 1):
-                values = _numbers(path, number, channel, text)
-                if header_length is None:
-                    header_length, length_source = len(values), f"as the first case, line {number}"
-                if len(values) != header_length:
-                    raise ValueError(f"{path}, line {number}, channel {channel}: {len(values)} values, expected "
-                                     f"{header_length} ({length_source}); the series must all have one length")
-                series.append(values.astype(np.float32))
-            cases.append(np.stack(series, axis=1))
-            labels.append(label)
-    if not data:
-        raise ValueError(f"{path}: no '@data' line (not a UEA {'.arff' if arff else '.ts'} file)")
-    if not cases:
-        raise ValueError(f"{path}: no case after '@data'")
-    return np.stack(cases), labels, declared
+    None) of one UEA ``.ts`` or ``.arff`` file (by its suffix), checked (odelab/data/ts_files.py); ValueError naming
+    the file and line."""
+    return tuple(read_series_file(path, "EigenWorms", CHANNELS, CLASSES))
 
 
 def split_sizes(count: int) -> tuple[int, int, int]:
@@ -204,15 +101,6 @@ def split_indices(count: int, seed: int = SPLIT_SEED) -> tuple[np.ndarray, np.nd
     train, held = perm[n_held:], perm[:n_held]
     inner = np.random.RandomState(seed).permutation(n_held)
     return train, held[inner[n_test:]], held[inner[:n_test]]
-
-
-def _count(name: str, value, low: int) -> int:
-    """An integer option (the command line gives an int, ``odelab reproduce --option`` a string) >= ``low``."""
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
-    return value
 
 
 def eigenworms(path: str | Path | None, length: int | str | None = None, stride: int | str = 1) -> dict:

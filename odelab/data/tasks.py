@@ -58,6 +58,21 @@ protocol where one exists:
   published setting, its defaults. ``quick``: the paper preset for 10 epochs of the full 17 984-step sequences (LEM:
   14 s per epoch with ``--threads 1``, measured on random data of that size; ≈ 2.5 min); ``--stride K`` keeps every
   K-th step (LEM's and UnICORNN's Δt × K), ``--length N`` the first N steps; baseline: the majority class;
+* bidmc-hr, bidmc-rr, bidmc-spo2 (regression, one target per 4000-step window of PPG and ECG: the Monash / UEA / UCR
+  regression archive's BIDMC32HR / RR / SpO2 ``.ts`` files read from ``--data-root``, never downloaded; see
+  odelab/data/bidmc.py): Rusch et al. 2022, §3.4, Table 8 (healthcare): d = 128, Adam lr 1.56e-3, batch 32, 500 epochs
+  with the lr ÷ 10 from epoch 250, LEM Δt 0.19 (the LEM code's defaults: ``--lr 0.00211 --model-option dt=0.2371``);
+  UnICORNN 3 layers, dropout 0.1, (Δt, α) = (4.6e-2, 10) for HR, (1.1e-2, 9) for RR and SpO2 (Rusch 2023, Table 3.8;
+  its lr 2.88e-3 / 3.98e-3 not taken: one protocol for every model); RR and SpO2 carry the HR protocol over (LEM's
+  paper has HR only); coRNN: no published setting, its defaults. The LEM code's split of the merged files (its
+  ``random_split`` with seed 123456, reproduced exactly), 5565 / 1192 / 1192, the same for every seed; raw inputs and
+  targets as both codes (RMSEs in beats / breaths per minute), ``--standardise`` trains on standardised targets
+  (results.json adds the RMSEs in the target's unit). ``quick``: d = 32, 4 epochs (LEM: 160 s per epoch of the full
+  4000 steps with ``--threads 1``, 21 s with ``--stride 8``, measured on synthetic files of the real size; reading
+  the files 30–75 s); ``--stride K`` keeps every K-th step (LEM's and UnICORNN's Δt × K), ``--length N`` the first N
+  steps; with raw targets a short run is spent lifting the readout to the targets' level (≈ 85 bpm): ``--stride 8
+  --standardise`` is the smoke run that learns (1.07 bpm on the synthetic files in ≈ 2.5 min); baseline: the mean
+  training target;
 * person-activity (classification, a class at every step, irregularly sampled: UCI's ``ConfLongDemo_JSI.txt`` read
   from ``--data-root``, never downloaded; see odelab/data/person_activity.py): Farsang et al. 2024, Table 5: RMSprop
   (Keras' defaults ρ 0.9, ε 1e-7, as the authors' TensorFlow code: ``rmsprop-keras``) lr 1e-3, batch 128, 100 epochs (the LRC code's default: 200), windows of 32 samples; d = 100, LRCU-A / LRCU-S 64
@@ -75,6 +90,67 @@ protocol where one exists:
   900 validating carved from the training file with a fixed seed, the same for every run seed. ``quick``: the paper
   preset for 10 epochs (≈ 10 s per GRU, LEM or τ-GRU epoch with ``--threads 1``, measured on random files of the
   real size; reading them ≈ 4 s); baseline: the majority class;
+* google12 (classification, the extracted Speech Commands v2 folder read from ``--data-root``, never downloaded; see
+  odelab/data/speech_commands.py): Rusch et al. 2022, §3.6, Table 5 / Table 8 and the official Google12 code: d = 128,
+  Adam lr 8.9e-4, batch 100, 60 epochs with the lr ÷ 10 from epoch 50 (0-based; the official ``(epoch + 1) == 50``),
+  LEM Δt = 1 (its default), input dropout 0.03 with a fresh mask at every step (the official ``nn.Dropout`` on the
+  whole input; ``variational_dropout=False``), no clipping; 12 classes (unknown, silence, the ten words), N = 126
+  steps of 80 z-scored log-mel features (computed once, cached); the official split: 84 849 / 9 981 / 11 005 clips
+  (validation_list.txt, testing_list.txt, the rest), silence = the six background-noise files, training only.
+  ``quick``: d = 32 for 2 epochs, no dropout, no lr drop (≈ 75 s per LEM epoch of all the training clips with
+  ``--threads 1``, estimated from 0.06 s per training batch of 100 and the evaluations on random inputs of the real
+  size; LSTM / GRU ≈ 1.6 min); ``--train-size N`` trains on N of them; baseline: the majority class ("unknown",
+  63 % of the test clips);
+* imdb (classification, token inputs: Maas et al.'s ``aclImdb/`` folder, tokenised here, or Keras' ``imdb.npz``,
+  read from ``--data-root``, never downloaded; see odelab/data/imdb.py): int64 ids (0 padding, 1 OOV, the
+  ``--vocabulary`` − 2 most frequent training words from 2; default 25 000 as coRNN), the last ``--length`` tokens
+  of each review pre-padded with 0 (default 256, LRC's; Keras' ``pad_sequences``), the sentiment read at the last
+  step; 17 500 / 7 500 / 25 000 reviews, the 7 500 validating carved from the training file with a fixed seed, the
+  same for every run seed; ``--glove FILE`` (e.g. glove.6B.100d.txt): pretrained vectors, frozen. ``paper``: coRNN's
+  protocol (Rusch & Mishra 2021 / the official IMDB code: d 128, embedding 100 (GloVe-100d when given), Adam 6e-4,
+  batch 64, 100 epochs; coRNN (Δt, γ, ε) = (0.054, 4.9, 4.8)); ``lrc``: Farsang et al. 2024, Tables 6–7 (embedding
+  64 trained, Adam 1e-3, batch 64, 30 epochs, d 100; their data: ``--vocabulary 20000``, length 256; the LRCUs: 64
+  units, ``--hidden 64``); ``unicornn``: Rusch 2023, Table 3.8 (d 128, embedding 100, Adam 1.67e-4, batch 32, 50
+  epochs, embedding dropout 0.65); every preset: UnICORNN 2 layers, Δt (6.6e-3, 0.205), α 0, dropout 0.61,
+  τ-GRU / Delay GRU τ = 1. ``quick``: d 32, embedding 32, Adam 1e-3, batch 64, 2 epochs (per epoch with ``--threads
+  1`` on a busy 2-core machine, synthetic files of the real size: coRNN 9 s, UnICORNN 19 s, LSTM 23 s, LEM 27 s, GRU
+  31 s, LRCU-A 46 s, τ-GRU 48 s; reading the files 6 s (.npz) to 25 s (aclImdb/));
+  ``--train-size N`` trains on N of the 17 500; baseline: the majority class;
+* ncifar, scifar (classification, CIFAR-10's python batches ``cifar-10-batches-py`` read from ``--data-root``, never
+  downloaded; see odelab/data/cifar.py): nCIFAR (Rusch et al. 2022, §3.2, Table 8 and App. A): the 32 image rows of
+  96 features (row, channel, column) in [0, 1], then 968 steps of one fixed noise tail to N = 1000, which the loader
+  does not pad (19 GB for the training set) but hands to the model (``meta["suffix"]``, appended by
+  ``SequenceRegressor``); option ``noise``: ``gaussian`` (N(0, 1), the official code, default) or ``uniform`` (U[0,
+  1), the thesis's word; ``odelab sweep --option noise=uniform``; ``fit``'s ``--noise`` takes numbers), drawn from a
+  generator seeded 5544, the same for every seed. Paper: d = 128, Adam lr 1.8e-3, batch 120, 120 epochs with the lr
+  ÷ 10 from epoch 100, LEM Δt 0.95, no clipping (the official code has none); coRNN (Δt, γ, ε) = (0.034, 1.3, 12.7),
+  the official coRNN code's defaults; τ-GRU / Delay GRU τ = 965 (Erichson et al. 2025, Table 10; its lr 0.0022 and
+  50 epochs not taken: one protocol for every model). The official LEM code's own defaults (lr 0.00322, batch 100,
+  Δt 0.44) are ``--preset paper --lr 0.00322 --batch-size 100 --model-option dt=0.44``. sCIFAR (Erichson et al.
+  2025, §5, Table 10): 1024 steps of one pixel's (red, green, blue), row-major, no noise; d = 128, Adam lr 3.5e-3,
+  50 epochs, τ-GRU / Delay GRU τ = 30; batch 120 (not given: LEM's nCIFAR batch, ours); LEM, coRNN: no published
+  setting, their defaults. Split of both: 48 000 / 2 000 / 10 000 (LEM's), the 2 000 drawn with the run's seed.
+  ``quick``: the paper preset at d = 32 for 1 epoch, no lr drop (≈ 1–1.5 s per training batch of 120 for LEM on
+  nCIFAR with ``--threads 1``, ≈ 0.9 s on sCIFAR: 6–10 min per epoch of 400 batches, measured on random files of the
+  real size); ``--train-size N`` trains on N of the 48 000 images (4 800: about a minute); baseline: the majority
+  class;
+* ptb-char, ptb-word (language modelling, token inputs, the next token at every step: Mikolov's PTB files
+  ``ptb.char.{train,valid,test}.txt`` / ``ptb.{train,valid,test}.txt`` read from ``--data-root``, never downloaded;
+  see odelab/data/ptb.py): each split's stream (an ``<eos>`` after every line) cut into windows of ``--length``
+  tokens (lamb's BPTT: 150 / 70), trained and evaluated as lamb does: stateful truncated BPTT (``stateful``: the
+  batch's streams carry their states from window to window) and the epoch of the lowest validation cross-entropy
+  (``select="loss"``); results add ``test_bits_per_character`` (CE / ln 2) / ``test_perplexity`` (exp CE). ``paper``:
+  Rusch et al. 2022, §3.7, Table 8 and LEM's lamb configs (src/PTB/LEM_configs): char d 1024, embedding 200, Adam
+  6.58e-4, batch 128, input / output dropout 0.047 / 0.191; word d 256, embedding 256, Adam 6.84e-4, batch 64,
+  dropout 0.425 / 0.457 (fresh masks at every step, as lamb's); LEM Δt = 1; lamb's gradient-norm clipping (1.0 /
+  4.0) and L2 penalty (2.63e-4 / 3.31e-4) rescaled to our per-token loss (÷ 150 / ÷ 70, see ``_PTB_PAPER``); 760 /
+  962 epochs ≈ lamb's 200 000 steps. Not reproduced: lamb's state dropout (0.185 / 0.196), the word model's tied
+  input / output embeddings, its weight averaging, the stateful BPTT; the best epoch is chosen by validation
+  accuracy (lamb: cross-entropy). ``quick``: d 64, embedding 32, no dropout, 1 epoch: char ≈ 1.3 min for LEM / 1.5
+  min for LSTM with ``--threads 1`` (≈ 1 min training, the rest evaluating; 36 000 windows of synthetic files of
+  the real size); word ≈ 9 min for LEM, 10–11 for LSTM / GRU (1.6–1.8 s per batch of 64: the 10 000-way softmax),
+  ``--train-size 2000`` (windows, a prefix of the text) ≈ 2 min; baseline: the training file's unigram
+  frequencies (cross-entropy);
 * csv: no paper; ``quick`` only.
 
 The classification tasks' ``quick`` presets (d = 32, lr 3e-3, batch 32) fit a 3-seed table of 3–4 models in
@@ -94,6 +170,8 @@ import torch
 from torch import Tensor
 
 from .adding import adding
+from .bidmc import bidmc, bidmc_models, bidmc_report
+from .cifar import ncifar, scifar
 from .copy import copy_task, memoryless_cross_entropy, recalled_accuracy
 from .csv_series import csv_persistence_rmse, csv_series, persistence_rmse, rmse_by_column
 from .delay_oscillators import enso, mackey_glass
@@ -101,10 +179,13 @@ from .eigenworms import eigenworms, eigenworms_models
 from .fhn import fitzhugh_nagumo, fitzhugh_nagumo_irregular, irregular_extrapolation_rmse, irregular_persistence_rmse
 from .frequency import chance_accuracy, frequency
 from .har import har2
+from .imdb import VOCABULARY as IMDB_VOCABULARY, imdb, imdb_models
 from .mnist import majority_class_accuracy, mnist
 from .neural_ode import WINDOW, duffing, initial_state_mae, initial_state_rmse, spiral
 from .ode_series import LORENZ63, LORENZ96, lorenz63, lorenz96, rmse_by_component
 from .person_activity import majority_class_accuracy as majority_step_accuracy, person_activity
+from .ptb import LENGTH as PTB_LENGTH, metrics as ptb_metrics, ptb, unigram_cross_entropy
+from .speech_commands import speech_commands
 
 
 @dataclass
@@ -116,13 +197,16 @@ class Task:
     ``model_options(model, options)`` gives extra constructor keywords for a model (e.g. τ-GRU's τ);
     ``baselines`` name -> ``f(data) -> test RMSE`` of a trivial predictor the model must beat (classification:
     its test accuracy, or its mean cross-entropy where ``baseline_metrics[name] == "cross-entropy"``);
-    ``report(test_predictions, data)`` optional extra entries for results.json;
+    ``report(test_predictions, data)`` optional extra entries for results.json; ``summary(result)`` likewise, from
+    the result alone (no predictions: e.g. bits per character from the test cross-entropy);
     ``target``: ``"sequence"`` (a target at every step) or ``"last"`` (one target per sequence, read from the
     last step); ``loss``: ``"mse"`` (regression, float targets) or ``"cross_entropy"`` (classification: int64
     class targets (N,) or (N, T), ``classes`` logits per prediction); ``plot``: ``"series"``, ``"phase"``,
-    ``"scatter"``, ``"forecast"``, ``"classes"`` (confusion matrix and accuracy per class) or ``"symbols"``
-    (decoded sequences); ``time_gaps``: irregularly sampled, the inputs' last feature is the time each sample
-    lasts (``odelab.models.SequenceRegressor``: the continuous-time cells step by it, the others read it).
+    ``"scatter"``, ``"forecast"``, ``"classes"`` (confusion matrix and accuracy per class), ``"symbols"``
+    (decoded sequences) or ``"tokens"`` (a large vocabulary: the test cross-entropy per position); ``time_gaps``:
+    irregularly sampled, the inputs' last feature is the time each sample lasts (``odelab.models.SequenceRegressor``:
+    the continuous-time cells step by it, the others read it); ``classes``: a loader's ``meta["class_count"]``
+    overrides it (e.g. a vocabulary read from the files).
     """
 
     name: str
@@ -133,6 +217,7 @@ class Task:
     model_options: Callable[[str, dict], dict] = lambda model, options: {}
     baselines: dict[str, Callable[[dict], float]] = field(default_factory=dict)
     report: Callable[[Tensor, dict], dict] | None = None
+    summary: Callable[[dict], dict] | None = None  # extra entries for results.json from the result alone
     target: str = "sequence"
     plot: str = "series"
     sample_dt: float = 1.0  # time between samples, for plots
@@ -240,6 +325,39 @@ def _mnist_task(name: str, permuted: bool, presets: dict, model_options: Callabl
                 loss="cross_entropy", classes=10, plot="classes")
 
 
+def _cifar_models(lem_dt: float | None, cornn: dict, tau: float) -> Callable[[str, dict], dict]:
+    """LEM's Δt (Rusch et al. 2022, Table 8), coRNN's (Δt, γ, ε) (its official code's defaults) and τ-GRU's τ
+    (Erichson et al. 2025, Table 10) on nCIFAR / sCIFAR; ``None`` / ``{}``: no published setting, the defaults."""
+    def options(model: str, data_options: dict) -> dict:
+        if model in ("lem", "lem-official") and lem_dt is not None:
+            return {"dt": lem_dt}
+        if model in ("cornn", "cornn-official"):
+            return dict(cornn)
+        return {"tau": tau} if model in ("taugru", "delaygru") else {}
+    return options
+
+
+def _cifar_task(name: str, load: Callable[..., dict], presets: dict, model_options: Callable[[str, dict], dict],
+                options: dict | None = None) -> Task:
+    return Task(name, load=load, presets=presets,
+                options={"path": "data_root", "train_size": "train_size", **(options or {})},
+                model_options=model_options, baselines={"majority class": majority_class_accuracy}, target="last",
+                loss="cross_entropy", classes=10, plot="classes")
+
+
+def _bidmc_task(target: str) -> Task:
+    """BIDMC32 ``target`` (odelab/data/bidmc.py): paper: Rusch et al. 2022, Table 8 (healthcare) and §3.4, the lr ÷ 10
+    from epoch 250 (0-based; the code's ``(epoch + 1) == 250``); quick: d = 32, 4 epochs (see the module docstring)."""
+    return Task(f"bidmc-{target}",
+                load=lambda seed, path=None, length=None, stride=1, standardise=False:
+                bidmc(path, target, length=length, stride=stride, standardise=standardise),
+                presets={"paper": dict(hidden_size=128, epochs=500, lr=1.56e-3, batch_size=32, lr_milestones=(250,)),
+                         "quick": dict(hidden_size=32, epochs=4, lr=1.56e-3, batch_size=32)},
+                options={"path": "data_root", "length": "length", "stride": "stride", "standardise": "standardise"},
+                model_options=bidmc_models(target), baselines={"mean predictor": mean_predictor_rmse},
+                report=bidmc_report, target="last", plot="scatter")
+
+
 def _neural_ode_models(model: str, options: dict) -> dict:
     return {"dt": 25.0 / 999} if model in ("node", "lrc-ode-a", "lrc-ode-s") else {}  # the data's sample spacing
 
@@ -293,6 +411,48 @@ def _neural_ode_presets(iterations: int) -> dict[str, dict]:
             "official-code": dict(hidden_size=16, epochs=math.ceil(2000 * 16 / 1024), lr=1e-3, batch_size=16,
                                   regression_loss="l1"),
             "quick": dict(hidden_size=16, epochs=epochs, lr=3e-3, batch_size=16)}
+
+
+def _ptb_models(model: str, options: dict) -> dict:
+    """LEM's Δt = 1 on PTB (Rusch et al. 2022, Table 8: "/", fixed to 1 and not tuned)."""
+    return {"dt": 1.0} if model in ("lem", "lem-official") else {}
+
+
+# LEM's lamb configs (tk-rusch/LEM, src/PTB/LEM_configs/LEM_config_char, _word; Table 8 rounds the lr): lamb's loss
+# is each window's SUMMED cross-entropy (mean over the batch) + l2_penalty · Σ w² / 2, ours the mean per token, L
+# times smaller: its max_grad_norm and l2_penalty become clip = max_grad_norm / L and weight_decay = l2_penalty / L
+# (Adam's steps do not change with the loss's scale); lamb's dropout masks are fresh at every step
+# (shared_mask_dropout False). Epochs: lamb's 1000 turns × 200 steps = 200 000 steps at ≈ 263 (char, ≈ 5.06 M
+# tokens) / 208 (word, 929 589 tokens) steps per epoch of our windows. As lamb: stateful truncated BPTT (the batch
+# size is the number of parallel streams, whose states carry from window to window; evaluation likewise) and the
+# epoch of the lowest validation cross-entropy.
+_PTB_PAPER = {
+    "char": dict(hidden_size=1024, embedding_size=200, epochs=760, lr=6.5827e-4, batch_size=128, clip=1.0 / 150,
+                 weight_decay=2.6325e-4 / 150, input_dropout=0.0474, output_dropout=0.1908,
+                 variational_dropout=False, stateful=True, select="loss"),
+    "word": dict(hidden_size=256, embedding_size=256, epochs=962, lr=6.8436e-4, batch_size=64, clip=4.0 / 70,
+                 weight_decay=3.3147e-4 / 70, input_dropout=0.4248, output_dropout=0.4568,
+                 variational_dropout=False, stateful=True, select="loss"),
+}
+
+
+def _ptb_task(level: str) -> Task:
+    """PTB language modelling (odelab/data/ptb.py): the next token at every step; ``paper``: :data:`_PTB_PAPER`;
+    ``quick``: d 64, embedding 32, 1 epoch, no dropout (see the module docstring)."""
+    paper = _PTB_PAPER[level]
+    quick = {k: v for k, v in paper.items() if k not in ("input_dropout", "output_dropout", "variational_dropout")}
+    quick.update(hidden_size=64, embedding_size=32, epochs=1)
+    return Task(f"ptb-{level}",
+                load=lambda seed, path=None, length=PTB_LENGTH[level], train_size=None:
+                ptb(path, level, length=length, train_size=train_size),
+                presets={"paper": paper, "quick": quick},
+                options={"path": "data_root", "length": "length", "train_size": "train_size"},
+                model_options=_ptb_models, baselines={"unigram": unigram_cross_entropy},
+                baseline_metrics={"unigram": "cross-entropy"}, summary=ptb_metrics(level), loss="cross_entropy",
+                # the real files' counts (words: 9 999 types and <eos>; characters: about 50); a run takes the
+                # data's own count, meta["class_count"], and embeds meta["vocabulary"] = classes + 1 ids
+                classes=10_000 if level == "word" else 50, plot="tokens",
+                vocabulary=10_001 if level == "word" else 51)
 
 
 TASKS = {
@@ -396,6 +556,9 @@ TASKS = {
         classes=5,
         plot="classes",
     ),
+    "bidmc-hr": _bidmc_task("hr"),
+    "bidmc-rr": _bidmc_task("rr"),
+    "bidmc-spo2": _bidmc_task("spo2"),
     "person-activity": Task(
         "person-activity",
         load=lambda seed, path=None: person_activity(path, seed=seed),
@@ -422,6 +585,59 @@ TASKS = {
         classes=2,
         plot="classes",
     ),
+    "google12": Task(
+        "google12",
+        load=lambda seed, path=None, train_size=None: speech_commands(path, seed=seed, train_size=train_size),
+        # Rusch et al. 2022, Table 8 / official google12_task.py: the lr ÷ 10 after epoch 50, input dropout 0.03
+        # (nn.Dropout on the whole (time, batch, 80) input: a fresh mask at every step), the readout left at
+        # nn.Linear's initialisation
+        presets={"paper": dict(hidden_size=128, epochs=60, lr=8.9e-4, batch_size=100, lr_milestones=(50,),
+                               input_dropout=0.03, variational_dropout=False, readout_init="default"),
+                 "quick": dict(hidden_size=32, epochs=2, lr=8.9e-4, batch_size=100)},
+        options={"path": "data_root", "train_size": "train_size"},
+        baselines={"majority class": majority_class_accuracy},
+        target="last",
+        loss="cross_entropy",
+        classes=12,
+        plot="classes",
+    ),
+    "ncifar": _cifar_task(
+        "ncifar",
+        lambda seed, path=None, noise="gaussian", train_size=None: ncifar(seed, path, noise=noise,
+                                                                          train_size=train_size),
+        # Rusch et al. 2022, Table 8 and §3.2 (the official code: no clipping)
+        {"paper": dict(hidden_size=128, epochs=120, lr=1.8e-3, batch_size=120, lr_milestones=(100,)),
+         "quick": dict(hidden_size=32, epochs=1, lr=1.8e-3, batch_size=120)},
+        _cifar_models(0.95, dict(dt=0.034, gamma=1.3, epsilon=12.7), 965.0), {"noise": "padding_noise"}),
+    "scifar": _cifar_task(
+        "scifar",
+        lambda seed, path=None, train_size=None: scifar(seed, path, train_size=train_size),
+        # Erichson et al. 2025, Table 10 (batch: LEM's nCIFAR batch, ours)
+        {"paper": dict(hidden_size=128, epochs=50, lr=3.5e-3, batch_size=120),
+         "quick": dict(hidden_size=32, epochs=1, lr=3.5e-3, batch_size=120)},
+        _cifar_models(None, {}, 30.0)),
+    "imdb": Task(
+        "imdb",
+        load=lambda seed, path=None, vocabulary=IMDB_VOCABULARY, length=256, glove=None, train_size=None,
+        freeze_embedding=True: imdb(path, seed=seed, vocabulary=vocabulary, length=length, glove=glove,
+                                    train_size=train_size, freeze_embedding=freeze_embedding),
+        presets={"paper": dict(hidden_size=128, embedding_size=100, epochs=100, lr=6e-4, batch_size=64),
+                 "lrc": dict(hidden_size=100, embedding_size=64, epochs=30, lr=1e-3, batch_size=64),
+                 "unicornn": dict(hidden_size=128, embedding_size=100, epochs=50, lr=1.67e-4, batch_size=32,
+                                  input_dropout=0.65),
+                 "quick": dict(hidden_size=32, embedding_size=32, epochs=2, lr=1e-3, batch_size=64)},
+        options={"path": "data_root", "vocabulary": "vocabulary", "length": "length", "glove": "glove",
+                 "train_size": "train_size"},
+        model_options=imdb_models,
+        baselines={"majority class": majority_class_accuracy},
+        target="last",
+        loss="cross_entropy",
+        classes=2,
+        plot="classes",
+        vocabulary=IMDB_VOCABULARY,
+    ),
+    "ptb-char": _ptb_task("char"),
+    "ptb-word": _ptb_task("word"),
     "csv": Task(
         "csv",
         load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False:

@@ -18,7 +18,7 @@ class SequenceRegressor(nn.Module):
     the observation) gets no readout (``nn.Identity``): ``hidden_size`` is then not used, and ``output_size``
     must equal the body's ``output_size`` (ValueError otherwise). The readout's weight is Kaiming-normal, as the
     official LEM code initialises it, unless the body sets ``readout_init = "default"`` (nn.Linear's own
-    uniform initialisation, as the official coRNN code leaves it).
+    uniform initialisation, as the official coRNN code leaves it); ``readout_init`` overrides the body's choice.
 
     ``time_gaps=True`` (irregularly sampled sequences): the inputs' last feature is the time each sample lasts. A
     body that steps by it (:func:`takes_time_gaps`: an odelab ``Recurrent`` without delays) gets it as its per-sample
@@ -36,7 +36,7 @@ class SequenceRegressor(nn.Module):
     def __init__(self, body: nn.Module, hidden_size: int, output_size: int, last: bool = False,
                  time_gaps: bool = False, *, vocabulary: int | None = None, embedding_size: int | None = None,
                  suffix: Tensor | None = None, input_dropout: float = 0.0, output_dropout: float = 0.0,
-                 variational_dropout: bool = True):
+                 variational_dropout: bool = True, readout_init: str | None = None):
         super().__init__()
         self.body = body
         self.last = last
@@ -70,7 +70,7 @@ class SequenceRegressor(nn.Module):
             self.readout = nn.Identity()
         else:
             self.readout = nn.Linear(hidden_size, output_size)
-            init = getattr(body, "readout_init", "kaiming")
+            init = readout_init or getattr(body, "readout_init", "kaiming")
             if init == "kaiming":
                 nn.init.kaiming_normal_(self.readout.weight)  # as the official LEM code
             elif init != "default":

@@ -45,6 +45,7 @@ class TrainConfig:
     # the sequences are consecutive windows of one long stream (language modelling): batches read them as parallel
     # streams (:func:`stripes`) whose states carry from one batch to the next, detached (truncated BPTT)
     stateful: bool = False
+    select: str = "accuracy"  # classification: the best epoch by validation "accuracy" (ties: loss) or "loss"
 
     def lr_at(self, epoch: int) -> float:
         """The learning rate of ``epoch`` (0-based): lr · lr_gamma^(number of milestones ≤ epoch)."""
@@ -63,6 +64,8 @@ class TrainConfig:
             raise ValueError(f"lr_milestones: expected strictly increasing epochs >= 1, got {self.lr_milestones!r}")
         if not 0 < self.lr_gamma <= 1:
             raise ValueError(f"lr_gamma: expected a factor in (0, 1], got {self.lr_gamma!r}")
+        if self.select not in ("accuracy", "loss"):
+            raise ValueError(f"select: expected 'accuracy' or 'loss', got {self.select!r}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise ValueError(f"weight_decay: expected a finite number >= 0, got {self.weight_decay!r}")
 
@@ -232,10 +235,13 @@ def clip_gradient_norm(parameters, max_norm: float) -> float:
     return norm
 
 
-def _better(candidate: dict, best: dict, classification: bool) -> bool:
-    """Regression: lower validation RMSE. Classification: higher validation accuracy, then lower validation loss."""
+def _better(candidate: dict, best: dict, classification: bool, select: str = "accuracy") -> bool:
+    """Regression: lower validation RMSE. Classification: higher validation accuracy, then lower validation loss;
+    ``select="loss"`` (language models): lower validation loss."""
     if not classification:
         return candidate["valid_rmse"] < best["valid_rmse"]
+    if select == "loss":
+        return candidate["valid_loss"] < best["valid_loss"]
     return (candidate["valid_accuracy"], -candidate["valid_loss"]) > (best["valid_accuracy"], -best["valid_loss"])
 
 
@@ -382,7 +388,7 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
             elapsed += time.perf_counter() - tic
             history.epoch.append(epoch + 1)
             history.seconds.append(elapsed)
-            if _better(scores, best, classification):
+            if _better(scores, best, classification, config.select):
                 best = {**scores, "epoch": epoch + 1, "state": copy.deepcopy(model.state_dict())}
             best_text = f"{best['valid_accuracy']:.1%}" if classification else f"{best['valid_rmse']:.2e}"
             bar.set_postfix(**postfix, best=best_text)

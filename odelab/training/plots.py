@@ -145,6 +145,32 @@ def plot_symbols(model, x, y, path: str | Path, title: str = "", count: int = 3,
     _save(fig, title, path)
 
 
+def plot_token_losses(model, x, y, path: str | Path, title: str = "", elements: int = 2 ** 24) -> None:
+    """A class at every step over a large vocabulary (language modelling): the mean test cross-entropy of the
+    target at each position of the window, over every test window (the cost of each window's zero initial state
+    shows at its first steps). Streamed over batches of at most ``elements`` logits: memory O(elements), never
+    O(windows × steps × classes)."""
+    steps = y.shape[1]
+    sums = torch.zeros(steps, dtype=torch.float64)
+    i, batch = 0, 1  # one window first, to learn the number of classes
+    with torch.no_grad():
+        model.eval()
+        while i < x.shape[0]:
+            logits = model(x[i:i + batch]).cpu()
+            losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y[i:i + batch].cpu(), reduction="none")
+            sums += losses.double().sum(0)
+            i += batch
+            batch = max(1, elements // (steps * logits.shape[-1]))
+    mean = (sums / x.shape[0]).numpy()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(np.arange(1, steps + 1), mean, color="tab:blue", lw=1, label="per position")
+    ax.axhline(float(mean.mean()), color="black", lw=1, ls="--", label=f"mean {mean.mean():.3f}")
+    ax.set_xlabel("position in the window (step)")
+    ax.set_ylabel("test cross-entropy (nats per token)")
+    ax.legend(loc="upper right")
+    _save(fig, title, path)
+
+
 def plot_curves(history: dict, path: str | Path, title: str = "") -> None:
     """Train and validation RMSE per epoch (log scale); for a classification run, the cross-entropy (log scale)
     and the accuracy per epoch side by side."""

@@ -262,6 +262,48 @@ TABLES = {
                              "(its code) reports the test accuracy after the last epoch and has no validation set; "
                              "ours: the epoch of best accuracy on a tenth of the training windows drawn with the run's "
                              "seed (the test windows are the same for every seed)", selection_options=("path",)),
+    "ncifar": Table("accuracy", "%", "Rusch et al. 2022, Table 1 (single runs)",
+                    {"": {"gru": 43.8, "lstm": 11.6, "cornn": 59.0, "lem": 60.5, "taugru": 62.7}},
+                    ("lem", "cornn", "taugru", "lstm", "gru"), "lem",
+                    "CIFAR-10 read from --option path=DIR (the cifar-10-batches-py folder). Each image's 32 rows of 96 "
+                    "features, then 968 steps of one fixed N(0, 1) noise tail (the model appends it: "
+                    "SequenceRegressor(suffix=...)). Every model under LEM's protocol (Table 8): d 128, Adam 1.8e-3, "
+                    "batch 120, 120 epochs, lr ÷ 10 from epoch 100; LEM Δt 0.95, coRNN (0.034, 1.3, 12.7) (its "
+                    "code's defaults), τ-GRU τ 965 (Erichson et al. 2025, Table 10). The τ-GRU value is that paper's "
+                    "Table 3 (its own protocol, lr 2.2e-3, 50 epochs); the LSTM and GRU rows are other papers' runs. "
+                    "Validation: a random 2 000 of the 50 000 training images drawn with the run's seed",
+                    selection_options=("path",)),
+    "scifar": Table("accuracy", "%", "Erichson et al. 2025, Table 3 (single runs)",
+                    {"": {"lstm": 59.7, "taugru": 74.9, "delaygru": 56.1}}, ("taugru", "delaygru", "lstm"), "taugru",
+                    "CIFAR-10 read from --option path=DIR, pixel by pixel (1024 steps of 3 channels). Every model "
+                    "under τ-GRU's protocol (Table 10): d 128, Adam 3.5e-3, 50 epochs, τ 30; batch 120 (not given: "
+                    "LEM's nCIFAR batch). The LSTM row is Kag and Saligrama 2021's run",
+                    selection_options=("path",)),
+    "google12": Table("accuracy", "%", "Rusch et al. 2022, Table 5 (the same code and tuning for every model)",
+                      {"": {"lstm": 94.9, "gru": 95.2, "cornn": 94.7, "lem": 95.7}}, ("lem", "gru", "lstm", "cornn"),
+                      "lem", "Speech Commands v0.02 read from --option path=DIR (the extracted folder); the official "
+                      "features (80 log-mel bands, 126 frames) and split (its validation and testing lists; the six "
+                      "background-noise files are the training set's silence). Every model under LEM's protocol "
+                      "(Table 8): d 128, Adam 8.9e-4, batch 100, 60 epochs, lr ÷ 10 from epoch 50, input dropout "
+                      "0.03 (fresh masks at every step); LEM Δt 1", selection_options=("path",)),
+    "bidmc-hr": Table("RMSE", "", "Rusch et al. 2022, Table 3 (test L² error in beats per minute; the same code and "
+                      "tuning for every model)",
+                      {"": {"lstm": 9.93, "cornn": 1.61, "unicornn": 1.31, "lem": 0.85}},
+                      ("lem", "unicornn", "cornn", "lstm"), "lem",
+                      "BIDMC32HR read from --option path=DIR (the Monash TSR archive's .ts files); the official "
+                      "split (train and test merged, random_split with seed 123456: 5565 / 1192 / 1192), raw inputs "
+                      "and targets. Every model under LEM's protocol (Table 8): d 128, Adam 1.56e-3, batch 32, 500 "
+                      "epochs, lr ÷ 10 from epoch 250; LEM Δt 0.19 (the code's defaults: lr 0.00211, Δt 0.2371); "
+                      "UnICORNN with 3 layers (Rusch 2023, Table 3.8)", selection_options=("path",)),
+    "imdb": Table("accuracy", "%", "Rusch 2023, Table 3.5 (single runs; LSTM and GRU from Campos et al. 2018)",
+                  {"": {"lstm": 86.8, "gru": 85.2, "cornn": 87.4, "unicornn": 88.4}},
+                  ("unicornn", "cornn", "lstm", "gru"), "unicornn",
+                  "IMDB read from --option path=DIR (aclImdb/ or Keras' imdb.npz), reviews cut to their last 256 "
+                  "tokens; GloVe vectors with --option glove=FILE (frozen), else a trained embedding. Every model under "
+                  "coRNN's protocol (its code's defaults): d 128, embedding 100, Adam 6e-4, batch 64, 100 epochs; "
+                  "coRNN (Δt, γ, ε) = (0.054, 4.9, 4.8), UnICORNN 2 layers, Δt (6.6e-3, 0.205), α 0, dropout 0.61 "
+                  "(Table 3.8; its own protocol: --preset unicornn). Validation: 7 500 of the 25 000 training "
+                  "reviews, the same for every seed", selection_options=("path", "glove")),
 }
 
 

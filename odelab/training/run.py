@@ -111,7 +111,8 @@ class FitSpec:
 
 
 # A preset's settings of the readout head (odelab.models.SequenceRegressor), beside TrainConfig's fields and hidden_size
-HEAD_DEFAULTS = {"embedding_size": None, "input_dropout": 0.0, "output_dropout": 0.0, "variational_dropout": True}
+HEAD_DEFAULTS = {"embedding_size": None, "input_dropout": 0.0, "output_dropout": 0.0, "variational_dropout": True,
+                 "readout_init": None}
 HEAD_KEYS = tuple(HEAD_DEFAULTS)
 
 
@@ -189,16 +190,18 @@ def build_regressor(task: Task, model: str, input_size: int, hidden: int, output
     return regressor
 
 
-def output_size(task: Task, targets: torch.Tensor) -> int:
-    """The readout's width: the task's classes (logits) for a classification task, else the target features."""
-    return task.classes if task.classification else targets.shape[-1]
+def output_size(task: Task, targets: torch.Tensor, meta: dict | None = None) -> int:
+    """The readout's width: for a classification task its classes (logits): the data's ``meta["class_count"]`` where
+    given (e.g. a vocabulary read from the files), else the task's; else the target features."""
+    return int((meta or {}).get("class_count", task.classes)) if task.classification else targets.shape[-1]
 
 
-def check_classes(task: Task, splits: dict) -> None:
-    """FitError when a classification task's targets are not int64 class indices in 0 … classes − 1 of shape (N,)
-    (``target="last"``) or (N, T) (a class at every step)."""
+def check_classes(task: Task, splits: dict, classes: int | None = None) -> None:
+    """FitError when a classification task's targets are not int64 class indices in 0 … classes − 1 (``classes``:
+    the data's, else the task's) of shape (N,) (``target="last"``) or (N, T) (a class at every step)."""
     if not task.classification:
         return
+    classes = classes or task.classes
     for split, (x, y) in splits.items():
         if y.dtype != torch.int64:
             raise FitError(f"task {task.name}: the {split} targets are {y.dtype}; a classification task needs int64 "
@@ -208,9 +211,9 @@ def check_classes(task: Task, splits: dict) -> None:
             raise FitError(f"task {task.name}: the {split} targets have shape {tuple(y.shape)}; expected {shape} "
                            f"(one class {'per sequence' if task.target == 'last' else 'per step'} for inputs "
                            f"{tuple(x.shape)})")
-        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= task.classes):
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= classes):
             raise FitError(f"task {task.name}: the {split} targets hold classes {int(y.min())} … {int(y.max())}; "
-                           f"expected 0 … {task.classes - 1}")
+                           f"expected 0 … {classes - 1}")
 
 
 def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
@@ -239,7 +242,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     if data is None:
         data = _load(task, spec, rank, world)
     splits = {k: data[k] for k in ("train", "valid", "test")}
-    check_classes(task, splits)
+    check_classes(task, splits, data.get("meta", {}).get("class_count"))
     say(f"data: {', '.join(f'{k} {tuple(v[0].shape)}' for k, v in splits.items())} "
         f"({time.perf_counter() - tic:.1f} s)", flush=True)
     meta = data.get("meta", {})
@@ -254,8 +257,8 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     torch.manual_seed(config.seed)
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
     try:
-        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test), model_options,
-                                spec.head(task), meta)
+        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test, meta),
+                                model_options, spec.head(task), meta)
         for layer in model.modules():
             if isinstance(layer, Recurrent):
                 layer.engine = spec.engine
@@ -322,7 +325,7 @@ def run_settings(spec: FitSpec, task: Task, hidden: int, model_options: dict, me
 def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dict, out: Path) -> None:
     """results.json, curves.csv, the PNGs and the terminal table."""
     from .plots import (plot_classes, plot_curves, plot_forecast, plot_phase, plot_predictions, plot_scatter,
-                        plot_symbols)
+                        plot_symbols, plot_token_losses)
 
     x_test, y_test = data["test"]
     result["baselines"] = {name: baseline(data) for name, baseline in task.baselines.items()}
@@ -333,6 +336,8 @@ def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dic
         result["data"] = {k: v for k, v in data["meta"].items() if not isinstance(v, torch.Tensor)}
     if task.report is not None:
         result.update(task.report(predict(model, x_test, result["config"]["eval_batch_size"], "cpu"), data))
+    if task.summary is not None:
+        result.update(task.summary(result))
     write_results(result, out)
 
     if task.classification:
@@ -342,9 +347,12 @@ def _report(task: Task, spec: FitSpec, model: nn.Module, data: dict, result: dic
         title = f"{spec.task}: {spec.model} (test RMSE {result['test_rmse']:.2e})"
     figure = "forecast.png" if task.plot == "forecast" else "predictions.png"
     if task.plot == "classes":
-        plot_classes(model, x_test, y_test, task.classes, out / figure, title=title)
+        plot_classes(model, x_test, y_test, output_size(task, y_test, data.get("meta")), out / figure,
+                     title=title)
     elif task.plot == "symbols":
         plot_symbols(model, x_test, y_test, out / figure, title=title)
+    elif task.plot == "tokens":
+        plot_token_losses(model, x_test, y_test, out / figure, title=title)
     elif task.plot == "forecast":
         meta = data["meta"]
         if meta.get("difference"):

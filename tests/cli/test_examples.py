@@ -24,6 +24,7 @@ def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
     ("enso.py", ("--out", "out"), ("enso_trajectories.png", "enso_continued.png")),
     ("mackey_glass.py", (), ()),
     ("irregular_sampling.py", ("--out", "out"), ("irregular.png",)),
+    ("char_language_model.py", ("--out", "out"), ("bpc.png",)),
 ])
 def test_example_runs_tiny(tmp_path, name, args, outputs):
     result = run_example(name, *args, cwd=tmp_path)

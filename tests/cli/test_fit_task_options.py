@@ -31,9 +31,11 @@ def test_horizon_and_stride_reach_the_delay_loaders(task, monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["fit", "fhn", "--stride", "2"], "--stride: only for the task(s) eigenworms, enso, mackey-glass"),
+    (["fit", "fhn", "--stride", "2"],
+     "--stride: only for the task(s) bidmc-hr, bidmc-rr, bidmc-spo2, eigenworms, enso, mackey-glass"),
     (["fit", "enso", "--noise", "0"], "--noise: only for the task(s) frequency"),
-    (["fit", "frequency", "--length", "5"], "--length: only for the task(s) adding, copy"),
+    (["fit", "frequency", "--length", "5"],
+     "--length: only for the task(s) adding, bidmc-hr, bidmc-rr, bidmc-spo2, copy"),
     (["fit", "enso", "--stride", "0"], "argument --stride: expected an integer >= 1"),
     (["fit", "frequency", "--noise", "-1"], "argument --noise"),
     (["fit", "enso", "--reading", "official"], "--reading: only for the task(s) duffing, spiral"),

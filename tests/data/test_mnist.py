@@ -183,7 +183,8 @@ def test_cli_fit_smnist_on_tiny_files(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["fit", "smnist"], "--data-root: the smnist task reads its files from a local folder"),
     (["fit", "fhn", "--data-root", "x"],
-     "--data-root: only for the task(s) eigenworms, har2, person-activity, psmnist, smnist"),
+     "--data-root: only for the task(s) bidmc-hr, bidmc-rr, bidmc-spo2, eigenworms, google12, har2, imdb, ncifar, "
+     "person-activity, psmnist, ptb-char, ptb-word, scifar, smnist"),
     (["fit", "psmnist", "--data-root", "x", "--train-size", "0"], "argument --train-size: expected an integer >= 1"),
 ])
 def test_cli_refuses_a_missing_or_misplaced_data_root(argv, message, capsys):

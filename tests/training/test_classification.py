@@ -248,3 +248,19 @@ def test_fit_copy_end_to_end_reports_recall_and_the_memoryless_loss(tmp_path, mo
     assert (out / "predictions.png").exists()
     printed = capsys.readouterr().out
     assert "baseline: memoryless" in printed and "recalled accuracy (test)" in printed
+
+
+def test_a_language_model_keeps_the_epoch_of_the_lowest_validation_loss(monkeypatch):
+    data = sequence_data()
+    valid = iter([(0.9, 0.5), (0.5, 0.7), (0.4, 0.7), (0.3, 0.6), (0.6, 0.7)])  # (loss, accuracy) per epoch
+    real = loop.classification_scores
+
+    def scripted(model, x, y, batch_size, device, stateful=False):
+        return next(valid) if x is data["valid"][0] else real(model, x, y, batch_size, device, stateful)
+
+    monkeypatch.setattr(loop, "classification_scores", scripted)
+    result = fit(tiny_model(), data, TrainConfig(epochs=5, **CONFIG, select="loss"), progress=False,
+                 loss="cross_entropy")
+    assert result["best_epoch"] == 4 and (result["valid_accuracy"], result["valid_loss"]) == (0.6, 0.3)
+    with pytest.raises(ValueError, match="select: expected 'accuracy' or 'loss'"):
+        TrainConfig(select="perplexity").check()

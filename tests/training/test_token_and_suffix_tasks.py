@@ -87,3 +87,19 @@ def test_head_settings_are_refused_where_they_do_not_apply(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "fhn", "--input-dropout", "1"])
     assert "--input-dropout: expected a number in [0, 1)" in capsys.readouterr().err
+
+
+def test_a_preset_can_leave_the_readout_at_nn_linears_initialisation(token_task):
+    """nn.Linear's U(−1/√fan_in, 1/√fan_in) = U(−0.5, 0.5) here, against Kaiming-normal's std √(2/4) ≈ 0.71 (all
+    eight weights inside ±0.5 by chance: 0.5 %)."""
+    from odelab.training.run import build_regressor
+
+    token_task.presets["default-readout"] = dict(token_task.presets["quick"], readout_init="default")
+    head = FitSpec("toy-tokens", preset="default-readout").head(token_task)
+    assert head["readout_init"] == "default"
+    torch.manual_seed(0)
+    model = build_regressor(token_task, "lem", 6, 4, 2, head=head, meta={"vocabulary": 10})
+    assert float(model.readout.weight.abs().max()) <= 0.5
+    torch.manual_seed(0)
+    kaiming = build_regressor(token_task, "lem", 6, 4, 2, head={"embedding_size": 3}, meta={"vocabulary": 10})
+    assert float(kaiming.readout.weight.abs().max()) > 0.5
