@@ -49,7 +49,9 @@ protocol where one exists:
   1.1) are ``--preset paper --lr 0.0073 --model-option dt=0.31`` (a preset sets no model option). ``quick``: the
   paper preset at d = 32 for 2 epochs of all 57 000 training images, no lr drop (≈ 1.5 min per LEM or LSTM epoch
   with ``--threads 1``, estimated from 0.16 s per training batch of 128 and the evaluations; coRNN ≈ 0.7 min, GRU
-  ≈ 2 min); ``--train-size N`` trains on N of them;
+  ≈ 2 min); ``--train-size N`` trains on N of them; psmnist ``lrc``: Farsang et al. 2024, Tables 8-9 (RMSprop with
+  Keras' defaults, lr 1e-3, batch 64, 200 epochs; 64 LRCU cells, 100 units for the others: a preset's
+  ``hidden_for``; the LEM code's permutation, the LRC paper gives none);
 * eigenworms (classification, the UEA files EigenWorms_TRAIN/_TEST ``.ts`` or ``.arff`` read from ``--data-root``,
   never downloaded; see odelab/data/eigenworms.py): Rusch et al. 2022, §3.3, Table 8: d = 32, Adam lr 2.3e-3, batch 8,
   50 epochs, LEM Δt 1.6e-3 (the official code's defaults: ``--lr 0.00609 --model-option dt=0.00017``); the official
@@ -110,7 +112,7 @@ protocol where one exists:
   protocol (Rusch & Mishra 2021 / the official IMDB code: d 128, embedding 100 (GloVe-100d when given), Adam 6e-4,
   batch 64, 100 epochs; coRNN (Δt, γ, ε) = (0.054, 4.9, 4.8)); ``lrc``: Farsang et al. 2024, Tables 6–7 (embedding
   64 trained, Adam 1e-3, batch 64, 30 epochs, d 100; their data: ``--vocabulary 20000``, length 256; the LRCUs: 64
-  units, ``--hidden 64``); ``unicornn``: Rusch 2023, Table 3.8 (d 128, embedding 100, Adam 1.67e-4, batch 32, 50
+  units, the preset's ``hidden_for``); ``unicornn``: Rusch 2023, Table 3.8 (d 128, embedding 100, Adam 1.67e-4, batch 32, 50
   epochs, embedding dropout 0.65); every preset: UnICORNN 2 layers, Δt (6.6e-3, 0.205), α 0, dropout 0.61,
   τ-GRU / Delay GRU τ = 1. ``quick``: d 32, embedding 32, Adam 1e-3, batch 64, 2 epochs (per epoch with ``--threads
   1`` on a busy 2-core machine, synthetic files of the real size: coRNN 9 s, UnICORNN 19 s, LSTM 23 s, LEM 27 s, GRU
@@ -243,9 +245,12 @@ class Task:
 
 
 def settings(task: Task, preset: str, model: str) -> dict:
-    """TrainConfig fields + hidden_size of ``model`` under ``preset``: the preset, with the model's hidden size
-    from the paper's table where it differs."""
-    return {**task.presets[preset], **({"hidden_size": task.hidden[model]} if model in task.hidden else {})}
+    """TrainConfig fields + hidden_size (+ the head's keys) of ``model`` under ``preset``: the preset, with the
+    model's hidden size from the paper's table where it differs: the preset's ``hidden_for`` (model -> size), else
+    the task's ``hidden``."""
+    values = dict(task.presets[preset])
+    sizes = {**task.hidden, **values.pop("hidden_for", {})}
+    return {**values, **({"hidden_size": sizes[model]} if model in sizes else {})}
 
 
 def forecast_horizon(x: Tensor, y: Tensor) -> int:
@@ -316,6 +321,12 @@ def _mnist_presets(lr: float, clip: float) -> dict[str, dict]:
     """paper: Rusch et al. 2022, Table 8 and §3.2 with the official code's clipping; quick: d 32, 2 epochs."""
     return {"paper": dict(hidden_size=128, epochs=120, lr=lr, batch_size=128, clip=clip, lr_milestones=(100,)),
             "quick": dict(hidden_size=32, epochs=2, lr=lr, batch_size=128, clip=clip)}
+
+
+# Farsang et al. 2024, Tables 8-9 and Table 1's note: RMSprop (Keras' defaults) 1e-3, batch 64, 200 epochs; 64 LRCU
+# cells, 100 units for the others; no clipping (none stated)
+_LRC_PSMNIST = dict(hidden_size=100, hidden_for={"lrcu-a": 64, "lrcu-s": 64}, epochs=200, lr=1e-3, batch_size=64,
+                    optimizer="rmsprop-keras")
 
 
 def _mnist_task(name: str, permuted: bool, presets: dict, model_options: Callable[[str, dict], dict]) -> Task:
@@ -541,7 +552,7 @@ TASKS = {
     ),
     "smnist": _mnist_task("smnist", False, _mnist_presets(1.8e-3, 1.0),
                           _mnist_models(0.21, dict(dt=0.042, gamma=2.7, epsilon=4.7))),
-    "psmnist": _mnist_task("psmnist", True, _mnist_presets(3.5e-3, 1.1),
+    "psmnist": _mnist_task("psmnist", True, {**_mnist_presets(3.5e-3, 1.1), "lrc": _LRC_PSMNIST},
                            _mnist_models(1.9, dict(dt=0.076, gamma=0.4, epsilon=8.0))),
     "eigenworms": Task(
         "eigenworms",
@@ -622,7 +633,9 @@ TASKS = {
         freeze_embedding=True: imdb(path, seed=seed, vocabulary=vocabulary, length=length, glove=glove,
                                     train_size=train_size, freeze_embedding=freeze_embedding),
         presets={"paper": dict(hidden_size=128, embedding_size=100, epochs=100, lr=6e-4, batch_size=64),
-                 "lrc": dict(hidden_size=100, embedding_size=64, epochs=30, lr=1e-3, batch_size=64),
+                 # LRC, Table 1's note: 64 LRCU cells, 100 units for the others
+                 "lrc": dict(hidden_size=100, hidden_for={"lrcu-a": 64, "lrcu-s": 64}, embedding_size=64, epochs=30,
+                             lr=1e-3, batch_size=64),
                  "unicornn": dict(hidden_size=128, embedding_size=100, epochs=50, lr=1.67e-4, batch_size=32,
                                   input_dropout=0.65),
                  "quick": dict(hidden_size=32, embedding_size=32, epochs=2, lr=1e-3, batch_size=64)},

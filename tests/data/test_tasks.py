@@ -322,3 +322,19 @@ def test_model_options_from_the_command_line_reach_the_model(tmp_path, monkeypat
     assert odelab.cells.preset_keywords("taugru", ["gating=False"]) == {"gating": False}
     assert main(argv[:-4] + ["--model-option", "no_such_switch=1"]) == 2
     assert "no_such_switch" in capsys.readouterr().err
+
+
+def test_a_preset_can_size_each_model_as_its_paper_does():
+    """LRC's Table 1: 64 LRCU cells, 100 units for the other models, on psMNIST and IMDB under the `lrc` preset; the
+    other presets keep the task's sizes."""
+    from odelab.data.tasks import TASKS, settings
+    from odelab.training import FitSpec
+
+    for name in ("psmnist", "imdb"):
+        task = TASKS[name]
+        assert settings(task, "lrc", "lrcu-s")["hidden_size"] == 64 and settings(task, "lrc", "lstm")["hidden_size"] == 100
+        assert "hidden_for" not in settings(task, "lrc", "gru")
+        assert settings(task, "paper", "lrcu-s")["hidden_size"] == 128
+    assert settings(TASKS["psmnist"], "lrc", "lstm")["optimizer"] == "rmsprop-keras"
+    hidden, config = FitSpec("psmnist", "lrcu-a", "lrc").config(TASKS["psmnist"])
+    assert hidden == 64 and (config.epochs, config.batch_size, config.lr) == (200, 64, 1e-3)
