@@ -88,6 +88,12 @@ def GRUODE(input_size: int, hidden_size: int, dt: float = 1.0, **kwargs) -> Recu
     return Recurrent(systems.GRU(input_size, hidden_size, **kwargs), "euler", dt)
 
 
+def MGU(input_size: int, hidden_size: int, dt: float = 1.0) -> Recurrent:
+    """The minimal gated unit (Zhou et al. 2016) = the MGU field + explicit Euler with Δt = 1: a baseline of Farsang et
+    al. 2024 (Tables 1 and 2)."""
+    return Recurrent(systems.MGU(input_size, hidden_size), "euler", dt)
+
+
 def TauGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, **kwargs) -> Recurrent:
     """τ-GRU cell (Erichson et al. 2025, eq. 14) = TauGRU delay field (eq. 1) + Euler + Δt = 1, h_{n−⌊τ/Δt⌋} from a ring
     buffer with zero history; ``kwargs``: the ablation switches alpha, beta, weighting, gating."""
@@ -130,6 +136,7 @@ PRESETS = {
     "lrcu-a": partial(LRCU, elastance="asymmetric"),
     "lrcu-s": partial(LRCU, elastance="symmetric"),
     "gru-ode": GRUODE,
+    "mgu": MGU,  # the minimal gated unit (Zhou et al. 2016), a baseline of Farsang et al. 2024
     "taugru": partial(TauGRU, tau=20.0),  # τ = 20 steps: the paper's ENSO setting (Erichson et al. 2025, Table 10)
     "delaygru": partial(DelayGRU, tau=20.0),
     "rnn": RNN,  # torch's tanh RNN (a baseline of the stability studies and of Erichson et al. 2025, Table 5)

@@ -115,3 +115,54 @@ class GRU(System):
 
     def derivative(self, t, state, inp, *delayed):
         return (self.block_derivative(0, t, state, inp),)
+
+
+class MGU(System):
+    """The minimal gated unit (Zhou et al. 2016; a baseline of Farsang et al. 2024, Tables 1 and 2) as an ODE, one
+    state block ``h``:
+
+        dh/dt = σ(f) ⊙ (tanh(u) − h),   f = W_f h + V_f x + b_f,   u = W_u (σ(f) ⊙ h) + V_u x + b_u
+
+    whose explicit Euler step with Δt = 1 is the MGU, h_t = (1 − σ(f)) ⊙ h_{t−1} + σ(f) ⊙ tanh(u): its one gate both
+    updates and resets (the GRU's σ(r) replaced by σ(f)). Storage: ``weight_input`` = [V_f; V_u], ``bias`` =
+    [b_f; b_u], ``weight_hidden`` = [W_f; W_u]: 2d(d + m + 1) parameters, the paper's count. Initialised U(−1/√d,
+    1/√d), as the GRU. The field splits as forcing σ(f) ⊙ tanh(u), decay σ(f).
+    """
+
+    blocks = ("h",)
+    observable = "h"
+    split_blocks = ("h",)
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.set_sizes(input_size, hidden_size)
+        d = hidden_size
+        self.weight_input = nn.Parameter(torch.empty(2 * d, input_size))
+        self.weight_hidden = nn.Parameter(torch.empty(2 * d, d))
+        self.bias = nn.Parameter(torch.empty(2 * d))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.init_uniform_(1.0 / math.sqrt(self.hidden_size))
+
+    def symbols(self) -> dict[str, Tensor]:
+        d = self.hidden_size
+        (V_f, V_u), (W_f, W_u), (b_f, b_u) = (w.split(d) for w in (self.weight_input, self.weight_hidden, self.bias))
+        return dict(W_f=W_f, W_u=W_u, V_f=V_f, V_u=V_u, b_f=b_f, b_u=b_u)
+
+    def encode(self, u: Tensor) -> Tensor:
+        return F.linear(u, self.weight_input, self.bias)
+
+    def split(self, i, t, state, inp, *delayed):
+        h = state[0]
+        if inp is None:  # autonomous use: the encoding of a zero input is the bias
+            inp = self.bias
+        d = self.hidden_size
+        in_f, in_u = inp.split(d, dim=-1)
+        W_f, W_u = self.weight_hidden.split(d)
+        gate = torch.sigmoid(F.linear(h, W_f) + in_f)  # σ(f)
+        candidate = torch.tanh(F.linear(gate * h, W_u) + in_u)
+        return gate * candidate, gate
+
+    def derivative(self, t, state, inp, *delayed):
+        return (self.block_derivative(0, t, state, inp),)

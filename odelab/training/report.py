@@ -14,7 +14,8 @@ MODEL_NAMES = {"lem": "LEM", "lem-official": "LEM (official biases)", "lem-singl
                "cornn-searched": "coRNN (searched)", "lstm": "LSTM", "gru": "GRU",
                "rnn": "tanh RNN", "taugru": "τ-GRU", "delaygru": "Delay GRU", "lrcu-a": "LRCU-A", "lrcu-s": "LRCU-S",
                "unicornn": "UnICORNN", "node": "MLP neural ODE (dopri5)", "ltc": "LTC", "stc": "STC",
-               "lrc-ode-a": "LRC neural ODE (A)", "lrc-ode-s": "LRC neural ODE (S)"}
+               "lrc-ode-a": "LRC neural ODE (A)", "lrc-ode-s": "LRC neural ODE (S)", "mgu": "MGU", "gru-ode": "GRU-ODE",
+               "oscillator": "neural oscillator"}
 
 
 def load_tables(folder: Path) -> dict[str, dict]:
