@@ -425,13 +425,13 @@ def imdb(path: str | Path | None, seed: int = 1234, vocabulary: int = VOCABULARY
 def imdb_models(model: str, options: dict) -> dict:
     """Per-model keywords on IMDB (every preset): coRNN (Δt, γ, ε) = (0.054, 4.9, 4.8), the official IMDB code's
     defaults (the thesis' Table 2.8 is missing); UnICORNN 2 layers, Δt (6.6e-3, 0.205), α 0, dropout 0.61 after
-    each layer (Rusch 2023, Table 3.8 and the official code); τ-GRU / Delay GRU τ = 1 step (Erichson et al. 2025,
-    Table 10). LEM (no IMDB in its paper) and the LRCUs (LRC's code: Δt 1, one unfolding, odelab's defaults) take
+    each layer (Rusch 2023, Table 3.8 and the official code); τ-GRU / Delay GRU τ = 1 step and dropout 0.04 (Erichson
+    et al. 2025, Table 10; its code drops h and h(t − τ) before every step: ``state_dropout``). LEM (no IMDB in its paper) and the LRCUs (LRC's code: Δt 1, one unfolding, odelab's defaults) take
     their defaults."""
     if model in ("cornn", "cornn-official"):
         return {"dt": 5.4e-2, "gamma": 4.9, "epsilon": 4.8}
     if model == "unicornn":
         return {"dt": [6.6e-3, 0.205], "alpha": 0.0, "num_layers": 2, "dropout": 0.61}
     if model in ("taugru", "delaygru"):
-        return {"tau": 1.0}
+        return {"tau": 1.0, "state_dropout": 0.04}
     return {}

@@ -114,7 +114,7 @@ protocol where one exists:
   64 trained, Adam 1e-3, batch 64, 30 epochs, d 100; their data: ``--vocabulary 20000``, length 256; the LRCUs: 64
   units, the preset's ``hidden_for``); ``unicornn``: Rusch 2023, Table 3.8 (d 128, embedding 100, Adam 1.67e-4, batch 32, 50
   epochs, embedding dropout 0.65); every preset: UnICORNN 2 layers, Δt (6.6e-3, 0.205), α 0, dropout 0.61,
-  τ-GRU / Delay GRU τ = 1. ``quick``: d 32, embedding 32, Adam 1e-3, batch 64, 2 epochs (per epoch with ``--threads
+  τ-GRU / Delay GRU τ = 1, state dropout 0.04. ``quick``: d 32, embedding 32, Adam 1e-3, batch 64, 2 epochs (per epoch with ``--threads
   1`` on a busy 2-core machine, synthetic files of the real size: coRNN 9 s, UnICORNN 19 s, LSTM 23 s, LEM 27 s, GRU
   31 s, LRCU-A 46 s, τ-GRU 48 s; reading the files 6 s (.npz) to 25 s (aclImdb/));
   ``--train-size N`` trains on N of the 17 500; baseline: the majority class;

@@ -94,15 +94,20 @@ def MGU(input_size: int, hidden_size: int, dt: float = 1.0) -> Recurrent:
     return Recurrent(systems.MGU(input_size, hidden_size), "euler", dt)
 
 
-def TauGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, **kwargs) -> Recurrent:
+def TauGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, state_dropout: float = 0.0,
+           **kwargs) -> Recurrent:
     """τ-GRU cell (Erichson et al. 2025, eq. 14) = TauGRU delay field (eq. 1) + Euler + Δt = 1, h_{n−⌊τ/Δt⌋} from a ring
-    buffer with zero history; ``kwargs``: the ablation switches alpha, beta, weighting, gating."""
-    return Recurrent(systems.TauGRU(input_size, hidden_size, tau, **kwargs), "euler", dt)
+    buffer with zero history; ``kwargs``: the ablation switches alpha, beta, weighting, gating; ``state_dropout``:
+    the code's dropout of h and h(t − τ) at every step (its IMDB runs: 0.04; ``Recurrent``)."""
+    return Recurrent(systems.TauGRU(input_size, hidden_size, tau, **kwargs), "euler", dt, state_dropout=state_dropout)
 
 
-def DelayGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, **kwargs) -> Recurrent:
-    """Delay GRU cell (Erichson et al. 2025, eq. 12) = DelayGRU delay field (eq. 9) + Euler + Δt = 1 + ring buffer."""
-    return Recurrent(systems.DelayGRU(input_size, hidden_size, tau, **kwargs), "euler", dt)
+def DelayGRU(input_size: int, hidden_size: int, tau: float, dt: float = 1.0, state_dropout: float = 0.0,
+             **kwargs) -> Recurrent:
+    """Delay GRU cell (Erichson et al. 2025, eq. 12) = DelayGRU delay field (eq. 9) + Euler + Δt = 1 + ring buffer;
+    ``state_dropout`` as :func:`TauGRU`."""
+    return Recurrent(systems.DelayGRU(input_size, hidden_size, tau, **kwargs), "euler", dt,
+                     state_dropout=state_dropout)
 
 
 def CoRNNOfficial(input_size: int, hidden_size: int, dt: float = 0.45, gamma: float = 1.0, epsilon: float = 3.0,

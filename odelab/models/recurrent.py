@@ -55,10 +55,15 @@ class Recurrent(nn.Module):
     coRNN's training details: "Δt constrained to [0, 1] by a sigmoid", dt_max = 1). Every sample then steps by the
     learned tensor on the generic loop (the kernels take no gradient to the step); not for delay systems. ``dt``
     reads its current value as a float.
+
+    ``state_dropout`` = p (training only): every (sub-)step starts from its state, and reads its delayed states,
+    through dropout with a fresh mask each time, as the τ-GRU code feeds its cell ``dropout(h)`` and
+    ``dropout(h_delay)``; the states kept (outputs, history, final state) are the steps' own. On the generic loop.
     """
 
     def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
-                 hidden_size: int | None = None, engine: str = "auto", learn_dt: bool = False, dt_max: float = 1.0):
+                 hidden_size: int | None = None, engine: str = "auto", learn_dt: bool = False, dt_max: float = 1.0,
+                 state_dropout: float = 0.0):
         super().__init__()
         if not isinstance(system, System):
             if not callable(system) or hidden_size is None:
@@ -71,7 +76,9 @@ class Recurrent(nn.Module):
             raise ValueError(f"dt: expected a positive number, got {dt!r}")
         if not (isinstance(unfolds, int) and unfolds >= 1):
             raise ValueError(f"unfolds: expected a positive integer, got {unfolds!r}")
-        self.system, self.unfolds = system, unfolds
+        if not (isinstance(state_dropout, (int, float)) and 0 <= state_dropout < 1):
+            raise ValueError(f"state_dropout: expected a probability in [0, 1), got {state_dropout!r}")
+        self.system, self.unfolds, self.state_dropout = system, unfolds, float(state_dropout)
         if learn_dt:
             if system.is_delay:
                 raise ValueError(f"learn_dt: {type(system).__name__} is a delay system, whose ring buffer holds states "
@@ -123,7 +130,9 @@ class Recurrent(nn.Module):
 
     def extra_repr(self) -> str:
         learned = f" (learned, at most {self.dt_max})" if self.dt_logit is not None else ""
-        return f"scheme={self.scheme.name!r}, dt={self.dt:g}{learned}, unfolds={self.unfolds}, engine={self.engine!r}"
+        dropout = f", state_dropout={self.state_dropout}" if self.state_dropout else ""
+        return (f"scheme={self.scheme.name!r}, dt={self.dt:g}{learned}, unfolds={self.unfolds}, engine={self.engine!r}"
+                f"{dropout}")
 
     def _check_input(self, x: Tensor) -> None:
         if not isinstance(x, Tensor):
@@ -182,6 +191,8 @@ class Recurrent(nn.Module):
             return None
         impl = kernels.find(self.system, self.scheme.name, x)
         blocker = self.system.kernel_blocker()
+        if self._drop() is not None:
+            blocker = "state dropout while training runs the generic loop"
         if gaps and impl is not None and not impl.gaps:
             blocker = "it steps every sample by the model's dt; per-sample steps run the generic loop"
         if impl is not None and impl.available() and blocker is None:
@@ -221,7 +232,7 @@ class Recurrent(nn.Module):
             if self.engine == "fused":
                 raise ValueError("dt: engine='fused' runs per-sample steps of a registered kernel without "
                                  "lengths and without gradients to the steps; use engine='auto' or 'generic'")
-            return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active)
+            return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active, self._drop())
         if lengths is not None:
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])
             if x.shape[0] and int(lengths.min()) < x.shape[1]:
@@ -255,6 +266,9 @@ class Recurrent(nn.Module):
         if self.engine == "cuda-graph":
             if forward_mode_or_transform():
                 raise ValueError(first_order_only("cuda-graph"))
+            if self._drop() is not None:
+                raise ValueError("engine='cuda-graph' captures a fixed computation; state dropout draws fresh masks "
+                                 "at every step: use engine='auto' while training with it")
             if isinstance(state, DelayedState):
                 raise ValueError("engine='cuda-graph' starts a delay system from zero history: give it the state's "
                                  "blocks as a plain tuple, or continue the sequence with engine='auto'")
@@ -268,4 +282,10 @@ class Recurrent(nn.Module):
         if kernel is not None:  # launched on x's device, computing in the parameters' dtype
             with on_device_of(x), outside_autocast(x):
                 return kernel(system, x, state, self.dt, self.unfolds, lags)
-        return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags)
+        return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags, drop=self._drop())
+
+    def _drop(self) -> Callable[[Tensor], Tensor] | None:
+        """The state dropout of a training step, or None."""
+        if not (self.training and self.state_dropout > 0):
+            return None
+        return lambda block: torch.nn.functional.dropout(block, self.state_dropout, training=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Callable
 
 import torch
 import torch.utils._pytree as _pytree
@@ -96,7 +97,8 @@ class _Frozen:
 
 
 def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: float | Tensor, unfolds: int = 1,
-                 lags: tuple[int, ...] = (), active: Tensor | None = None) -> tuple[Tensor, State]:
+                 lags: tuple[int, ...] = (), active: Tensor | None = None,
+                 drop: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, State]:
     """Step ``system`` through the input sequence ``x`` ``(batch, time, input)`` from ``state``.
 
     Returns the observable block after every sample ``(batch, time, hidden)`` and the final state. The input
@@ -105,7 +107,9 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
     from ``state.history`` (a :class:`DelayedState`) or zeros; the final state is a :class:`DelayedState`.
     ``dt`` a number or a 0-dim tensor (one step for every sample), or a ``(batch, time)`` tensor: sample n of each
     sequence lasts its own dt[:, n] (irregular sampling; no delays), its time a ``(batch, 1)`` tensor. ``active`` ``(batch, time)`` bool: a sample past its sequence's end
-    leaves the state as it is and outputs zeros.
+    leaves the state as it is and outputs zeros. ``drop`` (state dropout): applied to every block of the state a
+    (sub-)step starts from and of each delayed state it reads, afresh each time; the states kept (outputs, history,
+    the final state) are the steps' own.
     """
     field = Field(system)
     if lags:
@@ -133,7 +137,9 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
         for _ in range(unfolds):
             if lags:
                 frozen.value = tuple(past[-1 - m] for m in lags)
-            state = step(field, t, state, h)
+                if drop is not None:
+                    frozen.value = tuple(tuple(drop(b) for b in read) for read in frozen.value)
+            state = step(field, t, state if drop is None else tuple(drop(b) for b in state), h)
             if lags:
                 past.append(state)
             t = t + h

@@ -320,7 +320,7 @@ def test_the_task_follows_the_papers():
     assert task.model_options("cornn", {}) == {"dt": 5.4e-2, "gamma": 4.9, "epsilon": 4.8}
     assert task.model_options("unicornn", {}) == {"dt": [6.6e-3, 0.205], "alpha": 0.0, "num_layers": 2,
                                                   "dropout": 0.61}
-    assert task.model_options("taugru", {}) == {"tau": 1.0} and imdb_models("lem", {}) == {}
+    assert task.model_options("taugru", {}) == {"tau": 1.0, "state_dropout": 0.04} and imdb_models("lem", {}) == {}
 
 
 def test_cli_fit_imdb_on_tiny_files(tmp_path, capsys):
