@@ -146,9 +146,9 @@ protocol where one exists:
   6.58e-4, batch 128, input / output dropout 0.047 / 0.191; word d 256, embedding 256, Adam 6.84e-4, batch 64,
   dropout 0.425 / 0.457 (fresh masks at every step, as lamb's); LEM Δt = 1; lamb's gradient-norm clipping (1.0 /
   4.0) and L2 penalty (2.63e-4 / 3.31e-4) rescaled to our per-token loss (÷ 150 / ÷ 70, see ``_PTB_PAPER``); 760 /
-  962 epochs ≈ lamb's 200 000 steps. Not reproduced: lamb's state dropout (0.185 / 0.196), the word model's tied
-  input / output embeddings, its weight averaging, the stateful BPTT; the best epoch is chosen by validation
-  accuracy (lamb: cross-entropy). ``quick``: d 64, embedding 32, no dropout, 1 epoch: char ≈ 1.3 min for LEM / 1.5
+  962 epochs ≈ lamb's 200 000 steps; the word model's input and output embeddings tied (``tie_embedding``, the
+  repository's config). Not reproduced: lamb's state dropout (0.185 / 0.196; its own recurrent dropout, not
+  checked against odelab's ``state_dropout``) and its weight averaging. ``quick``: d 64, embedding 32, no dropout, 1 epoch: char ≈ 1.3 min for LEM / 1.5
   min for LSTM with ``--threads 1`` (≈ 1 min training, the rest evaluating; 36 000 windows of synthetic files of
   the real size); word ≈ 9 min for LEM, 10–11 for LSTM / GRU (1.6–1.8 s per batch of 64: the 10 000-way softmax),
   ``--train-size 2000`` (windows, a prefix of the text) ≈ 2 min; baseline: the training file's unigram
@@ -443,7 +443,7 @@ _PTB_PAPER = {
                  variational_dropout=False, stateful=True, select="loss"),
     "word": dict(hidden_size=256, embedding_size=256, epochs=962, lr=6.8436e-4, batch_size=64, clip=4.0 / 70,
                  weight_decay=3.3147e-4 / 70, input_dropout=0.4248, output_dropout=0.4568,
-                 variational_dropout=False, stateful=True, select="loss"),
+                 variational_dropout=False, stateful=True, select="loss", tie_embedding=True),
 }
 
 
@@ -451,7 +451,8 @@ def _ptb_task(level: str) -> Task:
     """PTB language modelling (odelab/data/ptb.py): the next token at every step; ``paper``: :data:`_PTB_PAPER`;
     ``quick``: d 64, embedding 32, 1 epoch, no dropout (see the module docstring)."""
     paper = _PTB_PAPER[level]
-    quick = {k: v for k, v in paper.items() if k not in ("input_dropout", "output_dropout", "variational_dropout")}
+    quick = {k: v for k, v in paper.items()
+             if k not in ("input_dropout", "output_dropout", "variational_dropout", "tie_embedding")}
     quick.update(hidden_size=64, embedding_size=32, epochs=1)
     return Task(f"ptb-{level}",
                 load=lambda seed, path=None, length=PTB_LENGTH[level], train_size=None:

@@ -31,12 +31,13 @@ class SequenceRegressor(nn.Module):
     saved with the model; e.g. nCIFAR's noise, which would cost N × 968 × 96 floats as data).
     ``input_dropout`` (on what the body reads: the embeddings or the features, not the time gaps) and
     ``output_dropout`` (on the body's outputs, before the readout): :class:`SequenceDropout`, while training only,
-    one mask per sequence shared over time unless ``variational_dropout=False`` (a fresh mask at every step)."""
+    one mask per sequence shared over time unless ``variational_dropout=False`` (a fresh mask at every step).
+    ``tie_embedding``: the readout of a token model is its embedding (:class:`TiedReadout`)."""
 
     def __init__(self, body: nn.Module, hidden_size: int, output_size: int, last: bool = False,
                  time_gaps: bool = False, *, vocabulary: int | None = None, embedding_size: int | None = None,
                  suffix: Tensor | None = None, input_dropout: float = 0.0, output_dropout: float = 0.0,
-                 variational_dropout: bool = True, readout_init: str | None = None):
+                 variational_dropout: bool = True, readout_init: str | None = None, tie_embedding: bool = False):
         super().__init__()
         self.body = body
         self.last = last
@@ -68,6 +69,13 @@ class SequenceRegressor(nn.Module):
                                  f"no readout, but the task has {output_size} output features; it fits tasks whose "
                                  f"targets have the inputs' features")
             self.readout = nn.Identity()
+        elif tie_embedding:
+            if self.vocabulary is None or self.vocabulary != output_size + 1 or embedding_size != hidden_size:
+                raise ValueError(f"tie_embedding: the readout of the classes 0 … V − 1 is the embedding of the ids 1 … V: "
+                                 f"it needs token inputs with vocabulary = classes + 1 and embedding_size = hidden_size, "
+                                 f"got vocabulary {self.vocabulary}, {output_size} classes, embedding {embedding_size}, "
+                                 f"hidden {hidden_size}")
+            self.readout = TiedReadout(self.embedding)
         else:
             self.readout = nn.Linear(hidden_size, output_size)
             init = readout_init or getattr(body, "readout_init", "kaiming")
@@ -141,6 +149,19 @@ class SequenceRegressor(nn.Module):
             return self.readout(outputs)
         ends = torch.as_tensor(lengths, dtype=torch.int64, device=outputs.device) - 1
         return self.readout(outputs[torch.arange(outputs.shape[0], device=outputs.device), ends])
+
+
+class TiedReadout(nn.Module):
+    """Logits of the classes 0 … V − 1 from the embedding rows of their ids 1 … V (row 0 is the padding) and a bias:
+    the input and output embeddings tied (Press & Wolf 2017; lamb's word-level model)."""
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        self.embedding = embedding  # the head's own module: one parameter, two names in the state dict
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings - 1))
+
+    def forward(self, outputs: Tensor) -> Tensor:
+        return nn.functional.linear(outputs, self.embedding.weight[1:], self.bias)
 
 
 def takes_time_gaps(body: nn.Module) -> bool:

@@ -112,7 +112,7 @@ class FitSpec:
 
 # A preset's settings of the readout head (odelab.models.SequenceRegressor), beside TrainConfig's fields and hidden_size
 HEAD_DEFAULTS = {"embedding_size": None, "input_dropout": 0.0, "output_dropout": 0.0, "variational_dropout": True,
-                 "readout_init": None}
+                 "readout_init": None, "tie_embedding": False}
 HEAD_KEYS = tuple(HEAD_DEFAULTS)
 
 

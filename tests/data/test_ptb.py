@@ -127,6 +127,25 @@ def test_the_paper_presets_are_lambs_configs():
     assert char["clip"] * 150 == pytest.approx(1.0) and word["clip"] * 70 == pytest.approx(4.0)
     assert TASKS["ptb-char"].model_options("lem", {}) == {"dt": 1.0} == TASKS["ptb-word"].model_options("lem", {})
     assert TASKS["ptb-word"].model_options("gru", {}) == {}
+    assert word["tie_embedding"] and word["stateful"] and char["stateful"] and char["select"] == word["select"] == "loss"
+    assert "tie_embedding" not in char and "tie_embedding" not in settings(TASKS["ptb-word"], "quick", "lem")
+
+
+def test_the_word_preset_ties_the_readout_to_the_embedding(tmp_path):
+    """Through run_fit: one weight for the embedding and the readout; the run trains (stateful) and reports."""
+    words = [f"w{i}" for i in range(30)]
+    lines = {"train": [" ".join(words[i % 7:i % 7 + 20]) for i in range(40)], "valid": [" ".join(words[:20])] * 3,
+             "test": [" ".join(words[5:25])] * 3}
+    write_words(tmp_path / "data", lines)
+    TASKS["ptb-word"].presets["tied-tiny"] = dict(hidden_size=8, embedding_size=8, epochs=1, lr=1e-2, batch_size=4,
+                                                  stateful=True, select="loss", tie_embedding=True)
+    try:
+        model, result = run_fit(FitSpec("ptb-word", "lem", "tied-tiny", data_options={"path": str(tmp_path / "data"),
+                                                                                        "length": 5}, progress=False))
+    finally:
+        del TASKS["ptb-word"].presets["tied-tiny"]
+    assert model.readout.embedding is model.embedding and result["settings"]["head"]["tie_embedding"]
+    assert result["parameters"] == sum(p.numel() for p in model.parameters())
 
 
 def test_a_large_vocabulary_run_never_holds_every_test_logit(tmp_path, monkeypatch):

@@ -103,3 +103,20 @@ def test_a_preset_can_leave_the_readout_at_nn_linears_initialisation(token_task)
     torch.manual_seed(0)
     kaiming = build_regressor(token_task, "lem", 6, 4, 2, head={"embedding_size": 3}, meta={"vocabulary": 10})
     assert float(kaiming.readout.weight.abs().max()) > 0.5
+
+
+def test_a_tied_readout_is_the_embedding_of_the_next_tokens_id():
+    """Logit of class c = ⟨output, E[c + 1]⟩ + b_c (ids are classes + 1; row 0 pads); one parameter trained by both."""
+    from odelab.models import SequenceRegressor, cells
+
+    torch.manual_seed(4)
+    model = SequenceRegressor(cells.LEM(5, 5, dt=0.5), 5, 6, vocabulary=7, embedding_size=5, tie_embedding=True)
+    ids = torch.randint(1, 7, (2, 4))
+    outputs = model.body(model.embedding(ids))[0]
+    expected = outputs @ model.embedding.weight[1:].T + model.readout.bias
+    assert torch.allclose(model(ids), expected, atol=1e-6)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in model.body.parameters()) + 7 * 5 + 6
+    model(ids).sum().backward()
+    assert model.embedding.weight.grad[1:].abs().sum() > 0
+    with pytest.raises(ValueError, match="tie_embedding"):
+        SequenceRegressor(cells.LEM(5, 4), 4, 6, vocabulary=7, embedding_size=5, tie_embedding=True)
