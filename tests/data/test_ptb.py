@@ -177,3 +177,14 @@ def test_odelab_fit_ptb_char(tmp_path):
     assert saved["test_bits_per_character"] == pytest.approx(saved["test_loss"] / math.log(2.0))
     assert saved["baseline_metrics"] == {"unigram": "cross-entropy"} and saved["settings"]["length"] == 5
     assert main(["fit", "ptb-word", "--data-root", str(tmp_path / "nothing-here"), "--no-progress"]) == 2
+
+
+def test_the_reproduction_tables_read_the_papers_units():
+    """Bits per character = CE / ln 2, perplexity = exp(CE), from the run's test cross-entropy and the unigram's."""
+    from odelab.training.reproduce import TABLES
+
+    char, word = TABLES["ptb-char"], TABLES["ptb-word"]
+    assert char.value({"test_loss": 1.5 * math.log(2)}) == pytest.approx(1.5)
+    assert word.value({"test_loss": math.log(72.8)}) == pytest.approx(72.8)
+    assert word.baseline(math.log(600.0)) == pytest.approx(600.0) and not word.higher_is_better
+    assert char.paper_for("path=/data/ptb")["lem"] == 1.25 and word.winner == "lem"
