@@ -124,7 +124,7 @@ def test_cli_device_cuda_without_cuda_is_one_line(capsys):
 
 
 @pytest.mark.parametrize("model, option, accepted", [("lem", "foo=1", "dt"),
-                                                     ("taugru", "foo=1", "tau, dt, alpha, beta, weighting, gating"),
+                                                     ("taugru", "foo=1", "tau, dt, state_dropout, alpha, beta, weighting, gating"),
                                                      ("cornn", "foo=1", "dt, gamma, epsilon, damping")])
 def test_cli_unknown_model_option_lists_the_accepted_keys_before_loading(model, option, accepted, tmp_path,
                                                                           monkeypatch, capsys):

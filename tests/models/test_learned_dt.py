@@ -35,7 +35,7 @@ def test_the_gradient_to_the_step_is_the_chain_rule_through_the_cells_derivative
     loss = learned(x)[0].square().sum()
     loss.backward()
     dt, h = 0.3, 1e-6
-    loss_at = lambda step: float(fixed_copy(learned, step)(x)[0].square().sum())
+    loss_at = lambda step: float(fixed_copy(learned, step)(x)[0].square().sum().detach())
     d_loss_d_dt = (loss_at(dt + h) - loss_at(dt - h)) / (2 * h)
     assert float(learned.dt_logit.grad) == pytest.approx(d_loss_d_dt * dt * (1 - dt), rel=1e-6)  # dσ/dθ = σ(1 − σ)
 
