@@ -1,10 +1,11 @@
 """``odelab stability``: gradients vs lag, the LEM state bound, UnICORNN energy and inverse, eigenvalues along
 trajectories, LRC damping, long-range gradient contributions (``odelab.analysis.stability``); the coRNN energy and
-input-perturbation bounds and UnICORNN's per-neuron step volume (``odelab.analysis.oscillator_bounds``).
+input-perturbation bounds and UnICORNN's per-neuron step volume (``odelab.analysis.oscillator_bounds``); the LRC
+paper's Lipschitz bounds (Theorem 1, ``odelab.analysis.lrc_smoothness``).
 
     odelab stability [--model lem,cornn,...]
                      [--study gradients|lem-bound|lem-gradient-length|lem-long-range|unicornn|eigen|lrc-damping|
-                              oversmoothing|graphcon-spectrum|cornn-energy|perturbation|symplectic|all]
+                              oversmoothing|graphcon-spectrum|cornn-energy|perturbation|symplectic|lrc-lipschitz|all]
                      [--steps N] [--out DIR]
 """
 from __future__ import annotations
@@ -16,14 +17,14 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import oscillator_bounds, oversmoothing, plots, stability
+from ..analysis import lrc_smoothness, oscillator_bounds, oversmoothing, plots, stability
 from ..analysis.schemes import json_ready
 from ..models import cells
 from ..systems import UnICORNN
 from . import arguments
 
 STUDIES = ("gradients", "lem-bound", "lem-gradient-length", "lem-long-range", "unicornn", "eigen", "lrc-damping",
-           "oversmoothing", "graphcon-spectrum", "cornn-energy", "perturbation", "symplectic")
+           "oversmoothing", "graphcon-spectrum", "cornn-energy", "perturbation", "symplectic", "lrc-lipschitz")
 # single-layer odelab cells of the stability studies (delay cells join the gradient study only)
 STABILITY_MODELS = ("lem", "cornn", "unicornn", "oscillator", "ltc", "stc", "lrcu-a", "lrcu-s", "gru-ode", "taugru")
 BASELINES = ("lstm", "rnn")
@@ -179,6 +180,21 @@ def cmd_stability(args: argparse.Namespace) -> int:
               f"{result['steps']} steps\n{'scheme':18s}{'max|det B^i − 1|':>18s}{'max|det J − 1|':>16s}{'off-block':>11s}")
         for scheme, row in result["schemes"].items():
             print(f"{scheme:18s}{row['max_block_error']:18.2e}{row['max_map_error']:16.2e}{row['off_block']:11.1e}")
+    if "lrc-lipschitz" in studies:
+        result = lrc_smoothness.smoothness_study(seeds=seeds)
+        _write(out, "lrc_lipschitz", result)
+        setup, gates = result["setup"], result["inequalities_15_17"]
+        print(f"\nLRC smoothness (Farsang et al. 2024, Thm 1): Euler output step, Δt = {setup['dt']:g}, "
+              f"m = {setup['hidden_size']}, n = {setup['input_size']}, K = {setup['outputs']}, |y| ≤ {setup['h_bound']:g}, "
+              f"o = {setup['shrink']:g} o*\n{'seed':>4s}{'λ^s':>9s}{'λ^r (A)':>9s}{'λ^r (S)':>9s}{'emp. STC':>10s}"
+              f"{'emp. A':>8s}{'emp. S':>8s}{'|ḣ^r − εḣ^s|':>14s}")
+        for row in result["rows"]:
+            print(f"{row['seed']:4d}{row['lambda_stc']:9.3f}{row['lambda_lrc']:9.3f}{row['lambda_lrc_symmetric']:9.3f}"
+                  f"{row['empirical_stc']:10.3f}{row['empirical_lrc']:8.3f}{row['empirical_lrc_symmetric']:8.3f}"
+                  f"{row['field_identity_error']:14.1e}")
+        print(f"bounds ordered λ^r < λ^s: {result['all_bounds_ordered']}; empirical ordered in "
+              f"{result['empirical_ordered']}/{len(result['rows'])} (Thm 1 orders the bounds only); eqs. 15–17 max "
+              f"violation {max(gates.values()):.1e}")
     for name in ("oversmoothing", "graphcon-spectrum"):  # graphs (Rusch 2023, chs. 7-8): odelab.analysis.oversmoothing
         if name in studies:
             result = oversmoothing.run_study(name, str(out))
@@ -190,7 +206,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
 def add_command(sub) -> None:
     p = sub.add_parser("stability", help="gradients vs lag, LEM bound, long-range gradient contributions, UnICORNN "
                                          "energy, eigenvalues, LRC damping, coRNN energy and perturbation bounds, "
-                                         "UnICORNN step volume")
+                                         "UnICORNN step volume, LRC Lipschitz bounds")
     p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}; lem-long-range: "
                                    f"{','.join(stability.LONG_RANGE_MODELS)}); a model's keywords in brackets, e.g. "
                                    "lem[dt=0.01]; lstm and rnn are always added to the gradient and long-range studies")
