@@ -111,8 +111,8 @@ protocol where one exists:
   same for every run seed; ``--glove FILE`` (e.g. glove.6B.100d.txt): pretrained vectors, frozen. ``paper``: coRNN's
   protocol (Rusch & Mishra 2021 / the official IMDB code: d 128, embedding 100 (GloVe-100d when given), Adam 6e-4,
   batch 64, 100 epochs; coRNN (Δt, γ, ε) = (0.054, 4.9, 4.8)); ``lrc``: Farsang et al. 2024, Tables 6–7 (embedding
-  64 trained, Adam 1e-3, batch 64, 30 epochs, d 100; their data: ``--vocabulary 20000``, length 256; the LRCUs: 64
-  units, the preset's ``hidden_for``); ``unicornn``: Rusch 2023, Table 3.8 (d 128, embedding 100, Adam 1.67e-4, batch 32, 50
+  64 trained, Adam 1e-3, batch 64, 30 epochs, d 100; their data: vocabulary 20 000 (the preset's
+  ``data_options``), length 256; the LRCUs: 64 units, the preset's ``hidden_for``); ``unicornn``: Rusch 2023, Table 3.8 (d 128, embedding 100, Adam 1.67e-4, batch 32, 50
   epochs, embedding dropout 0.65); every preset: UnICORNN 2 layers, Δt (6.6e-3, 0.205), α 0, dropout 0.61,
   τ-GRU / Delay GRU τ = 1, state dropout 0.04. ``quick``: d 32, embedding 32, Adam 1e-3, batch 64, 2 epochs (per epoch with ``--threads
   1`` on a busy 2-core machine, synthetic files of the real size: coRNN 9 s, UnICORNN 19 s, LSTM 23 s, LEM 27 s, GRU
@@ -636,7 +636,7 @@ TASKS = {
         presets={"paper": dict(hidden_size=128, embedding_size=100, epochs=100, lr=6e-4, batch_size=64),
                  # LRC, Table 1's note: 64 LRCU cells, 100 units for the others
                  "lrc": dict(hidden_size=100, hidden_for={"lrcu-a": 64, "lrcu-s": 64}, embedding_size=64, epochs=30,
-                             lr=1e-3, batch_size=64),
+                             lr=1e-3, batch_size=64, data_options={"vocabulary": 20_000}),
                  "unicornn": dict(hidden_size=128, embedding_size=100, epochs=50, lr=1.67e-4, batch_size=32,
                                   input_dropout=0.65),
                  "quick": dict(hidden_size=32, embedding_size=32, epochs=2, lr=1e-3, batch_size=64)},

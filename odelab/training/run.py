@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -94,7 +94,7 @@ class FitSpec:
         preset = settings(task, self.preset, self.model)
         hidden = self.hidden or preset.pop("hidden_size")
         preset.pop("hidden_size", None)
-        for key in HEAD_KEYS:
+        for key in HEAD_KEYS + ("data_options",):
             preset.pop(key, None)
         overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip", "lr_milestones", "lr_gamma",
                                                    "weight_decay", "optimizer") if getattr(self, k) is not None}
@@ -224,6 +224,8 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     (rank 0). Errors a user can fix raise :class:`FitError`.
     """
     task = spec.check()
+    # a preset's data options (e.g. LRC's IMDB vocabulary) under the ones given
+    spec = replace(spec, data_options={**task.presets[spec.preset].get("data_options", {}), **spec.data_options})
     hidden, config = spec.config(task)
     rank, world = rank_and_world()
     say = print if rank == 0 and spec.out is not None else (lambda *a, **k: None)

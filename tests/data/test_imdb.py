@@ -314,7 +314,7 @@ def test_the_task_follows_the_papers():
     assert settings(task, "paper", "cornn") == dict(hidden_size=128, embedding_size=100, epochs=100, lr=6e-4,
                                                     batch_size=64)
     assert settings(task, "lrc", "lrcu-a") == dict(hidden_size=64, embedding_size=64, epochs=30, lr=1e-3,
-                                                   batch_size=64)
+                                                   batch_size=64, data_options={"vocabulary": 20_000})
     assert settings(task, "unicornn", "unicornn")["input_dropout"] == 0.65
     assert settings(task, "quick", "lem")["hidden_size"] == 32
     assert task.model_options("cornn", {}) == {"dt": 5.4e-2, "gamma": 4.9, "epsilon": 4.8}

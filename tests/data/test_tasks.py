@@ -338,3 +338,22 @@ def test_a_preset_can_size_each_model_as_its_paper_does():
     assert settings(TASKS["psmnist"], "lrc", "lstm")["optimizer"] == "rmsprop-keras"
     hidden, config = FitSpec("psmnist", "lrcu-a", "lrc").config(TASKS["psmnist"])
     assert hidden == 64 and (config.epochs, config.batch_size, config.lr) == (200, 64, 1e-3)
+
+
+def test_a_preset_can_set_task_options_under_the_ones_given(monkeypatch):
+    """imdb --preset lrc reads LRC's 20 000-id vocabulary unless --vocabulary says otherwise."""
+    from odelab.data.tasks import TASKS
+    from odelab.training import FitError, FitSpec, run_fit
+
+    seen = []
+
+    def load(seed, **options):
+        seen.append(options)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(TASKS["imdb"], "load", load)
+    for given, expected in (({}, 20_000), ({"vocabulary": 5000}, 5000)):
+        with pytest.raises(FitError, match="stop here"):
+            run_fit(FitSpec("imdb", "lstm", "lrc", data_options={"path": "x", **given}, progress=False))
+        assert seen[-1] == {"path": "x", "vocabulary": expected}
+    assert "data_options" not in vars(FitSpec("imdb", "lstm", "lrc").config(TASKS["imdb"])[1])
