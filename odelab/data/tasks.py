@@ -599,7 +599,9 @@ TASKS = {
     ),
     "google12": Task(
         "google12",
-        load=lambda seed, path=None, train_size=None: speech_commands(path, seed=seed, train_size=train_size),
+        load=lambda seed, path=None, train_size=None, progress=True: speech_commands(path, seed=seed,
+                                                                                     train_size=train_size,
+                                                                                     progress=progress),
         # Rusch et al. 2022, Table 8 / official google12_task.py: the lr ÷ 10 after epoch 50, input dropout 0.03
         # (nn.Dropout on the whole (time, batch, 80) input: a fresh mask at every step), the readout left at
         # nn.Linear's initialisation

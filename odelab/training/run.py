@@ -296,7 +296,10 @@ def _load(task: Task, spec: FitSpec, rank: int, world: int) -> dict:
     try:
         if rank != 0:
             dist.barrier()  # rank 0 generates and caches the data first
-        data = task.load(spec.seed, **spec.data_options)
+        options = dict(spec.data_options)
+        if "progress" in inspect.signature(task.load).parameters:  # a loader with long work to show (or not)
+            options["progress"] = spec.progress and rank == 0
+        data = task.load(spec.seed, **options)
         if rank == 0 and world > 1:
             dist.barrier()
     except (ValueError, OSError) as err:
@@ -312,7 +315,7 @@ def run_settings(spec: FitSpec, task: Task, hidden: int, model_options: dict, me
     except (TypeError, ValueError):
         parameters = []
     defaults = {p.name: p.default for p in parameters if p.default is not p.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
-    data_options = {k: v for k, v in {**defaults, **spec.data_options}.items() if k not in ("path", "strict", "encoding")}
+    data_options = {k: v for k, v in {**defaults, **spec.data_options}.items() if k not in ("path", "strict", "encoding", "progress")}
     settings = {"task": spec.task, "preset": spec.preset, "model": spec.model, "hidden_size": hidden,
                 "model_options": model_options, **data_options}
     if spec.head(task):

@@ -303,7 +303,9 @@ def test_cli_fit_google12_on_tiny_files(tmp_path, cache, capsys):
     argv = ["fit", "google12", "--data-root", str(tmp_path / "data"), "--preset", "paper", "--hidden", "3",
             "--epochs", "1", "--threads", "1", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "google12 features" not in captured.err  # --no-progress reaches the loader's bar
     assert "train (21, 126, 80), valid (3, 126, 80), test (4, 126, 80)" in printed
     result = json.loads((out / "results.json").read_text())
     assert result["config"]["batch_size"] == 100 and result["test_sequences"] == 4
