@@ -186,10 +186,9 @@ class UnICORNNStack(nn.Module):
 
     def _dropout_masks(self, x: Tensor) -> tuple[Tensor, ...]:
         """One dropout factor (batch, 1, hidden) per layer, drawn once for the whole sequence; () when not dropping."""
-        if not self.training or self.dropout.p == 0.0:
-            return ()
-        shape = x.new_empty(x.shape[0], 1, self.hidden_size)
-        return tuple(self.dropout.mask(shape) for _ in self.layers)
+        outputs = x.new_empty(x.shape[0], 1, self.hidden_size)  # the shape of a layer's outputs, one step
+        masks = tuple(self.dropout.mask(outputs) for _ in self.layers)
+        return () if masks[0] is None else masks
 
     def _pieces(self, x: Tensor, state: list) -> tuple[Tensor, list]:
         out, finals = self._sequence(x, state[:-1], state[-1])
