@@ -48,9 +48,9 @@ def steps_per_chunk(x: Tensor, unfolds: int, hidden: int) -> int:
 
 def in_chunks(run):
     """``run(system, x, state, dt, unfolds, lags, **options) -> (outputs (B, T, H), final state)`` of a cell whose
-    state carries everything the next step needs, run in chunks of :func:`steps_per_chunk` samples where no backward
-    can come; unchanged otherwise. (The delay cells' steps read states m steps back: ``cuda.delay_gru`` chunks its
-    own.)"""
+    state carries everything the next step needs (``dt`` a float or (B, T) per-sample gaps), run in chunks of
+    :func:`steps_per_chunk` samples where no backward can come; unchanged otherwise. (The delay cells' steps read
+    states m steps back: ``cuda.delay_gru`` chunks its own.)"""
 
     @functools.wraps(run)
     def chunked(system, x, state, dt, unfolds=1, lags=(), **options):
@@ -60,7 +60,8 @@ def in_chunks(run):
         out = None
         for t0 in range(0, x.shape[1], steps):
             # contiguous: the input projection of a strided slice is a product and a separate bias sum, two buffers
-            ys, state = run(system, x[:, t0:t0 + steps].contiguous(), state, dt, unfolds, lags, **options)
+            piece = dt[:, t0:t0 + steps] if isinstance(dt, Tensor) and dt.dim() == 2 else dt  # per-sample gaps
+            ys, state = run(system, x[:, t0:t0 + steps].contiguous(), state, piece, unfolds, lags, **options)
             if out is None:
                 out = ys.new_empty(x.shape[0], x.shape[1], ys.shape[-1])
             out[:, t0:t0 + steps] = ys

@@ -1061,14 +1061,19 @@ tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)))
 dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)))
 jobs = [(k, dict(BLOCK=128)) for k in (unicornn._forward, unicornn._backward, unicornn._reversible_forward,
                                      unicornn._reversible_backward)]
-jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, num_warps=8))  # LEM's weights-on-chip grid kernels
-         for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier, lem._lem_grid_backward)]
+jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # LEM's weights-on-chip grid kernels
+         for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier, lem._lem_grid_backward)
+         for gaps in (False, True)]
+jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
+         for bw in (False, True) for gaps in (False, True)]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
-    dense = [(lem._lem_forward, tile), (lem._lem_backward, tile), (lem._lem_forward_resident, tile),
-             (lem._lem_backward_resident, tile), (gru._forward_resident, tile), (gru._backward_resident, tile)]
-    dense += [(lem._lem_step, dict(PHASE=phase, **tile)) for phase in (0, 1)]
-    dense += [(lem._lem_step_backward, dict(PHASE=phase, **tile)) for phase in (0, 1, 2)]
+    dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)  # per-sample steps (irregular sampling) or not
+             for k in (lem._lem_forward, lem._lem_backward, lem._lem_forward_resident, lem._lem_backward_resident)]
+    dense += [(gru._forward_resident, tile), (gru._backward_resident, tile)]
+    dense += [(lem._lem_step, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1) for gaps in (False, True)]
+    dense += [(lem._lem_step_backward, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1, 2)
+              for gaps in (False, True)]
     dense += [(oscillators._step, dict(PHASE=0, MODE=mode, **tile)) for mode in (0, 1, 2)]
     dense += [(oscillators._step_backward, dict(PHASE=phase, MODE=mode, **tile)) for mode in (0, 1, 2)
               for phase in (0, 1)]
@@ -1419,8 +1424,8 @@ def test_lem_one_barrier_kernel_computes_whole_rows_of_z():
     before = Z.clone(), Y.clone()
     sync = grid.counters(B, 16, torch.device(DEVICE))
     consts = torch.tensor([dt], dtype=torch.float64, device=DEVICE)
-    lem._lem_grid_forward_one_barrier[(1, 1)](E, torch.cat([W1, Wz]), W2, Wy, Z, Y, consts, sync, B, 1, H, HP=64,
-                                              BB=16, BH=16, PRECISION="ieee", LIMIT=4)
+    lem._lem_grid_forward_one_barrier[(1, 1)](E, torch.cat([W1, Wz]), W2, Wy, Z, Y, consts, consts, sync, B, 1, H,
+                                              HP=64, BB=16, BH=16, PRECISION="ieee", LIMIT=4, GAPS=False)
     z0, y0, e = before[0][:, 0], before[1][:, 0], E[:, 0]
     s1 = torch.sigmoid(y0 @ W1.T + e[:, :H])
     z1 = z0 + dt * (s1 * torch.tanh(y0 @ Wz.T + e[:, H:2 * H]) - s1 * z0)  # eq. 3, z first (IMEX)

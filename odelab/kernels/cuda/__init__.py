@@ -14,7 +14,7 @@ Without a backward to come, the cells run in chunks of steps (``..chunks.in_chun
 from ... import systems
 from ..registry import register
 
-register(systems.LEM, "imex", "cuda", ".cuda.lem:run")
+register(systems.LEM, "imex", "cuda", ".cuda.lem:run", gaps=True)
 register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit")
 register(systems.CoRNN, "imex-implicit", "cuda", ".cuda.oscillators:run_cornn_implicit")
 register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillators:run_oscillator")

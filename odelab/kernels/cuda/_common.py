@@ -275,6 +275,29 @@ def tile_at(ptr, n, step, stride, rows, rmask, cols, cmask, lo, hi):
 
 
 @triton.jit
+def step_length(dt, HS, rows, rmask, n, T, GAPS: tl.constexpr):
+    """The length of step n for this program's rows: the shared ``dt``, or with GAPS each row's own, HS[row, n − 1]
+    of the (B, T) per-step lengths (irregular sampling, ``Recurrent.forward(x, dt=gaps)``), as a (BB, 1) column --
+    zero outside 1 ≤ n ≤ T, so that a register-resident kernel may load it a step ahead or behind."""
+    if GAPS:
+        ok = rmask & (rows * 0 + n >= 1) & (rows * 0 + n <= T)
+        return tl.load(HS + rows * T + (n - 1), mask=ok, other=0.0)[:, None]
+    else:
+        return dt
+
+
+def per_step_lengths(dt, unfolds: int, dtype):
+    """``(hs, h)`` for a kernel launch: with ``dt`` a (B, T) tensor of per-sample gaps, hs = each sub-step's length
+    (B, T·L) (every sample's gap split into ``unfolds`` equal sub-steps, contiguous, without gradient) and h = 0;
+    with a float dt, (None, dt / unfolds)."""
+    import torch
+
+    if isinstance(dt, torch.Tensor) and dt.dim() == 2:
+        return (dt.detach() / unfolds).to(dtype).repeat_interleave(unfolds, dim=1).contiguous(), 0.0
+    return None, float(dt) / unfolds
+
+
+@triton.jit
 def weights(W, stride, H, BH: tl.constexpr):
     """An H × H matrix (row stride ``stride``) as a zero-padded (BH, BH) register tile, and its transpose."""
     i = tl.arange(0, BH)

@@ -21,7 +21,7 @@ from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
+    per_step_lengths, sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -137,31 +137,34 @@ def _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB: tl.co
 
 
 @triton.jit
-def _lem_forward(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+def _lem_forward(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+                 GAPS: tl.constexpr):
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         for c0 in range(0, H, BH):  # z_n from (z_{n−1}, y_{n−1})
-            _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+            _z_tile(E, W1Z, Z, Y, h, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # y_n from (y_{n−1}, z_n)
-            _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+            _y_tile(E, W2, WY, Z, Y, h, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr):
+def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         for c0 in range(0, H, BH):  # the y-step: g_p2, g_r; λy partial
-            _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            _backward_y_tile(E, W2, WY, Z, Y, G, LY, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # the z-step: λz_n total, g_p1, g_q, λz_{n−1}
-            _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # λy_{n−1}
             _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
@@ -179,11 +182,11 @@ def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n"])
 def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr):
+              PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """The stepwise schedule (stepwise.py): phase PHASE of step n (0: z_n, 1: y_n) on one (batch block, column
-    tile) program; TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, C]."""
+    tile) program; TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, C, HS] (HS: the per-step lengths, with GAPS)."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
-    dt = tl.load(address(TABLE, 6, REF))
+    dt = step_length(tl.load(address(TABLE, 6, REF)), address(TABLE, 7, REF), rows, rmask, n, T, GAPS)
     if PHASE == 0:
         _z_tile(E, address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     else:
@@ -193,12 +196,12 @@ def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH:
 
 @triton.jit(do_not_specialize=["n"])
 def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                       PRECISION: tl.constexpr):
+                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
-    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C]."""
+    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS]."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 7, REF)
-    dt = tl.load(address(TABLE, 10, REF))
+    dt = step_length(tl.load(address(TABLE, 10, REF)), address(TABLE, 11, REF), rows, rmask, n, T, GAPS)
     if PHASE == 0:
         _backward_y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 9, REF), dt,
                          n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
@@ -212,7 +215,7 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
 
 @triton.jit
 def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+              PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """The grid-synchronised schedule (grid.py): the phases of :func:`_lem_step` (or, BACKWARD, of
     :func:`_lem_step_backward`, steps T … 1) for every step in one launch, a barrier of the batch block's column
     programs after each; TABLE as theirs."""
@@ -221,11 +224,11 @@ def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexp
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(3):
-                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION)
+                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, GAPS)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
             for phase in tl.static_range(2):
-                _lem_step(TABLE, REF, i + 1, B, T, H, phase, BB, BH, PRECISION)
+                _lem_step(TABLE, REF, i + 1, B, T, H, phase, BB, BH, PRECISION, GAPS)
                 k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -251,10 +254,11 @@ def _stored(Y, Z, GO, n, rows, rmask, cols, cmask, T, H):
 
 
 @triton.jit
-def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                          PRECISION: tl.constexpr):
+def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                          PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
-    barrier, no re-read); each step writes z_n, y_n, its encoded input loaded one step ahead."""
+    barrier, no re-read); each step writes z_n, y_n, its encoded input (and, with GAPS, its length) loaded one step
+    ahead."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -265,25 +269,28 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, B, T, H, BB: tl.constexpr, BH
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     e1, ez, e2, ey = _inputs(E, 1, rows, rmask, cols, cmask, T, H)
+    h = step_length(dt, HS, rows, rmask, 1, T, GAPS)
     for n in range(1, T + 1):
         # step n + 1's encoded input, loaded while step n computes: no memory round trip on the recurrence's path
         f1, fz, f2, fy = _inputs(E, n + 1, rows, rmask, cols, cmask, T, H)
+        h_next = step_length(dt, HS, rows, rmask, n + 1, T, GAPS)
         p1 = dot(y, w1t, e1, PRECISION)
         q = dot(y, wzt, ez, PRECISION)
         p2 = dot(y, w2t, e2, PRECISION)
         s1 = sigmoid(p1)
-        z = z + dt * (s1 * tanh(q) - s1 * z)
+        z = z + h * (s1 * tanh(q) - s1 * z)
         r = dot(z, wyt, ey, PRECISION)
         s2 = sigmoid(p2)
-        y = y + dt * (s2 * tanh(r) - s2 * y)
+        y = y + h * (s2 * tanh(r) - s2 * y)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         e1, ez, e2, ey = f1, fz, f2, fy
+        h = h_next
 
 
 @triton.jit
-def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                           PRECISION: tl.constexpr):
+def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                           PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
     the adjoints of the final state on entry and those of the initial state on exit."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
@@ -297,37 +304,40 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, B, T, H, BB: 
     ly = tile(LY, H, rows, rmask, cols, cmask)
     e1, ez, e2, ey = _inputs(E, T, rows, rmask, cols, cmask, T, H)
     yp, zp, zn, go = _stored(Y, Z, GO, T, rows, rmask, cols, cmask, T, H)
+    h = step_length(dt, HS, rows, rmask, T, T, GAPS)
     for i in range(0, T):
         n = T - i
         g = G + (n - 1) * 4 * H
-        # step n − 1's stored states, encoded input and output gradient, loaded while step n computes
+        # step n − 1's stored states, encoded input, output gradient (and length), loaded while step n computes
         f1, fz, f2, fy = _inputs(E, n - 1, rows, rmask, cols, cmask, T, H)
         yq, zq, _, gq_out = _stored(Y, Z, GO, n - 1, rows, rmask, cols, cmask, T, H)
+        h_next = step_length(dt, HS, rows, rmask, n - 1, T, GAPS)
         p2 = dot(yp, w2t, e2, PRECISION)
         r = dot(zn, wyt, ey, PRECISION)
         p1 = dot(yp, w1t, e1, PRECISION)
         q = dot(yp, wzt, ez, PRECISION)
         s2 = sigmoid(p2)
         tr = tanh(r)
-        gp2 = ly * dt * (tr - yp) * s2 * (1.0 - s2)
-        gr = ly * dt * s2 * (1.0 - tr * tr)
+        gp2 = ly * h * (tr - yp) * s2 * (1.0 - s2)
+        gr = ly * h * s2 * (1.0 - tr * tr)
         lz = dot(gr, wy, lz, PRECISION)  # z_n feeds r
         s1 = sigmoid(p1)
         tq = tanh(q)
-        gp1 = lz * dt * (tq - zp) * s1 * (1.0 - s1)
-        gq = lz * dt * s1 * (1.0 - tq * tq)
+        gp1 = lz * h * (tq - zp) * s1 * (1.0 - s1)
+        gq = lz * h * s1 * (1.0 - tq * tq)
         tl.store(g + rows[:, None] * sE + cols[None, :], gp1, mask=m)
         tl.store(g + H + rows[:, None] * sE + cols[None, :], gq, mask=m)
         tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
         tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
-        lz = lz * (1.0 - dt * s1)
-        ly = ly * (1.0 - dt * s2)
+        lz = lz * (1.0 - h * s1)
+        ly = ly * (1.0 - h * s2)
         ly = dot(gp1, w1, ly, PRECISION)
         ly = dot(gq, wz, ly, PRECISION)
         ly = dot(gp2, w2, ly, PRECISION)
         ly += go
         e1, ez, e2, ey = f1, fz, f2, fy
         yp, zn, zp, go = yq, zp, zq, gq_out
+        h = h_next
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
 
@@ -345,8 +355,8 @@ def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
 
 
 @triton.jit
-def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                      PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+                      BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
     state buffers, the weights from registers, this program's own (z, y) columns stay in registers."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
@@ -360,18 +370,19 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, 
     spins = LIMIT
     for n in range(1, T + 1):
         e = E + (n - 1) * 4 * H
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         ey = tile(e + 3 * H, sE, rows, rmask, cols, cmask)
         y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
         p1 = dot(y_row, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
         q = dot(y_row, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
         p2 = dot(y_row, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
         s1 = sigmoid(p1)
-        z = z + dt * (s1 * tanh(q) - s1 * z)
+        z = z + h * (s1 * tanh(q) - s1 * z)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, ey, PRECISION)
         s2 = sigmoid(p2)
-        y = y + dt * (s2 * tanh(r) - s2 * y)
+        y = y + h * (s2 * tanh(r) - s2 * y)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
 
@@ -389,8 +400,9 @@ def _z_tile_operands(W1Z, E, Z, n, rows, rmask, c0, sS, sE, H, HP: tl.constexpr,
 
 
 @triton.jit
-def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
-                                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+                                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
+                                  GAPS: tl.constexpr):
     """:func:`_lem_grid_forward` with one grid barrier a step instead of two: every column program of a batch block
     computes z_n's whole rows, tile by tile with the products of the program that owns each tile (so the same
     bits), and writes them (the programs write equal values to the same addresses); a CTA barrier then lets it read
@@ -407,6 +419,7 @@ def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl
     k = 0
     spins = LIMIT
     for n in range(1, T + 1):
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1Z, E, Z, n, rows, rmask, 0, sS, sE, H, HP, BH)
         for c0 in range(0, HP, BH):
             w1c, wzc, e1c, eqc, zp = w1n, wzn, e1n, eqn, zpn
@@ -415,7 +428,7 @@ def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl
             s1 = sigmoid(dot(y_row, w1c, e1c, PRECISION))
             tc = c0 + tl.arange(0, BH)
             tl.store(Z + n * H + rows[:, None] * sS + tc[None, :],
-                     zp + dt * (s1 * tanh(dot(y_row, wzc, eqc, PRECISION)) - s1 * zp),
+                     zp + h * (s1 * tanh(dot(y_row, wzc, eqc, PRECISION)) - s1 * zp),
                      mask=rmask[:, None] & (tc < H)[None, :])
         tl.debug_barrier()  # this program's threads wrote z_n's whole rows
         e = E + (n - 1) * 4 * H
@@ -424,14 +437,14 @@ def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, SYNC, B, T, H, HP: tl
         p2 = dot(grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP), w2t,
                  tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
         s2 = sigmoid(p2)
-        y = y + dt * (s2 * tanh(r) - s2 * y)
+        y = y + h * (s2 * tanh(r) - s2 * y)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
 
 
 @triton.jit
-def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
-                       BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+                       BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """Step n's backward on columns cols, 2 barriers a step: the y-step's g_p2, g_r (written, barrier), the z-step's
     λz_n (+ g_r Wy over the whole row of g_r), g_p1, g_q (written, barrier), then λy_{n−1} (+ [g_p1, g_q, g_p2]
     [W1; Wz; W2] over whole rows) -- which no other program reads, so no third barrier. λz, λy of this program's
@@ -450,6 +463,7 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
         n = T - i
         e = E + (n - 1) * 4 * H
         g = G + (n - 1) * 4 * H
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
         yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
@@ -460,17 +474,17 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, SYNC, B, T, H, HP
         q = dot(y_row, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
         s2 = sigmoid(p2)
         tr = tanh(r)
-        tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], ly * dt * (tr - yp) * s2 * (1.0 - s2), mask=m)
-        tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], ly * dt * s2 * (1.0 - tr * tr), mask=m)
+        tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], ly * h * (tr - yp) * s2 * (1.0 - s2), mask=m)
+        tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], ly * h * s2 * (1.0 - tr * tr), mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         lz = dot(grid.rows_of(g + 3 * H, sE, rows, rmask, H, HP), wy, lz, PRECISION)  # z_n feeds r
         s1 = sigmoid(p1)
         tq = tanh(q)
-        tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - zp) * s1 * (1.0 - s1), mask=m)
-        tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * dt * s1 * (1.0 - tq * tq), mask=m)
+        tl.store(g + rows[:, None] * sE + cols[None, :], lz * h * (tq - zp) * s1 * (1.0 - s1), mask=m)
+        tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * h * s1 * (1.0 - tq * tq), mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
-        lz = lz * (1.0 - dt * s1)
-        ly = ly * (1.0 - dt * s2)
+        lz = lz * (1.0 - h * s1)
+        ly = ly * (1.0 - h * s2)
         ly = dot(grid.rows_of(g, sE, rows, rmask, H, HP), w1, ly, PRECISION)
         ly = dot(grid.rows_of(g + H, sE, rows, rmask, H, HP), wz, ly, PRECISION)
         ly = dot(grid.rows_of(g + 2 * H, sE, rows, rmask, H, HP), w2, ly, PRECISION)
@@ -489,11 +503,12 @@ def one_barrier() -> bool:
 
 
 class LEMSequence(torch.autograd.Function):
-    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule) -> (ys, z_T, y_T)``; ``schedule``: "persistent",
-    "stepwise" or "grid" (``grid.schedule_for``)."""
+    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or each
+    row's step lengths (B, T) (``_common.per_step_lengths``; no gradient), which replace ``dt``; ``schedule``:
+    "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, block_h, schedule="persistent"):
+    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
@@ -503,73 +518,77 @@ class LEMSequence(torch.autograd.Function):
         Z[:, 0] = z0
         Y[:, 0] = y0
         consts = on_device([dt], enc.dtype, enc.device)
+        gaps = hs is not None
+        hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
             forward = _lem_grid_forward_one_barrier if one_barrier() else _lem_grid_forward
-            grid.launch_resident(forward, (enc, weight_y, W2, Wy, Z, Y, consts), B, T, H, ctx.precision)
+            grid.launch_resident(forward, (enc, weight_y, W2, Wy, Z, Y, consts, hs), B, T, H, ctx.precision,
+                                 GAPS=gaps)
         elif schedule == "grid":
-            grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts], consts, B, T, H, block_h, ctx.precision,
-                        False)
+            grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts, hs], consts, B, T, H, block_h,
+                        ctx.precision, False, GAPS=gaps)
         elif schedule == "stepwise":
-            launch_steps([enc, weight_y, W2, Wy, Z, Y, consts],
-                         step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision))
+            launch_steps([enc, weight_y, W2, Wy, Z, Y, consts, hs],
+                         step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision,
+                                       GAPS=gaps))
         else:
             forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
-            forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, B, T, H, BB=BB, BH=BH,
-                                           PRECISION=ctx.precision, num_warps=warps(BH))
-        ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts)
-        ctx.block_h, ctx.schedule = block_h, schedule
+            forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, hs, B, T, H, BB=BB, BH=BH,
+                                           PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
+        ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts, hs)
+        ctx.block_h, ctx.schedule, ctx.gaps = block_h, schedule, gaps
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
-        enc, weight_y, W2, Wy, Z, Y, consts = ctx.saved_tensors
+        enc, weight_y, W2, Wy, Z, Y, consts, hs = ctx.saved_tensors
         B, T, _ = enc.shape
         H = Z.shape[2]
         grad_ys = grad_ys.contiguous()
         G = torch.empty_like(enc)
         lz, ly = grad_z.contiguous(), grad_y + grad_ys[:, T - 1]  # the final state's adjoints
         BB, BH = block_sizes(B, H, ctx.block_h)
+        gaps = ctx.gaps
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
-            grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts),
-                                 B, T, H, ctx.precision)
+            grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs),
+                                 B, T, H, ctx.precision, GAPS=gaps)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
-            tensors = [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts]
+            tensors = [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs]
             if ctx.schedule == "grid":
-                grid.launch(_lem_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True)
+                grid.launch(_lem_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, GAPS=gaps)
             elif ctx.schedule == "stepwise":
                 launch_steps(tensors, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                                    ctx.precision))
+                                                    ctx.precision, GAPS=gaps))
             else:
                 _lem_backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                                     num_warps=warps(BH))
+                                                     GAPS=gaps, num_warps=warps(BH))
             LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
             LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
-            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts,
-                                                          B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs,
+                                                          B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                                           num_warps=warps(BH))
         d_of_y = outer_sum(G[..., : 3 * H], Y[:, :-1])  # [weight_y; W2]: the maps of y_{n-1}
         d_Wy = outer_sum(G[..., 3 * H:], Z[:, 1:])
-        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, None, None
+        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, None, None, None
 
 
 @in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0). ``schedule``
-    ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA):
-    the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they would run
-    (hidden > 32 or ``block_h`` given)."""
+    """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0); ``dt`` a float, or a
+    (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``, no gradient to it).
+    ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on
+    CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they
+    would run (hidden > 32 or ``block_h`` given)."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
+    hs, h = per_step_lengths(dt, unfolds, x.dtype)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
-        ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0],
-                              state[1], float(dt) / unfolds, block_h, chosen)
-        return ys[:, unfolds - 1::unfolds], (z, y)
     ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
-                          float(dt), block_h, chosen)
-    return ys, (z, y)
+                          h, hs, block_h, chosen)
+    return (ys if unfolds == 1 else ys[:, unfolds - 1::unfolds]), (z, y)
