@@ -22,8 +22,12 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["
 
 # name -> (model (input_size, hidden) -> Recurrent, kernel target)
 GAP_CELLS = {
+    # LEM (lem.py)
     "lem": (lambda m, d: cells.LEM(m, d, dt=0.7), ".cuda.lem:run"),
     "lem-3-unfolds": (lambda m, d: Recurrent(systems.LEM(m, d), "imex", 0.9, unfolds=3), ".cuda.lem:run"),
+    # coRNN and the neural oscillator (oscillators.py)
+    # GRU-ODE (gru.py)
+    # the liquid cells (liquid.py)
 }
 
 # (batch, time, hidden, block_h, schedule): the register-resident one-launch kernel (hidden ≤ 32), the tiled
