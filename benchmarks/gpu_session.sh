@@ -24,6 +24,9 @@
 #   liquid     the liquid cells (LTC, STC, LRCU-A/S) over synapse tiles, the CUDA default from hidden 17 since
 #              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
 #              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat, 150 s
+#   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): test_cuda_gaps.py's gpu
+#              tests, 60 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps, on a
+#              regular grid and cuDNN's LSTM reading the gap, at (32, 1000, 16) and (128, 1000, 128), 2 × 60 s
 #   liquidrows LTC, STC and LRCU-A under their one-launch kernels with ODELAB_LIQUID_ROWS=2 and 1 batch rows a
 #              program (2: one warp, a thread per (row, neuron); LIQUID_ROWS="1 2 4 8" for more), at (32, 1000, 16),
 #              60 s each
@@ -169,6 +172,19 @@ liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their s
         tests/kernels/test_cuda_kernels.py -k "liquid"
     step liquid 150 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$LIQUID_CELLS" --engines fused \
         --sizes "$SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
+}
+
+irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, new 2026-12-01: their gpu tests, then
+    # each cell with the gaps against itself on a regular grid and cuDNN's LSTM reading the gap, at the fhn-irregular
+    # size (32, 1000, 16) and at (128, 1000, 128)
+    step irregulartest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_gaps.py
+    local shape
+    for shape in "32 1000 16" "128 1000 128"; do
+        set -- $shape
+        [ "$SMOKE" = 1 ] && set -- 2 8 4
+        step "irregular-$3" 60 $PY benchmarks/irregular.py --device "$DEVICE" --models lem,cornn,gru-ode,lrcu-a,ltc \
+            --batch "$1" --steps "$2" --hidden "$3" --repeats 3 --no-generic --out "$RESULTS/irregular_${DEVICE}_$3.json"
+    done
 }
 
 liquidrows() {  # the liquid one-launch kernels with fewer batch rows a program (ODELAB_LIQUID_ROWS; 16, the
@@ -324,7 +340,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|liquid|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|liquid|irregular|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, irregular, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done
