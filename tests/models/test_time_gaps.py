@@ -46,7 +46,7 @@ def test_lem_steps_each_sample_by_its_gap():
 
 @pytest.mark.parametrize("make", [lambda: odelab.cells.LTC(2, 3, unfolds=6), lambda: odelab.cells.LRCU(2, 3),
                                   lambda: odelab.cells.CoRNN(2, 3, damping="implicit"),
-                                  lambda: odelab.cells.GRUODE(2, 3),
+                                  lambda: odelab.cells.GRUODE(2, 3), lambda: odelab.cells.NeuralOscillator(2, 3),
                                   lambda: Recurrent(odelab.systems.LEM(2, 3), "rk4", 1.0)])
 def test_every_scheme_and_unfolding_matches_one_sample_at_a_time(make):
     torch.manual_seed(1)
@@ -91,10 +91,10 @@ def test_bad_gaps_are_refused():
         cell(x, dt=torch.full((5,), math.nan))
     with pytest.raises(ValueError, match="delay system"):
         odelab.cells.TauGRU(1, 3, tau=2.0)(x, dt=torch.ones(5))
-    oscillator = odelab.cells.NeuralOscillator(1, 3)
-    oscillator.engine = "fused"  # its kernels step every sample by one dt
+    unicornn = odelab.cells.UnICORNN(1, 3).layers[0]
+    unicornn.engine = "fused"  # its kernels step every sample by one dt
     with pytest.raises(ValueError, match="per-sample steps run the generic loop"):
-        oscillator(x, dt=torch.ones(5))
+        unicornn(x, dt=torch.ones(5))
     cell.engine = "cuda-graph"
     with pytest.raises(ValueError, match="engine='cuda-graph' steps every sample by the model's dt"):
         cell(x, dt=torch.ones(5))
@@ -111,6 +111,8 @@ CELLS_WITH_GAP_KERNELS = {
     "cornn, explicit damping": lambda: odelab.cells.CoRNN(3, 5),
     "cornn, implicit damping, 2 unfolds": lambda: Recurrent(odelab.systems.CoRNN(3, 5, 1.0, 3.0), "imex-implicit", 0.45,
                                                             unfolds=2),
+    "neural oscillator, 2 unfolds": lambda: Recurrent(odelab.systems.NeuralOscillator(3, 5), "symplectic-euler", 0.3,
+                                                      unfolds=2),
 }
 
 

@@ -22,7 +22,7 @@ register(systems.CoRNN, "imex-implicit", "cpu", ".cpu.cornn:run_implicit", gaps=
 register(systems.UnICORNN, "symplectic-euler", "cpu", ".cpu.unicornn:run")
 register(systems.UnICORNN, "symplectic-euler", "cpu", ".cpu.unicornn:run_reversible", reversible=True)
 register(systems.GRU, "euler", "cpu", ".cpu.gru:run", gaps=True)
-register(systems.NeuralOscillator, "symplectic-euler", "cpu", ".cpu.oscillator:run")
+register(systems.NeuralOscillator, "symplectic-euler", "cpu", ".cpu.oscillator:run", gaps=True)
 register(systems.DelayGRU, "euler", "cpu", ".cpu.taugru:run_delay_gru")
 register(systems.TauGRU, "euler", "cpu", ".cpu.taugru:run_tau_gru")
 register(systems.LTC, "imex-implicit", "cpu", ".cpu.liquid:run_ltc", gaps=True)

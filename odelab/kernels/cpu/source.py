@@ -546,7 +546,8 @@ void osc_step_bwd(i64 d, S h, const S* __restrict__ s, S* __restrict__ ds, const
 }
 
 template <typename S>
-void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, double hd, S* Z, S* Y) {
+void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, double hd, S* Z, S* Y,
+             const S* hs) {  // hs (B, T): per-sample steps, or null
   const S h = S(hd);
   const i64 ls = T * d;
   for (i64 n = 0; n < T; ++n) {
@@ -554,17 +555,19 @@ void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, d
     S* a = A + n * d;
     mm(B, d, d, yp, lp, Wt, d, S(1), a, ls);
     for (i64 b = 0; b < B; ++b)
-      osc_step(d, h, a + b * ls, zp + b * lp, yp + b * lp, Z + n * d + b * ls, Y + n * d + b * ls);
+      osc_step(d, step(hs, h, b, T, n), a + b * ls, zp + b * lp, yp + b * lp, Z + n * d + b * ls, Y + n * d + b * ls);
   }
 }
 
 template <typename S>
-void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY, S* gz, S* gy, S* dA) {
+void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY, S* gz, S* gy, S* dA,
+             const S* hs) {  // hs (B, T): per-sample steps, or null
   const S h = S(hd);
   const i64 ls = T * d;
   for (i64 n = T - 1; n >= 0; --n) {
     add_step(B, d, gy, dY, n, ls);
-    for (i64 b = 0; b < B; ++b) osc_step_bwd(d, h, A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
+    for (i64 b = 0; b < B; ++b)
+      osc_step_bwd(d, step(hs, h, b, T, n), A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
     mm(B, d, d, dA + n * d, ls, W, d, S(1), gy, d);
   }
 }
@@ -1024,10 +1027,12 @@ ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), 
 // sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs (dY, hs may be null); scalars Δ
 ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
                                        PTR(7), PTR(8), PTR(9), PTR(10)))
-// sizes (B, T, d); pointers A z0 y0 W^T Z Y; scalars h
-ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5)))
-// sizes (B, T, d); pointers A W dY gz gy dA; scalars h
-ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5)))
+// sizes (B, T, d); pointers A z0 y0 W^T Z Y hs (hs may be null); scalars h
+ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5),
+                                      PTR(6)))
+// sizes (B, T, d); pointers A W dY gz gy dA hs (dY, hs may be null); scalars h
+ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5),
+                                       PTR(6)))
 // sizes (kind, B, T, d, m, n0, TA); pointers A h0 weight_h^T W2^T H; scalars Δ α β
 ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
                                             PTR(3), s[0], s[1], s[2], PTR(4)))

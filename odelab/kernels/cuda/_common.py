@@ -36,6 +36,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..gaps import per_step_lengths  # noqa: F401 -- the kernel modules import it from here
+
 BLOCK_B = 16  # tl.dot needs M, N, K >= 16
 MAX_BLOCK_H = 32  # BH = 64 spills (ptxas, sm_90: 255 registers + stack) in the tiled backward
 MAX_RESIDENT = 32  # hidden sizes up to this run the register-resident variant (where a kernel has one)
@@ -284,17 +286,6 @@ def step_length(dt, HS, rows, rmask, n, T, GAPS: tl.constexpr):
         return tl.load(HS + rows * T + (n - 1), mask=ok, other=0.0)[:, None]
     else:
         return dt
-
-
-def per_step_lengths(dt, unfolds: int, dtype):
-    """``(hs, h)`` for a kernel launch: with ``dt`` a (B, T) tensor of per-sample gaps, hs = each sub-step's length
-    (B, T·L) (every sample's gap split into ``unfolds`` equal sub-steps, contiguous, without gradient) and h = 0;
-    with a float dt, (None, dt / unfolds)."""
-    import torch
-
-    if isinstance(dt, torch.Tensor) and dt.dim() == 2:
-        return (dt.detach() / unfolds).to(dtype).repeat_interleave(unfolds, dim=1).contiguous(), 0.0
-    return None, float(dt) / unfolds
 
 
 @triton.jit
