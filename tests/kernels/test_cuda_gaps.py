@@ -26,18 +26,31 @@ GAP_CELLS = {
     "lem": (lambda m, d: cells.LEM(m, d, dt=0.7), ".cuda.lem:run"),
     "lem-3-unfolds": (lambda m, d: Recurrent(systems.LEM(m, d), "imex", 0.9, unfolds=3), ".cuda.lem:run"),
     # coRNN and the neural oscillator (oscillators.py)
+    "cornn": (lambda m, d: cells.CoRNN(m, d, dt=0.45), ".cuda.oscillators:run_cornn_explicit"),
+    "cornn-implicit-2-unfolds": (lambda m, d: Recurrent(systems.CoRNN(m, d, 1.0, 3.0), "imex-implicit", 0.45,
+                                                        unfolds=2), ".cuda.oscillators:run_cornn_implicit"),
+    "cornn-learned-coefficients": (lambda m, d: cells.CoRNN(m, d, dt=0.3, learn_coefficients=True),
+                                   ".cuda.oscillators:run_cornn_explicit"),
+    "cornn-implicit-learned-coefficients": (
+        lambda m, d: cells.CoRNN(m, d, dt=0.3, damping="implicit", learn_coefficients=True),
+        ".cuda.oscillators:run_cornn_implicit"),
+    "oscillator": (lambda m, d: cells.NeuralOscillator(m, d, dt=0.3), ".cuda.oscillators:run_oscillator"),
     # GRU-ODE (gru.py)
+    "gru-ode": (lambda m, d: cells.GRUODE(m, d, dt=0.8), ".cuda.gru:run"),
+    "gru-ode-2-unfolds": (lambda m, d: Recurrent(systems.GRU(m, d), "euler", 1.0, unfolds=2), ".cuda.gru:run"),
+    "gru-ode-reset-before": (lambda m, d: cells.GRUODE(m, d, dt=0.8, reset_after=False), ".cuda.gru:run"),
     # the liquid cells (liquid.py)
 }
 
 # (batch, time, hidden, block_h, schedule): the register-resident one-launch kernel (hidden ≤ 32), the tiled
-# one-launch kernel (block_h), the stepwise schedule, the grid schedule's tiled driver (block_h 32: one column tile,
-# what the interpreter can synchronise), and the grid kernels with weights on chip (hidden ≤ 16 forced onto them)
+# one-launch kernel (block_h), the stepwise schedule (which replaces the tiled kernels: hidden > 32 or block_h given),
+# the grid schedule's tiled driver (block_h 32: one column tile, what the interpreter can synchronise), and the grid
+# kernels with weights on chip (hidden ≤ 16 forced onto them)
 SCHEDULES = {
     "resident": (3, 5, 6, None, "persistent"),
     "resident-batch-1-T-1": (1, 1, 1, None, "persistent"),
     "tiled": (17, 4, 17, 16, "persistent"),
-    "stepwise": (3, 4, 17, None, "stepwise"),
+    "stepwise": (3, 4, 17, 16, "stepwise"),
     "grid": (19, 3, 17, 32, "grid"),
     "grid-weights-on-chip": (19, 4, 13, None, "grid-on-chip"),
 }

@@ -1066,21 +1066,33 @@ jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8)) 
          for gaps in (False, True)]
 jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
          for bw in (False, True) for gaps in (False, True)]
+jobs += [(k, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # oscillators' on chip
+         for k in (oscillators._grid_forward, oscillators._grid_backward)
+         for mode in (0, 1, 2) for gaps in (False, True)]
+jobs += [(oscillators._grid, dict(BACKWARD=bw, MODE=mode, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
+         for bw in (False, True) for mode in (0, 1, 2) for gaps in (False, True)]
+jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # GRU-ODE's on-chip grid kernels
+         for k in (gru._grid_forward, gru._grid_backward) for gaps in (False, True)]
+jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2), RESET_AFTER=ra, BB=16, BH=32,
+                          LIMIT=1 << 22, GAPS=gaps, num_warps=8))
+         for bw in (False, True) for ra in (True, False) for gaps in (False, True)]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)  # per-sample steps (irregular sampling) or not
              for k in (lem._lem_forward, lem._lem_backward, lem._lem_forward_resident, lem._lem_backward_resident)]
-    dense += [(gru._forward_resident, tile), (gru._backward_resident, tile)]
+    dense += [(k, dict(GAPS=gaps, **tile)) for k in (gru._forward_resident, gru._backward_resident)
+              for gaps in (False, True)]
     dense += [(lem._lem_step, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1) for gaps in (False, True)]
     dense += [(lem._lem_step_backward, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1, 2)
               for gaps in (False, True)]
-    dense += [(oscillators._step, dict(PHASE=0, MODE=mode, **tile)) for mode in (0, 1, 2)]
-    dense += [(oscillators._step_backward, dict(PHASE=phase, MODE=mode, **tile)) for mode in (0, 1, 2)
-              for phase in (0, 1)]
-    dense += [(gru._step, dict(PHASE=phase, RESET_AFTER=ra, **tile)) for ra in (True, False)
-              for phase in range(1 if ra else 2)]
-    dense += [(gru._step_backward, dict(PHASE=phase, RESET_AFTER=ra, **tile)) for ra in (True, False)
-              for phase in range(2 if ra else 4)]
+    dense += [(oscillators._step, dict(PHASE=0, MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2)
+              for gaps in (False, True)]
+    dense += [(oscillators._step_backward, dict(PHASE=phase, MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2)
+              for phase in (0, 1) for gaps in (False, True)]
+    dense += [(gru._step, dict(PHASE=phase, RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False)
+              for phase in range(1 if ra else 2) for gaps in (False, True)]
+    dense += [(gru._step_backward, dict(PHASE=phase, RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False)
+              for phase in range(2 if ra else 4) for gaps in (False, True)]
     dense += [(delay_gru._step, dict(constexprs, PHASE=0, **tile)) for constexprs in (tau, dgru)]
     dense += [(delay_gru._step_backward, dict(constexprs, ED=ed, HAS_D=True, PHASE=phase, **tile))
               for constexprs, ed in ((tau, 1), (dgru, 0)) for phase in (0, 1)]
@@ -1088,9 +1100,10 @@ for bh in (16, 32):
     dense += [(k, dict(tau, ED=1, HAS_D=True, **tile)) for k in (delay_gru._backward, delay_gru._backward_resident)]
     dense += [(k, dict(dgru, **tile)) for k in (delay_gru._forward, delay_gru._forward_resident)]
     dense += [(k, dict(dgru, ED=0, HAS_D=True, **tile)) for k in (delay_gru._backward, delay_gru._backward_resident)]
-    dense += [(k, dict(MODE=mode, **tile)) for mode in (0, 1, 2) for k in
+    dense += [(k, dict(MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2) for gaps in (False, True) for k in
               (oscillators._forward, oscillators._backward, oscillators._forward_resident, oscillators._backward_resident)]
-    dense += [(k, dict(RESET_AFTER=ra, **tile)) for ra in (True, False) for k in (gru._forward, gru._backward)]
+    dense += [(k, dict(RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False) for gaps in (False, True)
+              for k in (gru._forward, gru._backward)]
     liquid_modes = [dict(MODE=mode, BJ=liquid.block_j(bh), L=6 if mode < 2 else 1, **tile) for mode in (0, 1, 2, 3)]
     dense += [(k, c) for c in liquid_modes for k in (liquid._forward, liquid._backward)]
     dense += [(k, dict(c, BB=rows, num_warps=liquid.resident_warps(rows))) for c in liquid_modes for rows in (1, 4, 16)
@@ -1115,7 +1128,10 @@ jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N",
 count = 0
 for fn, constexprs in jobs:
     for dtype in DTYPES:
-        precisions = ("ieee", "tf32", "tf32x3", "bf16") if dtype == "fp32" else ("ieee",)
+        # the products' precisions in every variant without per-sample steps; with them (GAPS), IEEE only: the gaps
+        # change no product
+        every = dtype == "fp32" and not constexprs.get("GAPS")
+        precisions = ("ieee", "tf32", "tf32x3", "bf16") if every else ("ieee",)
         for precision in precisions if "PRECISION" in fn.arg_names else (None,):
             compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)
             count += 1

@@ -15,12 +15,12 @@ from ... import systems
 from ..registry import register
 
 register(systems.LEM, "imex", "cuda", ".cuda.lem:run", gaps=True)
-register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit")
-register(systems.CoRNN, "imex-implicit", "cuda", ".cuda.oscillators:run_cornn_implicit")
-register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillators:run_oscillator")
+register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit", gaps=True)
+register(systems.CoRNN, "imex-implicit", "cuda", ".cuda.oscillators:run_cornn_implicit", gaps=True)
+register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillators:run_oscillator", gaps=True)
 register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run")
 register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run_reversible", reversible=True)
-register(systems.GRU, "euler", "cuda", ".cuda.gru:run")
+register(systems.GRU, "euler", "cuda", ".cuda.gru:run", gaps=True)
 register(systems.TauGRU, "euler", "cuda", ".cuda.delay_gru:run_taugru")
 register(systems.DelayGRU, "euler", "cuda", ".cuda.delay_gru:run_delaygru")
 register(systems.LTC, "imex-implicit", "cuda", ".cuda.liquid:run_ltc")

@@ -20,7 +20,7 @@ from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    sigmoid, step_launches, tanh, tile, tile_at, warps, weights)
+    per_step_lengths, sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -149,9 +149,10 @@ def _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER
 
 
 @triton.jit
-def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-             PRECISION: tl.constexpr):
-    """S (B, T+1, H) states; R (B, H) scratch for ρ = σ(r) ⊙ h (reset before the matmul)."""
+def _forward(E, WH, BHU, C, HS, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+             PRECISION: tl.constexpr, GAPS: tl.constexpr):
+    """S (B, T+1, H) states; R (B, H) scratch for ρ = σ(r) ⊙ h (reset before the matmul); HS (B, T): each row's
+    step lengths, with GAPS (eq. 54 stepped by the sample's own Δt)."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
@@ -160,15 +161,16 @@ def _forward(E, WH, BHU, C, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.con
                 _reset_tile(E, WH, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
         for c0 in range(0, H, BH):  # h_n from h_{n−1} (and ρ)
-            _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+            ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
+            _state_tile(E, WH, BHU, S, R, ds, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-              BH: tl.constexpr, PRECISION: tl.constexpr):
+def _backward(E, WH, BHU, C, HS, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+              BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); the adjoint λ
-    ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]."""
+    ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]; HS as in :func:`_forward`."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
@@ -178,7 +180,8 @@ def _backward(E, WH, BHU, C, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr
                 _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
         for c0 in range(0, H, BH):  # g_f, g_c (g_r, g_m); λ_{n−1}'s direct part
-            _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+            ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
+            _backward_gates_tile(E, WH, BHU, S, RS, G, L, ds, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
                                  PRECISION)
         tl.debug_barrier()
         if not RESET_AFTER:
@@ -201,10 +204,12 @@ def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n"])
 def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-          BH: tl.constexpr, PRECISION: tl.constexpr):
+          BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """The stepwise schedule (stepwise.py): phase PHASE of step n on one (batch block, column tile) program (reset
-    before: 0 ρ, 1 h_n; reset after: 0 h_n); TABLE = the addresses of [E, WH, BHU, C, S, R]."""
+    before: 0 ρ, 1 h_n; reset after: 0 h_n); TABLE = the addresses of [E, WH, BHU, C, S, R, HS] (HS: the per-step
+    lengths, with GAPS)."""
     rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
+    dt = step_length(dt, address(TABLE, 6, REF), rows, rmask, n, T, GAPS)
     R = address(TABLE, 5, REF)
     if RESET_AFTER:
         _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
@@ -216,10 +221,11 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr):
+                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """Phase PHASE of the backward of step n on one program (reset before: 0 ρ, 1 the gates, 2 g_r, 3 λ_{n−1};
-    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L]."""
+    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L, HS]."""
     rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
+    dt = step_length(dt, address(TABLE, 9, REF), rows, rmask, n, T, GAPS)
     GO, G, RS, L = address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF), address(TABLE, 8, REF)
     if RESET_AFTER:
         if PHASE == 0:
@@ -239,8 +245,10 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.
 
 
 @triton.jit
-def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence."""
+def _forward_resident(E, WH, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+                      GAPS: tl.constexpr):
+    """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence (with GAPS,
+    each step's length loaded one step ahead, as its input)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 3 * H
@@ -254,23 +262,26 @@ def _forward_resident(E, WH, BHU, C, S, B, T, H, BB: tl.constexpr, BH: tl.conste
     er, ef, ec = (tile_at(E - 3 * H, 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                   tile_at(E - 2 * H, 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                   tile_at(E - H, 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
+    ds = step_length(dt, HS, rows, rmask, 1, T, GAPS)
     for n in range(1, T + 1):
         fr, ff, fc = (tile_at(E - 3 * H, n + 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                       tile_at(E - 2 * H, n + 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                       tile_at(E - H, n + 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
+        ds_next = step_length(dt, HS, rows, rmask, n + 1, T, GAPS)
         r = dot(h, wrt, er, PRECISION)
         f = dot(h, wft, ef, PRECISION)
         mu = dot(h, wut, tl.zeros((BB, BH), dtype=h.dtype) + bhu, PRECISION)
         c = ec + sigmoid(r) * mu
         sf = sigmoid(f)
-        h = h + dt * (sf * tanh(c) - sf * h)
+        h = h + ds * (sf * tanh(c) - sf * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         er, ef, ec = fr, ff, fc
+        ds = ds_next
 
 
 @triton.jit
-def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                       PRECISION: tl.constexpr):
+def _backward_resident(E, WH, BHU, C, HS, S, GO, G, L, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
     initial-state adjoint out."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
@@ -284,12 +295,13 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
     wu, wut = weights(WH + 2 * H * H, H, H, BH)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     lam = tile(L, H, rows, rmask, cols, cmask)
-    # step n reads h_{n−1}, its encoded input and ∂L/∂h_{n−1} from the outputs: loaded one step ahead
+    # step n reads h_{n−1}, its encoded input, ∂L/∂h_{n−1} (and its length) from the outputs: loaded one step ahead
     hp = tile_at(S - H, T, H, sS, rows, rmask, cols, cmask, 1, T)
     er, ef, ec = (tile_at(E - 3 * H, T, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                   tile_at(E - 2 * H, T, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                   tile_at(E - H, T, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
     go = tile_at(GO - 2 * H, T, H, sO, rows, rmask, cols, cmask, 2, T)
+    ds = step_length(dt, HS, rows, rmask, T, T, GAPS)
     for i in range(0, T):
         n = T - i
         g = G + (n - 1) * 4 * H
@@ -298,32 +310,34 @@ def _backward_resident(E, WH, BHU, C, S, GO, G, L, B, T, H, BB: tl.constexpr, BH
                       tile_at(E - 2 * H, n - 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T),
                       tile_at(E - H, n - 1, 3 * H, sE, rows, rmask, cols, cmask, 1, T))
         gq = tile_at(GO - 2 * H, n - 1, H, sO, rows, rmask, cols, cmask, 2, T)
+        ds_next = step_length(dt, HS, rows, rmask, n - 1, T, GAPS)
         r = dot(hp, wrt, er, PRECISION)
         f = dot(hp, wft, ef, PRECISION)
         mu = dot(hp, wut, tl.zeros((BB, BH), dtype=hp.dtype) + bhu, PRECISION)
         sr = sigmoid(r)
         sf = sigmoid(f)
         tc = tanh(ec + sr * mu)
-        gc = lam * dt * sf * (1.0 - tc * tc)
-        gf = lam * dt * (tc - hp) * sf * (1.0 - sf)
+        gc = lam * ds * sf * (1.0 - tc * tc)
+        gf = lam * ds * (tc - hp) * sf * (1.0 - sf)
         gr = gc * mu * sr * (1.0 - sr)
         gm = gc * sr
         tl.store(g + rows[:, None] * sG + cols[None, :], gr, mask=m)
         tl.store(g + H + rows[:, None] * sG + cols[None, :], gf, mask=m)
         tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
         tl.store(g + 3 * H + rows[:, None] * sG + cols[None, :], gm, mask=m)
-        lam = lam * (1.0 - dt * sf)
+        lam = lam * (1.0 - ds * sf)
         lam = dot(gr, wr, lam, PRECISION)
         lam = dot(gf, wf, lam, PRECISION)
         lam = dot(gm, wu, lam, PRECISION)
         lam += go
         hp, er, ef, ec, go = hq, fr, ff, fc, gq
+        ds = ds_next
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexpr, RESET_AFTER: tl.constexpr,
-          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """The grid-synchronised schedule (grid.py): the PHASES phases of :func:`_step` (or, BACKWARD, of
     :func:`_step_backward`, steps T … 1) for every step in one launch, a barrier after each; TABLE as theirs."""
     k = 0
@@ -331,9 +345,9 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexp
     for i in range(0, T):
         for phase in tl.static_range(PHASES):
             if BACKWARD:
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION)
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS)
             else:
-                _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION)
+                _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS)
             k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -361,8 +375,8 @@ def _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP:
 
 
 @triton.jit
-def _grid_forward(E, WH, BHU, C, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+def _grid_forward(E, WH, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """h_n on this program's columns for every step (reset_after), kept in registers, a barrier after each step."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
@@ -373,16 +387,17 @@ def _grid_forward(E, WH, BHU, C, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.cons
     k = 0
     spins = LIMIT
     for n in range(1, T + 1):
+        ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
         r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
         sf = sigmoid(f)
-        h = h + dt * (sf * tanh(c) - sf * h)
+        h = h + ds * (sf * tanh(c) - sf * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
 
 
 @triton.jit
-def _grid_backward(E, WH, BHU, C, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                   PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+                   BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """Step n's backward on this program's columns (reset_after): [g_r, g_f, g_c, g_m] written, a barrier, then
     λ_{n−1} = λ (1 − Δt σ(f)) + [g_r, g_f, g_m] [W_r; W_f; W_u] over their whole rows + ∂L/∂h_{n−1}; λ in
     registers, L (B, H): the final state's adjoint in, the initial state's out."""
@@ -399,12 +414,13 @@ def _grid_backward(E, WH, BHU, C, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, 
     for i in range(0, T):
         n = T - i
         g = G + (n - 1) * 4 * H
+        ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
         r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
         sf = sigmoid(f)
-        _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sigmoid(r), sf, tanh(c), mu,
+        _store_gate_gradients(g, sG, rows, cols, m, lam, ds, sigmoid(r), sf, tanh(c), mu,
                               tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask), H, True)
         k, spins = grid.barrier(SYNC, k, spins)
-        lam = lam * (1.0 - dt * sf)
+        lam = lam * (1.0 - ds * sf)
         lam = dot(grid.rows_of(g, sG, rows, rmask, H, HP), wr, lam, PRECISION)
         lam = dot(grid.rows_of(g + H, sG, rows, rmask, H, HP), wf, lam, PRECISION)
         lam = dot(grid.rows_of(g + 3 * H, sG, rows, rmask, H, HP), wu, lam, PRECISION)
@@ -413,11 +429,12 @@ def _grid_backward(E, WH, BHU, C, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, 
 
 
 class GRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, schedule) -> (hs, h_T)``; ``schedule``:
-    "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule) -> (hs, h_T)``; ``hs``: None,
+    or each row's step lengths (B, T) (``_common.per_step_lengths``; no gradient), which replace ``dt``;
+    ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, block_h, schedule="persistent"):
+    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -427,30 +444,34 @@ class GRUSequence(torch.autograd.Function):
         S[:, 0] = h0
         R = enc.new_empty(B, H)
         consts = on_device([dt], enc.dtype, enc.device)
+        gaps = hs is not None
+        hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, weight_hidden, b_hu, consts, S), B, T, H, ctx.precision)
+            grid.launch_resident(_grid_forward, (enc, weight_hidden, b_hu, consts, hs, S), B, T, H, ctx.precision,
+                                 GAPS=gaps)
         elif schedule == "grid":
-            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R], consts, B, T, H, block_h, ctx.precision,
-                        False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after)
+            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R, hs], consts, B, T, H, block_h, ctx.precision,
+                        False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps)
         elif schedule == "stepwise":
-            launch_steps([enc, weight_hidden, b_hu, consts, S, R],
+            launch_steps([enc, weight_hidden, b_hu, consts, S, R, hs],
                          step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
-                                       ctx.precision, RESET_AFTER=reset_after))
+                                       ctx.precision, RESET_AFTER=reset_after, GAPS=gaps))
         elif reset_after and resident(H, block_h):
-            _forward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, B, T, H, BB=BB, BH=BH,
-                                                     PRECISION=ctx.precision, num_warps=warps(BH))
+            _forward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, B, T, H, BB=BB, BH=BH,
+                                                     PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
         else:
-            _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, R, B, T, H, RESET_AFTER=reset_after,
-                                            BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
-        ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S)
-        ctx.reset_after, ctx.block_h, ctx.schedule = reset_after, block_h, schedule
+            _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, R, B, T, H,
+                                            RESET_AFTER=reset_after, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
+                                            num_warps=warps(BH))
+        ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S, hs)
+        ctx.reset_after, ctx.block_h, ctx.schedule, ctx.gaps = reset_after, block_h, schedule, gaps
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
-        enc, weight_hidden, b_hu, consts, S = ctx.saved_tensors
+        enc, weight_hidden, b_hu, consts, S, hs = ctx.saved_tensors
         B, T, _ = enc.shape
         H = S.shape[2]
         reset_after = ctx.reset_after
@@ -460,25 +481,28 @@ class GRUSequence(torch.autograd.Function):
         L = enc.new_empty(2, B, H)
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
+        gaps = ctx.gaps
         if ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
-            grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0]), B, T, H,
-                                 ctx.precision)
+            grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0]), B, T, H,
+                                 ctx.precision, GAPS=gaps)
         elif ctx.schedule == "grid":
-            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L], consts, B, T, H, ctx.block_h,
-                        ctx.precision, True, PHASES=2 if reset_after else 4, RESET_AFTER=reset_after)
+            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs], consts, B, T, H,
+                        ctx.block_h, ctx.precision, True, PHASES=2 if reset_after else 4, RESET_AFTER=reset_after,
+                        GAPS=gaps)
         elif ctx.schedule == "stepwise":
-            launch_steps([enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L],
+            launch_steps([enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs],
                          step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T, H, BB,
-                                       BH, ctx.precision, RESET_AFTER=reset_after))
+                                       BH, ctx.precision, RESET_AFTER=reset_after, GAPS=gaps))
         elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
-            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, L[0], B, T, H,
-                                                      BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
+            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0], B, T,
+                                                      H, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
+                                                      num_warps=warps(BH))
         else:
-            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, B, T, H,
+            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, RS, L, B, T, H,
                                              RESET_AFTER=reset_after, BB=BB, BH=BH,
-                                             PRECISION=ctx.precision, num_warps=warps(BH))
+                                             PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
         h_prev = S[:, :-1]
         if reset_after:  # [W_r; W_f] and W_u all map h_{n-1}: G's columns r, f, (c), u
             d_all = outer_sum(G, h_prev)
@@ -488,23 +512,24 @@ class GRUSequence(torch.autograd.Function):
             d_rf = outer_sum(G[..., : 2 * H], h_prev)
             d_u = outer_sum(G[..., 2 * H: 3 * H], RS)
             d_b_hu = None
-        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None, None
+        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None, None, None
 
 
 @in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
-    of dt/L per sample (the input held). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default
-    ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
-    grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its
-    one-tile persistent kernel)."""
+    of dt/L per sample (the input held); ``dt`` a float, or a (batch, time) tensor of each sample's own gap
+    (``Recurrent.forward(x, dt=gaps)``, no gradient to it). ``schedule`` ("auto", "persistent", "stepwise" or
+    "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one
+    (stepwise.py, grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before
+    keeps its one-tile persistent kernel)."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
-    h = float(dt) / unfolds
+    steps, h = per_step_lengths(dt, unfolds, x.dtype)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None
     hs, hT = grid.apply(GRUSequence, system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after,
-                        block_h, chosen)
+                        steps, block_h, chosen)
     if unfolds != 1:
         hs = hs[:, unfolds - 1::unfolds]
     return hs, (hT,)

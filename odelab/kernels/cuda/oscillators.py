@@ -10,6 +10,9 @@ those launches' phases in one launch forward and one backward with a barrier bet
     z_n = z_{n−1} + Δt tanh(a_n)                                    neural oscillator
     y_n = y_{n−1} + Δt z_n
 
+Δt is shared, or with per-sample steps (irregular sampling, ``Recurrent.forward(x, dt=gaps)``; constexpr GAPS)
+each row's own length of step n (``_common.step_length``), in the γ, ε sums too.
+
 The backward recomputes a_n from the stored states, writes g_a = ∂L/∂a_n per step (= the gradient of the
 encoding V u + b) and accumulates the γ, ε gradients per (batch, hidden) element; the recurrent weight
 gradient is one GEMM: d[𝒲 | W] = Σ_n g_aᵀ [z_{n−1} | y_{n−1}].
@@ -25,7 +28,7 @@ from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    step_launches, tanh, tile, tile_at, warps, weights)
+    per_step_lengths, step_launches, step_length, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -149,24 +152,28 @@ def _program(C, B, BB: tl.constexpr):
 
 
 @triton.jit
-def _forward(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+def _forward(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+             PRECISION: tl.constexpr, GAPS: tl.constexpr):
+    """HS: with GAPS, each row's step lengths (B, T) in place of Δt (``step_length``)."""
     rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for n in range(1, T + 1):
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         for c0 in range(0, H, BH):
-            _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+            _forward_tile(E, WR, Z, Y, h, gamma, eps, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-              BH: tl.constexpr, PRECISION: tl.constexpr):
-    """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element."""
+def _backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
+              BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+    """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element (their terms with
+    each row's own step, GAPS)."""
     rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for i in range(0, T):
         n = T - i
-        for c0 in range(0, H, BH):
-            _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H, MODE, BH,
-                                PRECISION)
+        for c0 in range(0, H, BH):  # GAPS: the row's step read per tile (held across them: 48 bytes spilled)
+            _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS), gamma,
+                                eps, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):
             _backward_adjoint_tile(WR, G, GO, LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
@@ -175,21 +182,21 @@ def _backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB
 
 @triton.jit(do_not_specialize=["n"])
 def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr):
+          PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """The stepwise schedule (stepwise.py): step n on one (batch block, column tile) program (one phase);
-    TABLE = the addresses of [E, W_rec, C, Z, Y]."""
+    TABLE = the addresses of [E, W_rec, C, Z, Y, HS] (HS: the per-step lengths, with GAPS)."""
     rows, rmask = batch_rows(B, BB)
     C = address(TABLE, 2, REF)
     _forward_tile(address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 3, REF), address(TABLE, 4, REF),
-                  tl.load(C), tl.load(C + 1), tl.load(C + 2), n, tl.program_id(1) * BH, rows, rmask, T, H, MODE,
-                  BH, PRECISION)
+                  step_length(tl.load(C), address(TABLE, 5, REF), rows, rmask, n, T, GAPS), tl.load(C + 1),
+                  tl.load(C + 2), n, tl.program_id(1) * BH, rows, rmask, T, H, MODE, BH, PRECISION)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr):
+                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """Phase PHASE of step n's backward (0: g_a and λ's direct parts, 1: the products through a_n) on one
-    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC]."""
+    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS]."""
     rows, rmask = batch_rows(B, BB)
     c0 = tl.program_id(1) * BH
     WR = address(TABLE, 1, REF)
@@ -198,9 +205,10 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
     LY = address(TABLE, 8, REF)
     if PHASE == 0:
         C = address(TABLE, 2, REF)
+        HS = address(TABLE, 10, REF)
         _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ, LY,
-                            address(TABLE, 9, REF), tl.load(C), tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask,
-                            B, T, H, MODE, BH, PRECISION)
+                            address(TABLE, 9, REF), step_length(tl.load(C), HS, rows, rmask, n, T, GAPS),
+                            tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
     else:
         _backward_adjoint_tile(WR, G, address(TABLE, 5, REF), LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH,
                                PRECISION)
@@ -220,9 +228,10 @@ def _resident_weights(WR, H, MODE: tl.constexpr, BH: tl.constexpr):
 
 
 @triton.jit
-def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                      PRECISION: tl.constexpr):
-    """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence."""
+def _forward_resident(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+                      PRECISION: tl.constexpr, GAPS: tl.constexpr):
+    """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence; step n's input (and, with GAPS, its
+    length) loaded one step ahead."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     gamma = tl.load(C + 1)
@@ -233,22 +242,26 @@ def _forward_resident(E, WR, C, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.conste
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     x = tile_at(E - H, 1, H, sE, rows, rmask, cols, cmask, 1, T)  # step n's input at E + (n − 1) H
+    h = step_length(dt, HS, rows, rmask, 1, T, GAPS)
     for n in range(1, T + 1):
         x_next = tile_at(E - H, n + 1, H, sE, rows, rmask, cols, cmask, 1, T)  # loaded while step n computes
+        h_next = step_length(dt, HS, rows, rmask, n + 1, T, GAPS)
         a = dot(y, wyt, x, PRECISION)
         if MODE != 0:
             a = dot(z, wzt, a, PRECISION)
-        z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
+        z, y = _update(z, y, tanh(a), h, gamma, eps, MODE)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         x = x_next
+        h = h_next
 
 
 @triton.jit
-def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-                       BH: tl.constexpr, PRECISION: tl.constexpr):
+def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
+                       BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
-    initial-state adjoints out; AC (2, B, H) the γ, ε sums out."""
+    initial-state adjoints out; AC (2, B, H) the γ, ε sums out (with GAPS each row's step h in place of Δt, loaded
+    one step ahead)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     gamma = tl.load(C + 1)
@@ -266,31 +279,33 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
     x = tile_at(E - H, T, H, sE, rows, rmask, cols, cmask, 1, T)
     zn = tile_at(Z, T, H, sS, rows, rmask, cols, cmask, 1, T)
     go = tile_at(GO - 2 * H, T, H, sE, rows, rmask, cols, cmask, 2, T)
+    h = step_length(dt, HS, rows, rmask, T, T, GAPS)
     for i in range(0, T):
         n = T - i
         zq = tile_at(Z - H, n - 1, H, sS, rows, rmask, cols, cmask, 1, T)
         yq = tile_at(Y - H, n - 1, H, sS, rows, rmask, cols, cmask, 1, T)
         xq = tile_at(E - H, n - 1, H, sE, rows, rmask, cols, cmask, 1, T)
         gq = tile_at(GO - 2 * H, n - 1, H, sE, rows, rmask, cols, cmask, 2, T)
+        hq = step_length(dt, HS, rows, rmask, n - 1, T, GAPS)
         a = dot(yp, wyt, x, PRECISION)
         if MODE != 0:
             a = dot(zp, wzt, a, PRECISION)
         th = tanh(a)
-        lz = lz + dt * ly  # through y_n = y_{n−1} + Δt z_n
+        lz = lz + h * ly  # through y_n = y_{n−1} + Δt z_n
         if MODE == 0:
-            ga = lz * dt * (1.0 - th * th)
+            ga = lz * h * (1.0 - th * th)
         elif MODE == 1:
-            ga = lz * dt * (1.0 - th * th)
-            acc_g += -lz * dt * yp
-            acc_e += -lz * dt * zp
-            ly = ly - lz * dt * gamma
-            lz = lz * (1.0 - dt * eps)
+            ga = lz * h * (1.0 - th * th)
+            acc_g += -lz * h * yp
+            acc_e += -lz * h * zp
+            ly = ly - lz * h * gamma
+            lz = lz * (1.0 - h * eps)
         else:
-            d = 1.0 + dt * eps
-            ga = lz * dt / d * (1.0 - th * th)
-            acc_g += -lz * dt * yp / d
-            acc_e += -lz * zn * dt / d
-            ly = ly - lz * dt * gamma / d
+            d = 1.0 + h * eps
+            ga = lz * h / d * (1.0 - th * th)
+            acc_g += -lz * h * yp / d
+            acc_e += -lz * zn * h / d
+            ly = ly - lz * h * gamma / d
             lz = lz / d
         tl.store(G + (n - 1) * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
         if MODE != 0:
@@ -298,6 +313,7 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
         ly = dot(ga, wy, ly, PRECISION)
         ly += go
         zp, yp, x, zn, go = zq, yq, xq, zp, gq
+        h = hq
     tl.store(LZ + rows[:, None] * H + cols[None, :], lz, mask=m)
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
     tl.store(AC + rows[:, None] * H + cols[None, :], acc_g, mask=m)
@@ -306,7 +322,7 @@ def _backward_resident(E, WR, C, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.cons
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+          PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
     :func:`_step_backward`, steps T … 1) in one launch, a barrier of the batch block's column programs after each
     phase; TABLE as theirs."""
@@ -315,10 +331,10 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(2):
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION)
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION, GAPS)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
-            _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION)
+            _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION, GAPS)
             k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -346,9 +362,10 @@ def _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MO
 
 
 @triton.jit
-def _grid_forward(E, WR, C, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
-                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
-    """(z_n, y_n) on this program's columns for every step, kept in registers, a barrier after each step."""
+def _grid_forward(E, WR, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
+                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+    """(z_n, y_n) on this program's columns for every step, kept in registers, a barrier after each step (GAPS:
+    each row's own step, ``step_length``)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
@@ -358,16 +375,18 @@ def _grid_forward(E, WR, C, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.cons
     k = 0
     spins = LIMIT
     for n in range(1, T + 1):
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         a = _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION)
-        z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
+        z, y = _update(z, y, tanh(a), h, gamma, eps, MODE)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
 
 
 @triton.jit
-def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
-                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
+                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
+                   GAPS: tl.constexpr):
     """Step n's backward on this program's columns (:func:`_backward_gate_tile`, then g_a [𝒲 | W] over the whole row
     of g_a after one barrier); λz, λy and the γ, ε sums stay in registers. LZ, LY (B, H): the final state's adjoints
     in, the initial state's out; AC (2, B, H): the γ, ε sums out."""
@@ -384,8 +403,9 @@ def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.co
     spins = LIMIT
     for i in range(0, T):
         n = T - i
+        h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
-        ga, lz, ly, d_gamma, d_eps = _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, dt, gamma, eps, H, MODE)
+        ga, lz, ly, d_gamma, d_eps = _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, h, gamma, eps, H, MODE)
         acc_g += d_gamma
         acc_e += d_eps
         tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
@@ -402,12 +422,13 @@ def _grid_backward(E, WR, C, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.co
 
 
 class SecondOrderSequence(torch.autograd.Function):
-    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, block_h, schedule) -> (ys, z_T, y_T)``; W_rec = [𝒲 | W]
-    (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); schedule: "persistent", "stepwise" or
-    "grid" (``grid.schedule_for``)."""
+    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule) -> (ys, z_T, y_T)``; W_rec =
+    [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's step
+    lengths (B, T) (``_common.per_step_lengths``; no gradient), which replace ``dt``; schedule: "persistent",
+    "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, block_h, schedule="persistent"):
+    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule="persistent"):
         # fixed at the forward (the backward recomputes with it); the neural oscillator takes IEEE products where
         # TF32 was asked for: it has no damping, and with TF32's 10-bit mantissas its gradients over 1000 steps lost
         # every digit (an H200: 3.4 relative on the initial state's; the interpreter's emulation: 1.0) -- measured on
@@ -425,28 +446,33 @@ class SecondOrderSequence(torch.autograd.Function):
         Y[:, 0] = y0
         consts = torch.cat((on_device([dt], enc.dtype, enc.device),
                             coefficients.detach().to(enc.dtype)))
+        gaps = hs is not None
+        hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, W_rec, consts, Z, Y), B, T, H, ctx.precision, MODE=mode)
+            grid.launch_resident(_grid_forward, (enc, W_rec, consts, hs, Z, Y), B, T, H, ctx.precision, MODE=mode,
+                                 GAPS=gaps)
         elif schedule == "grid":
-            grid.launch(_grid, [enc, W_rec, consts, Z, Y], consts, B, T, H, block_h, ctx.precision, False, MODE=mode)
+            grid.launch(_grid, [enc, W_rec, consts, Z, Y, hs], consts, B, T, H, block_h, ctx.precision, False,
+                        MODE=mode, GAPS=gaps)
         elif schedule == "stepwise":
-            launch_steps([enc, W_rec, consts, Z, Y],
-                         step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode))
+            launch_steps([enc, W_rec, consts, Z, Y, hs],
+                         step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode,
+                                       GAPS=gaps))
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
-            forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
-                                           PRECISION=ctx.precision, num_warps=warps(BH))
-        ctx.save_for_backward(enc, W_rec, consts, Z, Y)
-        ctx.mode, ctx.block_h, ctx.schedule = mode, block_h, schedule
+            forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
+                                           PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
+        ctx.save_for_backward(enc, W_rec, consts, hs, Z, Y)
+        ctx.mode, ctx.block_h, ctx.schedule, ctx.gaps = mode, block_h, schedule, gaps
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
-        enc, W_rec, consts, Z, Y = ctx.saved_tensors
+        enc, W_rec, consts, hs, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape
-        mode = ctx.mode
+        mode, gaps = ctx.mode, ctx.gaps
         grad_ys = grad_ys.contiguous()
         G = torch.empty_like(enc)
         AC = enc.new_zeros(2, B, H)
@@ -454,25 +480,26 @@ class SecondOrderSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, ctx.block_h)
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
-            grid.launch_resident(_grid_backward, (enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC), B, T, H,
-                                 ctx.precision, MODE=mode)
+            grid.launch_resident(_grid_backward, (enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC), B, T, H,
+                                 ctx.precision, MODE=mode, GAPS=gaps)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
-            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC]
+            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, hs]
             if ctx.schedule == "grid":
-                grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode)
+                grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode, GAPS=gaps)
             elif ctx.schedule == "stepwise":
                 launch_steps(tensors, step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                                    ctx.precision, MODE=mode))
+                                                    ctx.precision, MODE=mode, GAPS=gaps))
             else:
-                _backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision,
+                _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
+                                                 MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                                  num_warps=warps(BH))
             LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
             LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
-            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
-                                                      MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision,
+            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
+                                                      MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                                       num_warps=warps(BH))
         d_Wy = outer_sum(G, Y[:, :-1])
         if mode == OSCILLATOR:
@@ -480,19 +507,20 @@ class SecondOrderSequence(torch.autograd.Function):
         else:
             d_W = torch.cat((outer_sum(G, Z[:, :-1]), d_Wy), dim=1)
         d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
-        return G, d_W, d_coefficients, LZ, LY, None, None, None, None
+        return G, d_W, d_coefficients, LZ, LY, None, None, None, None, None
 
 
 def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
-    """``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto":
-    grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels
-    where they would run (hidden > 32 or ``block_h`` given)."""
-    h = float(dt) / unfolds
+    """``dt`` a float, or a (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``, no
+    gradient to it); ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or
+    "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled
+    kernels where they would run (hidden > 32 or ``block_h`` given)."""
+    hs, h = per_step_lengths(dt, unfolds, x.dtype)
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = grid.apply(SecondOrderSequence, system.encode(x), W_rec, coefficients, state[0], state[1], h, mode,
-                          block_h, chosen)
+                          hs, block_h, chosen)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)
