@@ -40,6 +40,11 @@ GAP_CELLS = {
     "gru-ode-2-unfolds": (lambda m, d: Recurrent(systems.GRU(m, d), "euler", 1.0, unfolds=2), ".cuda.gru:run"),
     "gru-ode-reset-before": (lambda m, d: cells.GRUODE(m, d, dt=0.8, reset_after=False), ".cuda.gru:run"),
     # the liquid cells (liquid.py)
+    "ltc-2-unfolds": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_ltc"),
+    "ltc-6-unfolds": (lambda m, d: cells.LTC(m, d), ".cuda.liquid:run_ltc"),
+    "stc": (lambda m, d: cells.STC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_stc"),
+    "lrcu-a": (lambda m, d: cells.LRCU(m, d, "asymmetric"), ".cuda.liquid:run_lrc"),
+    "lrcu-s": (lambda m, d: cells.LRCU(m, d, "symmetric"), ".cuda.liquid:run_lrc"),
 }
 
 # (batch, time, hidden, block_h, schedule): the register-resident one-launch kernel (hidden ≤ 32), the tiled

@@ -1105,24 +1105,26 @@ for bh in (16, 32):
     dense += [(k, dict(RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False) for gaps in (False, True)
               for k in (gru._forward, gru._backward)]
     liquid_modes = [dict(MODE=mode, BJ=liquid.block_j(bh), L=6 if mode < 2 else 1, **tile) for mode in (0, 1, 2, 3)]
-    dense += [(k, c) for c in liquid_modes for k in (liquid._forward, liquid._backward)]
-    dense += [(k, dict(c, BB=rows, num_warps=liquid.resident_warps(rows))) for c in liquid_modes for rows in (1, 4, 16)
-              for k in (liquid._forward_resident, liquid._backward_resident) if bh == liquid.RESIDENT_H]
-    dense += [(k, dict(MODE=mode, BB=rows, BH=bh, BJ=liquid.block_j(bh, rows), L=6)) for mode in (0, 1)
-              for rows in (1, 4) for k in (liquid._forward, liquid._backward)]  # ODELAB_LIQUID_ROWS
+    dense += [(k, dict(c, GAPS=gaps)) for c in liquid_modes for k in (liquid._forward, liquid._backward)
+              for gaps in (False, True)]
+    dense += [(k, dict(c, BB=rows, GAPS=gaps, num_warps=liquid.resident_warps(rows))) for c in liquid_modes
+              for rows in (1, 4, 16) for k in (liquid._forward_resident, liquid._backward_resident)
+              for gaps in (False, True) if bh == liquid.RESIDENT_H]
+    dense += [(k, dict(MODE=mode, BB=rows, BH=bh, BJ=liquid.block_j(bh, rows), L=6, GAPS=gaps))  # ODELAB_LIQUID_ROWS
+              for mode in (0, 1) for rows in (1, 4) for k in (liquid._forward, liquid._backward) for gaps in (False, True)]
     jobs += [(fn, dict(dict(num_warps=warps(bh)), **constexprs)) for fn, constexprs in dense]
 for bj, bi in liquid.SYNAPSE_TILES:  # the synapse-tile phases, every mode, forward and backward
     ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
     tiles = dict(BJ=bj, BI=bi, num_warps=liquid.THREADS // 32)
-    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=e, LIMIT=1 << 22))
-             for mode in (0, 1, 2, 3) for bw in (False, True)
+    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=e, LIMIT=1 << 22, GAPS=gaps))
+             for mode in (0, 1, 2, 3) for bw in (False, True) for gaps in (False, True)
              for e in (liquid.ELEMENTS,) + ((4 * liquid.ELEMENTS,) if (bj, bi) == liquid.SYNAPSE_TILES[-1] else ())]
 bj, bi = liquid.STEPWISE_TILE
 ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
 jobs += [(liquid._synapse_step, dict(BJ=bj, BI=bi, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, RS=max(ra, rc),
                                      num_warps=liquid.THREADS // 32)) for mode in (0, 1, 2, 3) for bw in (False, True)]
-jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS))
-         for mode in (0, 1, 2, 3) for bw in (False, True)]
+jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS, GAPS=gaps))
+         for mode in (0, 1, 2, 3) for bw in (False, True) for gaps in (False, True)]
 jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N", "M", "J0"}))
          for k in (liquid._input_forward, liquid._input_backward)]
 count = 0

@@ -6,6 +6,10 @@ o_ji = σ(a_ji y_j + b_ji):
     LTC:  h ← (h + δ u e_l) / (1 + δ f)          STC:  h ← (h + δ tanh(u) e_l) / (1 + δ σ(f))
     LRC:  h ← h + δ ε(w) (tanh(u) e_l − σ(f) h),  w = O_hᵀ h + (O_xᵀ x + p),  ε = σ(w) or σ(w+k) − σ(w−k)
 
+Δ is the shared dt or, with the constexpr GAPS (``Recurrent.forward(x, dt=gaps)``, irregular sampling), each
+sample's own gap: HS (B, T) holds every sample's δ = Δ/L, read by row (:func:`._common.step_length`) or by element
+(:func:`_element_lengths`).
+
 The input synapses with the leak (f_in, u_in: the sums of (1) over the inputs j, plus g_l) and LRC's O_xᵀ x + p do
 not depend on h: they are computed for the whole sequence, once per sample (:func:`input_conductances`, one launch whose
 openings stay in registers, recomputed by :func:`input_gradients` in the backward; O_xᵀ x + p by torch), and the
@@ -47,7 +51,7 @@ from ..chunks import in_chunks
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
-    tanh, tile_at, warps)
+    step_length, tanh, tile_at, warps)
 from .stepwise import chosen_schedule, device_table, launch_steps
 
 LTC, STC, LRC_ASYMMETRIC, LRC_SYMMETRIC = 0, 1, 2, 3
@@ -286,32 +290,34 @@ def _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows,
 
 
 @triton.jit
-def _forward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-             BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
-    """All T sub-steps of a 16-row batch block in one program."""
+def _forward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
+             BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+    """All T sub-steps of a 16-row batch block in one program; with GAPS, sub-step n is HS[row, (n − 1) // L] long."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
+        delta = step_length(dt, HS, rows, rmask, (n - 1) // L + 1, T // L, GAPS)
         for c0 in range(0, H, BH):
-            _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, dt, n, rows, rmask, c0, T, H, MODE, BJ, BH,
-                          L, PRECISION)
+            _forward_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, delta, n, rows, rmask, c0, T, H, MODE, BJ,
+                          BH, L, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
+def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
               MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
-              PRECISION: tl.constexpr):
+              PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """GF, GU (B, T // L, H): ∂L/∂f_in, ∂L/∂u_in per sample; GW (B, T, H) ∂L/∂w per sub-step (LRC); LAM (2, B, H)
     the adjoints; FU (2, B, H) ∂L/∂f, ∂L/∂u of the current sub-step; AE (2, B, H) per-element sums for e_l and
-    the shift; ACC (batch blocks, 4, H, H) the per-block sums for g, k, a, b."""
+    the shift; ACC (batch blocks, 4, H, H) the per-block sums for g, k, a, b; HS as :func:`_forward`'s."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
+        delta = step_length(dt, HS, rows, rmask, (n - 1) // L + 1, T // L, GAPS)
         for c0 in range(0, H, BH):
-            _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, GW, LAM, FU, AE, dt, n, rows,
-                                rmask, c0, B, T, H, MODE, BJ, BH, L, PRECISION)
+            _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, GW, LAM, FU, AE, delta, n,
+                                rows, rmask, c0, B, T, H, MODE, BJ, BH, L, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):
             _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows, rmask, c0, B, T, H, MODE,
@@ -360,10 +366,11 @@ def _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE: tl.constexpr):
 
 
 @triton.jit
-def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H, MODE: tl.constexpr,
-                      BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
+def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, B, T, H, MODE: tl.constexpr,
+                      BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr,
+                      GAPS: tl.constexpr):
     """hidden ≤ BH: the synapses, O_h and the state in registers for all T sub-steps; a sample's input
-    conductances loaded once for its L sub-steps."""
+    conductances (and, with GAPS, its sub-step length) loaded once for its L sub-steps."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -373,20 +380,23 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, B, T, H,
     shift = tl.load(KSH + cols, mask=cmask, other=0.0)[None, :]
     h = tl.load(S + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     fin, uin, win = _sample_inputs(FIN, UIN, WIN, 0, rows, rmask, cols, cmask, T // L, H, MODE)
+    delta = step_length(dt, HS, rows, rmask, 1, T // L, GAPS)
     for sample in range(0, T // L):
-        # the next sample's input conductances, loaded while this one's L sub-steps compute
+        # the next sample's input conductances (and length), loaded while this one's L sub-steps compute
         f_next, u_next, w_next = _sample_inputs(FIN, UIN, WIN, sample + 1, rows, rmask, cols, cmask, T // L, H, MODE)
+        d_next = step_length(dt, HS, rows, rmask, sample + 2, T // L, GAPS)
         for q in range(0, L):
             hj, o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE)
-            h = _update(h, f, u, w, el, shift, dt, MODE)
+            h = _update(h, f, u, w, el, shift, delta, MODE)
             tl.store(S + (sample * L + q + 1) * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         fin, uin, win = f_next, u_next, w_next
+        delta = d_next
 
 
 @triton.jit
-def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
-                       MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
-                       PRECISION: tl.constexpr):
+def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T,
+                       H, MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
+                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """hidden ≤ BH: as :func:`_backward` with the synapses, O_h, the adjoint and every parameter sum in registers
     (the sums as (j, row, i) blocks, reduced over the rows once, at the end); LAM (B, H): the final-state adjoint
     in, the initial-state adjoint out (FU unused)."""
@@ -405,21 +415,24 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
     d_b = tl.zeros((BH, BB, BH), dtype=lam.dtype)
     a_el = tl.zeros((BB, BH), dtype=lam.dtype)
     a_sh = tl.zeros((BB, BH), dtype=lam.dtype)
-    # h_{n−1} and h_n of sub-step n, and the inputs of its sample, each loaded one sub-step or sample ahead
+    # h_{n−1} and h_n of sub-step n, and the inputs (and length) of its sample, each loaded one sub-step or sample
+    # ahead
     h = tile_at(S - H, T, H, sS, rows, rmask, cols, cmask, 1, T + 1)
     hn = tile_at(S, T, H, sS, rows, rmask, cols, cmask, 0, T)
     fin, uin, win = _sample_inputs(FIN, UIN, WIN, T // L - 1, rows, rmask, cols, cmask, T // L, H, MODE)
+    delta = step_length(dt, HS, rows, rmask, T // L, T // L, GAPS)
     for back in range(0, T // L):
         sample = T // L - 1 - back
         io = rows[:, None] * sI + sample * H + cols[None, :]
         f_next, u_next, w_next = _sample_inputs(FIN, UIN, WIN, sample - 1, rows, rmask, cols, cmask, T // L, H, MODE)
+        d_next = step_length(dt, HS, rows, rmask, sample, T // L, GAPS)  # sample − 1's
         gf = tl.zeros((BB, BH), dtype=lam.dtype)
         gu = tl.zeros((BB, BH), dtype=lam.dtype)
         for q in range(0, L):
             n = sample * L + L - q
             h_next = tile_at(S - 2 * H, n, H, sS, rows, rmask, cols, cmask, 2, T + 1)  # h_{n−2}
             hj, o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE)
-            lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
+            lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
             a_el += d_el
             gf += lf
             gu += lu
@@ -442,6 +455,7 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
         tl.store(GF + io, gf, mask=m)
         tl.store(GU + io, gu, mask=m)
         fin, uin, win = f_next, u_next, w_next
+        delta = d_next
     tl.store(LAM + rows[:, None] * H + cols[None, :], lam, mask=m)
     tl.store(AE + rows[:, None] * H + cols[None, :], a_el, mask=m)
     tl.store(AE + B * H + rows[:, None] * H + cols[None, :], a_sh, mask=m)
@@ -470,7 +484,7 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, GO, GF,
 # every phase in one launch of one program per tile (their number at most the multiprocessors: :func:`synapse_tiles`)
 # with a barrier after each, and keeps the tile's parameter sums in registers for the whole backward.
 # TABLE = the addresses of [FIN, UIN, WIN, G, A, B, K, EL, OH, KSH, C, S, P] (forward),
-# + [GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC] (backward)
+# + [GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC] (backward), then HS (the samples' sub-step lengths, read with GAPS)
 
 THREADS = 256  # threads a program of these phases (8 warps)
 ELEMENTS = 256  # (row, neuron) elements an element phase's block (the grid's: up to 4 × as many, below)
@@ -617,17 +631,29 @@ def _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE: tl.constexpr, 
 
 
 @triton.jit
-def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
-                     L: tl.constexpr, E: tl.constexpr):
-    """Forward element phase of sub-step n: h_n = the update of h_{n−1} (the module docstring's step)."""
-    e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ, L,
-                                                         E)
-    tl.store(S + row * (T + 1) * H + n * H + i, _update(h, f, u, w, el, shift, dt, MODE), mask=em)
+def _element_lengths(dt, HS, row, em, n, T, L: tl.constexpr, GAPS: tl.constexpr):
+    """Sub-step n's length for elements of rows ``row`` (a vector, as :func:`_elements`'): ``dt``, or with GAPS each
+    row's own, HS[row, (n − 1) // L] of the (B, T // L) per-sample sub-steps (``step_length`` by element)."""
+    if GAPS:
+        return tl.load(HS + row * (T // L) + (n - 1) // L, mask=em, other=0.0)
+    else:
+        return dt
 
 
 @triton.jit
-def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, n, e0, B, T, H,
-                      MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr):
+def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, HS, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
+                     L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr):
+    """Forward element phase of sub-step n: h_n = the update of h_{n−1} (the module docstring's step)."""
+    e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ, L,
+                                                         E)
+    delta = _element_lengths(dt, HS, row, em, n, T, L, GAPS)
+    tl.store(S + row * (T + 1) * H + n * H + i, _update(h, f, u, w, el, shift, delta, MODE), mask=em)
+
+
+@triton.jit
+def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, HS, n, e0, B, T, H,
+                      MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
+                      GAPS: tl.constexpr):
     """Backward element phase of sub-step n (T … 1, then 0): λ_n (LAM at n = T; otherwise λ_{n}'s direct part PART,
     the partials LP of every i-tile and the output gradient where h_n is an output), then, for n ≥ 1, the adjoint of
     the update: ∂L/∂f, ∂L/∂u into FU and the sample's GF, GU, ∂L/∂w into GW (LRC), λ_{n−1}'s direct part into PART,
@@ -649,7 +675,8 @@ def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, F
         e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ,
                                                              L, E)
         hn = tl.load(S + row * (T + 1) * H + n * H + i, mask=em, other=0.0)
-        lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE)
+        delta = _element_lengths(dt, HS, row, em, n, T, L, GAPS)
+        lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
         tl.store(FU + e, lf, mask=em)
         tl.store(FU + B * H + e, lu, mask=em)
         tl.store(PART + e, part, mask=em)
@@ -700,16 +727,17 @@ def _synapse_phase(TABLE, REF, n, tile, r_lo, r_hi, d_g, d_k, d_a, d_b, B, T, H,
 
 @triton.jit
 def _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr):
-    """The element phase of sub-step n on elements e0 … e0 + E − 1."""
+                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr):
+    """The element phase of sub-step n on elements e0 … e0 + E − 1 (HS: the table's last entry, 23 or 13)."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
     dt = tl.load(C)
     if BACKWARD:
         GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC = _gradients(TABLE, REF)
-        _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, n, e0, B, T, H,
-                          MODE, BJ, BI, L, E)
+        _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt,
+                          address(TABLE, 23, REF), n, e0, B, T, H, MODE, BJ, BI, L, E, GAPS)
     else:
-        _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, n, e0, B, T, H, MODE, BJ, L, E)
+        _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, address(TABLE, 13, REF), n, e0, B, T, H, MODE, BJ, L, E,
+                         GAPS)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -729,15 +757,15 @@ def _synapse_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.const
 
 @triton.jit(do_not_specialize=["n"])
 def _element_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr):
+                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr):
     """Stepwise: the element phase of sub-step n on element block program_id(0)."""
-    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E)
+    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS)
 
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
           BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-          LIMIT: tl.constexpr):
+          LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """The grid-synchronised schedule: one program per synapse tile (axis 1; one counter, axis 0 has one block), all
     rows; every sub-step's synapse phase, a barrier, its element phase (elements spread over the programs), a
     barrier -- forward sub-steps 1 … T, backward T … 0; the backward's parameter sums stay in registers until the
@@ -753,16 +781,17 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
                                             BJ, BI, RA, RC)
         k, spins = grid.barrier(SYNC, k, spins)
         for e0 in range(tile * E, B * H, programs * E):
-            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E)
+            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS)
         k, spins = grid.barrier(SYNC, k, spins)
     if BACKWARD:
         _add_parameter_sums(address(TABLE, 22, REF), 0, tile, d_g, d_k, d_a, d_b, H, BJ, BI)
 
 
 def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tuple[int, int], mode: int,
-                   unfolds: int, schedule: str):
+                   unfolds: int, schedule: str, gaps: bool):
     """Run the phases of every sub-step: "grid" one launch (:func:`_grid`), "stepwise" a launch per phase
-    (recorded as a CUDA graph, :func:`.stepwise.launch_steps`)."""
+    (recorded as a CUDA graph, :func:`.stepwise.launch_steps`); ``gaps``: the element phases read HS (the table's
+    last entry)."""
     BJ, BI = tiles
     RA, RC = phase_rows(BJ, BI, B)
     count = triton.cdiv(H, BJ) * triton.cdiv(H, BI)
@@ -772,7 +801,7 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
         E = min(4 * ELEMENTS, max(ELEMENTS, triton.next_power_of_2(triton.cdiv(B * H, count))))
         sync = grid.counters(1, 1, ref.device)
         _grid[(1, count)](device_table(tensors), ref, sync, B, TS, H, RA=RA, RC=RC, L=unfolds, E=E,
-                          LIMIT=grid.SPIN_LIMIT, num_warps=THREADS // 32, **meta)
+                          LIMIT=grid.SPIN_LIMIT, GAPS=gaps, num_warps=THREADS // 32, **meta)
         grid.check(sync)
         return
     RS = slab_rows(BJ, BI, B)
@@ -783,9 +812,9 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
     def launch(table) -> None:
         for n in steps:
             _synapse_step[synapses](table, ref, n, B, TS, H, RA=RA, RC=RC, RS=RS, num_warps=THREADS // 32, **meta)
-            _element_step[elements](table, ref, n, B, TS, H, L=unfolds, E=ELEMENTS, num_warps=4, **meta)
+            _element_step[elements](table, ref, n, B, TS, H, L=unfolds, E=ELEMENTS, GAPS=gaps, num_warps=4, **meta)
 
-    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, ref.dtype, ref.device)
+    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, gaps, ref.dtype, ref.device)
     launch_steps(tensors, launch)
 
 
@@ -912,15 +941,15 @@ def input_gradients(x, a, b, g, k, grad_f, grad_u, d_synapses):
 
 
 class LiquidSequence(torch.autograd.Function):
-    """``apply(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h, schedule) ->
-    (hs, h_T)``: x (B, T, n) the inputs, w_in (B, T, H) the input part of w (LRC; None otherwise), g, a, b, k the
-    synapses ((H + n) × H: the neurons' rows, then the inputs'), their input rows summed once a sample with the
-    leak g_leak (:func:`input_conductances`); ``unfolds`` sub-steps of ``dt`` per sample, hs the states at the
-    samples' ends. One Function for both kinds of synapse: each parameter's gradient is written whole (no slices of
-    it added up by autograd)."""
+    """``apply(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, hs, unfolds, mode, block_h, schedule)
+    -> (states, h_T)``: x (B, T, n) the inputs, w_in (B, T, H) the input part of w (LRC; None otherwise), g, a, b, k
+    the synapses ((H + n) × H: the neurons' rows, then the inputs'), their input rows summed once a sample with the
+    leak g_leak (:func:`input_conductances`); ``unfolds`` sub-steps of ``dt`` per sample -- or, hs (B, T) not None,
+    of hs[b, t] (each sample's gap / unfolds; no gradient) --, states those at the samples' ends. One Function for
+    both kinds of synapse: each parameter's gradient is written whole (no slices of it added up by autograd)."""
 
     @staticmethod
-    def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, unfolds, mode, block_h,
+    def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, hs, unfolds, mode, block_h,
                 schedule="persistent"):
         ctx.precision = dot_precision(x.dtype)  # fixed at the forward: the backward recomputes with it
         (B, T, n), H = x.shape, h0.shape[1]
@@ -934,31 +963,34 @@ class LiquidSequence(torch.autograd.Function):
         S = like.new_empty(B, TS + 1, H)
         S[:, 0] = h0
         consts = on_device([dt], like.dtype, like.device)
+        gaps = hs is not None
+        hs = hs if gaps else consts  # read only with GAPS
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
         BB = None  # the persistent kernels' rows a program (the backward's too)
         if schedule in ("grid", "stepwise"):
             tiles = synapse_tiles(H, schedule, like.device)
             P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
-            _launch_phases([*tensors, P], False, B, TS, H, tiles, mode, unfolds, schedule)
+            _launch_phases([*tensors, P, hs], False, B, TS, H, tiles, mode, unfolds, schedule, gaps)
         else:
             on_chip = resident(H, block_h)
             BH = block_sizes(B, H, block_h)[1]
             BB = persistent_rows(mode, on_chip)
             forward = _forward_resident if on_chip else _forward
-            forward[(triton.cdiv(B, BB),)](*tensors, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
+            forward[(triton.cdiv(B, BB),)](*tensors[:-1], hs, S, B, TS, H, BB=BB, BH=BH, PRECISION=ctx.precision,
                                            num_warps=resident_warps(BB) if on_chip else warps(BH), MODE=mode,
-                                           BJ=block_j(BH, BB, H), L=unfolds)
-        ctx.save_for_backward(*tensors, x)
+                                           BJ=block_j(BH, BB, H), L=unfolds, GAPS=gaps)
+        ctx.save_for_backward(*tensors, hs, x)
         ctx.unfolds, ctx.mode, ctx.block_h, ctx.schedule, ctx.rows = unfolds, mode, block_h, schedule, BB
+        ctx.gaps = gaps
         return S[:, unfolds::unfolds], S[:, TS].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
-        *tensors, x = ctx.saved_tensors
+        *tensors, hs, x = ctx.saved_tensors
         (f_in, _, _, g, a, b, k), S = tensors[:7], tensors[-1]  # the forward's [f_in, u_in, w_in, g, a, b, k, ...]
         B, T, H = f_in.shape
-        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, grad_hs.contiguous(), grad_h)
+        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, hs, grad_hs.contiguous(), grad_h)
         d_synapses = S.new_empty(4, *g.shape)  # ∂L/∂(g, k, a, b): the neurons' rows from ACC, the inputs' below
         torch.sum(ACC, 0, out=d_synapses[:, :H])
         d_x, d_g_leak = input_gradients(x.view(B * T, x.shape[2]), a, b, g, k, GF.view(B * T, H), GU.view(B * T, H),
@@ -971,10 +1003,10 @@ class LiquidSequence(torch.autograd.Function):
         d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
         d_shift = d_shift if ctx.mode == LRC_SYMMETRIC else None
         return (d_x.view(x.shape), d_w_in, d_g, d_a, d_b, d_k, d_g_leak, d_e_leak, d_o_hidden, d_shift, lam0,
-                None, None, None, None, None)
+                None, None, None, None, None, None)
 
     @staticmethod
-    def _sweep(ctx, tensors, grad_hs, grad_h):
+    def _sweep(ctx, tensors, hs, grad_hs, grad_h):
         """The kernels' backward over the sub-steps T … 1: (∂L/∂f_in, ∂L/∂u_in, ∂L/∂w (LRC), the e_l and shift
         sums, the neurons' synapse gradient sums ACC (slots, 4, H, H), λ_0); the phase buffers end with the call."""
         f_in, S = tensors[0], tensors[-1]
@@ -992,21 +1024,22 @@ class LiquidSequence(torch.autograd.Function):
             LP = S.new_empty(triton.cdiv(H, tiles[1]), B, H)  # the partial adjoints of every i-tile
             ACC = S.new_zeros(slots, 4, H, H)
             grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(B, H), S.new_empty(2, B, H), LP, AE, ACC]
-            _launch_phases([*tensors, P, *grads], True, B, TS, H, tiles, mode, unfolds, ctx.schedule)
+            _launch_phases([*tensors, P, *grads, hs], True, B, TS, H, tiles, mode, unfolds, ctx.schedule, ctx.gaps)
             return GF, GU, GW, AE, ACC, LAM
         BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
         blocks = triton.cdiv(B, BB)
         lam = grad_h + grad_hs[:, T - 1]  # λ at the last sub-step
         ACC = S.new_zeros(blocks, 4, H, H)
-        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision)
+        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=ctx.gaps)
         if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
             grads = [grad_hs, GF, GU, GW, lam, S.new_empty(2, B, H), AE, ACC]
-            _backward_resident[(blocks,)](*tensors, *grads, B, TS, H, num_warps=resident_warps(BB), **meta)
+            _backward_resident[(blocks,)](*tensors[:-1], hs, S, *grads, B, TS, H, num_warps=resident_warps(BB),
+                                          **meta)
             return GF, GU, GW, AE, ACC, lam
         LAM = S.new_empty(2, B, H)  # λ of sub-steps of either parity
         LAM[TS % 2] = lam
         grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
-        _backward[(blocks,)](*tensors, *grads, B, TS, H, num_warps=warps(BH), **meta)
+        _backward[(blocks,)](*tensors[:-1], hs, S, *grads, B, TS, H, num_warps=warps(BH), **meta)
         return GF, GU, GW, AE, ACC, LAM[0].clone()
 
 
@@ -1018,27 +1051,31 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
     chosen = liquid_schedule(schedule, x, H, block_h)
-    hs, hT = grid.apply(LiquidSequence, x, w_in, F.softplus(system.raw_g), system.a,
-                        system.b, system.k, F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift, state[0],
-                        float(dt) / unfolds, unfolds, mode, block_h, chosen)
-    return hs, (hT,)
+    gaps = isinstance(dt, torch.Tensor) and dt.dim() == 2  # per-sample gaps (B, T): each sample's L sub-steps of gap/L
+    hs = (dt.detach() / unfolds).to(x.dtype).contiguous() if gaps else None
+    states, hT = grid.apply(LiquidSequence, x, w_in, F.softplus(system.raw_g), system.a,
+                            system.b, system.k, F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift,
+                            state[0], 0.0 if gaps else float(dt) / unfolds, hs, unfolds, mode, block_h, chosen)
+    return states, (hT,)
 
 
 @in_chunks
 def run_ltc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """LTC, "imex-implicit" (the ncps fused solver), ``unfolds`` sub-steps per sample. ``schedule``: as in
+    """LTC, "imex-implicit" (the ncps fused solver), ``unfolds`` sub-steps per sample; ``dt`` a float, or a (batch,
+    time) tensor of each sample's own gap (split into the sub-steps; no gradient to it). ``schedule``: as in
     :func:`.lem.run`."""
     return _run(system, x, state, dt, unfolds, LTC, block_h, schedule)
 
 
 @in_chunks
 def run_stc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """STC, "imex-implicit", ``unfolds`` sub-steps per sample."""
+    """STC, "imex-implicit", ``unfolds`` sub-steps per sample; ``dt`` as in :func:`run_ltc`."""
     return _run(system, x, state, dt, unfolds, STC, block_h, schedule)
 
 
 @in_chunks
 def run_lrc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """LRC (LRCU-A / LRCU-S), "euler"."""
+    """LRC (LRCU-A / LRCU-S), "euler" (Farsang et al. 2024, App. A.3.2: a sample's gap as the step); ``dt`` as in
+    :func:`run_ltc`."""
     mode = LRC_SYMMETRIC if system.raw_k_shift is not None else LRC_ASYMMETRIC
     return _run(system, x, state, dt, unfolds, mode, block_h, schedule)
