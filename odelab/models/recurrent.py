@@ -211,9 +211,9 @@ class Recurrent(nn.Module):
         ``dt`` (None: the model's step for every sample): the time each sample lasts, ``(batch, time)`` or
         ``(time,)``, ≥ 0 -- irregularly sampled sequences, where sample n of a sequence drives the step(s) over
         its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
-        into ``unfolds`` equal sub-steps. The CPU kernels of LEM, coRNN, GRU-ODE, LTC, STC and LRC take it
-        (without ``lengths`` and gradients to ``dt``), the generic loop everything else; not for delay systems,
-        whose ring buffer counts steps of one length."""
+        into ``unfolds`` equal sub-steps. The CPU and CUDA kernels of LEM, coRNN, the neural oscillator, GRU-ODE,
+        LTC, STC and LRC take it (without ``lengths`` and gradients to ``dt``), the generic loop everything else;
+        not for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
         if dt is None and self.dt_logit is not None:

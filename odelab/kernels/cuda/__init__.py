@@ -9,7 +9,8 @@ coRNN, the neural oscillator, GRU-ODE, τ-GRU and Delay GRU also have a stepwise
 on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch kernels); the same kernels also have a
 grid-synchronised one (``grid``: those phases in one launch, a barrier between them; ``ODELAB_CUDA_SCHEDULE=grid``).
 Without a backward to come, the cells run in chunks of steps (``..chunks.in_chunks``; the delay cells' own in
-``delay_gru``).
+``delay_gru``). ``gaps=True``: the kernel also takes per-sample steps (``Recurrent.forward(x, dt=gaps)``), in every
+schedule, with a constexpr GAPS whose False variant compiles to the code of a kernel without it.
 """
 from ... import systems
 from ..registry import register

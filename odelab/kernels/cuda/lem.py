@@ -6,7 +6,8 @@
 with [a1, az, a2, ay] = ``system.encode(x)`` (one GEMM in torch, its backward by autograd). The forward keeps
 the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them and writes the gradient of every
 pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
-GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n.
+GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n. With the constexpr
+GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``).
 """
 from __future__ import annotations
 
