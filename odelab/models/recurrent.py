@@ -212,26 +212,34 @@ class Recurrent(nn.Module):
         ``(time,)``, ≥ 0 -- irregularly sampled sequences, where sample n of a sequence drives the step(s) over
         its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
         into ``unfolds`` equal sub-steps. The CPU and CUDA kernels of LEM, coRNN, the neural oscillator, GRU-ODE,
-        LTC, STC and LRC take it (without ``lengths`` and gradients to ``dt``), the generic loop everything else;
-        not for delay systems, whose ring buffer counts steps of one length."""
+        LTC, STC and LRC take it (with ``lengths`` too; without gradients to ``dt``), the generic loop everything
+        else; not for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
         if dt is None and self.dt_logit is not None:
             dt = self.learned_dt().to(x.dtype).expand(x.shape[1])
         if dt is not None:
             gaps = self._check_gaps(dt, x)
-            active = None
             if lengths is not None:
                 lengths = check_lengths(lengths, x.shape[0], x.shape[1])
-                active = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]
-            elif x.shape[0] and not gaps.requires_grad:
-                kernel = self.kernel(x, gaps=True)
-                if kernel is not None:
+            kernel = self.kernel(x, gaps=True) if x.shape[0] and not gaps.requires_grad else None
+            if kernel is not None:
+                def run(x, state, gaps):
                     with on_device_of(x), outside_autocast(x):
                         return kernel(self.system, x, state, gaps, self.unfolds, ())
+
+                if lengths is None or int(lengths.min()) == x.shape[1]:
+                    return run(x, state, gaps)
+                # the gaps ride along as the last feature through the pieces of run_lengths
+                return run_lengths(lambda both, s: run(both[..., :-1], s, both[..., -1]),
+                                   torch.cat((x, gaps.unsqueeze(-1)), -1), state, lengths)
             if self.engine == "fused":
-                raise ValueError("dt: engine='fused' runs per-sample steps of a registered kernel without "
-                                 "lengths and without gradients to the steps; use engine='auto' or 'generic'")
+                raise ValueError("dt: engine='fused' runs per-sample steps of a registered kernel without gradients "
+                                 "to the steps; use engine='auto' or 'generic'")
+            active = None
+            if lengths is not None:
+                active = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]
+                x = x.masked_fill(~active.unsqueeze(-1), 0)  # what is padded (NaN, say) enters no step's gradient
             return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active, self._drop())
         if lengths is not None:
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])

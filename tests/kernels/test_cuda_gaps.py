@@ -9,6 +9,8 @@ this module where the interpreter cannot run the kernels.
 """
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from test_cuda_kernels import DEVICE, kernel
@@ -173,6 +175,34 @@ def test_recurrent_dispatches_gaps_to_the_kernel(name, monkeypatch):
     ref, ref_final = model(x, dt=gaps)
     for a, b in zip((out, *final), (ref, *ref_final)):
         assert ((a - b).abs().max() / b.abs().max()).item() <= TOL[torch.float32]
+
+
+@pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "lrcu-a"])
+def test_gaps_with_lengths_run_the_kernel_piece_by_piece(name, monkeypatch):
+    """``forward(x, dt=gaps, lengths=...)``: the kernel runs each piece of ``run_lengths`` (one per distinct length)
+    with its samples' gaps -- outputs, final states and gradients equal the generic loop's masked steps."""
+    build, target = GAP_CELLS[name]
+    model = build(3, 5).to(device=DEVICE, dtype=torch.float64)
+    key = (type(model.system), model.scheme.name, "cuda", False)
+    if DEVICE == "cpu":
+        monkeypatch.setitem(REGISTRY, key[:2] + ("cpu", False), REGISTRY[key])
+    module, _, function = target.partition(":")
+    real, calls = kernel(target), []
+    monkeypatch.setattr(importlib.import_module("odelab.kernels" + module), function,  # the function Recurrent loads
+                        lambda *args, **kw: calls.append(args[1].shape) or real(*args, **kw))
+    torch.manual_seed(7)
+    x = torch.randn(3, 6, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
+    gaps = 1.5 * torch.rand(3, 6, device=DEVICE, dtype=torch.float64)
+    lengths = torch.tensor([2, 6, 4])
+    results = []
+    for engine in ("fused", "generic"):
+        model.engine = engine
+        out, final = model(x, dt=gaps, lengths=lengths)
+        loss = (out * torch.linspace(-1, 1, 5, device=DEVICE, dtype=torch.float64)).sum() + final[0].square().sum()
+        results.append([out, *final, *torch.autograd.grad(loss, [x, *model.parameters()])])
+    assert [tuple(c[:2]) for c in calls] == [(3, 2), (2, 2), (1, 2)]  # three pieces: 3, 2 then 1 samples, 2 steps
+    for a, b in zip(*results):
+        assert (a - b).abs().max() <= 1e-10 * (1 + b.abs().max())
 
 
 @pytest.mark.gpu

@@ -140,6 +140,37 @@ def test_cpu_kernels_take_the_gaps(name):
     assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
 
 
+@pytest.mark.parametrize("name", ["lem, 3 unfolds", "ltc, 6 unfolds", "cornn, explicit damping"])
+def test_cpu_kernels_take_the_gaps_with_lengths(name):
+    """Gaps and lengths together: the kernel runs each piece of ``run_lengths`` with its samples' gaps; outputs (zero
+    past each length), final states at each length and every gradient equal the generic loop's masked steps
+    (float64, 1e-10); what is padded past a length (NaN here) is never read."""
+    torch.manual_seed(6)
+    cell = CELLS_WITH_GAP_KERNELS[name]().double()
+    x = torch.randn(4, 9, 3, dtype=torch.float64)
+    x[2, 4:] = float("nan")
+    x.requires_grad_()
+    state = tuple(torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in cell.system.blocks)
+    gaps = 1.5 * torch.rand(4, 9, dtype=torch.float64)
+    lengths = torch.tensor([9, 2, 4, 7])
+    if cell.kernel(x, gaps=True) is None:
+        pytest.skip("no CPU kernel here (no C++ compiler)")
+    leaves = [x, *state, *cell.parameters()]
+    results = []
+    for engine in ("fused", "generic"):
+        cell.engine = engine
+        out, final = cell(x, state, dt=gaps, lengths=lengths)
+        loss = (out * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum() + final[0].square().sum()
+        results.append((out, final[0], torch.autograd.grad(loss, leaves)))
+    (out_f, s_f, g_f), (out_g, s_g, g_g) = results
+    assert torch.isfinite(out_f).all() and torch.equal(out_f[1, 2:], torch.zeros_like(out_f[1, 2:]))
+    assert all(torch.isfinite(g).all() for g in g_f + g_g)  # both ways the padding enters no gradient
+    assert torch.equal(g_f[0][2, 4:], torch.zeros_like(g_f[0][2, 4:]))
+    assert (out_f - out_g).abs().max() <= 1e-12 * (1 + out_g.abs().max())
+    assert (s_f - s_g).abs().max() <= 1e-12 * (1 + s_g.abs().max())
+    assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
+
+
 def test_regressor_hands_the_gap_to_cells_that_step_by_it_and_to_the_others_as_a_feature():
     torch.manual_seed(4)
     x = torch.randn(2, 6, 3)
