@@ -13,7 +13,7 @@ import importlib
 
 import pytest
 import torch
-from test_cuda_kernels import DEVICE, kernel
+from test_cuda_kernels import DEVICE, kernel, relative_errors
 
 from odelab import Recurrent, cells, systems
 from odelab.kernels import REGISTRY, chunks
@@ -63,37 +63,10 @@ SCHEDULES = {
 }
 
 
-def gap_errors(model, run, batch, time, hidden, dtype, input_size=3, seed=0, **options):
-    """Max relative error (max |a − b| / max(max |b|, 1e-2), per tensor) of the kernel ``run`` with per-sample gaps
-    against the generic loop with the same gaps: outputs, final state, every gradient."""
-    torch.manual_seed(seed)
-    model = model.to(device=DEVICE, dtype=dtype)
-    model.engine = "generic"
-    x = torch.randn(batch, time, input_size, device=DEVICE, dtype=dtype, requires_grad=True)
-    state = tuple((0.5 * torch.randn(batch, n, device=DEVICE, dtype=dtype)).requires_grad_()
-                  for n in model.system.block_sizes())
-    gaps = 1.5 * torch.rand(batch, time, device=DEVICE, dtype=dtype)  # 0 … 1.5: short, long and near-zero steps
-    out, final = run(model.system, x, state, gaps, model.unfolds, (), **options)
-    ref, ref_final = model(x, state, dt=gaps)
-    weights = [torch.randn_like(ref)] + [torch.randn_like(f) for f in ref_final]
-
-    def loss(o, f):
-        return (o * weights[0]).sum() + sum((a * w).sum() for a, w in zip(f, weights[1:]))
-
-    inputs = [x, *state, *(p for p in model.parameters() if p.requires_grad)]
-    grads = torch.autograd.grad(loss(out, final), inputs, allow_unused=True)
-    ref_grads = torch.autograd.grad(loss(ref, ref_final), inputs, allow_unused=True)
-    names = ["outputs", *(f"final[{i}]" for i in range(len(final))), "grad x",
-             *(f"grad state[{i}]" for i in range(len(state))),
-             *(f"grad {n}" for n, p in model.named_parameters() if p.requires_grad)]
-    errors = {}
-    for name, a, b in zip(names, (out, *final, *grads), (ref, *ref_final, *ref_grads)):
-        if b is None:
-            assert a is None or a.abs().max() == 0, name
-            continue
-        assert a is not None and a.shape == b.shape, name
-        errors[name] = ((a - b).abs().max() / b.abs().max().clamp_min(1e-2)).item()
-    return errors
+def gap_errors(model, run, batch, time, hidden, dtype, input_size=3, seed=0):
+    """``relative_errors`` of the kernel ``run`` with per-sample gaps against the generic loop with the same gaps:
+    outputs, final state, every gradient."""
+    return relative_errors(model, run, batch, time, hidden, dtype, input_size, seed, gaps=True)
 
 
 def _runner(target, schedule, block_h, monkeypatch):

@@ -102,16 +102,22 @@ def lags_of(model) -> tuple[int, ...]:
     return tuple(delay_steps(float(tau), model.dt / model.unfolds) for tau in system.delays)
 
 
-def relative_errors(model, run, batch, time, hidden, dtype, input_size=3, seed=0, block_h=None):
-    """Max relative error (max |a − b| / max |b|, per tensor) of outputs, final state and every gradient."""
+def relative_errors(model, run, batch, time, hidden, dtype, input_size=3, seed=0, block_h=None, gaps=False):
+    """Max relative error (max |a − b| / max |b|, per tensor) of outputs, final state and every gradient; ``gaps``:
+    both with per-sample steps (``dt`` a (batch, time) draw from U[0, 1.5): short, long and near-zero steps)."""
     torch.manual_seed(seed)
     model = generic(model).to(device=DEVICE, dtype=dtype)
     x = torch.randn(batch, time, input_size, device=DEVICE, dtype=dtype, requires_grad=True)
     state = tuple((0.5 * torch.randn(batch, n, device=DEVICE, dtype=dtype)).requires_grad_()
                   for n in model.system.block_sizes())
     extra = {} if block_h is None else {"block_h": block_h}
-    out, final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model), **extra)
-    ref, ref_final = model(x, state)
+    if gaps:
+        dt = 1.5 * torch.rand(batch, time, device=DEVICE, dtype=dtype)
+        out, final = run(model.system, x, state, dt, model.unfolds, lags_of(model), **extra)
+        ref, ref_final = model(x, state, dt=dt)
+    else:
+        out, final = run(model.system, x, state, model.dt, model.unfolds, lags_of(model), **extra)
+        ref, ref_final = model(x, state)
     weights = [torch.randn_like(ref)] + [torch.randn_like(f) for f in ref_final]
 
     def loss(o, f):

@@ -116,6 +116,25 @@ CELLS_WITH_GAP_KERNELS = {
 }
 
 
+def _fused_and_generic(cell, x, state, gaps, lengths=None):
+    """(outputs, first final block, gradients of x, the state and every parameter) with engine "fused", then
+    "generic" (float64); skips where the CPU kernel cannot run."""
+    if cell.kernel(x, gaps=True) is None:
+        pytest.skip("no CPU kernel here (no C++ compiler)")
+    leaves = [x, *state, *cell.parameters()]
+    results = []
+    for engine in ("fused", "generic"):
+        cell.engine = engine
+        out, final = cell(x, state, dt=gaps, lengths=lengths)
+        loss = (out * torch.linspace(-1, 1, out.shape[-1], dtype=torch.float64)).sum() + final[0].square().sum()
+        results.append((out, final[0], torch.autograd.grad(loss, leaves)))
+    (out_f, s_f, g_f), (out_g, s_g, g_g) = results
+    assert (out_f - out_g).abs().max() <= 1e-12 * (1 + out_g.abs().max())
+    assert (s_f - s_g).abs().max() <= 1e-12 * (1 + s_g.abs().max())
+    assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
+    return results
+
+
 @pytest.mark.parametrize("name", list(CELLS_WITH_GAP_KERNELS))
 def test_cpu_kernels_take_the_gaps(name):
     """The fused CPU kernels with per-sample steps = the generic loop: outputs, final state, and the gradients of
@@ -124,51 +143,25 @@ def test_cpu_kernels_take_the_gaps(name):
     cell = CELLS_WITH_GAP_KERNELS[name]().double()
     x = torch.randn(4, 9, 3, dtype=torch.float64, requires_grad=True)
     state = tuple(torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in cell.system.blocks)
-    gaps = 1.5 * torch.rand(4, 9, dtype=torch.float64)
-    if cell.kernel(x, gaps=True) is None:
-        pytest.skip("no CPU kernel here (no C++ compiler)")
-    leaves = [x, *state, *cell.parameters()]
-    results = []
-    for engine in ("fused", "generic"):
-        cell.engine = engine
-        out, final = cell(x, state, dt=gaps)
-        loss = (out * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum() + final[0].square().sum()
-        results.append((out, final[0], torch.autograd.grad(loss, leaves)))
-    (out_f, s_f, g_f), (out_g, s_g, g_g) = results
-    assert (out_f - out_g).abs().max() <= 1e-12 * (1 + out_g.abs().max())
-    assert (s_f - s_g).abs().max() <= 1e-12 * (1 + s_g.abs().max())
-    assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
+    _fused_and_generic(cell, x, state, 1.5 * torch.rand(4, 9, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("name", ["lem, 3 unfolds", "ltc, 6 unfolds", "cornn, explicit damping"])
 def test_cpu_kernels_take_the_gaps_with_lengths(name):
     """Gaps and lengths together: the kernel runs each piece of ``run_lengths`` with its samples' gaps; outputs (zero
     past each length), final states at each length and every gradient equal the generic loop's masked steps
-    (float64, 1e-10); what is padded past a length (NaN here) is never read."""
+    (float64, 1e-10); what is padded past a length (NaN here) is never read, and enters no gradient either way."""
     torch.manual_seed(6)
     cell = CELLS_WITH_GAP_KERNELS[name]().double()
     x = torch.randn(4, 9, 3, dtype=torch.float64)
     x[2, 4:] = float("nan")
     x.requires_grad_()
     state = tuple(torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in cell.system.blocks)
-    gaps = 1.5 * torch.rand(4, 9, dtype=torch.float64)
-    lengths = torch.tensor([9, 2, 4, 7])
-    if cell.kernel(x, gaps=True) is None:
-        pytest.skip("no CPU kernel here (no C++ compiler)")
-    leaves = [x, *state, *cell.parameters()]
-    results = []
-    for engine in ("fused", "generic"):
-        cell.engine = engine
-        out, final = cell(x, state, dt=gaps, lengths=lengths)
-        loss = (out * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum() + final[0].square().sum()
-        results.append((out, final[0], torch.autograd.grad(loss, leaves)))
-    (out_f, s_f, g_f), (out_g, s_g, g_g) = results
-    assert torch.isfinite(out_f).all() and torch.equal(out_f[1, 2:], torch.zeros_like(out_f[1, 2:]))
-    assert all(torch.isfinite(g).all() for g in g_f + g_g)  # both ways the padding enters no gradient
-    assert torch.equal(g_f[0][2, 4:], torch.zeros_like(g_f[0][2, 4:]))
-    assert (out_f - out_g).abs().max() <= 1e-12 * (1 + out_g.abs().max())
-    assert (s_f - s_g).abs().max() <= 1e-12 * (1 + s_g.abs().max())
-    assert all((a - b).abs().max() <= 1e-10 * (1 + b.abs().max()) for a, b in zip(g_f, g_g))
+    (out, _, grads), (_, _, generic_grads) = _fused_and_generic(
+        cell, x, state, 1.5 * torch.rand(4, 9, dtype=torch.float64), torch.tensor([9, 2, 4, 7]))
+    assert torch.isfinite(out).all() and torch.equal(out[1, 2:], torch.zeros_like(out[1, 2:]))
+    assert all(torch.isfinite(g).all() for g in grads + generic_grads)
+    assert torch.equal(grads[0][2, 4:], torch.zeros_like(grads[0][2, 4:]))
 
 
 def test_regressor_hands_the_gap_to_cells_that_step_by_it_and_to_the_others_as_a_feature():
