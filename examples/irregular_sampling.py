@@ -1,11 +1,12 @@
 """Irregularly sampled FitzHugh--Nagumo: a continuous-time cell steps by each sample's own time gap, an LSTM reads the
 gap as one more input feature (the LRC paper's treatment of its baselines), through the Python API.
 
-    python examples/irregular_sampling.py [--tiny] [--epochs N] [--out DIR]
+    python examples/irregular_sampling.py [--tiny] [--epochs N] [--device cpu|cuda] [--out DIR]
 
 The data (``odelab.data.fitzhugh_nagumo_irregular``): FHN's sequences observed at gaps drawn from U[0.04, 0.76],
 inputs [v(t_n), t_{n+1} − t_n], targets v(t_{n+1}). ``SequenceRegressor(..., time_gaps=True)`` hands the last input
-feature to LEM as its per-sample step (``cell(x, dt=gaps)``, on LEM's CPU kernel) and to the LSTM as a feature. The
+feature to LEM as its per-sample step (``cell(x, dt=gaps)``, on LEM's kernel: C++ on the CPU, Triton on CUDA) and
+to the LSTM as a feature. The
 figure draws one test sequence against its own observation times. The same runs from the command line:
 ``odelab fit fhn-irregular --model lem`` (and ``--model lstm``).
 """
@@ -24,8 +25,11 @@ from odelab.data.fhn import fitzhugh_nagumo_irregular  # noqa: E402
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a slice of the data")
 parser.add_argument("--epochs", type=int, default=100)
+parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
 parser.add_argument("--out", default="runs/example-irregular")
 args = parser.parse_args()
+if args.device == "cuda" and not torch.cuda.is_available():
+    parser.error("--device cuda: no CUDA device here")
 torch.set_num_threads(1)  # small recurrent models: one thread is fastest on a CPU
 
 data = fitzhugh_nagumo_irregular(seed=1234)  # 128 / 128 / 1024 sequences of 1000 samples, cached after the first call
@@ -43,11 +47,13 @@ models = {"LEM, steps by the gap": cells.LEM(1, 16), "LSTM, gap as a feature": c
 for name, body in models.items():
     torch.manual_seed(1234)
     model = SequenceRegressor(body, 16, 1, time_gaps=True)
-    result = fit(model, data, TrainConfig(epochs=epochs, lr=0.01545927736419477, batch_size=32), progress=False)
+    config = TrainConfig(epochs=epochs, lr=0.01545927736419477, batch_size=32, device=args.device)
+    result = fit(model, data, config, progress=False)
     print(f"{name:24s} test RMSE {result['test_rmse']:.3e} (best epoch {result['best_epoch']}, "
           f"{result['train_seconds']:.0f} s)")
     with torch.no_grad():
-        ax.plot(times, model(x_test[:1])[0, :, 0], lw=1, label=f"{name} (test RMSE {result['test_rmse']:.2e})")
+        prediction = model(x_test[:1].to(args.device))[0, :, 0].cpu()
+        ax.plot(times, prediction, lw=1, label=f"{name} (test RMSE {result['test_rmse']:.2e})")
 ax.set(xlabel="t (each sample at its own time)", ylabel="v", title="FitzHugh–Nagumo observed at irregular times")
 ax.legend(fontsize=8)
 fig.tight_layout()
