@@ -1957,14 +1957,16 @@ def test_forward_in_chunks_on_the_gpu(name, monkeypatch):
     assert peak < 2 * unit, peak / unit
 
 
+@pytest.mark.parametrize("gaps", [False, True], ids=["dt", "gaps"])
 @pytest.mark.parametrize("name", ["ltc", "lrcu-a"])
-def test_liquid_without_inputs(name):
+def test_liquid_without_inputs(name, gaps):
     """A liquid network with no inputs (n = 0: the input-synapse kernel adds only the leak g_l, its backward gives
     g_l's gradient without a launch) matches the generic loop to 1e-10 (float64), under one launch (hidden 6) and
-    over synapse tiles (hidden 20)."""
+    over synapse tiles (hidden 20), with the model's dt or per-sample gaps."""
     for hidden, schedule in ((6, "persistent"), (20, "stepwise")):
         run = lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule=schedule, **kw)
-        errors = relative_errors(PRESETS[name][0](0, hidden), run, 3, 5, hidden, torch.float64, input_size=0)
+        errors = relative_errors(PRESETS[name][0](0, hidden), run, 3, 5, hidden, torch.float64, input_size=0,
+                                 gaps=gaps)
         worst = max(errors, key=errors.get)
         assert errors[worst] <= 1e-10, (hidden, worst, errors[worst])
 
