@@ -15,6 +15,8 @@ import functools
 import torch
 from torch import Tensor
 
+from .gaps import is_per_sample
+
 CHUNK_STATE_BYTES = 1 << 26  # a chunk's (B, steps·L, H) state sequence: 64 MiB (its encoding: up to 4 times that)
 
 
@@ -60,7 +62,7 @@ def in_chunks(run):
         out = None
         for t0 in range(0, x.shape[1], steps):
             # contiguous: the input projection of a strided slice is a product and a separate bias sum, two buffers
-            piece = dt[:, t0:t0 + steps] if isinstance(dt, Tensor) and dt.dim() == 2 else dt  # per-sample gaps
+            piece = dt[:, t0:t0 + steps] if is_per_sample(dt) else dt
             ys, state = run(system, x[:, t0:t0 + steps].contiguous(), state, piece, unfolds, lags, **options)
             if out is None:
                 out = ys.new_empty(x.shape[0], x.shape[1], ys.shape[-1])

@@ -4,10 +4,21 @@ from __future__ import annotations
 import torch
 
 
+def is_per_sample(dt) -> bool:
+    """Whether ``dt`` is a (B, T) tensor of per-sample gaps (else one float step for every sample)."""
+    return isinstance(dt, torch.Tensor) and dt.dim() == 2
+
+
+def sample_lengths(gaps: torch.Tensor, unfolds: int, dtype) -> torch.Tensor:
+    """Each sample's sub-step length gap / L, (B, T), contiguous and without gradient (the gaps are data): for
+    kernels that unfold a sample's ``unfolds`` sub-steps themselves (the liquid cells)."""
+    return (gaps.detach() / unfolds).to(dtype).contiguous()
+
+
 def per_step_lengths(dt, unfolds: int, dtype) -> tuple[torch.Tensor | None, float]:
-    """``(hs, h)`` for a kernel: with ``dt`` a (B, T) tensor of per-sample gaps, hs = each sub-step's length
-    (B, T·L) (every sample's gap split into ``unfolds`` equal sub-steps, the input held; contiguous, without
-    gradient: the gaps are data) and h = 0; with a float dt, (None, dt / unfolds)."""
-    if isinstance(dt, torch.Tensor) and dt.dim() == 2:
-        return (dt.detach() / unfolds).to(dtype).repeat_interleave(unfolds, dim=1).contiguous(), 0.0
+    """``(hs, h)`` for a kernel that runs the repeated input: with per-sample gaps (:func:`is_per_sample`), hs = each
+    sub-step's length (B, T·L) (every sample's gap split into ``unfolds`` equal sub-steps, the input held) and
+    h = 0; with a float dt, (None, dt / unfolds)."""
+    if is_per_sample(dt):
+        return sample_lengths(dt, unfolds, dtype).repeat_interleave(unfolds, dim=1).contiguous(), 0.0
     return None, float(dt) / unfolds

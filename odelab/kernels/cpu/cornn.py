@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..derivatives import kernel_backward
-from ..gaps import per_step_lengths
+from ..gaps import is_per_sample, per_step_lengths
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -66,7 +66,7 @@ def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, implicit: b
     m, d = system.input_size, system.hidden_size
     gamma, epsilon = (float(v) for v in system.coefficients.tolist())
     Wc, Wy = system.weight[:, m:m + d], system.weight[:, m + d:]
-    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps: the sub-steps' lengths, the whole sequence
+    if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
         hs, _ = per_step_lengths(dt, unfolds, x.dtype)
         A = encode_flat(system, x, unfolds)
         Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, 0.0, gamma, epsilon, implicit, hs)

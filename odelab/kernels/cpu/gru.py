@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..derivatives import kernel_backward
-from ..gaps import per_step_lengths
+from ..gaps import is_per_sample, per_step_lengths
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -65,7 +65,7 @@ def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=())
     (h0,) = state
     d = system.hidden_size
     Wrf, Wu, bhu = system.weight_hidden[:2 * d], system.weight_hidden[2 * d:], system.bias_hidden_candidate
-    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps: the sub-steps' lengths, the whole sequence
+    if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
         hs, _ = per_step_lengths(dt, unfolds, x.dtype)
         H, _ = GRUFunction.apply(encode_flat(system, x, unfolds), h0, Wrf, Wu, bhu, 0.0, hs)
         return every_sample(H, unfolds), (H[:, -1],)

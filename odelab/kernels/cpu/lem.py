@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..derivatives import kernel_backward
-from ..gaps import per_step_lengths
+from ..gaps import is_per_sample, per_step_lengths
 from .common import (
     contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -67,7 +67,7 @@ def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=())
     tensor (without gradient): each sample's own step (``Recurrent.forward(x, dt=gaps)``)."""
     z0, y0 = state
     Wg = torch.cat((system.weight_y, system.W2), dim=0)
-    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps: the sub-steps' lengths, the whole sequence
+    if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
         hs, _ = per_step_lengths(dt, unfolds, x.dtype)
         A = encode_flat(system, x, unfolds)
         Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, 0.0, hs)

@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..derivatives import kernel_backward
+from ..gaps import is_per_sample, sample_lengths
 from .common import contiguous, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
@@ -76,8 +77,8 @@ def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, kind: int):
     tensors = contiguous(x, h0, F.softplus(system.raw_g), system.a, system.b, system.k,
                          F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh)
     tensors += (w_in,)
-    if isinstance(dt, Tensor) and dt.dim() == 2:  # per-sample steps (B, T), each sample's L sub-steps of dt / L
-        args = (*tensors, 0.0, (dt / unfolds).to(h0.dtype).contiguous(), kind, unfolds)
+    if is_per_sample(dt):  # per-sample steps (B, T), each sample's L sub-steps of dt / L
+        args = (*tensors, 0.0, sample_lengths(dt, unfolds, h0.dtype), kind, unfolds)
     else:
         args = (*tensors, dt / unfolds, None, kind, unfolds)
     if needs_backward(system, x, state):

@@ -36,8 +36,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..gaps import per_step_lengths  # noqa: F401 -- the kernel modules import it from here
-
 BLOCK_B = 16  # tl.dot needs M, N, K >= 16
 MAX_BLOCK_H = 32  # BH = 64 spills (ptxas, sm_90: 255 registers + stack) in the tiled backward
 MAX_RESIDENT = 32  # hidden sizes up to this run the register-resident variant (where a kernel has one)

@@ -17,10 +17,11 @@ import triton.language as tl
 
 from ..derivatives import kernel_backward
 from ..chunks import in_chunks
+from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    per_step_lengths, sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
+    sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -430,7 +431,7 @@ def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, SYNC, B, T, H, HP: tl.constex
 
 class GRUSequence(torch.autograd.Function):
     """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule) -> (hs, h_T)``; ``hs``: None,
-    or each row's step lengths (B, T) (``_common.per_step_lengths``; no gradient), which replace ``dt``;
+    or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``; no gradient), which replace ``dt``;
     ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod

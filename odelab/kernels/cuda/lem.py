@@ -19,10 +19,11 @@ import triton.language as tl
 
 from ..derivatives import kernel_backward
 from ..chunks import in_chunks
+from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    per_step_lengths, sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
+    sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -505,7 +506,7 @@ def one_barrier() -> bool:
 
 class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or each
-    row's step lengths (B, T) (``_common.per_step_lengths``; no gradient), which replace ``dt``; ``schedule``:
+    row's step lengths (B, T) (``kernels.gaps.per_step_lengths``; no gradient), which replace ``dt``; ``schedule``:
     "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod

@@ -48,6 +48,7 @@ from torch.nn import functional as F
 
 from ..derivatives import kernel_backward
 from ..chunks import in_chunks
+from ..gaps import is_per_sample, sample_lengths
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
@@ -1051,8 +1052,8 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
         if mode == LRC_SYMMETRIC:
             shift = F.softplus(system.raw_k_shift)
     chosen = liquid_schedule(schedule, x, H, block_h)
-    gaps = isinstance(dt, torch.Tensor) and dt.dim() == 2  # per-sample gaps (B, T): each sample's L sub-steps of gap/L
-    hs = (dt.detach() / unfolds).to(x.dtype).contiguous() if gaps else None
+    gaps = is_per_sample(dt)  # per-sample gaps (B, T): each sample's L sub-steps of gap/L
+    hs = sample_lengths(dt, unfolds, x.dtype) if gaps else None
     states, hT = grid.apply(LiquidSequence, x, w_in, F.softplus(system.raw_g), system.a,
                             system.b, system.k, F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift,
                             state[0], 0.0 if gaps else float(dt) / unfolds, hs, unfolds, mode, block_h, chosen)

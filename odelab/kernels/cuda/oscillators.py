@@ -25,10 +25,11 @@ import triton.language as tl
 
 from ..derivatives import kernel_backward
 from ..chunks import in_chunks
+from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    per_step_lengths, step_launches, step_length, tanh, tile, tile_at, warps, weights)
+    step_launches, step_length, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -424,7 +425,7 @@ def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: t
 class SecondOrderSequence(torch.autograd.Function):
     """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule) -> (ys, z_T, y_T)``; W_rec =
     [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's step
-    lengths (B, T) (``_common.per_step_lengths``; no gradient), which replace ``dt``; schedule: "persistent",
+    lengths (B, T) (``kernels.gaps.per_step_lengths``; no gradient), which replace ``dt``; schedule: "persistent",
     "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
