@@ -9,8 +9,9 @@ kernels' IEEE and, in *_tf32.json, TF32 products, in
 *_tf32x3.json three TF32 products, in *_bf16.json bfloat16-rounded operands),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
-the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs) and the newest gpu_session.log (the gpu tests' summary). With --readme, replaces the
-text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
+the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs), irregular_cuda_16.json and
+irregular_cuda_128.json (per-sample gaps) and the newest gpu_session.log (the gpu tests' summary). With --readme,
+replaces the text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
 """
 from __future__ import annotations
 
@@ -221,6 +222,25 @@ def enso_summary(folders: list[Path]) -> str:
     return text + ", ".join(parts) + mark(found[0])
 
 
+def irregular_summary(folders: list[Path]) -> str:
+    """Per-sample gaps on the Triton kernels (``irregular_cuda_<hidden>.json`` of ``gpu_session.sh irregular``): each
+    cell with the gaps and on a regular grid, and the ratio of the first to cuDNN's LSTM reading the gap."""
+    parts = []
+    for hidden in (16, 128):
+        found = first(folders, f"irregular_cuda_{hidden}.json")
+        if found is None:
+            continue
+        d = json.loads(found[1].read_text())
+        seconds, ratio = d["seconds"], d["ratio_to_lstm"]
+        cells = [name.split(", gaps, kernel")[0] for name in seconds if name.endswith(", gaps, kernel (auto)")]
+        rows = ", ".join(f"{cell} {seconds[cell + ', gaps, kernel (auto)'] * 1e3:.1f} ms "
+                         f"({ratio[cell + ', gaps, kernel (auto)']:.2f}×; regular grid "
+                         f"{seconds[cell + ', regular grid, kernel'] * 1e3:.1f} ms)" for cell in cells)
+        anchor = seconds["nn.LSTM on [x, gap] (anchor)"]
+        parts.append(f"{tuple(d['shape'])}: {rows}; nn.LSTM reading the gap {anchor * 1e3:.1f} ms" + mark(found[0]))
+    return "; ".join(parts) if parts else "not measured"
+
+
 def render(folders: list[Path]) -> str:
     meta = json.loads((folders[0] / "cell_speed_cuda.json").read_text())["meta"]
     legend = "; ".join(f"{mark(i).strip()} from `{f.as_posix()}`" for i, f in enumerate(folders) if i)
@@ -259,6 +279,10 @@ rung): {cold_start(folders)}. A new configuration (batch 16384) in a new process
 first one filled: {cold_start(folders, "solvers_cuda_newconfig.json")}.
 
 ENSO delay oscillator (`benchmarks/enso_torchdde.py`): {enso_summary(folders)}.
+
+Irregular sampling (`benchmarks/irregular.py --device cuda`: per-sample gaps on the Triton kernels, forward +
+backward, median of 3; in brackets the ratio to cuDNN's nn.LSTM reading the gap as a feature):
+{irregular_summary(folders)}.
 {END}"""
 
 
