@@ -58,16 +58,19 @@ def _join(parts: list, fn):
     return tuple(fn([p[i] for p in parts]) for i in range(len(first)))
 
 
-def run_lengths(run: Callable, x: Tensor, state, lengths: Tensor):
-    """(outputs ``(batch, time, ·)`` with zeros past each sample's length, final states at each length)."""
+def run_lengths(run: Callable, x: Tensor, state, lengths: Tensor, *aligned: Tensor):
+    """(outputs ``(batch, time, ·)`` with zeros past each sample's length, final states at each length).
+    ``aligned``: more ``(batch, time, …)`` tensors (e.g. per-sample time gaps), cut into the same pieces as x and
+    handed to ``run(x_part, state_part, *aligned_parts)``."""
     B, T = x.shape[:2]
     order = torch.argsort(lengths, descending=True, stable=True)
     sorted_lengths = lengths[order].tolist()
     order = order.to(x.device)
     x, state = x.index_select(0, order), map_state(state, lambda t: t.index_select(0, order))
+    aligned = tuple(a.index_select(0, order) for a in aligned)
     outputs, finals, start, active = [], [], 0, B
     for end in sorted(set(sorted_lengths)):
-        part, state = run(x[:active, start:end], state)
+        part, state = run(x[:active, start:end], state, *(a[:active, start:end] for a in aligned))
         if active < B:  # the samples already finished: zeros, as pad_packed_sequence pads
             part = torch.cat((part, part.new_zeros(B - active, *part.shape[1:])), dim=0)
         outputs.append(part)

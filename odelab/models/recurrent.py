@@ -230,9 +230,7 @@ class Recurrent(nn.Module):
 
                 if lengths is None or int(lengths.min()) == x.shape[1]:
                     return run(x, state, gaps)
-                # the gaps ride along as the last feature through the pieces of run_lengths
-                return run_lengths(lambda both, s: run(both[..., :-1], s, both[..., -1]),
-                                   torch.cat((x, gaps.unsqueeze(-1)), -1), state, lengths)
+                return run_lengths(run, x, state, lengths, gaps)  # each piece with its samples' gaps
             if self.engine == "fused":
                 raise ValueError("dt: engine='fused' runs per-sample steps of a registered kernel without gradients "
                                  "to the steps; use engine='auto' or 'generic'")
