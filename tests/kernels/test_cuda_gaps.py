@@ -13,7 +13,7 @@ import importlib
 
 import pytest
 import torch
-from test_cuda_kernels import DEVICE, kernel, relative_errors
+from test_cuda_kernels import DEVICE, PRESETS, kernel, relative_errors
 
 from odelab import Recurrent, cells, systems
 from odelab.kernels import REGISTRY, chunks
@@ -22,32 +22,26 @@ from odelab.kernels.cuda import grid
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
+# the presets of test_cuda_kernels whose CUDA kernels take the gaps, and sub-step variants of them:
 # name -> (model (input_size, hidden) -> Recurrent, kernel target)
+GAP_PRESETS = ("lem", "cornn", "cornn-implicit", "cornn-learned-coefficients", "cornn-implicit-learned-coefficients",
+               "oscillator", "gru-ode", "gru-ode-reset-before", "ltc", "stc", "lrcu-a", "lrcu-s")  # ltc, stc: 2 unfolds
 GAP_CELLS = {
-    # LEM (lem.py)
-    "lem": (lambda m, d: cells.LEM(m, d, dt=0.7), ".cuda.lem:run"),
+    **{name: PRESETS[name] for name in GAP_PRESETS},
     "lem-3-unfolds": (lambda m, d: Recurrent(systems.LEM(m, d), "imex", 0.9, unfolds=3), ".cuda.lem:run"),
-    # coRNN and the neural oscillator (oscillators.py)
-    "cornn": (lambda m, d: cells.CoRNN(m, d, dt=0.45), ".cuda.oscillators:run_cornn_explicit"),
     "cornn-implicit-2-unfolds": (lambda m, d: Recurrent(systems.CoRNN(m, d, 1.0, 3.0), "imex-implicit", 0.45,
                                                         unfolds=2), ".cuda.oscillators:run_cornn_implicit"),
-    "cornn-learned-coefficients": (lambda m, d: cells.CoRNN(m, d, dt=0.3, learn_coefficients=True),
-                                   ".cuda.oscillators:run_cornn_explicit"),
-    "cornn-implicit-learned-coefficients": (
-        lambda m, d: cells.CoRNN(m, d, dt=0.3, damping="implicit", learn_coefficients=True),
-        ".cuda.oscillators:run_cornn_implicit"),
-    "oscillator": (lambda m, d: cells.NeuralOscillator(m, d, dt=0.3), ".cuda.oscillators:run_oscillator"),
-    # GRU-ODE (gru.py)
-    "gru-ode": (lambda m, d: cells.GRUODE(m, d, dt=0.8), ".cuda.gru:run"),
     "gru-ode-2-unfolds": (lambda m, d: Recurrent(systems.GRU(m, d), "euler", 1.0, unfolds=2), ".cuda.gru:run"),
-    "gru-ode-reset-before": (lambda m, d: cells.GRUODE(m, d, dt=0.8, reset_after=False), ".cuda.gru:run"),
-    # the liquid cells (liquid.py)
-    "ltc-2-unfolds": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_ltc"),
-    "ltc-6-unfolds": (lambda m, d: cells.LTC(m, d), ".cuda.liquid:run_ltc"),
-    "stc": (lambda m, d: cells.STC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_stc"),
-    "lrcu-a": (lambda m, d: cells.LRCU(m, d, "asymmetric"), ".cuda.liquid:run_lrc"),
-    "lrcu-s": (lambda m, d: cells.LRCU(m, d, "symmetric"), ".cuda.liquid:run_lrc"),
+    "ltc-6-unfolds": (lambda m, d: cells.LTC(m, d), ".cuda.liquid:run_ltc"),  # the preset's own L
 }
+
+
+def test_every_kernel_registered_with_gaps_is_tested():
+    """The presets here are exactly those whose CUDA registration takes the gaps (``gaps=True``)."""
+    registered = {name for name, (build, _) in PRESETS.items()
+                  if REGISTRY[(type(build(2, 3).system), build(2, 3).scheme.name, "cuda", False)].gaps}
+    assert registered == set(GAP_PRESETS)
+
 
 # (batch, time, hidden, block_h, schedule): the register-resident one-launch kernel (hidden ≤ 32), the tiled
 # one-launch kernel (block_h), the stepwise schedule (which replaces the tiled kernels: hidden > 32 or block_h given),
