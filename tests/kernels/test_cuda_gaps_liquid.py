@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_cuda_gaps import TOL, gap_errors
-from test_cuda_kernels import DEVICE, _RecordGrid, kernel
+from test_cuda_kernels import DEVICE, _RecordGrid, kernel, recorded_counters
 
 from odelab import Recurrent, cells, systems
 from odelab.kernels import chunks
@@ -79,9 +79,7 @@ def test_grid(name, size, dtype, monkeypatch):
     """The synapse tiles' grid schedule (under the interpreter one tile of the whole matrix; element phases in
     blocks of 256 to 1024, two of 1024 at 40 × 30), its barriers as without gaps: two a sub-step forward, two a
     sub-step T … 0 backward."""
-    made = []
-    real = grid.counters
-    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    made = recorded_counters(monkeypatch)
     batch, time, hidden = size
     model = CELLS[name][0](3, hidden)
     assert liquid.liquid_schedule("grid", torch.empty(batch, time, 3, device=DEVICE), hidden, None) == "grid"

@@ -102,6 +102,16 @@ def lags_of(model) -> tuple[int, ...]:
     return tuple(delay_steps(float(tau), model.dt / model.unfolds) for tau in system.delays)
 
 
+def recorded_counters(monkeypatch) -> list:
+    """The barrier counters (``grid.counters``) of every grid launch from here on, in launch order."""
+    from odelab.kernels.cuda import grid
+
+    made = []
+    real = grid.counters
+    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    return made
+
+
 def relative_errors(model, run, batch, time, hidden, dtype, input_size=3, seed=0, block_h=None, gaps=False):
     """Max relative error (max |a − b| / max |b|, per tensor) of outputs, final state and every gradient; ``gaps``:
     both with per-sample steps (``dt`` a (batch, time) draw from U[0, 1.5): short, long and near-zero steps)."""
@@ -1245,9 +1255,7 @@ def test_grid_equals_stepwise_and_generic(name, size, dtype, monkeypatch):
     batch block's counter ends at phases × steps."""
     from odelab.kernels.cuda import grid
 
-    made = []
-    real = grid.counters
-    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    made = recorded_counters(monkeypatch)
     batch, time, hidden = size
     assert grid.schedule_for("grid", torch.empty(batch, time, 3, device=DEVICE), hidden, 32) == "grid"
     results, model = _grid_and_stepwise(name, batch, time, hidden, dtype, block_h=32)
@@ -1269,9 +1277,7 @@ def test_grid_with_64_row_batch_blocks(name, monkeypatch):
     batch 70, the second partly masked), against the generic loop in float64 to 1e-10."""
     from odelab.kernels.cuda import grid
 
-    made = []
-    real = grid.counters
-    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    made = recorded_counters(monkeypatch)
     monkeypatch.setattr(grid, "rows_per_block", lambda *args: 64)
     run = lambda *args, **kw: kernel(PRESETS[name][1])(*args, schedule="grid", **kw)
     errors = relative_errors(PRESETS[name][0](3, 20), run, 70, 3, 20, torch.float64, block_h=32)
@@ -1313,9 +1319,7 @@ def test_liquid_grid_equals_generic(name, size, dtype, monkeypatch):
     at two barriers a sub-step forward and two a sub-step, sub-steps T … 0, backward."""
     from odelab.kernels.cuda import grid, liquid
 
-    made = []
-    real = grid.counters
-    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    made = recorded_counters(monkeypatch)
     batch, time, hidden = size
     model = PRESETS[name][0](3, hidden)
     assert liquid.liquid_schedule("grid", torch.empty(batch, time, 3, device=DEVICE), hidden, None) == "grid"
@@ -1395,9 +1399,7 @@ def test_grid_with_weights_on_chip(name, size, dtype, monkeypatch):
     batch block's counter ends at barriers × steps."""
     from odelab.kernels.cuda import grid
 
-    made = []
-    real = grid.counters
-    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    made = recorded_counters(monkeypatch)
     monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
     batch, time, hidden = size
     assert grid.resident(batch, hidden, None, torch.device(DEVICE))
@@ -1417,9 +1419,7 @@ def test_lem_grid_forward_with_one_barrier_a_step(dtype, monkeypatch):
     gradient (the backward is the same) -- and its counters count one barrier a step forward, two backward."""
     from odelab.kernels.cuda import grid, lem
 
-    made = []
-    real = grid.counters
-    monkeypatch.setattr(grid, "counters", lambda *args: made.append(real(*args)) or made[-1])
+    made = recorded_counters(monkeypatch)
     monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)  # hidden ≤ 16 forced onto the grid
     results = {}
     for choice in ("", "One-Barrier"):
