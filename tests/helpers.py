@@ -265,3 +265,19 @@ def learnable_delay_system():
             return (-delayed[0][0] + 0.1 * state[0],)
 
     return LearnableDelay()
+
+
+def state_dropout_masks(batch: int, steps: int, width: int, p: float, dtype=torch.float64, device="cpu",
+                        generator: torch.Generator | None = None) -> torch.Tensor:
+    """Inverted-dropout factors ``(batch, steps, 2, width)``, each 0 or 1/(1 − p): ``[:, k, 0]`` for the state
+    (sub-)step k starts from, ``[:, k, 1]`` for the delayed state it reads (the layout a state-dropout kernel takes)."""
+    keep = torch.rand(batch, steps, 2, width, generator=generator, dtype=torch.float64) >= p
+    return (keep.to(dtype) / (1 - p)).to(device)
+
+
+def replayed_dropout(masks: torch.Tensor, delayed: bool = True):
+    """A ``drop`` for ``solvers.recurrence.run_sequence`` of a one-block cell that multiplies by the given masks
+    (:func:`state_dropout_masks`) instead of drawing: the loop drops, at each (sub-)step k, first the delayed state
+    it reads (``masks[:, k, 1]``; a delay system only: ``delayed``), then the state it starts from (``masks[:, k, 0]``)."""
+    order = iter([masks[:, k, i] for k in range(masks.shape[1]) for i in ((1, 0) if delayed else (0,))])
+    return lambda block: block * next(order)

@@ -28,11 +28,13 @@ def needs_backward(system, x: Tensor, state) -> bool:
                                         or any(p.requires_grad for p in system.parameters()))
 
 
-def add_history(enc: Tensor, history: Tensor | None, lag: int, W2: Tensor | None, column: int, start: int = 0) -> None:
+def add_history(enc: Tensor, history: Tensor | None, lag: int, W2: Tensor | None, column: int, start: int = 0,
+                keep: Tensor | None = None) -> None:
     """A delay cell's steps that read states from before the sequence (``history``, ``(B, M, H)``, oldest first:
     ``solvers.recurrence.DelayedState``): step k (1-based) reads h_{k−1−lag}; for the steps k = start + 1 … of the
     encoding ``enc`` ``(B, steps, width)`` with k − 1 − lag < 0, W2 h_{k−1−lag} is added to the delayed branch's
-    pre-activation (columns ``column`` … ``column + H``), where the kernel reads zero history, as at a first call."""
+    pre-activation (columns ``column`` … ``column + H``), where the kernel reads zero history, as at a first call.
+    ``keep`` (state dropout, ``(B, steps of the whole sequence, 2, H)``): step k reads ``keep[:, k−1, 1]`` ⊙ h_{k−1−lag}."""
     if history is None or W2 is None:
         return
     first, last = start + 1, min(start + enc.shape[1], lag)  # the steps k that read before the sequence
@@ -40,6 +42,8 @@ def add_history(enc: Tensor, history: Tensor | None, lag: int, W2: Tensor | None
         return
     depth, width = history.shape[1], history.shape[2]
     past = history[:, depth - lag + first - 1:depth - lag + last]  # h_{first−1−lag} … h_{last−1−lag}
+    if keep is not None:
+        past = past * keep[:, first - 1:last, 1]
     enc[:, first - 1 - start:last - start, column:column + width] += past @ W2.t()
 
 

@@ -24,6 +24,7 @@ class Implementation:
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
     reversible: bool = False
     gaps: bool = False  # also takes dt as a (batch, time) tensor of per-sample steps (irregular sampling)
+    dropout: bool = False  # also takes state-dropout factors, ``drop=`` (batch, time · unfolds, 2, width)
 
     def load(self) -> Callable:
         module, _, name = self.target.partition(":")
@@ -45,11 +46,14 @@ REGISTRY: dict[tuple[type, str, str, bool], Implementation] = {}
 
 def register(system: type, scheme: str, device: str, target: str,
              dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64), reversible: bool = False,
-             gaps: bool = False) -> None:
+             gaps: bool = False, dropout: bool = False) -> None:
     """Declare a kernel; ``target`` is ``"module:function"`` relative to this package (``".cuda.lem:run"``);
-    ``gaps``: it also takes per-sample steps, ``dt`` a ``(batch, time)`` tensor without gradient."""
+    ``gaps``: it also takes per-sample steps, ``dt`` a ``(batch, time)`` tensor without gradient; ``dropout``: it
+    also takes state dropout (a one-block delay cell), ``drop=`` the factors ``(batch, time · unfolds, 2, width)``,
+    each 0 or 1/(1 − p): ``drop[:, k, 0]`` multiplies the state sub-step k starts from, ``drop[:, k, 1]`` the
+    delayed state it reads."""
     REGISTRY[(system, scheme, device, reversible)] = Implementation(system, scheme, device, target, dtypes, reversible,
-                                                                    gaps)
+                                                                    gaps, dropout)
 
 
 def find(system, scheme: str, x: torch.Tensor, reversible: bool = False) -> Implementation | None:

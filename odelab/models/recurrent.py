@@ -58,7 +58,10 @@ class Recurrent(nn.Module):
 
     ``state_dropout`` = p (training only): every (sub-)step starts from its state, and reads its delayed states,
     through dropout with a fresh mask each time, as the τ-GRU code feeds its cell ``dropout(h)`` and
-    ``dropout(h_delay)``; the states kept (outputs, history, final state) are the steps' own. On the generic loop.
+    ``dropout(h_delay)``; the states kept (outputs, history, final state) are the steps' own. A one-block cell with
+    at most one delay draws the factors of the whole sequence at once, ``(batch, time · unfolds, 2, hidden)``, which
+    the generic loop and τ-GRU's and Delay GRU's kernels (CPU and CUDA) read alike (the same seed, the same masks on
+    either engine); the other cells draw at each step of the generic loop.
     """
 
     def __init__(self, system: System | Callable, scheme: str | Scheme = "imex", dt: float = 1.0, unfolds: int = 1,
@@ -191,7 +194,7 @@ class Recurrent(nn.Module):
             return None
         impl = kernels.find(self.system, self.scheme.name, x)
         blocker = self.system.kernel_blocker()
-        if self._drop() is not None:
+        if self._dropping() and impl is not None and not impl.dropout:
             blocker = "state dropout while training runs the generic loop"
         if gaps and impl is not None and not impl.gaps:
             blocker = "it steps every sample by the model's dt; per-sample steps run the generic loop"
@@ -238,7 +241,8 @@ class Recurrent(nn.Module):
             if lengths is not None:
                 active = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]
                 x = x.masked_fill(~active.unsqueeze(-1), 0)  # what is padded (NaN, say) enters no step's gradient
-            return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active, self._drop())
+            return run_sequence(self.system, self.scheme, x, state, gaps, self.unfolds, (), active,
+                                self._drop(x, ()))
         if lengths is not None:
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])
             if x.shape[0] and int(lengths.min()) < x.shape[1]:
@@ -272,7 +276,7 @@ class Recurrent(nn.Module):
         if self.engine == "cuda-graph":
             if forward_mode_or_transform():
                 raise ValueError(first_order_only("cuda-graph"))
-            if self._drop() is not None:
+            if self._dropping():
                 raise ValueError("engine='cuda-graph' captures a fixed computation; state dropout draws fresh masks "
                                  "at every step: use engine='auto' while training with it")
             if isinstance(state, DelayedState):
@@ -285,13 +289,27 @@ class Recurrent(nn.Module):
             with on_device_of(x):  # graphs are captured on the current device
                 return self._graphs.run(system, self.scheme, x, state, self.dt, self.unfolds, lags)
         kernel = self.kernel(x) if x.shape[0] else None  # an empty batch: nothing for a kernel to run
+        drop = self._drop(x, lags)
         if kernel is not None:  # launched on x's device, computing in the parameters' dtype
             with on_device_of(x), outside_autocast(x):
-                return kernel(system, x, state, self.dt, self.unfolds, lags)
-        return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags, drop=self._drop())
+                if drop is None:
+                    return kernel(system, x, state, self.dt, self.unfolds, lags)
+                return kernel(system, x, state, self.dt, self.unfolds, lags, drop=drop)
+        return run_sequence(system, self.scheme, x, state, self.dt, self.unfolds, lags, drop=drop)
 
-    def _drop(self) -> Callable[[Tensor], Tensor] | None:
-        """The state dropout of a training step, or None."""
-        if not (self.training and self.state_dropout > 0):
+    def _dropping(self) -> bool:
+        return self.training and self.state_dropout > 0
+
+    def _drop(self, x: Tensor, lags: tuple[int, ...]) -> Callable[[Tensor], Tensor] | Tensor | None:
+        """The state dropout of a training step (``run_sequence``'s ``drop``), or None: for a one-block cell with at
+        most one delay, the factors of every sub-step, ``(batch, time · unfolds, 2, hidden)``, each 0 or 1/(1 − p)
+        (without a delay the cell reads no delayed state but its start: one factor for both); else a fresh draw at
+        each step."""
+        if not self._dropping():
             return None
-        return lambda block: torch.nn.functional.dropout(block, self.state_dropout, training=True)
+        p = self.state_dropout
+        if len(self.system.blocks) != 1 or len(lags) > 1:
+            return lambda block: torch.nn.functional.dropout(block, p, training=True)
+        shape = (x.shape[0], x.shape[1] * self.unfolds, 2 if lags else 1, self.hidden_size)
+        keep = torch.rand(shape, dtype=x.dtype, device=x.device).ge_(p).div_(1 - p)  # (cheaper than bernoulli_)
+        return keep if lags else keep.expand(-1, -1, 2, -1).contiguous()

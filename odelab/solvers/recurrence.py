@@ -96,9 +96,21 @@ class _Frozen:
         return self.value
 
 
+def _dropper(drop, system: System, steps: int, lags: tuple[int, ...]):
+    """``run_sequence``'s ``drop`` as ``(block, k, which) -> the dropped block`` (which: 0 the start, 1 a delayed
+    read) or None: a callable draws afresh, factors multiply by ``factors[:, k, which]``."""
+    if drop is None or not isinstance(drop, Tensor):
+        return None if drop is None else lambda block, _k, _which: drop(block)
+    expected = (drop.shape[0], steps, 2, system.block_sizes()[0])
+    if len(system.blocks) != 1 or len(lags) > 1 or tuple(drop.shape) != expected:
+        raise ValueError(f"drop: factors (batch, steps, 2, width) = {expected} are for a one-block system with at most "
+                         f"one delay; got shape {tuple(drop.shape)} for {len(system.blocks)} block(s), lags {lags}")
+    return lambda block, k, which: block * drop[:, k, which]
+
+
 def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: float | Tensor, unfolds: int = 1,
                  lags: tuple[int, ...] = (), active: Tensor | None = None,
-                 drop: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, State]:
+                 drop: Callable[[Tensor], Tensor] | Tensor | None = None) -> tuple[Tensor, State]:
     """Step ``system`` through the input sequence ``x`` ``(batch, time, input)`` from ``state``.
 
     Returns the observable block after every sample ``(batch, time, hidden)`` and the final state. The input
@@ -109,9 +121,12 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
     sequence lasts its own dt[:, n] (irregular sampling; no delays), its time a ``(batch, 1)`` tensor. ``active`` ``(batch, time)`` bool: a sample past its sequence's end
     leaves the state as it is and outputs zeros. ``drop`` (state dropout): applied to every block of the state a
     (sub-)step starts from and of each delayed state it reads, afresh each time; the states kept (outputs, history,
-    the final state) are the steps' own.
+    the final state) are the steps' own. For a one-block system with at most one delay, ``drop`` may instead be the
+    factors themselves, ``(batch, time · unfolds, 2, width)``: sub-step k starts from ``drop[:, k, 0]`` ⊙ h_k and
+    reads ``drop[:, k, 1]`` ⊙ h_{k−m} (the layout the kernels take: ``kernels.registry.register``).
     """
     field = Field(system)
+    drop = _dropper(drop, system, x.shape[1] * unfolds, lags)
     if lags:
         depth = max(lags)
         before = incoming_history(state, depth)
@@ -134,12 +149,13 @@ def run_sequence(system: System, scheme: Scheme, x: Tensor, state: State, dt: fl
         if gaps is not None:
             h = gaps[n]
         before = state
-        for _ in range(unfolds):
+        for q in range(unfolds):
+            k = n * unfolds + q
             if lags:
                 frozen.value = tuple(past[-1 - m] for m in lags)
                 if drop is not None:
-                    frozen.value = tuple(tuple(drop(b) for b in read) for read in frozen.value)
-            state = step(field, t, state if drop is None else tuple(drop(b) for b in state), h)
+                    frozen.value = tuple(tuple(drop(b, k, 1) for b in read) for read in frozen.value)
+            state = step(field, t, state if drop is None else tuple(drop(b, k, 0) for b in state), h)
             if lags:
                 past.append(state)
             t = t + h

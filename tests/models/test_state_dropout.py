@@ -3,6 +3,7 @@ dropped copy of its state and reads dropped delayed states; the states kept are 
 τ-GRU's eq. 14 written out, with a deterministic stand-in for the dropout so that it can be followed exactly."""
 import pytest
 import torch
+from helpers import replayed_dropout, state_dropout_masks
 
 from odelab.models import cells
 from odelab.solvers.recurrence import delay_lags, run_sequence
@@ -76,3 +77,54 @@ def test_the_mask_is_fresh_at_every_step():
 def test_state_dropout_must_be_a_probability():
     with pytest.raises(ValueError, match="state_dropout"):
         cells.TauGRU(1, 2, tau=2.0, state_dropout=1.0)
+
+
+@pytest.mark.parametrize("make", [lambda: cells.TauGRU(2, 4, tau=2.0, dt=0.5), lambda: cells.DelayGRU(2, 4, tau=0.2),
+                                  lambda: cells.GRUODE(2, 4, dt=0.3)], ids=["taugru", "delaygru-lag0", "gru-ode"])
+def test_given_factors_drop_as_the_loop_does(make):
+    """``drop`` as factors (batch, steps, 2, width), the layout the kernels take, gives the loop with those masks
+    drawn step by step (the delayed read's, then the start's)."""
+    torch.manual_seed(5)
+    cell = make().double()
+    cell.unfolds = 2
+    x = torch.randn(3, 6, 2, dtype=torch.float64)
+    lags = delay_lags(cell.system, cell.dt / 2) if cell.system.is_delay else ()
+    masks = state_dropout_masks(3, 12, 4, 0.4)
+    state = cell.starting_state(x)
+    given, _ = run_sequence(cell.system, resolve_scheme("euler"), x, state, cell.dt, 2, lags, drop=masks)
+    drawn, _ = run_sequence(cell.system, resolve_scheme("euler"), x, state, cell.dt, 2, lags,
+                            drop=replayed_dropout(masks, delayed=bool(lags)))
+    plain, _ = run_sequence(cell.system, resolve_scheme("euler"), x, state, cell.dt, 2, lags)
+    assert torch.equal(given, drawn) and not torch.allclose(given, plain)
+
+
+def test_factors_of_the_wrong_shape_or_for_two_blocks_are_refused():
+    lem = cells.LEM(2, 4, dt=0.5).double()
+    x = torch.randn(3, 5, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="one-block system"):
+        run_sequence(lem.system, resolve_scheme("imex"), x, lem.starting_state(x), 0.5, drop=torch.ones(3, 5, 2, 4))
+    tau = cells.TauGRU(2, 4, tau=1.0).double()
+    with pytest.raises(ValueError, match=r"\(3, 5, 2, 4\)"):
+        run_sequence(tau.system, resolve_scheme("euler"), x, tau.starting_state(x), 1.0, lags=(1,),
+                     drop=torch.ones(3, 4, 2, 4, dtype=torch.float64))
+
+
+def test_the_drawn_factors():
+    """0 with probability p, else 1/(1 − p), independently for the start and the delayed read; without a delay (τ =
+    0) one factor for both (the cell's delayed read is its start); a two-block cell draws at each step instead."""
+    torch.manual_seed(6)
+    p = 0.25
+    cell = cells.TauGRU(2, 64, tau=2.0, state_dropout=p)
+    x = torch.zeros(16, 50, 2)
+    factors = cell._drop(x, (2,))
+    assert factors.shape == (16, 50, 2, 64)
+    zeros = (factors == 0).double().mean().item()
+    assert abs(zeros - p) < 0.01 and torch.all((factors == 0) | (factors == 1 / (1 - p)))
+    assert not torch.equal(factors[:, :, 0], factors[:, :, 1])
+    tied = cells.TauGRU(2, 64, tau=0.0, state_dropout=p)._drop(x, ())
+    assert torch.equal(tied[:, :, 0], tied[:, :, 1])
+    lem = cells.LEM(2, 8)
+    lem.state_dropout = p
+    assert callable(lem._drop(x, ()))
+    cell.eval()
+    assert cell._drop(x, (2,)) is None

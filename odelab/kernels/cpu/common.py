@@ -62,15 +62,19 @@ def every_sample(seq: Tensor, unfolds: int) -> Tensor:
     return seq if unfolds == 1 else seq[:, unfolds - 1::unfolds].contiguous()
 
 
-def state_products(dA: Tensor, columns: tuple[int, int], H: Tensor, h0: Tensor, lag: int = 0) -> Tensor:
+def state_products(dA: Tensor, columns: tuple[int, int], H: Tensor, h0: Tensor, lag: int = 0,
+                   factors: Tensor | None = None, which: int = 0) -> Tensor:
     """The gradient of a weight W in the products ``W state_{n−lag}`` of every step n: Σ over the batch and the
     steps n ≥ lag of ``dA[b, n, c0:c1]ᵀ state_{n−lag}[b]``, ``(c1 − c0, d)``, for dA ``(B·T, w)`` and the states
     ``state_0 = h0`` ``(B, d)``, ``state_k = H[:, k−1]`` ``(B, T, d)`` (zero before 0). lag 0: the state before
-    each step; τ-GRU's lag m: the delayed state. Computed from H in place (no shifted copy of the sequence)."""
+    each step; τ-GRU's lag m: the delayed state. Computed from H in place (no shifted copy of the sequence); with
+    state dropout (``factors`` ``(B, T, 2, d)``), against the states as step n read them,
+    ``factors[:, n, which]`` ⊙ state_{n−lag}."""
     B, T, d = H.shape
     c0, c1 = columns
     out = dA.new_empty(c1 - c0, d)
-    call("state_products", [dA, H.contiguous(), h0.contiguous(), out], (B, T, dA.shape[1], c0, c1 - c0, d, lag))
+    call("state_products", [dA, H.contiguous(), h0.contiguous(), out, factors],
+         (B, T, dA.shape[1], c0, c1 - c0, d, lag, which))
     return out
 
 
@@ -78,9 +82,9 @@ def contiguous(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.contiguous() for t in tensors)
 
 
-def generic(system, scheme: str, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
+def generic(system, scheme: str, x: Tensor, state, dt: float, unfolds: int = 1, lags=(), drop=None):
     """The generic loop (the definition), for the configurations a kernel does not cover."""
     from ...solvers.recurrence import run_sequence
     from ...solvers.schemes import resolve_scheme
 
-    return run_sequence(system, resolve_scheme(scheme), x, state, dt, unfolds, lags)
+    return run_sequence(system, resolve_scheme(scheme), x, state, dt, unfolds, lags, drop=drop)

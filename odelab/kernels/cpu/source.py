@@ -123,12 +123,26 @@ void mm_tn(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S* C, 
 // The gradient of a weight W in the products W state_{n−s} of steps n = s … T−1 (state 0 = h0, state k >= 1 =
 // H[:, k−1], zero before 0): O (nc x d) = Σ_b Σ_n dA[b, n, c0 : c0 + nc]^T state_{n−s}[b], dA (B, T, w). Per
 // sample one product over its steps (their states are rows of H: no copy of the shifted sequence), and one over
-// the batch for h0.
+// the batch for h0. With state dropout, F (B, T, 2, d) (null: none): the states as step n read them,
+// F[b, n, f] ⊙ state_{n−s}, a sample at a time in R.
 template <typename S>
 void state_products(i64 B, i64 T, i64 w, i64 c0, i64 nc, i64 d, i64 s, const S* dA, const S* H, const S* h0,
-                    S* O) {
+                    S* O, const S* F, i64 f) {
   std::fill(O, O + nc * d, S(0));
   if (s >= T) return;
+  if (F) {
+    std::vector<S> R((T - s) * d);
+    for (i64 b = 0; b < B; ++b) {
+      for (i64 r = 0; r < T - s; ++r) {
+        const S* __restrict__ x = r == 0 ? h0 + b * d : H + (b * T + r - 1) * d;
+        const S* __restrict__ k = F + ((b * T + s + r) * 2 + f) * d;
+        S* __restrict__ o = R.data() + r * d;
+        for (i64 j = 0; j < d; ++j) o[j] = k[j] * x[j];
+      }
+      mm_tn(nc, d, T - s, dA + (b * T + s) * w + c0, w, R.data(), d, O, d);
+    }
+    return;
+  }
   mm_tn(nc, d, B, dA + s * w + c0, T * w, h0, d, O, d);
   for (i64 b = 0; b < B; ++b)
     mm_tn(nc, d, T - 1 - s, dA + (b * T + s + 1) * w + c0, w, H + b * T * d, d, O, d);
@@ -616,17 +630,37 @@ void tau_step_bwd(i64 d, S h, S alpha, S beta, const S* __restrict__ sb, const S
   }
 }
 
+// State dropout: K (B, T, 2, d) or null, the factors of step n: state n (the one it starts from) times K[:, n, 0],
+// the delayed state it reads times K[:, n, 1]. dropped() writes them into R (2 x B x d) and points hp, hq there.
+template <typename S>
+void dropped(i64 B, i64 T, i64 d, i64 n, const S* K, S* R, const S** hp, i64* lp, const S** hq, i64* lq) {
+  const i64 lk = T * 2 * d;
+  for (i64 b = 0; b < B; ++b) {
+    const S* __restrict__ k = K + b * lk + n * 2 * d; const S* __restrict__ x = *hp + b * *lp;
+    S* __restrict__ r = R + b * d;
+    for (i64 j = 0; j < d; ++j) r[j] = k[j] * x[j];
+    if (*hq) {
+      const S* __restrict__ q = *hq + b * *lq; S* __restrict__ rq = R + (B + b) * d;
+      for (i64 j = 0; j < d; ++j) rq[j] = k[d + j] * q[j];
+    }
+  }
+  *hp = R; *lp = d;
+  if (*hq) { *hq = R + B * d; *lq = d; }
+}
+
 // Steps n0 … n0 + TA − 1 of the T (A holds their TA encodings: the whole sequence, or a chunk of it when no
-// backward follows); H (B, T, d) holds the states before n0.
+// backward follows); H (B, T, d) holds the states before n0; K as dropped() (steps indexed from 0, not n0).
 template <typename S>
 void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, const S* h0, const S* Wht, const S* W2t,
-                double hd, double al, double be, S* H) {
+                double hd, double al, double be, S* H, const S* K) {
   const S h = S(hd), alpha = S(al), beta = S(be);
   const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = TA * w;
+  std::vector<S> R(K ? 2 * B * d : 0);
   for (i64 n = n0; n < n0 + TA; ++n) {
     i64 lp = d, lq = d;
     const S* hp = delay_state(H, h0, n, d, ls, &lp);
     const S* hq = delay_state(H, h0, n - m, d, ls, &lq);
+    if (K) dropped(B, T, d, n, K, R.data(), &hp, &lp, &hq, &lq);
     S* a = A + (n - n0) * w;
     if (kind == 0) {
       mm(B, 2 * d, d, hp, lp, Wht, 2 * d, S(1), a, la);                  // [s_c s_g] += h [W1; W3]^T
@@ -642,16 +676,22 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, cons
 }
 
 // Pend (pending_slots(T, m) x B x d, zeroed): a ring of the gradients that later steps' delayed reads send back to
-// the states still to be reached.
+// the states still to be reached. K as gdelay_fwd: the step's gradient to its dropped start (and delayed read) is
+// multiplied by the same factor on its way to the state.
 template <typename S>
 void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
-                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend) {
+                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend, const S* K) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w, R = pending_slots(T, m);
-  std::vector<S> G(B * d);
+  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w, R = pending_slots(T, m), lk = T * 2 * d;
+  std::vector<S> G(B * d), D(K ? 2 * B * d : 0), Q(K ? B * d : 0);
   for (i64 n = T - 1; n >= 0; --n) {
-    i64 lp = d;
+    i64 lp = d, lq = d;
     const S* hp = delay_state(H, h0, n, d, ls, &lp);
+    const S* hq = nullptr;
+    if (K) dropped(B, T, d, n, K, D.data(), &hp, &lp, &hq, &lq);  // the start only: the delayed read is not needed
+    // the delayed read's gradient: straight into its state's slot, or through Q and its factor
+    S* delayed = n - m >= 0 ? (K ? Q.data() : Pend + (n - m) % R * B * d) : nullptr;
+    const S keep_sum = K ? S(0) : S(1);
     const S* a = A + n * w; S* da = dA + n * w;
     // gh: dL/d state_{n+1} = what came back + the output gradient + the delayed reads of it (its slot is then
     // free for state n − m − 1, which step n − 1 writes)
@@ -665,12 +705,23 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
                   da + b * la);
       std::memcpy(gh, G.data(), B * d * sizeof(S));
       mm(B, d, 2 * d, da, la, Wh, d, S(1), gh, d);                       // += [ds_c ds_g] [W1; W3]
-      if (n - m >= 0) mm(B, d, d, da, la, W2, d, S(1), Pend + (n - m) % R * B * d, d);
+      if (delayed) mm(B, d, d, da, la, W2, d, keep_sum, delayed, d);
     } else {
       for (i64 b = 0; b < B; ++b) tau_step_bwd(d, h, alpha, beta, a + b * la, hp + b * lp, da + b * la, gh + b * d);
       mm(B, d, d, da, la, Wh, d, S(1), gh, d);                           // += ds_u W1
       mm(B, d, 2 * d, da + 2 * d, la, Wh + d * d, d, S(1), gh, d);       // += [ds_g ds_a] [W3; W4]
-      if (n - m >= 0) mm(B, d, d, da + d, la, W2, d, S(1), Pend + (n - m) % R * B * d, d);
+      if (delayed) mm(B, d, d, da + d, la, W2, d, keep_sum, delayed, d);
+    }
+    if (K) {  // gh was dL/d(start) and Q dL/d(delayed read): times their factors, to the states
+      S* pend = delayed ? Pend + (n - m) % R * B * d : nullptr;
+      for (i64 b = 0; b < B; ++b) {
+        const S* __restrict__ k = K + b * lk + n * 2 * d; S* __restrict__ g = gh + b * d;
+        for (i64 j = 0; j < d; ++j) g[j] *= k[j];
+        if (pend) {
+          const S* __restrict__ q = Q.data() + b * d; S* __restrict__ p = pend + b * d;
+          for (i64 j = 0; j < d; ++j) p[j] += k[d + j] * q[j];
+        }
+      }
     }
   }
   for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += Pend[b * d + j];  // state 0 = h0
@@ -1033,15 +1084,17 @@ ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), 
 // sizes (B, T, d); pointers A W dY gz gy dA hs (dY, hs may be null); scalars h
 ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5),
                                        PTR(6)))
-// sizes (kind, B, T, d, m, n0, TA); pointers A h0 weight_h^T W2^T H; scalars Δ α β
+// sizes (kind, B, T, d, m, n0, TA); pointers A h0 weight_h^T W2^T H K (K: dropout factors, may be null);
+// scalars Δ α β
 ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
-                                            PTR(3), s[0], s[1], s[2], PTR(4)))
-// sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see pending_slots); scalars Δ α β
+                                            PTR(3), s[0], s[1], s[2], PTR(4), PTR(5)))
+// sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see pending_slots) K (may be
+// null); scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
-                                             s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8)))
-// sizes (B, T, w, c0, nc, d, s); pointers dA H h0 O
+                                             s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9)))
+// sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors, may be null)
 ODELAB_EXPORT(state_products, state_products<S>(n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
-                                                PTR(3)))
+                                                PTR(3), PTR(4), n[7]))
 // sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H hs; scalars δ
 ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],

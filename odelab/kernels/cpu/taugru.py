@@ -20,47 +20,49 @@ from .extension import available, call  # noqa: F401 -- available(): Recurrent a
 
 
 class GatedDelayFunction(torch.autograd.Function):
-    """(A, h0, weight_h, W2, Δ, m, kind, α, β) -> (H, A); kind 0 = Delay GRU, 1 = τ-GRU; A is overwritten by
-    the pre-activations."""
+    """(A, h0, weight_h, W2, Δ, m, kind, α, β, K) -> (H, A); kind 0 = Delay GRU, 1 = τ-GRU; A is overwritten by
+    the pre-activations; K: the state-dropout factors (B, T, 2, d) or None."""
 
     @staticmethod
-    def forward(ctx, A, h0, Wh, W2, h, m, kind, alpha, beta):
+    def forward(ctx, A, h0, Wh, W2, h, m, kind, alpha, beta, K):
         h0, Wh, W2 = contiguous(h0, Wh, W2)
         B, d = h0.shape
         T = A.shape[0] // B
         H = A.new_empty(B, T, d)
-        call("gdelay_forward", [A, h0, Wh.t().contiguous(), W2.t().contiguous(), H], (kind, B, T, d, m, 0, T),
+        call("gdelay_forward", [A, h0, Wh.t().contiguous(), W2.t().contiguous(), H, K], (kind, B, T, d, m, 0, T),
              (h, alpha, beta))
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(A, h0, Wh, W2, H)
-        ctx.args = (h, m, kind, alpha, beta)
+        ctx.args = (h, m, kind, alpha, beta, K)
         return H, A
 
     @staticmethod
     @kernel_backward("cpu")
     def backward(ctx, dH, _dA):
         A, h0, Wh, W2, H = ctx.saved_tensors
-        h, m, kind, alpha, beta = ctx.args
+        h, m, kind, alpha, beta, K = ctx.args
         B, d = h0.shape
         T = A.shape[0] // B
         gh = A.new_zeros(B, d)
         dH = dH.contiguous() if dH is not None else None
         dA = A.new_empty(A.shape)
         pending = A.new_zeros(min(m + 2, T + 1), B, d)  # a ring (source.py: pending_slots)
-        call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending], (kind, B, T, d, m), (h, alpha, beta))
+        call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending, K], (kind, B, T, d, m), (h, alpha, beta))
         dWh = dW2 = None
-        if ctx.needs_input_grad[2]:
-            dWh = (state_products(dA, (0, 2 * d), H, h0) if kind == 0 else
-                   torch.cat((state_products(dA, (0, d), H, h0), state_products(dA, (2 * d, 4 * d), H, h0))))
+        if ctx.needs_input_grad[2]:  # against the states as the steps read them (K: their factors, or None)
+            dWh = (state_products(dA, (0, 2 * d), H, h0, factors=K) if kind == 0 else
+                   torch.cat((state_products(dA, (0, d), H, h0, factors=K),
+                              state_products(dA, (2 * d, 4 * d), H, h0, factors=K))))
         if ctx.needs_input_grad[3]:
-            dW2 = state_products(dA, (kind * d, (kind + 1) * d), H, h0, lag=m)
-        return dA, gh, dWh, dW2, None, None, None, None, None
+            dW2 = state_products(dA, (kind * d, (kind + 1) * d), H, h0, lag=m, factors=K, which=1)
+        return dA, gh, dWh, dW2, None, None, None, None, None, None
 
 
-def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0):
+def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0, drop=None):
     """The sequence from ``state``; a :class:`DelayedState`'s history enters through the encoding of the first m
-    steps (``chunks.add_history``), and the final state carries the history on."""
+    steps (``chunks.add_history``), and the final state carries the history on. ``drop``: the state-dropout factors
+    ``(B, T·L, 2, d)`` (``kernels.registry.register``) or None."""
     (h0,) = state
     m = int(lags[0]) if lags else 0
     before = incoming_history(state, m)
@@ -74,25 +76,27 @@ def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0):
         chunk = chunk_samples(x, L, (4 if kind else 2) * d)
         for t0 in range(0, T, chunk):
             A = encode_flat(system, x[:, t0:t0 + chunk], L)
-            add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column, t0 * L)
-            call("gdelay_forward", [A, h0, *weights, H], (kind, B, T * L, d, m, t0 * L, A.shape[0] // B),
+            add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column, t0 * L, drop)
+            call("gdelay_forward", [A, h0, *weights, H, drop], (kind, B, T * L, d, m, t0 * L, A.shape[0] // B),
                  (dt / L, alpha, beta))
     else:
         A = encode_flat(system, x, unfolds)  # fresh: the history's sum is added in place (autograd records it)
-        add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column)
-        H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta)
+        add_history(A.view(B, -1, A.shape[1]), before, m, system.W2, column, keep=drop)
+        H, _ = GatedDelayFunction.apply(A, h0, system.weight_h, system.W2, dt / unfolds, m, kind, alpha, beta, drop)
     if not lags:  # τ = 0: no delay system, a plain state as the generic loop returns
         return every_sample(H, L), (H[:, -1],)
     return every_sample(H, L), DelayedState((H[:, -1],), (carried_history(before, h0, H, m),))
 
 
-def run_delay_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
-    """Delay GRU (eq. 12) over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop."""
-    return _run(system, x, state, dt, unfolds, lags, 0)
+def run_delay_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=(), *, drop=None):
+    """Delay GRU (eq. 12) over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop; ``drop``: the
+    state-dropout factors or None."""
+    return _run(system, x, state, dt, unfolds, lags, 0, drop=drop)
 
 
-def run_tau_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
-    """τ-GRU (eq. 14) over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop."""
+def run_tau_gru(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=(), *, drop=None):
+    """τ-GRU (eq. 14) over the sequence x: (outputs (B, T, d), (h_T,)), as the generic loop; ``drop`` as
+    :func:`run_delay_gru`."""
     if system.branches != ("u", "z", "g", "a"):
-        return generic(system, "euler", x, state, dt, unfolds, lags)
-    return _run(system, x, state, dt, unfolds, lags, 1, system.alpha, system.beta)
+        return generic(system, "euler", x, state, dt, unfolds, lags, drop)
+    return _run(system, x, state, dt, unfolds, lags, 1, system.alpha, system.beta, drop)
