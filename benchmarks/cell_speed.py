@@ -122,6 +122,10 @@ MODELS = {
     "stc": cells.STC,
 }
 DEFAULT_MODELS = list(MODELS)
+# on request: the delay cells training with state dropout as the τ-GRU paper's IMDB preset does (τ = 1 step, p = 0.04;
+# the kernels read the factors of every step, drawn once a call; forward only: the dropout of a training-mode forward)
+MODELS.update({f"{name}-dropout": (lambda make: lambda m, d: make(m, d, tau=1.0, state_dropout=0.04))(make)
+               for name, make in (("taugru", cells.TauGRU), ("delaygru", cells.DelayGRU))})
 # the cells whose CUDA kernels have both schedules (odelab/kernels/cuda/stepwise.py): "NAME-stepwise" and
 # "NAME-persistent" run the same cell under the one asked for ("NAME": the default, "auto")
 SCHEDULED = ("lem", "cornn", "cornn-implicit", "oscillator", "gru-ode", "taugru", "delaygru", "ltc", "stc", "lrcu-a",
