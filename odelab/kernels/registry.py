@@ -25,6 +25,7 @@ class Implementation:
     reversible: bool = False
     gaps: bool = False  # also takes dt as a (batch, time) tensor of per-sample steps (irregular sampling)
     dropout: bool = False  # also takes state-dropout factors, ``drop=`` (batch, time · unfolds, 2, width)
+    gap_grads: bool = False  # with gaps: also gives their gradient (a learned Δt, time gaps requiring grad)
 
     def load(self) -> Callable:
         module, _, name = self.target.partition(":")
@@ -46,14 +47,15 @@ REGISTRY: dict[tuple[type, str, str, bool], Implementation] = {}
 
 def register(system: type, scheme: str, device: str, target: str,
              dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64), reversible: bool = False,
-             gaps: bool = False, dropout: bool = False) -> None:
+             gaps: bool = False, dropout: bool = False, gap_grads: bool = False) -> None:
     """Declare a kernel; ``target`` is ``"module:function"`` relative to this package (``".cuda.lem:run"``);
-    ``gaps``: it also takes per-sample steps, ``dt`` a ``(batch, time)`` tensor without gradient; ``dropout``: it
+    ``gaps``: it also takes per-sample steps, ``dt`` a ``(batch, time)`` tensor (``gap_grads``: its backward also
+    gives their gradient, so the gaps may require one: a learned Δt, say; else they must not); ``dropout``: it
     also takes state dropout (a one-block delay cell), ``drop=`` the factors ``(batch, time · unfolds, 2, width)``,
     each 0 or 1/(1 − p): ``drop[:, k, 0]`` multiplies the state sub-step k starts from, ``drop[:, k, 1]`` the
     delayed state it reads."""
     REGISTRY[(system, scheme, device, reversible)] = Implementation(system, scheme, device, target, dtypes, reversible,
-                                                                    gaps, dropout)
+                                                                    gaps, dropout, gap_grads)
 
 
 def find(system, scheme: str, x: torch.Tensor, reversible: bool = False) -> Implementation | None:

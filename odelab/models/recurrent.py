@@ -53,8 +53,9 @@ class Recurrent(nn.Module):
 
     ``learn_dt=True`` trains the step: Δt = dt_max · σ(θ), θ a parameter starting at Δt = ``dt`` (Rusch's thesis,
     coRNN's training details: "Δt constrained to [0, 1] by a sigmoid", dt_max = 1). Every sample then steps by the
-    learned tensor on the generic loop (the kernels take no gradient to the step); not for delay systems. ``dt``
-    reads its current value as a float.
+    learned tensor, as per-sample steps requiring grad (``forward``'s ``dt``): on the CPU kernels of LEM, coRNN,
+    GRU-ODE and the oscillator, which give the step's gradient, else on the generic loop; not for delay systems.
+    ``dt`` reads its current value as a float.
 
     ``state_dropout`` = p (training only): every (sub-)step starts from its state, and reads its delayed states,
     through dropout with a fresh mask each time, as the τ-GRU code feeds its cell ``dropout(h)`` and
@@ -182,10 +183,11 @@ class Recurrent(nn.Module):
                                 f"{h.device}")
         return state
 
-    def kernel(self, x: Tensor, gaps: bool = False) -> Callable | None:
+    def kernel(self, x: Tensor, gaps: bool = False, gap_grads: bool = False) -> Callable | None:
         """The fused implementation that ``forward(x)`` would run, or None for the generic loop (also under
         ``torch.func`` transforms and forward-mode AD, which the kernels do not support: ``solvers.derivatives``);
-        ``gaps``: for per-sample steps (``forward(x, dt=gaps)``), which only some kernels take."""
+        ``gaps``: for per-sample steps (``forward(x, dt=gaps)``), which only some kernels take; ``gap_grads``: with
+        their gradient (gaps requiring grad, a learned Δt), which fewer give."""
         if self.engine in ("generic", "cuda-graph"):
             return None
         if forward_mode_or_transform():
@@ -198,6 +200,8 @@ class Recurrent(nn.Module):
             blocker = "state dropout while training runs the generic loop"
         if gaps and impl is not None and not impl.gaps:
             blocker = "it steps every sample by the model's dt; per-sample steps run the generic loop"
+        elif gap_grads and impl is not None and not impl.gap_grads:
+            blocker = "its backward gives no gradient to the steps; steps that require one run the generic loop"
         if impl is not None and impl.available() and blocker is None:
             return impl.load()
         if self.engine == "fused":
@@ -215,8 +219,9 @@ class Recurrent(nn.Module):
         ``(time,)``, ≥ 0 -- irregularly sampled sequences, where sample n of a sequence drives the step(s) over
         its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
         into ``unfolds`` equal sub-steps. The CPU and CUDA kernels of LEM, coRNN, the neural oscillator, GRU-ODE,
-        LTC, STC and LRC take it (with ``lengths`` too; without gradients to ``dt``), the generic loop everything
-        else; not for delay systems, whose ring buffer counts steps of one length."""
+        LTC, STC and LRC take it (with ``lengths`` too); ``dt`` requiring grad (a learned Δt, say) runs the CPU
+        kernels of LEM, coRNN, GRU-ODE and the oscillator, whose backward gives its gradient, and the generic loop
+        everything else; not for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
         if dt is None and self.dt_logit is not None:
@@ -225,7 +230,7 @@ class Recurrent(nn.Module):
             gaps = self._check_gaps(dt, x)
             if lengths is not None:
                 lengths = check_lengths(lengths, x.shape[0], x.shape[1])
-            kernel = self.kernel(x, gaps=True) if x.shape[0] and not gaps.requires_grad else None
+            kernel = self.kernel(x, gaps=True, gap_grads=gaps.requires_grad) if x.shape[0] else None
             if kernel is not None:
                 def run(x, state, gaps):
                     with on_device_of(x), outside_autocast(x):
@@ -235,8 +240,8 @@ class Recurrent(nn.Module):
                     return run(x, state, gaps)
                 return run_lengths(run, x, state, lengths, gaps)  # each piece with its samples' gaps
             if self.engine == "fused":
-                raise ValueError("dt: engine='fused' runs per-sample steps of a registered kernel without gradients "
-                                 "to the steps; use engine='auto' or 'generic'")
+                raise ValueError("dt: engine='fused' found no kernel for per-sample steps here; use engine='auto' or "
+                                 "'generic'")
             active = None
             if lengths is not None:
                 active = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]

@@ -117,11 +117,12 @@ CELLS_WITH_GAP_KERNELS = {
 
 
 def _fused_and_generic(cell, x, state, gaps, lengths=None):
-    """(outputs, first final block, gradients of x, the state and every parameter) with engine "fused", then
-    "generic" (float64); skips where the CPU kernel cannot run."""
-    if cell.kernel(x, gaps=True) is None:
+    """(outputs, first final block, gradients of x, the state, every parameter and the gaps where they require
+    grad) with engine "fused", then "generic" (float64); skips where the CPU kernel cannot run."""
+    cell.engine = "auto"
+    if cell.kernel(x, gaps=True, gap_grads=gaps.requires_grad) is None:
         pytest.skip("no CPU kernel here (no C++ compiler)")
-    leaves = [x, *state, *cell.parameters()]
+    leaves = [x, *state, *cell.parameters(), *([gaps] if gaps.requires_grad else [])]
     results = []
     for engine in ("fused", "generic"):
         cell.engine = engine
@@ -162,6 +163,47 @@ def test_cpu_kernels_take_the_gaps_with_lengths(name):
     assert torch.isfinite(out).all() and torch.equal(out[1, 2:], torch.zeros_like(out[1, 2:]))
     assert all(torch.isfinite(g).all() for g in grads + generic_grads)
     assert torch.equal(grads[0][2, 4:], torch.zeros_like(grads[0][2, 4:]))
+
+
+@pytest.mark.parametrize("name", list(CELLS_WITH_GAP_KERNELS))
+def test_cpu_kernels_give_the_gradient_of_the_gaps(name):
+    """Gaps that require grad run the CPU kernels, whose backward gives dL/dgap (a sum over each sample's sub-steps
+    of the gradient of their length): equal to the generic loop's autograd, with every other gradient (1e-10)."""
+    torch.manual_seed(7)
+    cell = CELLS_WITH_GAP_KERNELS[name]().double()
+    x = torch.randn(3, 8, 3, dtype=torch.float64, requires_grad=True)
+    state = tuple(torch.randn(3, 5, dtype=torch.float64, requires_grad=True) for _ in cell.system.blocks)
+    gaps = (1.5 * torch.rand(3, 8, dtype=torch.float64)).requires_grad_()
+    gaps.data[1, 2] = 0.0  # a gap of zero: the sample's step leaves the state as it is
+    (_, _, grads), _ = _fused_and_generic(cell, x, state, gaps)
+    assert grads[-1].abs().max() > 0
+    _fused_and_generic(cell, x, state, gaps, torch.tensor([8, 3, 5]))  # with lengths: piece by piece
+
+
+@pytest.mark.parametrize("build", [lambda: odelab.cells.CoRNN(3, 5, dt=0.3, learn_dt=True),
+                                   lambda: Recurrent(odelab.systems.LEM(3, 5), "imex", 0.5, unfolds=2, learn_dt=True,
+                                                     dt_max=2.0),
+                                   lambda: Recurrent(odelab.systems.LTC(3, 5), "imex-implicit", 1.0, unfolds=6,
+                                                     learn_dt=True, dt_max=2.0)],
+                         ids=["cornn", "lem, 2 unfolds", "ltc"])
+def test_a_learned_step_trains_on_the_cpu_kernel(build):
+    """``learn_dt=True`` runs the kernel (its steps require grad), to the generic loop's outputs and gradients,
+    Δt's logit's among them (float64, 1e-10; float32, 1e-5)."""
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
+        torch.manual_seed(8)
+        cell = build().to(dtype)
+        x = torch.randn(4, 9, 3, dtype=dtype)
+        if cell.kernel(x, gaps=True, gap_grads=True) is None:
+            pytest.skip("no CPU kernel here (no C++ compiler)")
+        results = []
+        for engine in ("fused", "generic"):
+            cell.engine = engine
+            out = cell(x)[0]
+            results.append((out, torch.autograd.grad(out.square().sum(), list(cell.parameters()))))
+        (out_f, g_f), (out_g, g_g) = results
+        assert (out_f - out_g).abs().max() <= tol * out_g.abs().max()
+        for (name, _), a, b in zip(cell.named_parameters(), g_f, g_g, strict=True):
+            assert (a - b).abs().max() <= tol * b.abs().max().clamp_min(1e-30), name
 
 
 def test_regressor_hands_the_gap_to_cells_that_step_by_it_and_to_the_others_as_a_feature():

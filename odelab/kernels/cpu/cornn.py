@@ -30,7 +30,7 @@ def _forward(A, z0, y0, Wct, Wyt, h, gamma, epsilon, implicit, hs=None):
 
 class CoRNNFunction(torch.autograd.Function):
     """(A, z0, y0, 𝒲, W, h, γ, ε, implicit, hs) -> (Y, z_T, A); A (B·T, d) is overwritten by s = 𝒲 z + W y + a;
-    ``hs`` (B, T) or None: per-step lengths (data: no gradient)."""
+    ``hs`` (B, T) or None: per-step lengths, with their gradient where they require one."""
 
     @staticmethod
     def forward(ctx, A, z0, y0, Wc, Wy, h, gamma, epsilon, implicit, hs):
@@ -53,10 +53,12 @@ class CoRNNFunction(torch.autograd.Function):
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
-        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA, ctx.hs], (B, T, d, implicit), (h, gamma, epsilon))
+        dhs = A.new_empty(B, T) if ctx.needs_input_grad[9] else None
+        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA, ctx.hs, z0, y0, Z, Y, dhs], (B, T, d, implicit),
+             (h, gamma, epsilon))
         dWc = state_products(dA, (0, d), Z, z0) if ctx.needs_input_grad[3] else None
         dWy = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[4] else None
-        return dA, gz, gy, dWc, dWy, None, None, None, None, None
+        return dA, gz, gy, dWc, dWy, None, None, None, None, dhs
 
 
 def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, implicit: bool):
@@ -67,7 +69,7 @@ def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, implicit: b
     gamma, epsilon = (float(v) for v in system.coefficients.tolist())
     Wc, Wy = system.weight[:, m:m + d], system.weight[:, m + d:]
     if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
-        hs, _ = per_step_lengths(dt, unfolds, x.dtype)
+        hs, _ = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
         A = encode_flat(system, x, unfolds)
         Y, zT, _ = CoRNNFunction.apply(A, z0, y0, Wc, Wy, 0.0, gamma, epsilon, implicit, hs)
         return every_sample(Y, unfolds), (zT, Y[:, -1])

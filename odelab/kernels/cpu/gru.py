@@ -30,7 +30,7 @@ def _forward(A, h0, Wrft, Wut, bhu, h, hs=None):
 
 class GRUFunction(torch.autograd.Function):
     """(A, h0, W_rf, W_u, b_hu, Δ, Δs) -> (H, A): A (B·T, 3d) is overwritten by the pre-activations; Δs (B, T) or
-    None: per-step lengths (data: no gradient)."""
+    None: per-step lengths, with their gradient where they require one."""
 
     @staticmethod
     def forward(ctx, A, h0, Wrf, Wu, bhu, h, hs):
@@ -51,11 +51,12 @@ class GRUFunction(torch.autograd.Function):
         gh = A.new_zeros(B, d)
         dH = dH.contiguous() if dH is not None else None
         dA, dC = A.new_empty(B * T, 3 * d), A.new_empty(B * T, d)
-        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC, ctx.hs], (B, T, d), (ctx.h,))
+        dhs = A.new_empty(B, T) if ctx.needs_input_grad[6] else None
+        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC, ctx.hs, dhs], (B, T, d), (ctx.h,))
         dWrf = state_products(dA, (0, 2 * d), H, h0) if ctx.needs_input_grad[2] else None
         dWu = state_products(dC, (0, d), H, h0) if ctx.needs_input_grad[3] else None
         dbhu = dC.sum(0) if ctx.needs_input_grad[4] else None
-        return dA, gh, dWrf, dWu, dbhu, None, None
+        return dA, gh, dWrf, dWu, dbhu, None, dhs
 
 
 def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
@@ -66,7 +67,7 @@ def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=())
     d = system.hidden_size
     Wrf, Wu, bhu = system.weight_hidden[:2 * d], system.weight_hidden[2 * d:], system.bias_hidden_candidate
     if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
-        hs, _ = per_step_lengths(dt, unfolds, x.dtype)
+        hs, _ = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
         H, _ = GRUFunction.apply(encode_flat(system, x, unfolds), h0, Wrf, Wu, bhu, 0.0, hs)
         return every_sample(H, unfolds), (H[:, -1],)
     if not needs_backward(system, x, state):

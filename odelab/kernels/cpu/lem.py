@@ -33,8 +33,8 @@ def _forward(A, z0, y0, Wgt, Wyt, h, hs=None):
 
 class LEMFunction(torch.autograd.Function):
     """(A, z0, y0, Wg = [W1; Wz; W2], Wy, h, hs) -> (Y, z_T, A): Y (B, T, d) all y, z_T the last z; the encoded
-    input A (B·T, 4d) is overwritten by the pre-activations (marked dirty); ``hs`` (B, T) or None: per-step lengths
-    (data: no gradient)."""
+    input A (B·T, 4d) is overwritten by the pre-activations (marked dirty); ``hs`` (B, T) or None: per-step lengths,
+    with their gradient where they require one."""
 
     @staticmethod
     def forward(ctx, A, z0, y0, Wg, Wy, h, hs):
@@ -56,19 +56,20 @@ class LEMFunction(torch.autograd.Function):
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, 4 * d)
-        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs], (B, T, d), (ctx.h,))
+        dhs = A.new_empty(B, T) if ctx.needs_input_grad[6] else None
+        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs, dhs], (B, T, d), (ctx.h,))
         dWg = state_products(dA, (0, 3 * d), Y, y0) if ctx.needs_input_grad[3] else None
         dWy = dA[:, 3 * d:].t() @ Z.view(B * T, d) if ctx.needs_input_grad[4] else None
-        return dA, gz, gy, dWg, dWy, None, None
+        return dA, gz, gy, dWg, dWy, None, dhs
 
 
 def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
     """The LEM cell over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop; ``dt`` a (B, T)
-    tensor (without gradient): each sample's own step (``Recurrent.forward(x, dt=gaps)``)."""
+    tensor: each sample's own step (``Recurrent.forward(x, dt=gaps)``), its gradient too."""
     z0, y0 = state
     Wg = torch.cat((system.weight_y, system.W2), dim=0)
     if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
-        hs, _ = per_step_lengths(dt, unfolds, x.dtype)
+        hs, _ = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
         A = encode_flat(system, x, unfolds)
         Y, zT, _ = LEMFunction.apply(A, z0, y0, Wg, system.Wy, 0.0, hs)
         return every_sample(Y, unfolds), (zT, Y[:, -1])

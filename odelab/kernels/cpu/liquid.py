@@ -37,7 +37,7 @@ def _forward(x, h0, G, Aa, Bb, K, gl, el, Oh, ksh, w_in, h, hs, kind, unfolds, s
 
 class LiquidFunction(torch.autograd.Function):
     """(x, h0, G, Aa, Bb, K, g_l, e_l, O_h, k_shift, w_in, δ, δs, kind, L) -> the sample states (B, T, m); δs (B, T)
-    or None: per-sample sub-steps (data: no gradient).
+    or None: per-sample sub-steps, with their gradient where they require one.
 
     x (B, T, n); G, Aa, Bb, K: the (m + n, m) synapse matrices g, a, b, k (the neurons' rows, then the inputs');
     w_in (B·T, m): LRC's input part O_x^T x + p of w (None for LTC, STC); all contiguous."""
@@ -62,10 +62,11 @@ class LiquidFunction(torch.autograd.Function):
         dgl, del_, dksh = (h0.new_empty(m) for _ in range(3))
         dOh = h0.new_zeros(m, m) if kind >= 2 and ctx.needs_input_grad[8] else None
         dw_in = h0.new_zeros(B * T, m) if kind >= 2 else None
+        dhs = h0.new_zeros(B, T) if ctx.needs_input_grad[12] else None
         sizes = (kind, B, T, m, n, unfolds, torch.get_num_threads())
         call("liquid_backward", [x, C, h0, G, Aa, Bb, K, el, Oh.t().contiguous(), ksh, Y, dY, gh, dx, dG, dAa, dBb, dK,
-                                 dgl, del_, dksh, dOh, dw_in, hs], sizes, (h,))
-        return dx, gh, dG, dAa, dBb, dK, dgl, del_, dOh, dksh if kind == 3 else None, dw_in, None, None, None, None
+                                 dgl, del_, dksh, dOh, dw_in, hs, dhs], sizes, (h,))
+        return dx, gh, dG, dAa, dBb, dK, dgl, del_, dOh, dksh if kind == 3 else None, dw_in, None, dhs, None, None
 
 
 def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, kind: int):
@@ -78,7 +79,7 @@ def _run(system, x: Tensor, state, dt: float | Tensor, unfolds: int, kind: int):
                          F.softplus(system.raw_g_leak), system.e_leak, Oh, ksh)
     tensors += (w_in,)
     if is_per_sample(dt):  # per-sample steps (B, T), each sample's L sub-steps of dt / L
-        args = (*tensors, 0.0, sample_lengths(dt, unfolds, h0.dtype), kind, unfolds)
+        args = (*tensors, 0.0, sample_lengths(dt, unfolds, h0.dtype, keep_grad=True), kind, unfolds)
     else:
         args = (*tensors, dt / unfolds, None, kind, unfolds)
     if needs_backward(system, x, state):

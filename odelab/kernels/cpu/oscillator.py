@@ -26,7 +26,7 @@ def _forward(A, z0, y0, Wt, h, hs=None):
 
 class OscillatorFunction(torch.autograd.Function):
     """(A, z0, y0, W, h, hs) -> (Y, z_T, A); A (B·T, d) is overwritten by s = W y + a; ``hs`` (B, T) or None:
-    per-step lengths (data: no gradient)."""
+    per-step lengths, with their gradient where they require one (the backward then reads the z' too)."""
 
     @staticmethod
     def forward(ctx, A, z0, y0, W, h, hs):
@@ -34,32 +34,33 @@ class OscillatorFunction(torch.autograd.Function):
         Z, Y = _forward(A, z0, y0, W.t().contiguous(), h, hs)
         ctx.mark_dirty(A)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(A, y0, W, Y)
+        ctx.save_for_backward(A, y0, W, Y, Z if hs is not None and hs.requires_grad else None)
         ctx.h, ctx.hs = h, hs
         return Y, Z[:, -1].clone(), A
 
     @staticmethod
     @kernel_backward("cpu")
     def backward(ctx, dY, dzT, _dA):
-        A, y0, W, Y = ctx.saved_tensors
+        A, y0, W, Y, Z = ctx.saved_tensors
         B, d = y0.shape
         T = A.shape[0] // B
         gz = dzT.contiguous().clone() if dzT is not None else A.new_zeros(B, d)
         gy = A.new_zeros(B, d)
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
-        call("osc_backward", [A, W, dY, gz, gy, dA, ctx.hs], (B, T, d), (ctx.h,))
+        dhs = A.new_empty(B, T) if ctx.needs_input_grad[5] else None
+        call("osc_backward", [A, W, dY, gz, gy, dA, ctx.hs, Z, dhs], (B, T, d), (ctx.h,))
         dW = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[3] else None
-        return dA, gz, gy, dW, None, None
+        return dA, gz, gy, dW, None, dhs
 
 
 def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):
     """The neural oscillator over the sequence x: (outputs (B, T, d), (z_T, y_T)), as the generic loop; ``dt`` a
-    (B, T) tensor (without gradient): each sample's own step (``Recurrent.forward(x, dt=gaps)``)."""
+    (B, T) tensor: each sample's own step (``Recurrent.forward(x, dt=gaps)``), its gradient too."""
     z0, y0 = state
     W = system.weight[:, system.input_size:]
     if is_per_sample(dt):  # per-sample steps: the sub-steps' lengths, the whole sequence
-        hs, _ = per_step_lengths(dt, unfolds, x.dtype)
+        hs, _ = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
         Y, zT, _ = OscillatorFunction.apply(encode_flat(system, x, unfolds), z0, y0, W, 0.0, hs)
         return every_sample(Y, unfolds), (zT, Y[:, -1])
     if not needs_backward(system, x, state):

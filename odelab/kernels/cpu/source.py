@@ -210,6 +210,14 @@ void relax_bwd(i64 d, S h, const S* __restrict__ s1, const S* __restrict__ sz, c
     gout[j] = gj - h * g * gj;
   }
 }
+// Σ_j gin_j ∂x'_j/∂h = Σ_j gin_j σ(s_j) (tanh(t_j) − x_j): the step length's gradient (gin = dL/dx')
+template <typename S>
+S relax_dh(i64 d, const S* __restrict__ s1, const S* __restrict__ sz, const S* __restrict__ z,
+           const S* __restrict__ gin) {
+  S acc = S(0);
+  for (i64 j = 0; j < d; ++j) acc += gin[j] * sigmoid(s1[j]) * (tanh_(sz[j]) - z[j]);
+  return acc;
+}
 
 // the step of batch row b at step n: its own (hs (B, T), irregular sampling) or the shared h
 template <typename S>
@@ -237,9 +245,10 @@ void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, 
 
 // dY: gradient of the outputs (nullptr = zero); gz, gy: in = gradients of the final state, out = of the
 // initial state. dA (B,T,4d): gradients of the pre-activations (= of the encoded input). G: (B, d) scratch.
+// dhs (B, T) or null: the gradients of the steps' lengths hs.
 template <typename S>
 void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* Wg, const S* Wy, double hd,
-             const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, const S* hs) {
+             const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, const S* hs, S* dhs) {
   const S h = S(hd);
   std::vector<S> G(B * d), H(B * d);
   const i64 ls = T * d, la = T * 4 * d;
@@ -256,6 +265,10 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
     for (i64 b = 0; b < B; ++b)  // z-update
       relax_bwd(d, step(hs, h, b, T, n), a + b * la, a + b * la + d, zp + b * lzp, G.data() + b * d, gz + b * d, da + b * la,
                 da + b * la + d);
+    if (dhs)  // both updates' (gy = dL/dy', G = dL/dz' still)
+      for (i64 b = 0; b < B; ++b)
+        dhs[b * T + n] = relax_dh(d, a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, gy + b * d)
+                         + relax_dh(d, a + b * la, a + b * la + d, zp + b * lzp, G.data() + b * d);
     std::memcpy(gy, H.data(), B * d * sizeof(S));
     mm(B, d, 3 * d, da, la, Wg, d, S(1), gy, d);                          // dL/dy += [ds1 dsz ds2] [W1; Wz; W2]
   }
@@ -321,9 +334,26 @@ void cornn_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wct
   }
 }
 
+// Σ_j (Gy_j ∂y'_j/∂h + Gz_j ∂z'_j/∂h) at y' = y + h z': the step length's gradient, from dL/dy' = Gy, dL/dz' = Gz
+// (before cornn_step_bwd), the step's s, its start (z, y) and its z' (zn); ∂z'/∂h = F − ε z (explicit) or
+// (F − ε z') / (1 + h ε) (implicit).
+template <typename S>
+S cornn_dh(i64 d, S h, S gamma, S eps, int implicit, const S* __restrict__ s, const S* __restrict__ z,
+           const S* __restrict__ y, const S* __restrict__ zn, const S* __restrict__ Gy, const S* __restrict__ Gz) {
+  S acc = S(0);
+  for (i64 j = 0; j < d; ++j) {
+    const S f = tanh_(s[j]) - gamma * y[j];
+    const S dz = implicit ? (f - eps * zn[j]) / (S(1) + h * eps) : f - eps * z[j];
+    acc += Gy[j] * zn[j] + (Gz[j] + h * Gy[j]) * dz;
+  }
+  return acc;
+}
+
+// z0 y0 Z Y (the states) are read only for dhs (B, T; null: not wanted), the gradients of the steps' lengths.
 template <typename S>
 void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double hd, double gd, double ed,
-               int implicit, const S* dY, S* gz, S* gy, S* dA, const S* hs) {
+               int implicit, const S* dY, S* gz, S* gy, S* dA, const S* hs, const S* z0, const S* y0, const S* Z,
+               const S* Y, S* dhs) {
   const S h = S(hd), gamma = S(gd), eps = S(ed);
   const S den = S(1) + h * eps;
   const S q = implicit ? h / den : h;                       // dz'/dF
@@ -334,6 +364,11 @@ void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double
     for (i64 b = 0; b < B; ++b) {
       if (hs) {
         const S hb = hs[b * T + n], db = S(1) + hb * eps;
+        if (dhs) {
+          const S* zp = n ? Z + (n - 1) * d + b * ls : z0 + b * d; const S* yp = n ? Y + (n - 1) * d + b * ls : y0 + b * d;
+          dhs[b * T + n] = cornn_dh(d, hb, gamma, eps, implicit, A + n * d + b * ls, zp, yp, Z + n * d + b * ls,
+                                    gy + b * d, gz + b * d);
+        }
         cornn_step_bwd(d, hb, gamma, implicit ? hb / db : hb, implicit ? S(1) / db : S(1) - hb * eps,
                        A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
       } else {
@@ -513,7 +548,7 @@ void gru_fwd(i64 B, i64 T, i64 d, S* A, S* C, const S* h0, const S* Wrft, const 
 
 template <typename S>
 void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* Wrf, const S* Wu, double hd,
-             const S* H, const S* dY, S* gh, S* dA, S* dC, const S* hs) {
+             const S* H, const S* dY, S* gh, S* dA, S* dC, const S* hs, S* dhs) {  // dhs (B, T) or null: as lem_bwd
   const S h = S(hd);
   std::vector<S> G(B * d);
   const i64 ls = T * d, la = T * 3 * d;
@@ -524,6 +559,7 @@ void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* 
     for (i64 b = 0; b < B; ++b) {
       relax_bwd(d, step(hs, h, b, T, n), a + b * la + d, a + b * la + 2 * d, hp + b * lp, gh + b * d, G.data() + b * d,
                 da + b * la + d, da + b * la + 2 * d);
+      if (dhs) dhs[b * T + n] = relax_dh(d, a + b * la + d, a + b * la + 2 * d, hp + b * lp, gh + b * d);
       const S* __restrict__ s = a + b * la; const S* __restrict__ c = C + n * d + b * ls;
       S* __restrict__ dsr = da + b * la; const S* __restrict__ dsu = da + b * la + 2 * d;
       S* __restrict__ dc = dC + n * d + b * ls;
@@ -573,13 +609,21 @@ void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, d
   }
 }
 
+// hs (B, T): per-sample steps, or null; dhs (B, T) or null: the gradients of their lengths (Z: the z', read then)
 template <typename S>
 void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY, S* gz, S* gy, S* dA,
-             const S* hs) {  // hs (B, T): per-sample steps, or null
+             const S* hs, const S* Z, S* dhs) {
   const S h = S(hd);
   const i64 ls = T * d;
   for (i64 n = T - 1; n >= 0; --n) {
     add_step(B, d, gy, dY, n, ls);
+    if (dhs)  // Σ_j Gy_j z'_j + (Gz_j + h Gy_j) tanh(s_j)
+      for (i64 b = 0; b < B; ++b) {
+        const S hb = hs[b * T + n], *s = A + n * d + b * ls, *zn = Z + n * d + b * ls, *Gy = gy + b * d, *Gz = gz + b * d;
+        S acc = S(0);
+        for (i64 j = 0; j < d; ++j) acc += Gy[j] * zn[j] + (Gz[j] + hb * Gy[j]) * tanh_(s[j]);
+        dhs[b * T + n] = acc;
+      }
     for (i64 b = 0; b < B; ++b)
       osc_step_bwd(d, step(hs, h, b, T, n), A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
     mm(B, d, d, dA + n * d, ls, W, d, S(1), gy, d);
@@ -952,16 +996,39 @@ void liquid_update_bwd(int kind, i64 m, S h, const S* __restrict__ f, const S* _
   }
 }
 
+// Σ_i G0_i ∂h'_i/∂δ for one batch row (G0 = g + dy = dL/dh'; x the sub-step's start, hn its h'): the sub-step
+// length's gradient. LTC: (u e_l − f h') / (1 + δ f); STC: (tanh(u) e_l − σ(f) h') / (1 + δ σ(f)); LRC: ε (tanh(u)
+// e_l − σ(f) x).
+template <typename S>
+S liquid_dh(int kind, i64 m, S h, const S* __restrict__ f, const S* __restrict__ u, const S* __restrict__ wv,
+            const S* __restrict__ x, const S* __restrict__ hn, const S* __restrict__ g, const S* __restrict__ dy,
+            const S* __restrict__ el, const S* __restrict__ ksh) {
+  S acc = S(0);
+  for (i64 i = 0; i < m; ++i) {
+    const S G0 = dy ? g[i] + dy[i] : g[i];
+    if (kind == 0) acc += G0 * (u[i] * el[i] - f[i] * hn[i]) / (S(1) + h * f[i]);
+    else if (kind == 1) {
+      const S sf = sigmoid(f[i]);
+      acc += G0 * (tanh_(u[i]) * el[i] - sf * hn[i]) / (S(1) + h * sf);
+    } else {
+      const S e = kind == 2 ? sigmoid(wv[i]) : sigmoid(wv[i] + ksh[i]) - sigmoid(wv[i] - ksh[i]);
+      acc += G0 * e * (tanh_(u[i]) * el[i] - sigmoid(f[i]) * x[i]);
+    }
+  }
+  return acc;
+}
+
 // H (B, T, m): the sample states; a sample's other sub-step states are recomputed from its first state and C.
 // gh: in dL/dh_T, out dL/dh_0. dY (B, T, m; or null): the gradients of the sample states (sub-steps L-1, 2L-1,
 // ...). dX (B, T, n), zeroed: dL/dx. dG, dAa, dBb, dK ((m + n) x m), dgl, del, dksh (m): outputs, accumulated in
 // double over sub-steps (each sub-step's batch sum in S first). dOh (m x m, zeroed; or null): LRC's
 // dL/dO_h = Σ h^T dL/dw; dWin (B·T, m), zeroed (LRC; else null): dL/dw summed over each sample's sub-steps.
+// dhs (B, T), zeroed, or null: the gradients of the samples' sub-step lengths hs, summed over their sub-steps.
 template <typename S>
 void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const S* X, const S* C, const S* h0,
                 const S* G, const S* Aa, const S* Bb, const S* K, const S* el, const S* OhT, const S* ksh, double hd,
                 const S* H, const S* dY, S* gh, S* dX, S* dG, S* dAa, S* dBb, S* dK, S* dgl, S* del, S* dksh, S* dOh,
-                S* dWin, const S* hs) {
+                S* dWin, const S* hs, S* dhs) {
   const S h = S(hd);
   const i64 TS = T * L, w = kind >= 2 ? 3 * m : 2 * m, lc = TS * w, ly = T * m, lx = T * n;
   const i64 J = m + n, inputs = m * m /* the inputs' rows */, nc = (m + LANES - 1) / LANES, mp = nc * LANES;
@@ -996,6 +1063,7 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
       S* __restrict__ df = D.data() + b * 2 * mp; S* __restrict__ du = df + mp;
       S* __restrict__ dw = kind >= 2 ? Dw.data() + b * m : nullptr;
       S* __restrict__ g = gh + b * m; S* __restrict__ go = Gn.data() + b * m;
+      if (dhs) dhs[b * T + ns] += liquid_dh(kind, m, hs[b * T + ns], f, u, wv, x, hn, g, dy, el, ksh);
       liquid_update_bwd(kind, m, hs ? hs[b * T + ns] : h, f, u, wv, x, hn, g, dy, el, ksh, go, df, du, dw, aE.data(),
                         aS.data());
       for (i64 i = 0; i < m; ++i) aL[i] += double(df[i] + du[i]);
@@ -1051,15 +1119,17 @@ int odelab_has_blas() { return (sgemm_ != nullptr && dgemm_ != nullptr) ? 1 : 0;
 // sizes (B, T, d); pointers A z0 y0 Wg^T Wy^T Z Y hs (hs may be null); scalars h
 ODELAB_EXPORT(lem_forward, lem_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
                                       PTR(7)))
-// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs (dY, hs may be null); scalars h
+// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs dhs (dY, hs, dhs may be null); scalars h
 ODELAB_EXPORT(lem_backward, lem_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                       PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
+                                       PTR(7), PTR(8), PTR(9), PTR(10), PTR(11), PTR(12)))
 // sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y hs (hs may be null); scalars h γ ε
 ODELAB_EXPORT(cornn_forward, cornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
                                           (int)n[3], PTR(5), PTR(6), PTR(7)))
-// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA hs (dY, hs may be null); scalars h γ ε
+// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA hs z0 y0 Z Y dhs (dY, hs, dhs may be null; the states are
+// read for dhs only); scalars h γ ε
 ODELAB_EXPORT(cornn_backward, cornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1], s[2], (int)n[3],
-                                           PTR(3), PTR(4), PTR(5), PTR(6), PTR(7)))
+                                           PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11),
+                                           PTR(12)))
 // sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
 ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
                                                 PTR(5), PTR(6)))
@@ -1075,15 +1145,15 @@ ODELAB_EXPORT(unicornn_reversible_backward, unicornn_rev_bwd<S>(n[0], n[1], n[2]
 // sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H hs (hs may be null); scalars Δ
 ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6),
                                       PTR(7)))
-// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs (dY, hs may be null); scalars Δ
+// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs dhs (dY, hs, dhs may be null); scalars Δ
 ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                       PTR(7), PTR(8), PTR(9), PTR(10)))
+                                       PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
 // sizes (B, T, d); pointers A z0 y0 W^T Z Y hs (hs may be null); scalars h
 ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5),
                                       PTR(6)))
-// sizes (B, T, d); pointers A W dY gz gy dA hs (dY, hs may be null); scalars h
+// sizes (B, T, d); pointers A W dY gz gy dA hs Z dhs (dY, hs, dhs may be null; Z read for dhs); scalars h
 ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5),
-                                       PTR(6)))
+                                       PTR(6), PTR(7), PTR(8)))
 // sizes (kind, B, T, d, m, n0, TA); pointers A h0 weight_h^T W2^T H K (K: dropout factors, may be null);
 // scalars Δ α β
 ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
@@ -1100,9 +1170,9 @@ ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n
                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],
                                             PTR(11), PTR(12), PTR(13)))
 // sizes (kind, B, T, m, n, L, threads); pointers X C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dX dG dAa dBb dK dg_l
-// de_l dk_shift dO_h dW_in hs; scalars δ
+// de_l dk_shift dO_h dW_in hs dhs (dhs: zeroed, or null); scalars δ
 ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
                                              PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), s[0], PTR(10),
                                              PTR(11), PTR(12), PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18),
-                                             PTR(19), PTR(20), PTR(21), PTR(22), PTR(23)))
+                                             PTR(19), PTR(20), PTR(21), PTR(22), PTR(23), PTR(24)))
 """
