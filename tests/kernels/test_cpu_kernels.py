@@ -37,6 +37,11 @@ CELLS = {
     "taugru-lag-beyond-T": lambda m, d: cells.TauGRU(m, d, tau=64.0),
     "taugru-alpha-beta": lambda m, d: cells.TauGRU(m, d, tau=3.0, alpha=0.6, beta=0.3),
     "taugru-no-delay": lambda m, d: cells.TauGRU(m, d, tau=0.0),
+    # §5's ablations: branches switched off (the kernel's kind 2)
+    "taugru-ablation": lambda m, d: cells.TauGRU(m, d, tau=2.0, weighting=False),
+    "taugru-no-gating": lambda m, d: cells.TauGRU(m, d, tau=1.0, gating=False, alpha=0.6),
+    "taugru-alpha0": lambda m, d: cells.TauGRU(m, d, tau=2.0, alpha=0.0),
+    "taugru-beta0-no-delay": lambda m, d: cells.TauGRU(m, d, tau=0.0, beta=0.0, official_bias=True),
     "ltc": lambda m, d: cells.LTC(m, d, dt=0.8, unfolds=3),
     "ltc-one-unfold": lambda m, d: cells.LTC(m, d, unfolds=1),
     "stc": lambda m, d: cells.STC(m, d, dt=1.1, unfolds=2),
@@ -46,7 +51,6 @@ CELLS = {
     # configurations the kernels hand to the generic loop (the "fused" engine must still give the same)
     "cornn-learned-coefficients": lambda m, d: cells.CoRNN(m, d, learn_coefficients=True),
     "gru-ode-reset-before": lambda m, d: cells.GRUODE(m, d, reset_after=False),
-    "taugru-ablation": lambda m, d: cells.TauGRU(m, d, tau=2.0, weighting=False),
 }
 
 # (batch, time, hidden, input)
@@ -176,7 +180,8 @@ def test_liquid_without_backward_keeps_sample_states_only(name):
 
 
 @pytest.mark.parametrize("name", ["lem", "lem-unfolds", "cornn", "cornn-implicit", "unicornn", "gru-ode",
-                                  "oscillator", "taugru", "delaygru", "delaygru-lag1-unfolds"])
+                                  "oscillator", "taugru", "delaygru", "delaygru-lag1-unfolds", "taugru-ablation",
+                                  "taugru-alpha0"])
 def test_without_backward_runs_in_chunks(name, monkeypatch):
     """With no gradient wanted, the kernels encode and run the sequence a chunk of samples at a time (here 2 samples
     a chunk, the last one ragged; the delay cells' delayed reads reach into earlier chunks), never the whole

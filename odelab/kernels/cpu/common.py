@@ -82,9 +82,9 @@ def contiguous(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.contiguous() for t in tensors)
 
 
-def generic(system, scheme: str, x: Tensor, state, dt: float, unfolds: int = 1, lags=(), drop=None):
+def generic(system, scheme: str, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
     """The generic loop (the definition), for the configurations a kernel does not cover."""
     from ...solvers.recurrence import run_sequence
     from ...solvers.schemes import resolve_scheme
 
-    return run_sequence(system, resolve_scheme(scheme), x, state, dt, unfolds, lags, drop=drop)
+    return run_sequence(system, resolve_scheme(scheme), x, state, dt, unfolds, lags)

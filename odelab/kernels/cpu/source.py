@@ -692,13 +692,46 @@ void dropped(i64 B, i64 T, i64 d, i64 n, const S* K, S* R, const S** hp, i64* lp
   if (*hq) { *hq = R + B * d; *lq = d; }
 }
 
+// τ-GRU with branches switched off (kind 2, §5's ablations: alpha = 0 drops z, a and W2; beta = 0 drops u;
+// weighting = False drops a; gating = False drops g): e = the encoding block of (u, z, g, a) in A, w = the
+// weight_h block of (u, −, g, a), −1 where absent (u, z absent: 0; g, a absent: 1); ne blocks a step, nh in weight_h.
+struct TauLayout { i64 ne, nh, e[4], w[4]; };
+
+template <typename S>
+void tau_ablated_step(i64 d, S h, S alpha, S beta, const TauLayout& L, const S* __restrict__ sb,
+                      const S* __restrict__ x, S* __restrict__ o) {
+  for (i64 j = 0; j < d; ++j) {
+    const S u = L.e[0] >= 0 ? tanh_(sb[L.e[0] * d + j]) : S(0), z = L.e[1] >= 0 ? tanh_(sb[L.e[1] * d + j]) : S(0);
+    const S g = L.e[2] >= 0 ? sigmoid(sb[L.e[2] * d + j]) : S(1);
+    const S wa = L.e[3] >= 0 ? sigmoid(sb[L.e[3] * d + j]) : S(1);
+    const S target = beta * u + alpha * (wa * z);
+    o[j] = x[j] + h * (g * target - g * x[j]);
+  }
+}
+template <typename S>
+void tau_ablated_step_bwd(i64 d, S h, S alpha, S beta, const TauLayout& L, const S* __restrict__ sb,
+                          const S* __restrict__ x, S* __restrict__ ds, S* __restrict__ g) {
+  for (i64 j = 0; j < d; ++j) {
+    const S u = L.e[0] >= 0 ? tanh_(sb[L.e[0] * d + j]) : S(0), z = L.e[1] >= 0 ? tanh_(sb[L.e[1] * d + j]) : S(0);
+    const S gg = L.e[2] >= 0 ? sigmoid(sb[L.e[2] * d + j]) : S(1);
+    const S wa = L.e[3] >= 0 ? sigmoid(sb[L.e[3] * d + j]) : S(1);
+    const S target = beta * u + alpha * (wa * z);
+    const S G0 = g[j], dt = G0 * h * gg;                               // dt = dL/dtarget
+    if (L.e[0] >= 0) ds[L.e[0] * d + j] = dt * beta * (S(1) - u * u);
+    if (L.e[1] >= 0) ds[L.e[1] * d + j] = dt * alpha * wa * (S(1) - z * z);
+    if (L.e[2] >= 0) ds[L.e[2] * d + j] = G0 * h * (target - x[j]) * gg * (S(1) - gg);
+    if (L.e[3] >= 0) ds[L.e[3] * d + j] = dt * alpha * z * wa * (S(1) - wa);
+    g[j] = G0 - h * gg * G0;
+  }
+}
+
 // Steps n0 … n0 + TA − 1 of the T (A holds their TA encodings: the whole sequence, or a chunk of it when no
 // backward follows); H (B, T, d) holds the states before n0; K as dropped() (steps indexed from 0, not n0).
 template <typename S>
 void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, const S* h0, const S* Wht, const S* W2t,
-                double hd, double al, double be, S* H, const S* K) {
+                double hd, double al, double be, S* H, const S* K, const TauLayout& L) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = TA * w;
+  const i64 ls = T * d, w = kind == 2 ? L.ne * d : kind ? 4 * d : 2 * d, la = TA * w;
   std::vector<S> R(K ? 2 * B * d : 0);
   for (i64 n = n0; n < n0 + TA; ++n) {
     i64 lp = d, lq = d;
@@ -710,11 +743,17 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, cons
       mm(B, 2 * d, d, hp, lp, Wht, 2 * d, S(1), a, la);                  // [s_c s_g] += h [W1; W3]^T
       if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a, la);                  // s_c += h_{n−m} W2^T
       for (i64 b = 0; b < B; ++b) relax_fwd(d, h, a + b * la + d, a + b * la, hp + b * lp, H + n * d + b * ls);
-    } else {
+    } else if (kind == 1) {
       mm(B, d, d, hp, lp, Wht, 3 * d, S(1), a, la);                      // s_u += h W1^T
       mm(B, 2 * d, d, hp, lp, Wht + d, 3 * d, S(1), a + 2 * d, la);      // [s_g s_a] += h [W3; W4]^T
       if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a + d, la);              // s_z += h_{n−m} W2^T
       for (i64 b = 0; b < B; ++b) tau_step(d, h, alpha, beta, a + b * la, hp + b * lp, H + n * d + b * ls);
+    } else {
+      for (int r : {0, 2, 3})                                            // s_r += h W_r^T, the present maps of h
+        if (L.e[r] >= 0) mm(B, d, d, hp, lp, Wht + L.w[r] * d, L.nh * d, S(1), a + L.e[r] * d, la);
+      if (hq && L.e[1] >= 0) mm(B, d, d, hq, lq, W2t, d, S(1), a + L.e[1] * d, la);
+      for (i64 b = 0; b < B; ++b)
+        tau_ablated_step(d, h, alpha, beta, L, a + b * la, hp + b * lp, H + n * d + b * ls);
     }
   }
 }
@@ -724,9 +763,11 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, cons
 // multiplied by the same factor on its way to the state.
 template <typename S>
 void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
-                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend, const S* K) {
+                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend, const S* K, const TauLayout& L) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind ? 4 * d : 2 * d, la = T * w, R = pending_slots(T, m), lk = T * 2 * d;
+  const i64 ls = T * d, w = kind == 2 ? L.ne * d : kind ? 4 * d : 2 * d, la = T * w, R = pending_slots(T, m),
+            lk = T * 2 * d;
+  const bool reads_delayed = kind != 2 || L.e[1] >= 0;
   std::vector<S> G(B * d), D(K ? 2 * B * d : 0), Q(K ? B * d : 0);
   for (i64 n = T - 1; n >= 0; --n) {
     i64 lp = d, lq = d;
@@ -734,7 +775,7 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
     const S* hq = nullptr;
     if (K) dropped(B, T, d, n, K, D.data(), &hp, &lp, &hq, &lq);  // the start only: the delayed read is not needed
     // the delayed read's gradient: straight into its state's slot, or through Q and its factor
-    S* delayed = n - m >= 0 ? (K ? Q.data() : Pend + (n - m) % R * B * d) : nullptr;
+    S* delayed = reads_delayed && n - m >= 0 ? (K ? Q.data() : Pend + (n - m) % R * B * d) : nullptr;
     const S keep_sum = K ? S(0) : S(1);
     const S* a = A + n * w; S* da = dA + n * w;
     // gh: dL/d state_{n+1} = what came back + the output gradient + the delayed reads of it (its slot is then
@@ -750,11 +791,17 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
       std::memcpy(gh, G.data(), B * d * sizeof(S));
       mm(B, d, 2 * d, da, la, Wh, d, S(1), gh, d);                       // += [ds_c ds_g] [W1; W3]
       if (delayed) mm(B, d, d, da, la, W2, d, keep_sum, delayed, d);
-    } else {
+    } else if (kind == 1) {
       for (i64 b = 0; b < B; ++b) tau_step_bwd(d, h, alpha, beta, a + b * la, hp + b * lp, da + b * la, gh + b * d);
       mm(B, d, d, da, la, Wh, d, S(1), gh, d);                           // += ds_u W1
       mm(B, d, 2 * d, da + 2 * d, la, Wh + d * d, d, S(1), gh, d);       // += [ds_g ds_a] [W3; W4]
       if (delayed) mm(B, d, d, da + d, la, W2, d, keep_sum, delayed, d);
+    } else {
+      for (i64 b = 0; b < B; ++b)
+        tau_ablated_step_bwd(d, h, alpha, beta, L, a + b * la, hp + b * lp, da + b * la, gh + b * d);
+      for (int r : {0, 2, 3})                                            // += ds_r W_r
+        if (L.e[r] >= 0) mm(B, d, d, da + L.e[r] * d, la, Wh + L.w[r] * d * d, d, S(1), gh, d);
+      if (delayed) mm(B, d, d, da + L.e[1] * d, la, W2, d, keep_sum, delayed, d);
     }
     if (K) {  // gh was dL/d(start) and Q dL/d(delayed read): times their factors, to the states
       S* pend = delayed ? Pend + (n - m) % R * B * d : nullptr;
@@ -1154,14 +1201,17 @@ ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), 
 // sizes (B, T, d); pointers A W dY gz gy dA hs Z dhs (dY, hs, dhs may be null; Z read for dhs); scalars h
 ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5),
                                        PTR(6), PTR(7), PTR(8)))
-// sizes (kind, B, T, d, m, n0, TA); pointers A h0 weight_h^T W2^T H K (K: dropout factors, may be null);
-// scalars Δ α β
+// The ablated τ-GRU's layout (kind 2) from sizes n[k …]: ne nh e_u e_z e_g e_a w_u w_g w_a.
+inline TauLayout tau_layout(const i64* n) { return {n[0], n[1], {n[2], n[3], n[4], n[5]}, {n[6], -1, n[7], n[8]}}; }
+// sizes (kind, B, T, d, m, n0, TA, layout (9, tau_layout)); pointers A h0 weight_h^T W2^T H K (K: dropout factors,
+// may be null); scalars Δ α β
 ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
-                                            PTR(3), s[0], s[1], s[2], PTR(4), PTR(5)))
-// sizes (kind, B, T, d, m); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see pending_slots) K (may be
-// null); scalars Δ α β
+                                            PTR(3), s[0], s[1], s[2], PTR(4), PTR(5), tau_layout(n + 7)))
+// sizes (kind, B, T, d, m, layout (9, tau_layout)); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see
+// pending_slots) K (may be null); scalars Δ α β
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
-                                             s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9)))
+                                             s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9),
+                                             tau_layout(n + 5)))
 // sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors, may be null)
 ODELAB_EXPORT(state_products, state_products<S>(n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
                                                 PTR(3), PTR(4), n[7]))
