@@ -6,7 +6,9 @@ A kernel runs a whole sequence of ``Recurrent(system, scheme, dt, unfolds)`` at 
 
 with ``x`` the raw input ``(batch, time, input)``, ``state`` the initial state tuple, ``lags`` the ring-buffer
 offsets m_i = ⌊τ_i/h⌋ of a delay system (``()`` otherwise); a kernel registered with ``gaps=True`` also takes ``dt``
-as a ``(batch, time)`` tensor of per-sample steps (irregular sampling, no gradient to them). It returns exactly what the generic loop returns
+as a ``(batch, time)`` tensor of per-sample steps (irregular sampling; with ``gap_grads=True`` its backward gives
+their gradient too), one with ``dropout=True`` the keyword ``drop=``, state-dropout factors
+(``registry.register``). It returns exactly what the generic loop returns
 (``odelab.models.Recurrent`` with ``engine="generic"``), values and gradients, and is tested against it. A kernel
 module may define ``available() -> bool`` (its compiler or Triton is missing: False, and the generic loop runs).
 
