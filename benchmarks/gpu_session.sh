@@ -27,6 +27,9 @@
 #   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): test_cuda_gaps.py's gpu
 #              tests, 60 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps, on a
 #              regular grid and cuDNN's LSTM reading the gap, at (32, 1000, 16) and (128, 1000, 128), 2 × 60 s
+#   dropout    state dropout inside the τ-GRU and Delay GRU kernels (new 2026-12-01, never run on a GPU):
+#              test_cuda_dropout.py's gpu tests, 60 s, then the IMDB preset's training step (τ = 1 step, p = 0.04) at
+#              its size (64, 256, 128) on the kernels and on the generic loop, against cuDNN's LSTM, 90 s
 #   liquidrows LTC, STC and LRCU-A under their one-launch kernels with ODELAB_LIQUID_ROWS=2 and 1 batch rows a
 #              program (2: one warp, a thread per (row, neuron); LIQUID_ROWS="1 2 4 8" for more), at (32, 1000, 16),
 #              60 s each
@@ -187,6 +190,15 @@ irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, ne
     done
 }
 
+dropout() {  # state dropout (the τ-GRU paper's IMDB preset) inside the Triton delay-cell kernels: their gpu tests,
+    # then the training step at the IMDB size on the kernels and on the generic loop, and τ-GRU without dropout
+    step dropouttest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_dropout.py
+    local sizes=64x256x128
+    [ "$SMOKE" = 1 ] && sizes=4x20x8
+    step dropout 90 $PY benchmarks/cell_speed.py --device "$DEVICE" --models taugru-dropout,delaygru-dropout,taugru,lstm \
+        --sizes "$sizes" --repeats 3 --out "$RESULTS/dropout_$DEVICE.json"
+}
+
 liquidrows() {  # the liquid one-launch kernels with fewer batch rows a program (ODELAB_LIQUID_ROWS; 16, the
     # default, leaves 2 programs at batch 32 and 8 at 128), one repeat each
     local rows
@@ -340,7 +352,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|liquid|irregular|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, irregular, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|liquid|irregular|dropout|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, irregular, dropout, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
     esac
 done

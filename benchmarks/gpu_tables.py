@@ -10,7 +10,8 @@ kernels' IEEE and, in *_tf32.json, TF32 products, in
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
 the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs), irregular_cuda_16.json and
-irregular_cuda_128.json (per-sample gaps) and the newest gpu_session.log (the gpu tests' summary). With --readme,
+irregular_cuda_128.json (per-sample gaps), dropout_cuda.json (the delay cells' state dropout) and the newest
+gpu_session.log (the gpu tests' summary). With --readme,
 replaces the text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
 """
 from __future__ import annotations
@@ -241,6 +242,29 @@ def irregular_summary(folders: list[Path]) -> str:
     return "; ".join(parts) if parts else "not measured"
 
 
+def dropout_summary(folders: list[Path]) -> str:
+    """State dropout on the delay cells' Triton kernels (``dropout_cuda.json`` of ``gpu_session.sh dropout``): each
+    cell's training step on the kernels and on the generic loop, the first's ratio to cuDNN's LSTM."""
+    found = first(folders, "dropout_cuda.json")
+    if found is None:
+        return "not measured"
+    rows = json.loads(found[1].read_text())["rows"]
+    step = {(r["model"], r["engine"]): r for r in rows}
+    parts = []
+    for model in ("taugru-dropout", "delaygru-dropout", "taugru"):
+        fused, generic = step.get((model, "fused")), step.get((model, "generic"))
+        if fused is None:
+            continue
+        text = f"{model} {fused['fwd_bwd_median_s'] * 1e3:.1f} ms ({fused['fwd_bwd_over_lstm']:.2f}×)"
+        if generic is not None:
+            text += f", generic loop {generic['fwd_bwd_median_s'] * 1e3:.1f} ms"
+        parts.append(text)
+    lstm = step.get(("lstm", "torch"))
+    size = (rows[0]["batch"], rows[0]["time"], rows[0]["hidden"])
+    return f"{size}: " + "; ".join(parts) + (f"; nn.LSTM {lstm['fwd_bwd_median_s'] * 1e3:.1f} ms" if lstm else "") + \
+        mark(found[0])
+
+
 def render(folders: list[Path]) -> str:
     meta = json.loads((folders[0] / "cell_speed_cuda.json").read_text())["meta"]
     legend = "; ".join(f"{mark(i).strip()} from `{f.as_posix()}`" for i, f in enumerate(folders) if i)
@@ -283,6 +307,9 @@ ENSO delay oscillator (`benchmarks/enso_torchdde.py`): {enso_summary(folders)}.
 Irregular sampling (`benchmarks/irregular.py --device cuda`: per-sample gaps on the Triton kernels, forward +
 backward, median of 3; in brackets the ratio to cuDNN's nn.LSTM reading the gap as a feature):
 {irregular_summary(folders)}.
+
+State dropout on the delay cells' kernels (the τ-GRU paper's IMDB preset, τ = 1 step, p = 0.04; `gpu_session.sh
+dropout`; forward + backward, median of 3, in brackets the ratio to cuDNN's nn.LSTM): {dropout_summary(folders)}.
 {END}"""
 
 
