@@ -249,7 +249,8 @@ def dropout_summary(folders: list[Path]) -> str:
     if found is None:
         return "not measured"
     rows = json.loads(found[1].read_text())["rows"]
-    step = {(r["model"], r["engine"]): r for r in rows}
+    size = (rows[0]["batch"], rows[0]["time"], rows[0]["hidden"])  # the first size the step measured
+    step = {(r["model"], r["engine"]): r for r in rows if (r["batch"], r["time"], r["hidden"]) == size}
     parts = []
     for model in ("taugru-dropout", "delaygru-dropout", "taugru"):
         fused, generic = step.get((model, "fused")), step.get((model, "generic"))
@@ -260,7 +261,6 @@ def dropout_summary(folders: list[Path]) -> str:
             text += f", generic loop {generic['fwd_bwd_median_s'] * 1e3:.1f} ms"
         parts.append(text)
     lstm = step.get(("lstm", "torch"))
-    size = (rows[0]["batch"], rows[0]["time"], rows[0]["hidden"])
     return f"{size}: " + "; ".join(parts) + (f"; nn.LSTM {lstm['fwd_bwd_median_s'] * 1e3:.1f} ms" if lstm else "") + \
         mark(found[0])
 
