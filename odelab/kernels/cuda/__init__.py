@@ -10,7 +10,9 @@ on CUDA from hidden 33, ``ODELAB_CUDA_SCHEDULE=persistent`` keeps the one-launch
 grid-synchronised one (``grid``: those phases in one launch, a barrier between them; ``ODELAB_CUDA_SCHEDULE=grid``).
 Without a backward to come, the cells run in chunks of steps (``..chunks.in_chunks``; the delay cells' own in
 ``delay_gru``). ``gaps=True``: the kernel also takes per-sample steps (``Recurrent.forward(x, dt=gaps)``), in every
-schedule, with a constexpr GAPS whose False variant compiles to the code of a kernel without it.
+schedule, with a constexpr GAPS whose False variant compiles to the code of a kernel without it. ``dropout=True``
+(τ-GRU, Delay GRU): the kernel also takes state dropout's factors (``drop=``) in every schedule, likewise a constexpr
+DROP whose False variant compiles to the code without it.
 """
 from ... import systems
 from ..registry import register
@@ -22,8 +24,8 @@ register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillator
 register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run")
 register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run_reversible", reversible=True)
 register(systems.GRU, "euler", "cuda", ".cuda.gru:run", gaps=True)
-register(systems.TauGRU, "euler", "cuda", ".cuda.delay_gru:run_taugru")
-register(systems.DelayGRU, "euler", "cuda", ".cuda.delay_gru:run_delaygru")
+register(systems.TauGRU, "euler", "cuda", ".cuda.delay_gru:run_taugru", dropout=True)
+register(systems.DelayGRU, "euler", "cuda", ".cuda.delay_gru:run_delaygru", dropout=True)
 register(systems.LTC, "imex-implicit", "cuda", ".cuda.liquid:run_ltc", gaps=True)
 register(systems.STC, "imex-implicit", "cuda", ".cuda.liquid:run_stc", gaps=True)
 register(systems.LRC, "euler", "cuda", ".cuda.liquid:run_lrc", gaps=True)

@@ -12,6 +12,10 @@ delayed read is an offset. The backward writes the pre-activation gradients per 
 delayed read, g_delayed W2, is stored at index n−1−m of a (batch, T + 1, hidden) buffer and added when the
 backward sweep reaches that state. Weight gradients: GEMMs over all steps in torch. With no backward to come the
 forward runs in chunks of steps (:func:`_run`).
+
+State dropout (``drop=``, a constexpr DROP in every schedule; False compiles to the code without it): step n runs from
+h̃ = K0 ⊙ h_{n−1} and q̃ = K1 ⊙ h_{n−1−m} (K = drop[:, n − 1]) in place of h and h_{n−1−m}; the backward then sends
+K0 ⊙ (λ_n (1 − Δt g) + Σ_b g_b W_b) and K1 ⊙ g_delayed W2 back, the output gradient unmultiplied.
 """
 from __future__ import annotations
 
@@ -30,15 +34,48 @@ from .stepwise import launch_steps
 
 
 @triton.jit
-def _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
+def _factors(D, n, rows, rmask, cols, cmask, T, H):
+    """Step n's dropout factors (K0, K1) = (D[:, n − 1, 0], D[:, n − 1, 1]) of the (B, T, 2, H) factors on the columns
+    ``cols``, zero outside 1 ≤ n ≤ T (so that a register-resident kernel may load them a step ahead or behind)."""
+    sD = T * 2 * H
+    return (tile_at(D - 2 * H, n, 2 * H, sD, rows, rmask, cols, cmask, 1, T),
+            tile_at(D - H, n, 2 * H, sD, rows, rmask, cols, cmask, 1, T))
+
+
+@triton.jit
+def _mv_kept(acc, s_ptr, s_stride, k_ptr, k_stride, rows, rmask, w_ptr, c0, H, BH: tl.constexpr,
+             PRECISION: tl.constexpr, DROP: tl.constexpr):
+    """acc + s @ Wᵀ[:, c0 : c0 + BH] (:func:`mv`) for an H × H map W and the state rows s at s_ptr; with DROP, s
+    multiplied by the factors at k_ptr (row stride k_stride) first: a branch's product with h̃ or q̃."""
+    if DROP:
+        cols = c0 + tl.arange(0, BH)
+        cmask = cols < H
+        for k0 in range(0, H, BH):
+            ks = k0 + tl.arange(0, BH)
+            kmask = ks < H
+            m = rmask[:, None] & kmask[None, :]
+            s = tl.load(s_ptr + rows[:, None] * s_stride + ks[None, :], mask=m, other=0.0)
+            s = s * tl.load(k_ptr + rows[:, None] * k_stride + ks[None, :], mask=m, other=0.0)
+            w = tl.load(w_ptr + cols[None, :] * H + ks[:, None], mask=kmask[:, None] & cmask[None, :], other=0.0)
+            acc = dot(s, w, acc, PRECISION)
+    else:
+        acc = mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, H, c0, H, H, False, BH, PRECISION)
+    return acc
+
+
+@triton.jit
+def _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr):
+              PRECISION: tl.constexpr, DROP: tl.constexpr):
     """(target, u, z, a, g, h, mask) of step n on columns c0 : c0 + BH, from h = h_{n−1} and the delayed
-    h_{n−1−m} (zero before the first state); absent branches give 0 (u, z) or 1 (a, g)."""
+    h_{n−1−m} (zero before the first state); absent branches give 0 (u, z) or 1 (a, g). With DROP (state dropout,
+    D the (B, T, 2, H) factors): from h̃ = K0 ⊙ h_{n−1} and q̃ = K1 ⊙ h_{n−1−m} (K = D[:, n − 1]), h = h̃."""
     sE = T * NE * H
     sS = (T + 1) * H
+    sD = T * 2 * H
+    k0 = D + (n - 1) * 2 * H  # K0; K1 at k0 + H
     e = E + (n - 1) * NE * H
     hp = S + (n - 1) * H
     hd = S + (n - 1 - M) * H
@@ -54,37 +91,40 @@ def _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.con
     g = one
     if HAS_U:
         pu = tl.load(e + EU * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pu = mv(pu, hp, sS, rows, rmask, WH + WU * H * H, H, c0, H, H, False, BH, PRECISION)
+        pu = _mv_kept(pu, hp, sS, k0, sD, rows, rmask, WH + WU * H * H, c0, H, BH, PRECISION, DROP)
         if U_DELAYED:
-            pu = mv(pu, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH, PRECISION)
+            pu = _mv_kept(pu, hd, sS, k0 + H, sD, rows, dmask, W2, c0, H, BH, PRECISION, DROP)
         u = tanh(pu)
         target = beta * u
     if HAS_Z:
         pz = tl.load(e + EZ * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pz = mv(pz, hd, sS, rows, dmask, W2, H, c0, H, H, False, BH, PRECISION)
+        pz = _mv_kept(pz, hd, sS, k0 + H, sD, rows, dmask, W2, c0, H, BH, PRECISION, DROP)
         z = tanh(pz)
         if HAS_A:
             pa = tl.load(e + EA * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            pa = mv(pa, hp, sS, rows, rmask, WH + WA * H * H, H, c0, H, H, False, BH, PRECISION)
+            pa = _mv_kept(pa, hp, sS, k0, sD, rows, rmask, WH + WA * H * H, c0, H, BH, PRECISION, DROP)
             a = sigmoid(pa)
         target += alpha * (a * z)
     if HAS_G:
         pg = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pg = mv(pg, hp, sS, rows, rmask, WH + WG * H * H, H, c0, H, H, False, BH, PRECISION)
+        pg = _mv_kept(pg, hp, sS, k0, sD, rows, rmask, WH + WG * H * H, c0, H, BH, PRECISION, DROP)
         g = sigmoid(pg)
     h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+    if DROP:
+        h = h * tl.load(k0 + rows[:, None] * sD + cols[None, :], mask=m, other=0.0)
     return target, u, z, a, g, h, m
 
 
 @triton.jit
-def _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
+def _forward_tile(E, WH, W2, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr):
-    """Columns c0 : c0 + BH of h_n = h + Δt (g ⊙ target − g ⊙ h) (eq. 14 / eq. 12)."""
-    target, _, _, _, g, h, m = _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z,
-                                         HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+                  PRECISION: tl.constexpr, DROP: tl.constexpr):
+    """Columns c0 : c0 + BH of h_n = h + Δt (g ⊙ target − g ⊙ h) (eq. 14 / eq. 12; with DROP, h = h̃)."""
+    target, _, _, _, g, h, m = _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
+                                         HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH,
+                                         PRECISION, DROP)
     cols = c0 + tl.arange(0, BH)
     h = h + dt * (g * target - g * h)
     tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=m)
@@ -108,19 +148,20 @@ def _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt,
 
 
 @triton.jit
-def _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
+def _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
                          HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                          U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                          EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
-                         BH: tl.constexpr, PRECISION: tl.constexpr):
+                         BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
     """The pre-activation gradients of step n on columns c0 : c0 + BH from λ_n = L[n % 2], and λ_{n−1}'s direct
     part λ_n (1 − Δt g) into L[(n − 1) % 2] (L: (2, B, H))."""
     sE = T * NE * H
     cur = n % 2
     gp = G + (n - 1) * NE * H
     cols = c0 + tl.arange(0, BH)
-    target, u, z, a, g, h, m = _branches(E, WH, W2, S, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z,
-                                         HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+    target, u, z, a, g, h, m = _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
+                                         HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH,
+                                         PRECISION, DROP)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U, HAS_Z, HAS_G,
                           HAS_A, EU, EZ, EG, EA)
@@ -128,13 +169,14 @@ def _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask
 
 
 @triton.jit
-def _backward_adjoint_tile(WH, W2, GO, G, L, LD, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
+def _backward_adjoint_tile(WH, W2, GO, G, L, LD, D, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
                            HAS_U: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr, EU: tl.constexpr,
                            EG: tl.constexpr, EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr,
                            ED: tl.constexpr, HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                           PRECISION: tl.constexpr):
+                           PRECISION: tl.constexpr, DROP: tl.constexpr):
     """λ_{n−1} on columns c0 : c0 + BH = its direct part (L[(n − 1) % 2]) + Σ_b g_b W_b + ∂L/∂h_{n−1} + the
-    delayed adjoint LD[n − 1]; the delayed read's g_delayed W2 goes to LD[n − 1 − m] (to λ_{n−1} when m = 0)."""
+    delayed adjoint LD[n − 1]; the delayed read's g_delayed W2 goes to LD[n − 1 − m] (to λ_{n−1} when m = 0). With
+    DROP: K0 ⊙ (direct part + Σ_b g_b W_b) (what flows through h̃), and K1 ⊙ g_delayed W2."""
     sE = T * NE * H
     sS = (T + 1) * H
     sO = T * H
@@ -149,12 +191,17 @@ def _backward_adjoint_tile(WH, W2, GO, G, L, LD, n, c0, rows, rmask, B, T, H, M,
         lam = mv(lam, gp + EG * H, sE, rows, rmask, WH + WG * H * H, H, c0, H, H, True, BH, PRECISION)
     if HAS_A:
         lam = mv(lam, gp + EA * H, sE, rows, rmask, WH + WA * H * H, H, c0, H, H, True, BH, PRECISION)
+    if DROP:
+        k0, k1 = _factors(D, n, rows, rmask, cols, cols < H, T, H)
+        lam = lam * k0
     lam += tl.load(GO + (n - 2) * H + rows[:, None] * sO + cols[None, :], mask=m & (cols * 0 + n >= 2)[None, :],
                    other=0.0)
     lam += tl.load(LD + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     if HAS_D:
         zero = tl.zeros((BB, BH), dtype=L.dtype.element_ty)
         gd = mv(zero, gp + ED * H, sE, rows, rmask, W2, H, c0, H, H, True, BH, PRECISION)
+        if DROP:
+            gd = gd * k1
         lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
         tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                  mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
@@ -162,31 +209,31 @@ def _backward_adjoint_tile(WH, W2, GO, G, L, LD, n, c0, rows, rmask, B, T, H, M,
 
 
 @triton.jit
-def _forward(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
+def _forward(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
              HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-             PRECISION: tl.constexpr):
+             PRECISION: tl.constexpr, DROP: tl.constexpr):
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
     for n in range(1, T + 1):
         for c0 in range(0, H, BH):
-            _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
-                          U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+            _forward_tile(E, WH, W2, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G,
+                          HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
+def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
-              BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+              BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
     """G (B, T, NE·H) pre-activation gradients (encoding layout); L (2, B, H) adjoint ping-pong: step n reads
     L[n % 2] and writes L[(n − 1) % 2]; LD (B, T+1, H) the delayed-read adjoints, zero-initialised; ED = the
-    encoding block of the delayed pre-activation."""
+    encoding block of the delayed pre-activation; D (B, T, 2, H) the dropout factors, read with DROP."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
@@ -194,12 +241,12 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
     for i in range(0, T):
         n = T - i
         for c0 in range(0, H, BH):  # the gradients of step n's pre-activations; λ_{n−1}'s direct part
-            _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
-                                 HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+            _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
+                                 HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # λ_{n−1} += Σ g_b W_b + dL/dh_{n−1} + delayed adjoints
-            _backward_adjoint_tile(WH, W2, GO, G, L, LD, n, c0, rows, rmask, B, T, H, M, NE, HAS_U, HAS_G, HAS_A, EU,
-                                   EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
+            _backward_adjoint_tile(WH, W2, GO, G, L, LD, D, n, c0, rows, rmask, B, T, H, M, NE, HAS_U, HAS_G, HAS_A,
+                                   EU, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION, DROP)
         tl.debug_barrier()
 
 
@@ -218,13 +265,16 @@ def _step(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.constexpr,
           HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
           U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
           WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr):
+          PRECISION: tl.constexpr, DROP: tl.constexpr):
     """The stepwise schedule (stepwise.py): step n (one phase, PHASE = 0) on one (batch block, column tile)
-    program; TABLE = the addresses of [E, WH, W2, C, S]."""
+    program; TABLE = the addresses of [E, WH, W2, C, S, D] (D: the dropout factors, read with DROP)."""
     tl.static_assert(PHASE == 0)
     rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
-    _forward_tile(E, WH, W2, S, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
-                  U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+    D = S  # not read without DROP
+    if DROP:
+        D = address(TABLE, 5, REF)
+    _forward_tile(E, WH, W2, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
+                  U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -232,18 +282,22 @@ def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.conste
                    HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                    U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                    WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
-                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
     """Phase PHASE of the backward of step n (0: the pre-activation gradients, 1: λ_{n−1}) on one program;
-    TABLE = the addresses of [E, WH, W2, C, S, GO, G, L, LD]."""
+    TABLE = the addresses of [E, WH, W2, C, S, GO, G, L, LD, D] (D read with DROP)."""
     rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 6, REF)
     L = address(TABLE, 7, REF)
+    D = S  # not read without DROP
+    if DROP:
+        D = address(TABLE, 9, REF)
     if PHASE == 0:
-        _backward_gates_tile(E, WH, W2, S, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U, HAS_Z,
-                             HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION)
+        _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
+                             HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
     else:
-        _backward_adjoint_tile(WH, W2, address(TABLE, 5, REF), G, L, address(TABLE, 8, REF), n, c0, rows, rmask, B,
-                               T, H, M, NE, HAS_U, HAS_G, HAS_A, EU, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
+        _backward_adjoint_tile(WH, W2, address(TABLE, 5, REF), G, L, address(TABLE, 8, REF), D, n, c0, rows, rmask,
+                               B, T, H, M, NE, HAS_U, HAS_G, HAS_A, EU, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH,
+                               PRECISION, DROP)
 
 
 @triton.jit
@@ -327,13 +381,13 @@ def _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta,
 
 
 @triton.jit
-def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
+def _forward_resident(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
                       HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                       U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                       EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
-                      BH: tl.constexpr, PRECISION: tl.constexpr):
+                      BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
     """hidden ≤ BH: weights and h in registers; the delayed state read back from the state buffer (a barrier
-    per step makes the other threads' stores visible)."""
+    per step makes the other threads' stores visible). DROP: the step from h̃, q̃ (factors loaded a step ahead)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
@@ -344,27 +398,36 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, NE: tl.constexpr,
     h = tile(S, sS, rows, rmask, cols, cmask)
     eu, ez, ea, eg = _inputs_resident(E, 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
                                       EG, EA, BB, BH)
+    if DROP:
+        k0, k1 = _factors(D, 1, rows, rmask, cols, cmask, T, H)
     for n in range(1, T + 1):
         # step n + 1's encoded input, loaded while step n computes
         fu, fz, fa, fg = _inputs_resident(E, n + 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
                                           EU, EZ, EG, EA, BB, BH)
         hd = tile(S + (n - 1 - M) * H, sS, rows, rmask & (rows * 0 + n - 1 - M >= 0), cols, cmask)
+        if DROP:  # h̃ = K0 ⊙ h_{n−1}, q̃ = K1 ⊙ h_{n−1−m}
+            f0, f1 = _factors(D, n + 1, rows, rmask, cols, cmask, T, H)
+            h = h * k0
+            hd = hd * k1
         target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta, HAS_U,
                                                 HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         h = h + dt * (g * target - g * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         tl.debug_barrier()
         eu, ez, ea, eg = fu, fz, fa, fg
+        if DROP:
+            k0, k1 = f0, f1
 
 
 @triton.jit
-def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constexpr,
+def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
                        HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                        U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                        EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr,
-                       HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+                       HAS_D: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+                       DROP: tl.constexpr):
     """hidden ≤ BH: weights and the adjoint in registers; L (B, H): final-state adjoint in, initial out; LD as in
-    :func:`_backward` (global: written at step n for the state n − 1 − m, read m steps later)."""
+    :func:`_backward` (global: written at step n for the state n − 1 − m, read m steps later); DROP as there."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     alpha = tl.load(C + 1)
@@ -377,6 +440,8 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
     eu, ez, ea, eg = _inputs_resident(E, T, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
                                       EG, EA, BB, BH)
     h, hd, go = _stored_resident(S, GO, T, M, rows, rmask, cols, cmask, T, H)
+    if DROP:
+        k0, k1 = _factors(D, T, rows, rmask, cols, cmask, T, H)
     for i in range(0, T):
         n = T - i
         gp = G + (n - 1) * NE * H
@@ -384,6 +449,10 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
         fu, fz, fa, fg = _inputs_resident(E, n - 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
                                           EU, EZ, EG, EA, BB, BH)
         h_next, hd_next, go_next = _stored_resident(S, GO, n - 1, M, rows, rmask, cols, cmask, T, H)
+        if DROP:  # the branches of h̃ = K0 ⊙ h_{n−1}, q̃ = K1 ⊙ h_{n−1−m}
+            f0, f1 = _factors(D, n - 1, rows, rmask, cols, cmask, T, H)
+            h = h * k0
+            hd = hd * k1
         target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta, HAS_U,
                                                 HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         gt = lam * dt * g
@@ -403,11 +472,15 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
                 ga = gt * alpha * z * a * (1.0 - a)
                 tl.store(gp + EA * H + rows[:, None] * sE + cols[None, :], ga, mask=m)
                 new = dot(ga, wa, new, PRECISION)
+        if DROP:  # what flows through h̃
+            new = new * k0
         if HAS_D:
             if U_DELAYED:
                 gd = dot(gu, w2, tl.zeros((BB, BH), dtype=h.dtype), PRECISION)
             else:
                 gd = dot(gz, w2, tl.zeros((BB, BH), dtype=h.dtype), PRECISION)
+            if DROP:
+                gd = gd * k1
             new += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
             tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                      mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
@@ -417,6 +490,8 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, NE: tl.constex
         lam = new
         eu, ez, ea, eg = fu, fz, fa, fg
         h, hd, go = h_next, hd_next, go_next
+        if DROP:
+            k0, k1 = f0, f1
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
@@ -425,7 +500,7 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
           HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
           U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
           WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
-          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
+          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, DROP: tl.constexpr):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
     :func:`_step_backward`, steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
     k = 0
@@ -434,11 +509,11 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
         if BACKWARD:
             for phase in tl.static_range(2):
                 _step_backward(TABLE, REF, T - i, B, T, H, M, phase, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU,
-                               EZ, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION)
+                               EZ, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION, DROP)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
             _step(TABLE, REF, i + 1, B, T, H, M, 0, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG,
-                  WA, BB, BH, PRECISION)
+                  WA, BB, BH, PRECISION, DROP)
             k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -481,12 +556,24 @@ def _grid_rows(S, n, M, rows, rmask, T, H, HP: tl.constexpr):
 
 
 @triton.jit
-def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, NE: tl.constexpr,
+def _grid_dropped(D, n, h_row, hd_row, h, rows, rmask, cols, cmask, T, H, HP: tl.constexpr):
+    """Step n's dropout (factors K = D[:, n − 1]) on :func:`_grid_rows`'s rows and this program's columns h of
+    h_{n−1}: (K0 ⊙ h_row, K1 ⊙ hd_row, K0 ⊙ h, the columns' (K0, K1))."""
+    sD = T * 2 * H
+    k = D + (n - 1) * 2 * H
+    k0, k1 = _factors(D, n, rows, rmask, cols, cmask, T, H)
+    return (h_row * grid.rows_of(k, sD, rows, rmask, H, HP), hd_row * grid.rows_of(k + H, sD, rows, rmask, H, HP),
+            h * k0, k0, k1)
+
+
+@triton.jit
+def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, D, NE: tl.constexpr,
                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
-                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr):
-    """h_n on this program's columns for every step, kept in registers, a barrier after each step."""
+                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, DROP: tl.constexpr):
+    """h_n on this program's columns for every step, kept in registers, a barrier after each step; DROP: from h̃,
+    q̃."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
@@ -499,6 +586,8 @@ def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, NE: tl.constexpr,
         eu, ez, ea, eg = _inputs_resident(E, n, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU,
                                           EZ, EG, EA, BB, BH)
         h_row, hd_row = _grid_rows(S, n, M, rows, rmask, T, H, HP)
+        if DROP:
+            h_row, hd_row, h, k0, k1 = _grid_dropped(D, n, h_row, hd_row, h, rows, rmask, cols, cmask, T, H, HP)
         target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
                                                 HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         h = h + dt * (g * target - g * h)
@@ -507,15 +596,15 @@ def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, NE: tl.constexpr,
 
 
 @triton.jit
-def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, NE: tl.constexpr,
+def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, D, NE: tl.constexpr,
                    HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                    U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                    WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
                    HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
-                   LIMIT: tl.constexpr):
+                   LIMIT: tl.constexpr, DROP: tl.constexpr):
     """Step n's backward on this program's columns (:func:`_backward_resident`'s, the products over the whole rows
     of the pre-activation gradients after one barrier); λ in registers, L (B, H): the final state's adjoint in,
-    the initial state's out."""
+    the initial state's out; DROP as there."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sE = T * NE * H
@@ -532,6 +621,8 @@ def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, NE: tl.const
                                           EZ, EG, EA, BB, BH)
         h_row, hd_row = _grid_rows(S, n, M, rows, rmask, T, H, HP)
         h, _, go = _stored_resident(S, GO, n, M, rows, rmask, cols, cmask, T, H)
+        if DROP:
+            h_row, hd_row, h, k0, k1 = _grid_dropped(D, n, h_row, hd_row, h, rows, rmask, cols, cmask, T, H, HP)
         target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
                                                 HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U, HAS_Z,
@@ -545,9 +636,13 @@ def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, NE: tl.const
         if HAS_Z:
             if HAS_A:
                 lam = dot(grid.rows_of(gp + EA * H, sE, rows, rmask, H, HP), wa, lam, PRECISION)
+        if DROP:  # what flows through h̃
+            lam = lam * k0
         if HAS_D:
             gd = dot(grid.rows_of(gp + ED * H, sE, rows, rmask, H, HP), w2, tl.zeros((BB, BH), dtype=lam.dtype),
                      PRECISION)
+            if DROP:
+                gd = gd * k1
             lam += tl.where(cols * 0 + M == 0, 1.0, 0.0)[None, :] * gd  # m = 0: the current state
             tl.store(LD + (n - 1 - M) * H + rows[:, None] * sS + cols[None, :], gd,
                      mask=m & ((cols * 0 + M > 0) & (cols * 0 + n - 1 - M >= 0))[None, :])
@@ -560,13 +655,14 @@ _FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG
 
 
 class DelayGRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, schedule) -> (hs, h_T)``; ``layout`` =
-    (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
-    (encoding block, weight_h block) pairs of the maps of h; ``schedule``: "persistent", "stepwise" or "grid"
-    (``grid.schedule_for``)."""
+    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, schedule) -> (hs, h_T)``;
+    ``layout`` = (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
+    (encoding block, weight_h block) pairs of the maps of h; ``drop``: None or the state-dropout factors (B, T, 2, H)
+    (no gradient): step n runs from h̃ = drop[:, n − 1, 0] ⊙ h_{n−1} and q̃ = drop[:, n − 1, 1] ⊙ h_{n−1−m};
+    ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, schedule="persistent"):
+    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -575,30 +671,33 @@ class DelayGRUSequence(torch.autograd.Function):
         S = enc.new_empty(B, T + 1, H)
         S[:, 0] = h0
         consts = on_device([dt, alpha, beta], enc.dtype, enc.device)
+        dropped = drop is not None
+        D = drop.to(enc.dtype).contiguous() if dropped else consts  # read only with DROP
         BB, BH = block_sizes(B, H, block_h)
-        flags = dict(zip(_FLAGS[:13], layout[:13]))
+        flags = dict(zip(_FLAGS[:13], layout[:13]), DROP=dropped)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, weight_h, W2c, consts, S), B, T, H, ctx.precision, M=lag,
+            grid.launch_resident(_grid_forward, (enc, weight_h, W2c, consts, S), B, T, H, ctx.precision, M=lag, D=D,
                                  **flags)
         elif schedule == "grid":  # the backward's two flags, unused forward
-            grid.launch(_grid, [enc, weight_h, W2c, consts, S], consts, B, T, H, block_h, ctx.precision, False,
+            grid.launch(_grid, [enc, weight_h, W2c, consts, S, D], consts, B, T, H, block_h, ctx.precision, False,
                         M=lag, **flags, ED=0, HAS_D=False)
         elif schedule == "stepwise":
-            launch_steps([enc, weight_h, W2c, consts, S],
+            launch_steps([enc, weight_h, W2c, consts, S, D],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, M=lag,
                                        **flags))
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
-            forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, **flags, BB=BB, BH=BH,
+            forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, D, **flags, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, num_warps=warps(BH))
-        ctx.save_for_backward(enc, weight_h, W2c, consts, S)
+        ctx.save_for_backward(enc, weight_h, W2c, consts, S, D)
         ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2, ctx.schedule = lag, layout, block_h, W2 is not None, schedule
+        ctx.dropped = dropped
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
-        enc, weight_h, W2, consts, S = ctx.saved_tensors
+        enc, weight_h, W2, consts, S, D = ctx.saved_tensors
         B, T, _ = enc.shape
         H = S.shape[2]
         lag, layout = ctx.lag, ctx.layout
@@ -608,75 +707,84 @@ class DelayGRUSequence(torch.autograd.Function):
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         LD = enc.new_zeros(B, T + 1, H)
         BB, BH = block_sizes(B, H, ctx.block_h)
-        flags = dict(zip(_FLAGS, layout[:14]))
+        flags = dict(zip(_FLAGS, layout[:14]), DROP=ctx.dropped)
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
             grid.launch_resident(_grid_backward, (enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD), B, T, H,
-                                 ctx.precision, M=lag, **flags)
+                                 ctx.precision, M=lag, D=D, **flags)
         elif ctx.schedule == "grid":
-            grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD], consts, B, T, H, ctx.block_h,
+            grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D], consts, B, T, H, ctx.block_h,
                         ctx.precision, True, M=lag, **flags)
         elif ctx.schedule == "stepwise":
-            launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD],
+            launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
                                        M=lag, **flags))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD, B, T, H, lag,
-                                                      **flags, BB=BB, BH=BH,
+                                                      D, **flags, BB=BB, BH=BH,
                                                       PRECISION=ctx.precision, num_warps=warps(BH))
         else:
-            _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, **flags,
+            _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, D, **flags,
                                              BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         del LD  # the delayed adjoints: not needed by the weight gradients, whose products then copy less at once
         blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
-        d_all = outer_sum(G, S[:, :-1])  # every encoding block against h_{n-1}; the maps of h are some of them
+        # every encoding block against h_{n-1} (with dropout h̃_{n−1}); the maps of h are some of them
+        d_all = outer_sum(G, D[:, :, 0] * S[:, :-1] if ctx.dropped else S[:, :-1])
         d_weight_h = torch.cat([d_all[e * H:(e + 1) * H] for e, _ in blocks])
         d_W2 = None
         if ctx.has_w2:
             ed = layout[13]
             d_W2 = torch.zeros_like(W2)
-            if T > lag:
-                d_W2 = outer_sum(G[:, lag:, ed * H:(ed + 1) * H], S[:, : T - lag])
-        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None, None
+            if T > lag:  # step n's delayed pre-activation against h_{n−1−m} (with dropout q̃)
+                delayed = D[:, lag:, 1] * S[:, : T - lag] if ctx.dropped else S[:, : T - lag]
+                d_W2 = outer_sum(G[:, lag:, ed * H:(ed + 1) * H], delayed)
+        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None, None, None
 
 
 def _lag(lags) -> int:
     return int(lags[0]) if lags else 0  # no delay (τ = 0): the delayed state is the current one
 
 
-def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chosen):
+def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chosen, drop):
     """The sequence from the state (h0,) in one piece, or, with no backward to come (and no unfolds), in chunks of
     :func:`~odelab.kernels.chunks.steps_per_chunk` steps. The first ``lag`` steps of the sequence, or of a chunk,
     read delayed states from before it (a :class:`DelayedState`'s history; a chunk's: the states before it): their
     part W2 h_{n−1−m} of the delayed branch's pre-activation is added to the encoding (``chunks.add_history``; the
     kernel then reads zero history there); the later steps read their delayed states inside, as in one piece. The
-    peak holds the outputs and one chunk's buffers. The final state carries the history on."""
+    peak holds the outputs and one chunk's buffers. The final state carries the history on. ``drop``: the state
+    dropout factors (B, T · unfolds, 2, H) or None (:func:`run_taugru`), a chunk's the slice of its steps."""
     (h0,) = state
     lag = _lag(lags)
     before = incoming_history(state, lag)
     before = None if before is None else before[0]
     H = h0.shape[1]
+    if drop is not None and tuple(drop.shape) != (x.shape[0], x.shape[1] * unfolds, 2, H):
+        raise ValueError(f"drop: expected factors of shape (batch, time · unfolds, 2, hidden) = "
+                         f"{(x.shape[0], x.shape[1] * unfolds, 2, H)}, got {tuple(drop.shape)}")
+    if drop is not None and not lags:  # no delay: the delayed branch reads the state the step starts from, h̃
+        drop = drop[:, :, :1].expand(-1, -1, 2, -1)
     branch = layout[13] * H
     steps = chunks.steps_per_chunk(x, unfolds, H)
     if steps >= x.shape[1] or unfolds != 1 or chunks.needs_backward(system, x, state):
         if unfolds != 1:
             x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
         enc = system.encode(x)
-        chunks.add_history(enc, before, lag, system.W2, branch)
+        chunks.add_history(enc, before, lag, system.W2, branch, keep=drop)
         hs, hT = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h0, float(dt) / unfolds, alpha, beta,
-                            lag, layout, block_h, chosen)
+                            lag, layout, block_h, drop, chosen)
         return hs[:, unfolds - 1::unfolds], _final(lags, hT, before, h0, hs)
     B, T = x.shape[:2]
     out, h = None, h0
     for t0 in range(0, T, steps):
         enc = system.encode(x[:, t0:t0 + steps].contiguous())
+        keep = None if drop is None else drop[:, t0:t0 + steps]
         # the chunk continues the sequence: the states before it are its history (before the first: the state's)
         chunks.add_history(enc, before if t0 == 0 else carried_history(before, h0, out[:, :t0], lag), lag,
-                           system.W2, branch)
+                           system.W2, branch, keep=keep)
         hs, h = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h, float(dt), alpha, beta, lag, layout,
-                           block_h, chosen)
+                           block_h, keep, chosen)
         if out is None:
             out = hs.new_empty(B, T, H)
         out[:, t0:t0 + hs.shape[1]] = hs
@@ -688,10 +796,12 @@ def _final(lags, h, before, h0, states):
     return DelayedState((h,), (carried_history(before, h0, states, _lag(lags)),)) if lags else (h,)
 
 
-def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
+def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None, drop=None):
     """τ-GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none). ``schedule`` ("auto", "persistent", "stepwise"
     or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised
-    one (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
+    one (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given).
+    ``drop`` (state dropout): None or the factors (B, T · unfolds, 2, H), no gradient: sub-step k starts from
+    drop[:, k, 0] ⊙ h_k and reads drop[:, k, 1] ⊙ h_{k−m} (without a delay: drop[:, k, 0] ⊙ h_k, as the field)."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     enc_index = {b: i for i, b in enumerate(system.branches)}
     h_index = {b: i for i, b in enumerate(system.h_branches)}
@@ -700,11 +810,12 @@ def run_taugru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedu
               enc_index.get("u", 0), enc_index.get("z", 0), enc_index.get("g", 0), enc_index.get("a", 0),
               h_index.get("u", 0), h_index.get("g", 0), h_index.get("a", 0), enc_index.get("z", 0),
               tuple((enc_index[b], h_index[b]) for b in system.h_branches))
-    return _run(system, x, state, dt, unfolds, lags, layout, system.alpha, system.beta, block_h, chosen)
+    return _run(system, x, state, dt, unfolds, lags, layout, system.alpha, system.beta, block_h, chosen, drop)
 
 
-def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` as in :func:`run_taugru`."""
+def run_delaygru(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None, drop=None):
+    """Delay GRU, "euler", ring buffer of lag m = ``lags[0]`` (or none); ``schedule`` and ``drop`` as in
+    :func:`run_taugru`."""
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     layout = (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0, 0, ((0, 0), (1, 1)))
-    return _run(system, x, state, dt, unfolds, lags, layout, 1.0, 1.0, block_h, chosen)
+    return _run(system, x, state, dt, unfolds, lags, layout, 1.0, 1.0, block_h, chosen, drop)
