@@ -1101,10 +1101,12 @@ jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2
          for bw in (False, True) for ra in (True, False) for gaps in (False, True)]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
-    dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)  # per-sample steps (irregular sampling) or not
-             for k in (lem._lem_forward, lem._lem_backward, lem._lem_forward_resident, lem._lem_backward_resident)]
-    dense += [(k, dict(GAPS=gaps, **tile)) for k in (gru._forward_resident, gru._backward_resident)
-              for gaps in (False, True)]
+    # per-sample steps (irregular sampling) or not; the persistent backward kernels with the steps' gradient (DHS)
+    gap_grads = [(False, False), (True, False), (True, True)]  # (GAPS, DHS)
+    dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)
+             for k in (lem._lem_forward, lem._lem_forward_resident, gru._forward_resident)]
+    dense += [(k, dict(GAPS=gaps, DHS=dhs, **tile)) for gaps, dhs in gap_grads
+              for k in (lem._lem_backward, lem._lem_backward_resident, gru._backward_resident)]
     dense += [(lem._lem_step, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1) for gaps in (False, True)]
     dense += [(lem._lem_step_backward, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1, 2)
               for gaps in (False, True)]
@@ -1124,10 +1126,13 @@ for bh in (16, 32):
                   for k in (delay_gru._forward, delay_gru._forward_resident)]
         dense += [(k, dict(c, ED=ed, HAS_D=True, DROP=drop, **tile)) for c, ed in ((tau, 1), (dgru, 0))
                   for k in (delay_gru._backward, delay_gru._backward_resident)]
-    dense += [(k, dict(MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2) for gaps in (False, True) for k in
-              (oscillators._forward, oscillators._backward, oscillators._forward_resident, oscillators._backward_resident)]
-    dense += [(k, dict(RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False) for gaps in (False, True)
-              for k in (gru._forward, gru._backward)]
+    dense += [(k, dict(MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2) for gaps in (False, True)
+              for k in (oscillators._forward, oscillators._forward_resident)]
+    dense += [(k, dict(MODE=mode, GAPS=gaps, DHS=dhs, **tile)) for mode in (0, 1, 2) for gaps, dhs in gap_grads
+              for k in (oscillators._backward, oscillators._backward_resident)]
+    dense += [(gru._forward, dict(RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False) for gaps in (False, True)]
+    dense += [(gru._backward, dict(RESET_AFTER=ra, GAPS=gaps, DHS=dhs, **tile)) for ra in (True, False)
+              for gaps, dhs in gap_grads]
     liquid_modes = [dict(MODE=mode, BJ=liquid.block_j(bh), L=6 if mode < 2 else 1, **tile) for mode in (0, 1, 2, 3)]
     dense += [(k, dict(c, GAPS=gaps)) for c in liquid_modes for k in (liquid._forward, liquid._backward)
               for gaps in (False, True)]
@@ -1156,7 +1161,7 @@ for fn, constexprs in jobs:
     for dtype in DTYPES:
         # the products' precisions in every variant without per-sample steps or dropout; with them (GAPS, DROP), IEEE
         # only: they change no product
-        every = dtype == "fp32" and not constexprs.get("GAPS") and not constexprs.get("DROP")
+        every = dtype == "fp32" and not any(constexprs.get(k) for k in ("GAPS", "DROP", "DHS"))
         precisions = ("ieee", "tf32", "tf32x3", "bf16") if every else ("ieee",)
         for precision in precisions if "PRECISION" in fn.arg_names else (None,):
             compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)

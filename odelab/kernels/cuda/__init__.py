@@ -12,18 +12,22 @@ Without a backward to come, the cells run in chunks of steps (``..chunks.in_chun
 ``delay_gru``). ``gaps=True``: the kernel also takes per-sample steps (``Recurrent.forward(x, dt=gaps)``), in every
 schedule, with a constexpr GAPS whose False variant compiles to the code of a kernel without it. ``dropout=True``
 (τ-GRU, Delay GRU): the kernel also takes state dropout's factors (``drop=``) in every schedule, likewise a constexpr
-DROP whose False variant compiles to the code without it.
+DROP whose False variant compiles to the code without it. ``gap_grads=True`` (LEM, coRNN, the oscillator, GRU-ODE):
+with gaps that require grad (a learned Δt) the one-launch kernels' backward also gives their gradient (a constexpr
+DHS; the persistent schedule is then used whatever was asked).
 """
 from ... import systems
 from ..registry import register
 
-register(systems.LEM, "imex", "cuda", ".cuda.lem:run", gaps=True)
-register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit", gaps=True)
-register(systems.CoRNN, "imex-implicit", "cuda", ".cuda.oscillators:run_cornn_implicit", gaps=True)
-register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillators:run_oscillator", gaps=True)
+register(systems.LEM, "imex", "cuda", ".cuda.lem:run", gaps=True, gap_grads=True)
+register(systems.CoRNN, "imex", "cuda", ".cuda.oscillators:run_cornn_explicit", gaps=True, gap_grads=True)
+register(systems.CoRNN, "imex-implicit", "cuda", ".cuda.oscillators:run_cornn_implicit", gaps=True,
+         gap_grads=True)
+register(systems.NeuralOscillator, "symplectic-euler", "cuda", ".cuda.oscillators:run_oscillator", gaps=True,
+         gap_grads=True)
 register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run")
 register(systems.UnICORNN, "symplectic-euler", "cuda", ".cuda.unicornn:run_reversible", reversible=True)
-register(systems.GRU, "euler", "cuda", ".cuda.gru:run", gaps=True)
+register(systems.GRU, "euler", "cuda", ".cuda.gru:run", gaps=True, gap_grads=True)
 register(systems.TauGRU, "euler", "cuda", ".cuda.delay_gru:run_taugru", dropout=True)
 register(systems.DelayGRU, "euler", "cuda", ".cuda.delay_gru:run_delaygru", dropout=True)
 register(systems.LTC, "imex-implicit", "cuda", ".cuda.liquid:run_ltc", gaps=True)

@@ -7,7 +7,8 @@
 one Triton launch forward and one backward (or, with the stepwise schedule of stepwise.py, one launch per phase
 of a step). The backward recomputes the gates from the stored states and writes per step the pre-activation
 gradients [g_r, g_f, g_c, g_m] (g_m: of W_u h + b_hu, or of σ(r) ⊙ h's matmul input); the weight gradients are
-GEMMs over all steps in torch.
+GEMMs over all steps in torch. With per-sample steps requiring grad (constexpr DHS), the persistent backward kernels
+also write ∂L/∂Δt of each row and step, λ_n · σ(f) ⊙ (tanh(c) − h_{n−1}).
 """
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ def _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tc, mu, h, H, R
 def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr,
                          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """Step n on columns c0 : c0 + BH: g_f, g_c (and g_r, g_m, reset after) from λ_n in L[n % 2], and λ_{n−1}'s
-    direct part λ_n ⊙ (1 − Δt σ(f)) into L[(n − 1) % 2] (L: (2, B, H); RS: ρ per step, reset before)."""
+    direct part λ_n ⊙ (1 − Δt σ(f)) into L[(n − 1) % 2] (L: (2, B, H); RS: ρ per step, reset before); returns the
+    rows' part of ∂L/∂Δt from these columns."""
     sG = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
@@ -106,8 +108,10 @@ def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, 
                              PRECISION)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     sf = sigmoid(f)
-    _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tanh(c), mu, h, H, RESET_AFTER)
+    tc = tanh(c)
+    _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tc, mu, h, H, RESET_AFTER)
     tl.store(L + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lam * (1.0 - dt * sf), mask=m)
+    return tl.sum(tl.where(m, lam * sf * (tc - h), 0.0), axis=1)
 
 
 @triton.jit
@@ -168,10 +172,11 @@ def _forward(E, WH, BHU, C, HS, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl
 
 
 @triton.jit
-def _backward(E, WH, BHU, C, HS, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-              BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+def _backward(E, WH, BHU, C, HS, S, GO, G, RS, L, B, T, H, DH, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+              BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); the adjoint λ
-    ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]; HS as in :func:`_forward`."""
+    ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]; HS as in :func:`_forward`; with
+    DHS, DH[row, n − 1] = ∂L/∂HS[row, n − 1], summed over the column tiles in registers."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
@@ -180,10 +185,15 @@ def _backward(E, WH, BHU, C, HS, S, GO, G, RS, L, B, T, H, RESET_AFTER: tl.const
             for c0 in range(0, H, BH):  # ρ of step n
                 _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
+        dh = tl.zeros((BB,), dtype=S.dtype.element_ty)
         for c0 in range(0, H, BH):  # g_f, g_c (g_r, g_m); λ_{n−1}'s direct part
             ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
-            _backward_gates_tile(E, WH, BHU, S, RS, G, L, ds, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
-                                 PRECISION)
+            part = _backward_gates_tile(E, WH, BHU, S, RS, G, L, ds, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+                                        PRECISION)
+            if DHS:
+                dh += part
+        if DHS:
+            tl.store(DH + rows * T + (n - 1), dh, mask=rmask)
         tl.debug_barrier()
         if not RESET_AFTER:
             for c0 in range(0, H, BH):  # g_r (a full row of g_c needed)
@@ -281,10 +291,10 @@ def _forward_resident(E, WH, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.co
 
 
 @triton.jit
-def _backward_resident(E, WH, BHU, C, HS, S, GO, G, L, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
+def _backward_resident(E, WH, BHU, C, HS, S, GO, G, L, B, T, H, DH, BB: tl.constexpr, BH: tl.constexpr,
+                       PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
-    initial-state adjoint out."""
+    initial-state adjoint out; with DHS, DH as :func:`_backward`'s."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 3 * H
@@ -322,6 +332,8 @@ def _backward_resident(E, WH, BHU, C, HS, S, GO, G, L, B, T, H, BB: tl.constexpr
         gf = lam * ds * (tc - hp) * sf * (1.0 - sf)
         gr = gc * mu * sr * (1.0 - sr)
         gm = gc * sr
+        if DHS:  # ∂h_n/∂Δt against λ_n
+            tl.store(DH + rows * T + (n - 1), tl.sum(lam * sf * (tc - hp), axis=1), mask=rmask)
         tl.store(g + rows[:, None] * sG + cols[None, :], gr, mask=m)
         tl.store(g + H + rows[:, None] * sG + cols[None, :], gf, mask=m)
         tl.store(g + 2 * H + rows[:, None] * sG + cols[None, :], gc, mask=m)
@@ -431,11 +443,14 @@ def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, SYNC, B, T, H, HP: tl.constex
 
 class GRUSequence(torch.autograd.Function):
     """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule) -> (hs, h_T)``; ``hs``: None,
-    or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``; no gradient), which replace ``dt``;
-    ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient
+    where they require one (the persistent schedule only); ``schedule``: "persistent", "stepwise" or "grid"
+    (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule="persistent"):
+        if ctx.needs_input_grad[6] and schedule != "persistent":
+            raise ValueError("the gaps' gradient needs the persistent schedule")
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -483,6 +498,8 @@ class GRUSequence(torch.autograd.Function):
         L[T % 2] = grad_h + grad_hs[:, T - 1]
         BB, BH = block_sizes(B, H, ctx.block_h)
         gaps = ctx.gaps
+        dhs = enc.new_empty(B, T) if ctx.needs_input_grad[6] else None
+        DH = consts if dhs is None else dhs  # written only with DHS
         if ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
             grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0]), B, T, H,
@@ -498,12 +515,12 @@ class GRUSequence(torch.autograd.Function):
         elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0], B, T,
-                                                      H, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
-                                                      num_warps=warps(BH))
+                                                      H, DH, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
+                                                      DHS=dhs is not None, num_warps=warps(BH))
         else:
-            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, RS, L, B, T, H,
-                                             RESET_AFTER=reset_after, BB=BB, BH=BH,
-                                             PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
+            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, RS, L, B, T, H, DH,
+                                             RESET_AFTER=reset_after, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                             GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
         h_prev = S[:, :-1]
         if reset_after:  # [W_r; W_f] and W_u all map h_{n-1}: G's columns r, f, (c), u
             d_all = outer_sum(G, h_prev)
@@ -513,19 +530,21 @@ class GRUSequence(torch.autograd.Function):
             d_rf = outer_sum(G[..., : 2 * H], h_prev)
             d_u = outer_sum(G[..., 2 * H: 3 * H], RS)
             d_b_hu = None
-        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, None, None, None
+        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, dhs, None, None
 
 
 @in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
     of dt/L per sample (the input held); ``dt`` a float, or a (batch, time) tensor of each sample's own gap
-    (``Recurrent.forward(x, dt=gaps)``, no gradient to it). ``schedule`` ("auto", "persistent", "stepwise" or
-    "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one
-    (stepwise.py, grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before
-    keeps its one-tile persistent kernel)."""
-    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
-    steps, h = per_step_lengths(dt, unfolds, x.dtype)
+    (``Recurrent.forward(x, dt=gaps)``), with its gradient when the gaps require one (then always the persistent
+    schedule: only its backward kernels give it). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default
+    ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
+    grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its
+    one-tile persistent kernel)."""
+    steps, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
+    learned = steps is not None and steps.requires_grad  # only the persistent backward kernels give the gaps' gradient
+    chosen = "persistent" if learned else grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None

@@ -7,7 +7,9 @@ with [a1, az, a2, ay] = ``system.encode(x)`` (one GEMM in torch, its backward by
 the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them and writes the gradient of every
 pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
 GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n. With the constexpr
-GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``).
+GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``); with DHS as well
+(the gaps requiring grad) the persistent backward kernels write ∂L/∂HS[row, n − 1] = λy_n · ∂y_n/∂Δt + λz_n ·
+∂z_n/∂Δt (λz_n in full, its path through r included), each ∂x_n/∂Δt = σ̂(p) ⊙ (tanh(·) − x_{n−1}).
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ def _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH:
 def _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                      PRECISION: tl.constexpr):
     """The y-step of step n on columns c0 : c0 + BH: g_p2, g_r and λy's direct part, λy read from LY[n % 2] and
-    written to LY[(n − 1) % 2] (LY: (2, B, H))."""
+    written to LY[(n − 1) % 2] (LY: (2, B, H)); returns the rows' part of ∂L/∂Δt from these columns."""
     sE = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
@@ -98,13 +100,14 @@ def _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB
     tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
     tl.store(g + 3 * H + rows[:, None] * sE + cols[None, :], gr, mask=m)
     tl.store(LY + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], ly * (1.0 - dt * s2), mask=m)
+    return tl.sum(tl.where(m, ly * s2 * (tr - y), 0.0), axis=1)
 
 
 @triton.jit
 def _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                      PRECISION: tl.constexpr):
     """The z-step of step n on columns c0 : c0 + BH: λz_n in full (+ g_r Wy of every column), g_p1, g_q, and
-    λz_{n−1} into LZ[(n − 1) % 2]."""
+    λz_{n−1} into LZ[(n − 1) % 2]; returns the rows' part of ∂L/∂Δt from these columns."""
     sE = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
@@ -118,6 +121,7 @@ def _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, B
     tl.store(g + rows[:, None] * sE + cols[None, :], lz * dt * (tq - z) * s1 * (1.0 - s1), mask=m)
     tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * dt * s1 * (1.0 - tq * tq), mask=m)
     tl.store(LZ + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lz * (1.0 - dt * s1), mask=m)
+    return tl.sum(tl.where(m, lz * s1 * (tq - z), 0.0), axis=1)
 
 
 @triton.jit
@@ -154,19 +158,27 @@ def _lem_forward(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.
 
 
 @triton.jit
-def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr, GAPS: tl.constexpr):
-    """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2."""
+def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: tl.constexpr, BH: tl.constexpr,
+                  PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+    """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2; with DHS,
+    DH[row, n − 1] = ∂L/∂HS[row, n − 1], summed over the column tiles in registers."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
+        dh = tl.zeros((BB,), dtype=Z.dtype.element_ty)
         for c0 in range(0, H, BH):  # the y-step: g_p2, g_r; λy partial
-            _backward_y_tile(E, W2, WY, Z, Y, G, LY, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            part = _backward_y_tile(E, W2, WY, Z, Y, G, LY, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            if DHS:
+                dh += part
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # the z-step: λz_n total, g_p1, g_q, λz_{n−1}
-            _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            part = _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            if DHS:
+                dh += part
+        if DHS:
+            tl.store(DH + rows * T + (n - 1), dh, mask=rmask)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # λy_{n−1}
             _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
@@ -291,10 +303,11 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr
 
 
 @triton.jit
-def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                           PRECISION: tl.constexpr, GAPS: tl.constexpr):
+def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: tl.constexpr,
+                           BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
-    the adjoints of the final state on entry and those of the initial state on exit."""
+    the adjoints of the final state on entry and those of the initial state on exit; with DHS, DH as
+    :func:`_lem_backward`'s."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 4 * H
@@ -327,6 +340,8 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, 
         tq = tanh(q)
         gp1 = lz * h * (tq - zp) * s1 * (1.0 - s1)
         gq = lz * h * s1 * (1.0 - tq * tq)
+        if DHS:  # ∂y_n/∂Δt, ∂z_n/∂Δt against the total adjoints λy_n, λz_n
+            tl.store(DH + rows * T + (n - 1), tl.sum(ly * s2 * (tr - yp) + lz * s1 * (tq - zp), axis=1), mask=rmask)
         tl.store(g + rows[:, None] * sE + cols[None, :], gp1, mask=m)
         tl.store(g + H + rows[:, None] * sE + cols[None, :], gq, mask=m)
         tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], gp2, mask=m)
@@ -506,11 +521,14 @@ def one_barrier() -> bool:
 
 class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or each
-    row's step lengths (B, T) (``kernels.gaps.per_step_lengths``; no gradient), which replace ``dt``; ``schedule``:
-    "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they
+    require one (the persistent schedule only); ``schedule``: "persistent", "stepwise" or "grid"
+    (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule="persistent"):
+        if ctx.needs_input_grad[7] and schedule != "persistent":
+            raise ValueError("the gaps' gradient needs the persistent schedule")
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
@@ -553,6 +571,8 @@ class LEMSequence(torch.autograd.Function):
         lz, ly = grad_z.contiguous(), grad_y + grad_ys[:, T - 1]  # the final state's adjoints
         BB, BH = block_sizes(B, H, ctx.block_h)
         gaps = ctx.gaps
+        dhs = enc.new_empty(B, T) if ctx.needs_input_grad[7] else None
+        DH = consts if dhs is None else dhs  # written only with DHS
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
             grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs),
@@ -567,28 +587,30 @@ class LEMSequence(torch.autograd.Function):
                 launch_steps(tensors, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
                                                     ctx.precision, GAPS=gaps))
             else:
-                _lem_backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision,
-                                                     GAPS=gaps, num_warps=warps(BH))
+                _lem_backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                     GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
             LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
             LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
             _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs,
-                                                          B, T, H, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
-                                                          num_warps=warps(BH))
+                                                          B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                          GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
         d_of_y = outer_sum(G[..., : 3 * H], Y[:, :-1])  # [weight_y; W2]: the maps of y_{n-1}
         d_Wy = outer_sum(G[..., 3 * H:], Z[:, 1:])
-        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, None, None, None
+        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, dhs, None, None
 
 
 @in_chunks
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0); ``dt`` a float, or a
-    (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``, no gradient to it).
-    ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on
-    CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they
-    would run (hidden > 32 or ``block_h`` given)."""
-    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
-    hs, h = per_step_lengths(dt, unfolds, x.dtype)
+    (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``), with its gradient when the
+    gaps require one (then always the persistent schedule: only its backward kernels give it). ``schedule``
+    ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the
+    stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they would run
+    (hidden > 32 or ``block_h`` given)."""
+    hs, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
+    learned = hs is not None and hs.requires_grad  # only the persistent backward kernels give the gaps' gradient
+    chosen = "persistent" if learned else grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],

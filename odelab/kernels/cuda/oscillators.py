@@ -11,7 +11,8 @@ those launches' phases in one launch forward and one backward with a barrier bet
     y_n = y_{n−1} + Δt z_n
 
 Δt is shared, or with per-sample steps (irregular sampling, ``Recurrent.forward(x, dt=gaps)``; constexpr GAPS)
-each row's own length of step n (``_common.step_length``), in the γ, ε sums too.
+each row's own length of step n (``_common.step_length``), in the γ, ε sums too; gaps requiring grad (a learned Δt)
+run the persistent kernels, whose backward also writes ∂L/∂h per row and step (constexpr DHS).
 
 The backward recomputes a_n from the stored states, writes g_a = ∂L/∂a_n per step (= the gradient of the
 encoding V u + b) and accumulates the γ, ε gradients per (batch, hidden) element; the recurrent weight
@@ -97,10 +98,24 @@ def _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, dt, gamma, eps, H, M
 
 
 @triton.jit
+def _length_gradient(lz, ly, th, z, y, zn, h, gamma, eps, MODE: tl.constexpr):
+    """∂L/∂h of step n per row (its columns' share): Σ_j λy_j z_n,j + (λz_j + h λy_j) ∂z_n,j/∂h, for λ_n = (lz, ly)
+    before this step's backward, th = tanh(a_n), (z, y) = (z_{n−1}, y_{n−1})."""
+    if MODE == 0:
+        dz = th
+    elif MODE == 1:
+        dz = (th - gamma * y) - eps * z
+    else:
+        dz = ((th - gamma * y) - eps * zn) / (1.0 + h * eps)
+    return tl.sum(ly * zn + (lz + h * ly) * dz, axis=1)
+
+
+@triton.jit
 def _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H,
-                        MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+                        MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DHS: tl.constexpr = False):
     """Step n's backward on columns c0 : c0 + BH, first part: g_a = ∂L/∂a_n into G, the γ, ε sums into AC, and
-    λz_{n−1}, λy_{n−1} without the products through a_n into LZ/LY[(n − 1) % 2] (λ_n read from LZ/LY[n % 2])."""
+    λz_{n−1}, λy_{n−1} without the products through a_n into LZ/LY[(n − 1) % 2] (λ_n read from LZ/LY[n % 2]);
+    DHS: returns these columns' share of ∂L/∂h per row (:func:`_length_gradient`)."""
     sS = (T + 1) * H
     cur = n % 2
     a, cols, m = _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
@@ -117,6 +132,11 @@ def _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows,
     tl.store(G + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], ga, mask=m)
     tl.store(LZ + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], lz_part, mask=m)
     tl.store(LY + (1 - cur) * B * H + rows[:, None] * H + cols[None, :], ly_part, mask=m)
+    if DHS:
+        z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+        y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+        zn = tl.load(Z + n * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
+        return _length_gradient(lz, ly, th, z, y, zn, dt, gamma, eps, MODE)
 
 
 @triton.jit
@@ -165,16 +185,25 @@ def _forward(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, 
 
 
 @triton.jit
-def _backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-              BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+def _backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.constexpr, BB: tl.constexpr,
+              BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element (their terms with
-    each row's own step, GAPS)."""
+    each row's own step, GAPS); DHS (with GAPS): ∂L/∂h of every row's step n into DH (B, T), summed over the
+    column tiles in registers."""
     rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for i in range(0, T):
         n = T - i
+        if DHS:
+            dh = tl.zeros((BB,), dtype=DH.dtype.element_ty)
         for c0 in range(0, H, BH):  # GAPS: the row's step read per tile (held across them: 48 bytes spilled)
-            _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS), gamma,
-                                eps, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
+            if DHS:
+                dh += _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS),
+                                          gamma, eps, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION, True)
+            else:
+                _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS), gamma,
+                                    eps, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
+        if DHS:
+            tl.store(DH + rows * T + (n - 1), dh, mask=rmask)
         tl.debug_barrier()
         for c0 in range(0, H, BH):
             _backward_adjoint_tile(WR, G, GO, LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
@@ -258,11 +287,11 @@ def _forward_resident(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.co
 
 
 @triton.jit
-def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.constexpr, BB: tl.constexpr,
-                       BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.constexpr, BB: tl.constexpr,
+                       BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
     initial-state adjoints out; AC (2, B, H) the γ, ε sums out (with GAPS each row's step h in place of Δt, loaded
-    one step ahead)."""
+    one step ahead); DHS (with GAPS): ∂L/∂h of every row's step n into DH (B, T)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     gamma = tl.load(C + 1)
@@ -292,6 +321,9 @@ def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, MODE: tl.
         if MODE != 0:
             a = dot(zp, wzt, a, PRECISION)
         th = tanh(a)
+        if DHS:
+            tl.store(DH + rows * T + (n - 1), _length_gradient(lz, ly, th, zp, yp, zn, h, gamma, eps, MODE),
+                     mask=rmask)
         lz = lz + h * ly  # through y_n = y_{n−1} + Δt z_n
         if MODE == 0:
             ga = lz * h * (1.0 - th * th)
@@ -425,8 +457,8 @@ def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: t
 class SecondOrderSequence(torch.autograd.Function):
     """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule) -> (ys, z_T, y_T)``; W_rec =
     [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's step
-    lengths (B, T) (``kernels.gaps.per_step_lengths``; no gradient), which replace ``dt``; schedule: "persistent",
-    "stepwise" or "grid" (``grid.schedule_for``)."""
+    lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they require
+    one (the persistent schedule only); schedule: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule="persistent"):
@@ -439,6 +471,8 @@ class SecondOrderSequence(torch.autograd.Function):
         ctx.precision = dot_precision(enc.dtype)
         if mode == OSCILLATOR and ctx.precision in ("tf32", "bf16", "bf16-rounded"):  # bfloat16: coarser still
             ctx.precision = "ieee"
+        if ctx.needs_input_grad[7] and schedule != "persistent":
+            raise ValueError(f"the gaps' gradient needs the persistent schedule, not {schedule!r}")
         B, T, H = enc.shape
         enc, W_rec = enc.contiguous(), W_rec.contiguous()
         Z = enc.new_empty(B, T + 1, H)
@@ -479,6 +513,8 @@ class SecondOrderSequence(torch.autograd.Function):
         AC = enc.new_zeros(2, B, H)
         lz, ly = grad_z.contiguous(), grad_y + grad_ys[:, T - 1]  # the final state's adjoints
         BB, BH = block_sizes(B, H, ctx.block_h)
+        dhs = enc.new_empty(B, T) if ctx.needs_input_grad[7] else None
+        DH = consts if dhs is None else dhs  # written only with DHS
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
             grid.launch_resident(_grid_backward, (enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC), B, T, H,
@@ -493,31 +529,35 @@ class SecondOrderSequence(torch.autograd.Function):
                 launch_steps(tensors, step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH,
                                                     ctx.precision, MODE=mode, GAPS=gaps))
             else:
-                _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
+                _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, DH,
                                                  MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
-                                                 num_warps=warps(BH))
+                                                 DHS=dhs is not None, num_warps=warps(BH))
             LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
             LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
             _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
-                                                      MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
-                                                      num_warps=warps(BH))
+                                                      DH, MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
+                                                      DHS=dhs is not None, num_warps=warps(BH))
         d_Wy = outer_sum(G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy
         else:
             d_W = torch.cat((outer_sum(G, Z[:, :-1]), d_Wy), dim=1)
         d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
-        return G, d_W, d_coefficients, LZ, LY, None, None, None, None, None
+        return G, d_W, d_coefficients, LZ, LY, None, None, dhs, None, None
 
 
 def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
-    """``dt`` a float, or a (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``, no
-    gradient to it); ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or
-    "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled
-    kernels where they would run (hidden > 32 or ``block_h`` given)."""
-    hs, h = per_step_lengths(dt, unfolds, x.dtype)
-    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
+    """``dt`` a float, or a (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``, its
+    gradient too where it requires one: a learned Δt); ``schedule`` ("auto", "persistent", "stepwise" or "grid";
+    default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one
+    (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given) --
+    except for gaps requiring grad, whose gradient only the persistent kernels give."""
+    hs, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
+    if hs is not None and hs.requires_grad:
+        chosen = "persistent"
+    else:
+        chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = grid.apply(SecondOrderSequence, system.encode(x), W_rec, coefficients, state[0], state[1], h, mode,
@@ -529,7 +569,7 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
 
 @in_chunks
 def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """coRNN, "imex" (explicit damping, the official cell)."""
+    """coRNN, "imex" (explicit damping, the official cell); per-sample gaps, with their gradient: :func:`_run`."""
     coefficients = torch.stack(system.gamma_epsilon())
     return _run(system, x, state, dt, unfolds, EXPLICIT, system.weight[:, system.input_size:], coefficients, block_h,
                 schedule)
@@ -537,7 +577,8 @@ def run_cornn_explicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None
 
 @in_chunks
 def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """coRNN, "imex-implicit" (implicit damping, the paper's option)."""
+    """coRNN, "imex-implicit" (implicit damping, the paper's option); per-sample gaps, with their gradient:
+    :func:`_run`."""
     coefficients = torch.stack(system.gamma_epsilon())
     return _run(system, x, state, dt, unfolds, IMPLICIT, system.weight[:, system.input_size:], coefficients, block_h,
                 schedule)
@@ -545,7 +586,7 @@ def run_cornn_implicit(system, x, state, dt, unfolds=1, lags=(), *, block_h=None
 
 @in_chunks
 def run_oscillator(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
-    """Neural oscillator, "symplectic-euler"."""
+    """Neural oscillator, "symplectic-euler"; per-sample gaps, with their gradient: :func:`_run`."""
     coefficients = x.new_zeros(2)
     return _run(system, x, state, dt, unfolds, OSCILLATOR, system.weight[:, system.input_size:], coefficients,
                 block_h, schedule)
