@@ -53,8 +53,8 @@ class Recurrent(nn.Module):
 
     ``learn_dt=True`` trains the step: Δt = dt_max · σ(θ), θ a parameter starting at Δt = ``dt`` (Rusch's thesis,
     coRNN's training details: "Δt constrained to [0, 1] by a sigmoid", dt_max = 1). Every sample then steps by the
-    learned tensor, as per-sample steps requiring grad (``forward``'s ``dt``): on the CPU kernels of LEM, coRNN,
-    GRU-ODE and the oscillator, which give the step's gradient, else on the generic loop; not for delay systems.
+    learned tensor, as per-sample steps requiring grad (``forward``'s ``dt``): on the kernels that give the step's
+    gradient (``forward``), else on the generic loop; not for delay systems.
     ``dt`` reads its current value as a float.
 
     ``state_dropout`` = p (training only): every (sub-)step starts from its state, and reads its delayed states,
@@ -219,9 +219,9 @@ class Recurrent(nn.Module):
         ``(time,)``, ≥ 0 -- irregularly sampled sequences, where sample n of a sequence drives the step(s) over
         its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
         into ``unfolds`` equal sub-steps. The CPU and CUDA kernels of LEM, coRNN, the neural oscillator, GRU-ODE,
-        LTC, STC and LRC take it (with ``lengths`` too); ``dt`` requiring grad (a learned Δt, say) runs the CPU
-        kernels of LEM, coRNN, GRU-ODE and the oscillator, whose backward gives its gradient, and the generic loop
-        everything else; not for delay systems, whose ring buffer counts steps of one length."""
+        LTC, STC and LRC take it (with ``lengths`` too); ``dt`` requiring grad (a learned Δt, say) runs the kernels
+        whose backward gives its gradient (CPU: those cells; CUDA: LEM, coRNN, the oscillator, GRU-ODE) and the
+        generic loop everything else; not for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
         if dt is None and self.dt_logit is not None:
