@@ -234,9 +234,11 @@ def irregular_summary(folders: list[Path]) -> str:
         d = json.loads(found[1].read_text())
         seconds, ratio = d["seconds"], d["ratio_to_lstm"]
         cells = [name.split(", gaps, kernel")[0] for name in seconds if name.endswith(", gaps, kernel (auto)")]
+        learned = lambda cell: (f"; the gaps' gradient too {seconds[cell + ', gaps requiring grad (auto)'] * 1e3:.1f} ms"
+                                if cell + ", gaps requiring grad (auto)" in seconds else "")
         rows = ", ".join(f"{cell} {seconds[cell + ', gaps, kernel (auto)'] * 1e3:.1f} ms "
                          f"({ratio[cell + ', gaps, kernel (auto)']:.2f}×; regular grid "
-                         f"{seconds[cell + ', regular grid, kernel'] * 1e3:.1f} ms)" for cell in cells)
+                         f"{seconds[cell + ', regular grid, kernel'] * 1e3:.1f} ms{learned(cell)})" for cell in cells)
         anchor = seconds["nn.LSTM on [x, gap] (anchor)"]
         parts.append(f"{tuple(d['shape'])}: {rows}; nn.LSTM reading the gap {anchor * 1e3:.1f} ms" + mark(found[0]))
     return "; ".join(parts) if parts else "not measured"

@@ -11,6 +11,8 @@ gaps) or on CUDA (the Triton kernels take them), for each model of ``--models`` 
 
 - ``cell(x, dt=gaps)`` with ``engine="auto"`` (the kernel) and ``engine="generic"`` (fewer repeats; ``--no-generic``
   skips it: on CUDA it takes about a second a step);
+- ``cell(x, dt=gaps)`` with gaps that require grad (a learned step's case: the kernels that give the gaps' gradient;
+  on CUDA the persistent schedule);
 - ``cell(x)`` on a regular grid (the cost the gaps add);
 - torch ``nn.LSTM`` of the same hidden size on [x, gap] (the anchor; cuDNN on CUDA).
 
@@ -80,10 +82,12 @@ def main(argv=None) -> dict:
     lstm = torch.nn.LSTM(2, args.hidden, batch_first=True).to(device)
     with_gap = torch.cat([x, gaps.unsqueeze(-1)], -1)
 
-    def cell_step(cell, engine: str, irregular: bool):
+    learned = gaps.clone().requires_grad_()  # the gaps' gradient wanted too
+
+    def cell_step(cell, engine: str, irregular: bool, steps=gaps):
         def step():
             cell.engine = engine
-            out, _ = cell(x, dt=gaps) if irregular else cell(x)
+            out, _ = cell(x, dt=steps) if irregular else cell(x)
             out.mean().backward()
         return step
 
@@ -99,6 +103,8 @@ def main(argv=None) -> dict:
             rows[f"{name}, gaps, generic loop"] = median_time(cell_step(cell, "generic", True), min(args.repeats, 3),
                                                               device)
         rows[f"{name}, regular grid, kernel"] = median_time(cell_step(cell, "auto", False), args.repeats, device)
+        rows[f"{name}, gaps requiring grad (auto)"] = median_time(cell_step(cell, "auto", True, learned), args.repeats,
+                                                                  device)
     anchor = rows[anchor_name]
     where = f"{args.threads} thread(s)" if device == "cpu" else torch.cuda.get_device_name()
     print(f"(batch, steps, hidden) = ({args.batch}, {args.steps}, {args.hidden}), float32, {device}, {where}; "
