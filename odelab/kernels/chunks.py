@@ -47,6 +47,20 @@ def add_history(enc: Tensor, history: Tensor | None, lag: int, W2: Tensor | None
     enc[:, first - 1 - start:last - start, column:column + width] += past @ W2.t()
 
 
+def delay_factors(drop: Tensor | None, x: Tensor, unfolds: int, hidden: int, lags: tuple[int, ...]) -> Tensor | None:
+    """A delay kernel's state-dropout factors (``drop=``, ``kernels.registry.register``) checked against x, or None.
+    Without a delay (``lags`` empty, τ = 0) the cell's delayed read is the state its step starts from, dropped by
+    that state's factor (as in the generic loop, which drops the start alone): ``drop[:, :, 1]`` is then
+    ``drop[:, :, 0]``."""
+    if drop is None:
+        return None
+    expected = (x.shape[0], x.shape[1] * unfolds, 2, hidden)
+    if tuple(drop.shape) != expected:
+        raise ValueError(f"drop: expected factors of shape (batch, time · unfolds, 2, hidden) = {expected}, got "
+                         f"{tuple(drop.shape)}")
+    return drop.contiguous() if lags else drop[:, :, :1].expand(-1, -1, 2, -1).contiguous()
+
+
 def steps_per_chunk(x: Tensor, unfolds: int, hidden: int) -> int:
     """Samples of x (B, T, n) per chunk: a (B, steps·L, hidden) state sequence of about :data:`CHUNK_STATE_BYTES`."""
     return max(1, CHUNK_STATE_BYTES // (max(x.shape[0] * unfolds * hidden, 1) * x.element_size()))

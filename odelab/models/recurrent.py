@@ -307,14 +307,12 @@ class Recurrent(nn.Module):
 
     def _drop(self, x: Tensor, lags: tuple[int, ...]) -> Callable[[Tensor], Tensor] | Tensor | None:
         """The state dropout of a training step (``run_sequence``'s ``drop``), or None: for a one-block cell with at
-        most one delay, the factors of every sub-step, ``(batch, time · unfolds, 2, hidden)``, each 0 or 1/(1 − p)
-        (without a delay the cell reads no delayed state but its start: one factor for both); else a fresh draw at
-        each step."""
+        most one delay, the factors of every sub-step, ``(batch, time · unfolds, 2, hidden)``, each 0 or 1/(1 − p);
+        else a fresh draw at each step."""
         if not self._dropping():
             return None
         p = self.state_dropout
         if len(self.system.blocks) != 1 or len(lags) > 1:
             return lambda block: torch.nn.functional.dropout(block, p, training=True)
-        shape = (x.shape[0], x.shape[1] * self.unfolds, 2 if lags else 1, self.hidden_size)
-        keep = torch.rand(shape, dtype=x.dtype, device=x.device).ge_(p).div_(1 - p)  # (cheaper than bernoulli_)
-        return keep if lags else keep.expand(-1, -1, 2, -1).contiguous()
+        shape = (x.shape[0], x.shape[1] * self.unfolds, 2, self.hidden_size)
+        return torch.rand(shape, dtype=x.dtype, device=x.device).ge_(p).div_(1 - p)  # (cheaper than bernoulli_)

@@ -5,6 +5,7 @@ import pytest
 import torch
 from helpers import replayed_dropout, state_dropout_masks
 
+from odelab.kernels.chunks import delay_factors
 from odelab.models import cells
 from odelab.solvers.recurrence import delay_lags, run_sequence
 from odelab.solvers.schemes import resolve_scheme
@@ -110,8 +111,9 @@ def test_factors_of_the_wrong_shape_or_for_two_blocks_are_refused():
 
 
 def test_the_drawn_factors():
-    """0 with probability p, else 1/(1 − p), independently for the start and the delayed read; without a delay (τ =
-    0) one factor for both (the cell's delayed read is its start); a two-block cell draws at each step instead."""
+    """0 with probability p, else 1/(1 − p), independently for the start and the delayed read; a delay kernel without
+    a delay (τ = 0) reads one factor for both (the cell's delayed read is its start); a two-block cell draws at each
+    step instead."""
     torch.manual_seed(6)
     p = 0.25
     cell = cells.TauGRU(2, 64, tau=2.0, state_dropout=p)
@@ -121,8 +123,10 @@ def test_the_drawn_factors():
     zeros = (factors == 0).double().mean().item()
     assert abs(zeros - p) < 0.01 and torch.all((factors == 0) | (factors == 1 / (1 - p)))
     assert not torch.equal(factors[:, :, 0], factors[:, :, 1])
-    tied = cells.TauGRU(2, 64, tau=0.0, state_dropout=p)._drop(x, ())
+    tied = delay_factors(cells.TauGRU(2, 64, tau=0.0, state_dropout=p)._drop(x, ()), x, 1, 64, ())
     assert torch.equal(tied[:, :, 0], tied[:, :, 1])
+    with pytest.raises(ValueError, match=r"\(16, 50, 2, 64\)"):
+        delay_factors(factors[:, 1:], x, 1, 64, (2,))
     lem = cells.LEM(2, 8)
     lem.state_dropout = p
     assert callable(lem._drop(x, ()))

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ...solvers.recurrence import DelayedState, carried_history, incoming_history
-from ..chunks import add_history
+from ..chunks import add_history, delay_factors
 from ..derivatives import kernel_backward
 from .common import chunk_samples, contiguous, encode_flat, every_sample, needs_backward, state_products
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -92,6 +92,7 @@ def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0, drop=No
     before = incoming_history(state, m)
     before = None if before is None else before[0]
     B, T, d, L = x.shape[0], x.shape[1], system.hidden_size, unfolds
+    drop = delay_factors(drop, x, L, d, lags)
     layout = _layout(system) if kind == 2 else FIXED
     column = (layout[3] if kind == 2 else kind) * d  # the W2 h_{n−m} part of the pre-activations
     if not needs_backward(system, x, state):  # chunks of samples (the delayed reads reach back into H)

@@ -760,11 +760,7 @@ def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chos
     before = incoming_history(state, lag)
     before = None if before is None else before[0]
     H = h0.shape[1]
-    if drop is not None and tuple(drop.shape) != (x.shape[0], x.shape[1] * unfolds, 2, H):
-        raise ValueError(f"drop: expected factors of shape (batch, time · unfolds, 2, hidden) = "
-                         f"{(x.shape[0], x.shape[1] * unfolds, 2, H)}, got {tuple(drop.shape)}")
-    if drop is not None and not lags:  # no delay: the delayed branch reads the state the step starts from, h̃
-        drop = drop[:, :, :1].expand(-1, -1, 2, -1)
+    drop = chunks.delay_factors(drop, x, unfolds, H, lags)
     branch = layout[13] * H
     steps = chunks.steps_per_chunk(x, unfolds, H)
     if steps >= x.shape[1] or unfolds != 1 or chunks.needs_backward(system, x, state):
