@@ -24,8 +24,8 @@
 #   liquid     the liquid cells (LTC, STC, LRCU-A/S) over synapse tiles, the CUDA default from hidden 17 since
 #              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
 #              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat, 150 s
-#   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): test_cuda_gaps.py's gpu
-#              tests, 60 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps, on a
+#   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): the gpu tests of
+#              test_cuda_gaps.py and of the gaps' gradient (test_cuda_gap_grads*.py), 120 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps, on a
 #              regular grid and cuDNN's LSTM reading the gap, at (32, 1000, 16) and (128, 1000, 128), 2 × 60 s
 #   dropout    state dropout inside the τ-GRU and Delay GRU kernels (new 2026-12-01, never run on a GPU):
 #              test_cuda_dropout.py's gpu tests, 60 s, then the IMDB preset's training step (τ = 1 step, p = 0.04) at
@@ -180,7 +180,9 @@ liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their s
 irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, new 2026-12-01: their gpu tests, then
     # each cell with the gaps against itself on a regular grid and cuDNN's LSTM reading the gap, at the fhn-irregular
     # size (32, 1000, 16) and at (128, 1000, 128)
-    step irregulartest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_gaps.py
+    step irregulartest 120 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_gaps.py \
+        tests/kernels/test_cuda_gap_grads.py tests/kernels/test_cuda_gap_grads_oscillators.py \
+        tests/kernels/test_cuda_gap_grads_liquid.py
     local shape
     for shape in "32 1000 16" "128 1000 128"; do
         set -- $shape

@@ -141,9 +141,10 @@ def test_gap_gradients_on_the_gpu(name):
 
 def test_the_registrations_with_gap_gradients_are_the_tested_kernels():
     """The CUDA registrations with ``gap_grads=True`` are exactly the kernels tested here and in
-    test_cuda_gap_grads_oscillators.py."""
+    test_cuda_gap_grads_oscillators.py and test_cuda_gap_grads_liquid.py."""
     from odelab.kernels import REGISTRY
 
     with_grads = {impl.target for key, impl in REGISTRY.items() if key[2] == "cuda" and impl.gap_grads}
     assert with_grads == {".cuda.lem:run", ".cuda.gru:run", ".cuda.oscillators:run_cornn_explicit",
-                          ".cuda.oscillators:run_cornn_implicit", ".cuda.oscillators:run_oscillator"}
+                          ".cuda.oscillators:run_cornn_implicit", ".cuda.oscillators:run_oscillator",
+                          ".cuda.liquid:run_ltc", ".cuda.liquid:run_stc", ".cuda.liquid:run_lrc"}

@@ -1099,10 +1099,10 @@ jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8)) 
 jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2), RESET_AFTER=ra, BB=16, BH=32,
                           LIMIT=1 << 22, GAPS=gaps, num_warps=8))
          for bw in (False, True) for ra in (True, False) for gaps in (False, True)]
+# per-sample steps (irregular sampling) or not; the backward kernels with the steps' gradient (DHS)
+gap_grads = [(False, False), (True, False), (True, True)]  # (GAPS, DHS)
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
-    # per-sample steps (irregular sampling) or not; the persistent backward kernels with the steps' gradient (DHS)
-    gap_grads = [(False, False), (True, False), (True, True)]  # (GAPS, DHS)
     dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)
              for k in (lem._lem_forward, lem._lem_forward_resident, gru._forward_resident)]
     dense += [(k, dict(GAPS=gaps, DHS=dhs, **tile)) for gaps, dhs in gap_grads
@@ -1134,26 +1134,30 @@ for bh in (16, 32):
     dense += [(gru._backward, dict(RESET_AFTER=ra, GAPS=gaps, DHS=dhs, **tile)) for ra in (True, False)
               for gaps, dhs in gap_grads]
     liquid_modes = [dict(MODE=mode, BJ=liquid.block_j(bh), L=6 if mode < 2 else 1, **tile) for mode in (0, 1, 2, 3)]
-    dense += [(k, dict(c, GAPS=gaps)) for c in liquid_modes for k in (liquid._forward, liquid._backward)
-              for gaps in (False, True)]
-    dense += [(k, dict(c, BB=rows, GAPS=gaps, num_warps=liquid.resident_warps(rows))) for c in liquid_modes
-              for rows in (1, 4, 16) for k in (liquid._forward_resident, liquid._backward_resident)
-              for gaps in (False, True) if bh == liquid.RESIDENT_H]
-    dense += [(k, dict(MODE=mode, BB=rows, BH=bh, BJ=liquid.block_j(bh, rows), L=6, GAPS=gaps))  # ODELAB_LIQUID_ROWS
-              for mode in (0, 1) for rows in (1, 4) for k in (liquid._forward, liquid._backward) for gaps in (False, True)]
+    dense += [(liquid._forward, dict(c, GAPS=gaps)) for c in liquid_modes for gaps in (False, True)]
+    dense += [(liquid._backward, dict(c, GAPS=gaps, DHS=dhs)) for c in liquid_modes for gaps, dhs in gap_grads]
+    if bh == liquid.RESIDENT_H:
+        resident = [dict(c, BB=rows, num_warps=liquid.resident_warps(rows)) for c in liquid_modes
+                    for rows in (1, 4, 16)]
+        dense += [(liquid._forward_resident, dict(c, GAPS=gaps)) for c in resident for gaps in (False, True)]
+        dense += [(liquid._backward_resident, dict(c, GAPS=gaps, DHS=dhs)) for c in resident for gaps, dhs in gap_grads]
+    fewer = [dict(MODE=mode, BB=rows, BH=bh, BJ=liquid.block_j(bh, rows), L=6) for mode in (0, 1) for rows in (1, 4)]
+    dense += [(liquid._forward, dict(c, GAPS=gaps)) for c in fewer for gaps in (False, True)]  # ODELAB_LIQUID_ROWS
+    dense += [(liquid._backward, dict(c, GAPS=gaps, DHS=dhs)) for c in fewer for gaps, dhs in gap_grads]
     jobs += [(fn, dict(dict(num_warps=warps(bh)), **constexprs)) for fn, constexprs in dense]
 for bj, bi in liquid.SYNAPSE_TILES:  # the synapse-tile phases, every mode, forward and backward
     ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
     tiles = dict(BJ=bj, BI=bi, num_warps=liquid.THREADS // 32)
-    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=e, LIMIT=1 << 22, GAPS=gaps))
-             for mode in (0, 1, 2, 3) for bw in (False, True) for gaps in (False, True)
+    jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=e, LIMIT=1 << 22, GAPS=gaps,
+                                 DHS=dhs))
+             for mode in (0, 1, 2, 3) for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs
              for e in (liquid.ELEMENTS,) + ((4 * liquid.ELEMENTS,) if (bj, bi) == liquid.SYNAPSE_TILES[-1] else ())]
 bj, bi = liquid.STEPWISE_TILE
 ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
 jobs += [(liquid._synapse_step, dict(BJ=bj, BI=bi, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, RS=max(ra, rc),
                                      num_warps=liquid.THREADS // 32)) for mode in (0, 1, 2, 3) for bw in (False, True)]
-jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS, GAPS=gaps))
-         for mode in (0, 1, 2, 3) for bw in (False, True) for gaps in (False, True)]
+jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS, GAPS=gaps, DHS=dhs))
+         for mode in (0, 1, 2, 3) for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs]
 jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N", "M", "J0"}))
          for k in (liquid._input_forward, liquid._input_backward)]
 count = 0

@@ -172,6 +172,20 @@ def _update_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE: tl.constexpr):
 
 
 @triton.jit
+def _length_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE: tl.constexpr):
+    """λ_n ∂h_n/∂δ by element, the sub-step length's gradient (hn = h_n): LTC λ (u e_l − f h_n) / (1 + δ f), STC
+    λ (tanh(u) e_l − σ(f) h_n) / (1 + δ σ(f)), LRC λ ε(w) (tanh(u) e_l − σ(f) h_{n−1})."""
+    if MODE == 0:
+        return lam * (u * el - f * hn) / (1.0 + dt * f)
+    elif MODE == 1:
+        sf = sigmoid(f)
+        return lam * (tanh(u) * el - sf * hn) / (1.0 + dt * sf)
+    else:
+        eps, deps, dshift = _elastance(w, shift, MODE == 3)
+        return lam * eps * (tanh(u) * el - sigmoid(f) * h)
+
+
+@triton.jit
 def _gates(FIN, UIN, WIN, GS, AS, BS, KS, OH, S, n, rows, rmask, c0, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
            BH: tl.constexpr, L: tl.constexpr, PRECISION: tl.constexpr):
     """Sub-step n's (f, u, w; w only for LRC) on the (rows, c0 + [0, BH)) tile from h_{n−1}, its per-sample
@@ -213,7 +227,7 @@ def _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, G
                         PRECISION: tl.constexpr):
     """Backward of sub-step n, first phase, on a tile of neurons i: from λ_n, ∂L/∂f and ∂L/∂u (kept in FU for the
     second phase and added to the sample's GF, GU), ∂L/∂w (GW, LRC), the direct part of λ_{n−1}, and the
-    per-element sums for e_l and the shift (AE)."""
+    per-element sums for e_l and the shift (AE); returns the tile's Σ_i λ_n ∂h_n/∂δ per row (unused but with DHS)."""
     f, u, w, io, cols, m, hp = _gates(FIN, UIN, WIN, GS, AS, BS, KS, OH, S, n, rows, rmask, c0, T, H, MODE, BJ, BH,
                                       L, PRECISION)
     sS = (T + 1) * H
@@ -234,6 +248,7 @@ def _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, G
     tl.store(GF + io, tl.load(GF + io, mask=m, other=0.0) + lf, mask=m)
     tl.store(GU + io, tl.load(GU + io, mask=m, other=0.0) + lu, mask=m)
     tl.store(LAM + (1 - cur) * B * H + ij, part, mask=m)
+    return tl.sum(_length_adjoint(lam, h, hn, f, u, w, el, shift, dt, MODE), axis=1)
 
 
 @triton.jit
@@ -305,20 +320,28 @@ def _forward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, B, T, H, MODE
 
 
 @triton.jit
-def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H,
+def _backward(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T, H, DH,
               MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
-              PRECISION: tl.constexpr, GAPS: tl.constexpr):
+              PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """GF, GU (B, T // L, H): ∂L/∂f_in, ∂L/∂u_in per sample; GW (B, T, H) ∂L/∂w per sub-step (LRC); LAM (2, B, H)
     the adjoints; FU (2, B, H) ∂L/∂f, ∂L/∂u of the current sub-step; AE (2, B, H) per-element sums for e_l and
-    the shift; ACC (batch blocks, 4, H, H) the per-block sums for g, k, a, b; HS as :func:`_forward`'s."""
+    the shift; ACC (batch blocks, 4, H, H) the per-block sums for g, k, a, b; HS as :func:`_forward`'s; with DHS,
+    DH (B, T // L) = ∂L/∂HS, each sample's sum over its sub-steps and the column tiles, kept in registers."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
+    dh = tl.zeros((BB,), dtype=S.dtype.element_ty)
     for i in range(0, T):
         n = T - i
         delta = step_length(dt, HS, rows, rmask, (n - 1) // L + 1, T // L, GAPS)
         for c0 in range(0, H, BH):
-            _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, GW, LAM, FU, AE, delta, n,
-                                rows, rmask, c0, B, T, H, MODE, BJ, BH, L, PRECISION)
+            part = _backward_gate_tile(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, S, GF, GU, GW, LAM, FU, AE, delta,
+                                       n, rows, rmask, c0, B, T, H, MODE, BJ, BH, L, PRECISION)
+            if DHS:
+                dh += part
+        if DHS:
+            if (n - 1) % L == 0:  # the sample's first sub-step, its last here
+                tl.store(DH + rows * (T // L) + (n - 1) // L, dh, mask=rmask)
+                dh = tl.zeros((BB,), dtype=S.dtype.element_ty)
         tl.debug_barrier()
         for c0 in range(0, H, BH):
             _backward_synapse_tile(GS, AS, BS, KS, OH, S, GO, GW, LAM, FU, ACC, n, rows, rmask, c0, B, T, H, MODE,
@@ -396,11 +419,11 @@ def _forward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, B, T
 
 @triton.jit
 def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO, GF, GU, GW, LAM, FU, AE, ACC, B, T,
-                       H, MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr, L: tl.constexpr,
-                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
+                       H, DH, MODE: tl.constexpr, BB: tl.constexpr, BJ: tl.constexpr, BH: tl.constexpr,
+                       L: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """hidden ≤ BH: as :func:`_backward` with the synapses, O_h, the adjoint and every parameter sum in registers
     (the sums as (j, row, i) blocks, reduced over the rows once, at the end); LAM (B, H): the final-state adjoint
-    in, the initial-state adjoint out (FU unused)."""
+    in, the initial-state adjoint out (FU unused); DH and DHS as :func:`_backward`'s."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -429,11 +452,14 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO,
         d_next = step_length(dt, HS, rows, rmask, sample, T // L, GAPS)  # sample − 1's
         gf = tl.zeros((BB, BH), dtype=lam.dtype)
         gu = tl.zeros((BB, BH), dtype=lam.dtype)
+        dh = tl.zeros((BB, BH), dtype=lam.dtype)  # with DHS: Σ over the sample's sub-steps of λ_n ∂h_n/∂δ
         for q in range(0, L):
             n = sample * L + L - q
             h_next = tile_at(S - 2 * H, n, H, sS, rows, rmask, cols, cmask, 2, T + 1)  # h_{n−2}
             hj, o, f, u, w = _resident_gates(h, fin, uin, win, g, a, b, k, oh, MODE)
             lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
+            if DHS:
+                dh += _length_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
             a_el += d_el
             gf += lf
             gu += lu
@@ -455,6 +481,8 @@ def _backward_resident(FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, HS, S, GO,
             h, hn = h_next, h
         tl.store(GF + io, gf, mask=m)
         tl.store(GU + io, gu, mask=m)
+        if DHS:
+            tl.store(DH + rows * (T // L) + sample, tl.sum(dh, axis=1), mask=rmask)
         fin, uin, win = f_next, u_next, w_next
         delta = d_next
     tl.store(LAM + rows[:, None] * H + cols[None, :], lam, mask=m)
@@ -652,13 +680,14 @@ def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, HS, n, e0, B, T, H, MODE:
 
 
 @triton.jit
-def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, HS, n, e0, B, T, H,
-                      MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-                      GAPS: tl.constexpr):
+def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, HS, DE, n, e0, B, T,
+                      H, MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
+                      GAPS: tl.constexpr, DHS: tl.constexpr):
     """Backward element phase of sub-step n (T … 1, then 0): λ_n (LAM at n = T; otherwise λ_{n}'s direct part PART,
     the partials LP of every i-tile and the output gradient where h_n is an output), then, for n ≥ 1, the adjoint of
     the update: ∂L/∂f, ∂L/∂u into FU and the sample's GF, GU, ∂L/∂w into GW (LRC), λ_{n−1}'s direct part into PART,
-    the e_l and shift terms into AE; for n = 0, λ_0 into LAM."""
+    the e_l and shift terms into AE (with DHS, λ_n ∂h_n/∂δ into the sample's DE, (B, T // L, H)); for n = 0, λ_0
+    into LAM."""
     e = (e0 + tl.arange(0, E)).to(tl.int64)
     em = e < B * H
     if n == T:
@@ -684,6 +713,9 @@ def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, F
         tl.store(GF + io, tl.load(GF + io, mask=em, other=0.0) + lf, mask=em)
         tl.store(GU + io, tl.load(GU + io, mask=em, other=0.0) + lu, mask=em)
         tl.store(AE + e, tl.load(AE + e, mask=em, other=0.0) + d_el, mask=em)
+        if DHS:
+            d_len = _length_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
+            tl.store(DE + io, tl.load(DE + io, mask=em, other=0.0) + d_len, mask=em)
         if MODE >= 2:
             tl.store(GW + row * T * H + (n - 1) * H + i, gw, mask=em)
             tl.store(AE + B * H + e, tl.load(AE + B * H + e, mask=em, other=0.0) + d_shift, mask=em)
@@ -728,14 +760,18 @@ def _synapse_phase(TABLE, REF, n, tile, r_lo, r_hi, d_g, d_k, d_a, d_b, B, T, H,
 
 @triton.jit
 def _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr):
-    """The element phase of sub-step n on elements e0 … e0 + E − 1 (HS: the table's last entry, 23 or 13)."""
+                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+    """The element phase of sub-step n on elements e0 … e0 + E − 1 (HS: the table's entry 23 or 13; DE, with DHS:
+    24)."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
     dt = tl.load(C)
     if BACKWARD:
         GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC = _gradients(TABLE, REF)
+        DE = REF
+        if DHS:
+            DE = address(TABLE, 24, REF)
         _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt,
-                          address(TABLE, 23, REF), n, e0, B, T, H, MODE, BJ, BI, L, E, GAPS)
+                          address(TABLE, 23, REF), DE, n, e0, B, T, H, MODE, BJ, BI, L, E, GAPS, DHS)
     else:
         _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, address(TABLE, 13, REF), n, e0, B, T, H, MODE, BJ, L, E,
                          GAPS)
@@ -758,15 +794,15 @@ def _synapse_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.const
 
 @triton.jit(do_not_specialize=["n"])
 def _element_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr):
+                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Stepwise: the element phase of sub-step n on element block program_id(0)."""
-    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS)
+    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS, DHS)
 
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
           BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-          LIMIT: tl.constexpr, GAPS: tl.constexpr):
+          LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """The grid-synchronised schedule: one program per synapse tile (axis 1; one counter, axis 0 has one block), all
     rows; every sub-step's synapse phase, a barrier, its element phase (elements spread over the programs), a
     barrier -- forward sub-steps 1 … T, backward T … 0; the backward's parameter sums stay in registers until the
@@ -782,17 +818,17 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
                                             BJ, BI, RA, RC)
         k, spins = grid.barrier(SYNC, k, spins)
         for e0 in range(tile * E, B * H, programs * E):
-            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS)
+            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS, DHS)
         k, spins = grid.barrier(SYNC, k, spins)
     if BACKWARD:
         _add_parameter_sums(address(TABLE, 22, REF), 0, tile, d_g, d_k, d_a, d_b, H, BJ, BI)
 
 
 def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tuple[int, int], mode: int,
-                   unfolds: int, schedule: str, gaps: bool):
+                   unfolds: int, schedule: str, gaps: bool, dhs: bool = False):
     """Run the phases of every sub-step: "grid" one launch (:func:`_grid`), "stepwise" a launch per phase
     (recorded as a CUDA graph, :func:`.stepwise.launch_steps`); ``gaps``: the element phases read HS (the table's
-    last entry)."""
+    entry 23 or 13); ``dhs`` (backward): they add the sub-step lengths' gradient to DE (entry 24)."""
     BJ, BI = tiles
     RA, RC = phase_rows(BJ, BI, B)
     count = triton.cdiv(H, BJ) * triton.cdiv(H, BI)
@@ -802,7 +838,7 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
         E = min(4 * ELEMENTS, max(ELEMENTS, triton.next_power_of_2(triton.cdiv(B * H, count))))
         sync = grid.counters(1, 1, ref.device)
         _grid[(1, count)](device_table(tensors), ref, sync, B, TS, H, RA=RA, RC=RC, L=unfolds, E=E,
-                          LIMIT=grid.SPIN_LIMIT, GAPS=gaps, num_warps=THREADS // 32, **meta)
+                          LIMIT=grid.SPIN_LIMIT, GAPS=gaps, DHS=dhs, num_warps=THREADS // 32, **meta)
         grid.check(sync)
         return
     RS = slab_rows(BJ, BI, B)
@@ -813,9 +849,10 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
     def launch(table) -> None:
         for n in steps:
             _synapse_step[synapses](table, ref, n, B, TS, H, RA=RA, RC=RC, RS=RS, num_warps=THREADS // 32, **meta)
-            _element_step[elements](table, ref, n, B, TS, H, L=unfolds, E=ELEMENTS, GAPS=gaps, num_warps=4, **meta)
+            _element_step[elements](table, ref, n, B, TS, H, L=unfolds, E=ELEMENTS, GAPS=gaps, DHS=dhs, num_warps=4,
+                                    **meta)
 
-    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, gaps, ref.dtype, ref.device)
+    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, gaps, dhs, ref.dtype, ref.device)
     launch_steps(tensors, launch)
 
 
@@ -946,7 +983,8 @@ class LiquidSequence(torch.autograd.Function):
     -> (states, h_T)``: x (B, T, n) the inputs, w_in (B, T, H) the input part of w (LRC; None otherwise), g, a, b, k
     the synapses ((H + n) × H: the neurons' rows, then the inputs'), their input rows summed once a sample with the
     leak g_leak (:func:`input_conductances`); ``unfolds`` sub-steps of ``dt`` per sample -- or, hs (B, T) not None,
-    of hs[b, t] (each sample's gap / unfolds; no gradient) --, states those at the samples' ends. One Function for
+    of hs[b, t] (each sample's gap / unfolds; its gradient where it requires one, from every schedule's backward) --,
+    states those at the samples' ends. One Function for
     both kinds of synapse: each parameter's gradient is written whole (no slices of it added up by autograd)."""
 
     @staticmethod
@@ -991,7 +1029,8 @@ class LiquidSequence(torch.autograd.Function):
         *tensors, hs, x = ctx.saved_tensors
         (f_in, _, _, g, a, b, k), S = tensors[:7], tensors[-1]  # the forward's [f_in, u_in, w_in, g, a, b, k, ...]
         B, T, H = f_in.shape
-        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, hs, grad_hs.contiguous(), grad_h)
+        dhs = S.new_empty(B, T) if ctx.needs_input_grad[12] else None
+        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, hs, grad_hs.contiguous(), grad_h, dhs)
         d_synapses = S.new_empty(4, *g.shape)  # ∂L/∂(g, k, a, b): the neurons' rows from ACC, the inputs' below
         torch.sum(ACC, 0, out=d_synapses[:, :H])
         d_x, d_g_leak = input_gradients(x.view(B * T, x.shape[2]), a, b, g, k, GF.view(B * T, H), GU.view(B * T, H),
@@ -1004,12 +1043,13 @@ class LiquidSequence(torch.autograd.Function):
         d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
         d_shift = d_shift if ctx.mode == LRC_SYMMETRIC else None
         return (d_x.view(x.shape), d_w_in, d_g, d_a, d_b, d_k, d_g_leak, d_e_leak, d_o_hidden, d_shift, lam0,
-                None, None, None, None, None, None)
+                None, dhs, None, None, None, None)
 
     @staticmethod
-    def _sweep(ctx, tensors, hs, grad_hs, grad_h):
+    def _sweep(ctx, tensors, hs, grad_hs, grad_h, dhs):
         """The kernels' backward over the sub-steps T … 1: (∂L/∂f_in, ∂L/∂u_in, ∂L/∂w (LRC), the e_l and shift
-        sums, the neurons' synapse gradient sums ACC (slots, 4, H, H), λ_0); the phase buffers end with the call."""
+        sums, the neurons' synapse gradient sums ACC (slots, 4, H, H), λ_0), and into ``dhs`` (B, T) where it is
+        not None the sub-step lengths' gradient; the phase buffers end with the call."""
         f_in, S = tensors[0], tensors[-1]
         B, T, H = f_in.shape
         unfolds, mode = ctx.unfolds, ctx.mode
@@ -1025,22 +1065,28 @@ class LiquidSequence(torch.autograd.Function):
             LP = S.new_empty(triton.cdiv(H, tiles[1]), B, H)  # the partial adjoints of every i-tile
             ACC = S.new_zeros(slots, 4, H, H)
             grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(B, H), S.new_empty(2, B, H), LP, AE, ACC]
-            _launch_phases([*tensors, P, *grads, hs], True, B, TS, H, tiles, mode, unfolds, ctx.schedule, ctx.gaps)
+            DE = [] if dhs is None else [torch.zeros_like(f_in)]  # λ ∂h/∂δ by element, each sample's sum
+            _launch_phases([*tensors, P, *grads, hs, *DE], True, B, TS, H, tiles, mode, unfolds, ctx.schedule,
+                           ctx.gaps, dhs is not None)
+            if dhs is not None:
+                torch.sum(DE[0], 2, out=dhs)
             return GF, GU, GW, AE, ACC, LAM
         BB, BH = ctx.rows, block_sizes(B, H, ctx.block_h)[1]  # the forward's rows a program
         blocks = triton.cdiv(B, BB)
         lam = grad_h + grad_hs[:, T - 1]  # λ at the last sub-step
         ACC = S.new_zeros(blocks, 4, H, H)
-        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=ctx.gaps)
+        meta = dict(MODE=mode, BJ=block_j(BH, BB, H), L=unfolds, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=ctx.gaps,
+                    DHS=dhs is not None)
+        DH = tensors[10] if dhs is None else dhs  # written only with DHS
         if resident(H, ctx.block_h):  # one adjoint buffer: the final state's in, the initial state's out
             grads = [grad_hs, GF, GU, GW, lam, S.new_empty(2, B, H), AE, ACC]
-            _backward_resident[(blocks,)](*tensors[:-1], hs, S, *grads, B, TS, H, num_warps=resident_warps(BB),
+            _backward_resident[(blocks,)](*tensors[:-1], hs, S, *grads, B, TS, H, DH, num_warps=resident_warps(BB),
                                           **meta)
             return GF, GU, GW, AE, ACC, lam
         LAM = S.new_empty(2, B, H)  # λ of sub-steps of either parity
         LAM[TS % 2] = lam
         grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, B, H), AE, ACC]
-        _backward[(blocks,)](*tensors[:-1], hs, S, *grads, B, TS, H, num_warps=warps(BH), **meta)
+        _backward[(blocks,)](*tensors[:-1], hs, S, *grads, B, TS, H, DH, num_warps=warps(BH), **meta)
         return GF, GU, GW, AE, ACC, LAM[0].clone()
 
 
@@ -1053,7 +1099,7 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
             shift = F.softplus(system.raw_k_shift)
     chosen = liquid_schedule(schedule, x, H, block_h)
     gaps = is_per_sample(dt)  # per-sample gaps (B, T): each sample's L sub-steps of gap/L
-    hs = sample_lengths(dt, unfolds, x.dtype) if gaps else None
+    hs = sample_lengths(dt, unfolds, x.dtype, keep_grad=True) if gaps else None
     states, hT = grid.apply(LiquidSequence, x, w_in, F.softplus(system.raw_g), system.a,
                             system.b, system.k, F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift,
                             state[0], 0.0 if gaps else float(dt) / unfolds, hs, unfolds, mode, block_h, chosen)
@@ -1063,8 +1109,8 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
 @in_chunks
 def run_ltc(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """LTC, "imex-implicit" (the ncps fused solver), ``unfolds`` sub-steps per sample; ``dt`` a float, or a (batch,
-    time) tensor of each sample's own gap (split into the sub-steps; no gradient to it). ``schedule``: as in
-    :func:`.lem.run`."""
+    time) tensor of each sample's own gap (split into the sub-steps; with its gradient where it requires one, from
+    every schedule). ``schedule``: as in :func:`.lem.run`."""
     return _run(system, x, state, dt, unfolds, LTC, block_h, schedule)
 
 
