@@ -1,6 +1,7 @@
 """The gaps' gradient in the Triton kernels of LEM and GRU-ODE (per-sample steps requiring grad: a learned Δt, time
 gaps to train): the persistent schedule's backward kernels (register-resident and tiled) return ∂L/∂Δt per row and
-step, which reaches the gaps through ``kernels.gaps.per_step_lengths``. Against the generic loop
+step, which reaches the gaps through ``kernels.gaps.per_step_lengths`` (the stepwise and grid schedules' backward:
+test_cuda_gap_grads_lem_schedules.py and test_cuda_gap_grads_gru_schedules.py). Against the generic loop
 (``solvers.recurrence.run_sequence`` with autograd): outputs, final state and the gradients of every parameter, the
 input, the initial state and the gaps. Importing ``test_cuda_kernels`` sets ``TRITON_INTERPRET=1`` without CUDA.
 """
@@ -11,7 +12,7 @@ import torch
 from test_cuda_kernels import DEVICE, kernel
 
 from odelab import Recurrent, cells, systems
-from odelab.kernels.cuda import grid, gru, lem
+from odelab.kernels.cuda import gru, lem
 from odelab.solvers.recurrence import run_sequence
 from odelab.solvers.schemes import resolve_scheme
 
@@ -76,37 +77,6 @@ def test_gap_gradients_equal_the_generic_loop(name, size, dtype):
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
     assert dgaps.abs().max() > 0
-
-
-PERSISTENT = {lem: ("_lem_forward", "_lem_backward", "_lem_forward_resident", "_lem_backward_resident"),
-              gru: ("_forward", "_backward", "_forward_resident", "_backward_resident")}
-
-
-@pytest.mark.parametrize("schedule", ["stepwise", "grid"])
-@pytest.mark.parametrize("name", ["lem", "gru-ode", "gru-ode-reset-before"])
-def test_gaps_requiring_grad_run_the_persistent_kernels(name, schedule, monkeypatch):
-    """Where the stepwise or grid schedule would run (hidden 17, ``block_h`` 16, asked for), gaps requiring grad run
-    the persistent tiled kernels instead: no stepwise or grid launch, the tiled backward with DHS."""
-    module = lem if name.startswith("lem") else gru
-    launched = []
-
-    def recording(name, fn):
-        class Launcher:
-            def __getitem__(self, programs):
-                return lambda *args, **kw: launched.append((name, kw.get("DHS"))) or fn[programs](*args, **kw)
-        return Launcher()
-
-    for attr in PERSISTENT[module]:
-        monkeypatch.setattr(module, attr, recording(attr, getattr(module, attr)))
-    for attr in ("launch", "launch_resident"):
-        monkeypatch.setattr(grid, attr, lambda *args, **kw: launched.append(("grid", None)))
-    monkeypatch.setattr(module, "launch_steps", lambda *args: launched.append(("stepwise", None)))
-    build, target = CELLS[name]
-    errors, dgaps = errors_with_gap_grads(build, target, 3, 3, 17, torch.float64, block_h=16, schedule=schedule)
-    assert max(errors.values()) <= TOL[torch.float64]
-    assert dgaps.abs().max() > 0
-    tiled = PERSISTENT[module][:2]
-    assert launched == [(tiled[0], None), (tiled[1], True)], launched
 
 
 @pytest.mark.parametrize("name", ["lem", "gru-ode"])

@@ -1,5 +1,6 @@
 """Gaps requiring grad (a learned Δt) in the Triton kernels of coRNN (explicit and implicit damping, fixed and learned
-γ, ε) and the neural oscillator: the persistent kernels' backward returns ∂L/∂gaps, against the generic loop
+γ, ε) and the neural oscillator: the persistent kernels' backward returns ∂L/∂gaps (the stepwise and grid schedules':
+test_cuda_gap_grads_oscillators_schedules.py), against the generic loop
 (``run_sequence``) with autograd -- outputs, final state, and the gradients of every parameter, x, the initial state
 and the gaps. Importing ``test_cuda_kernels`` sets ``TRITON_INTERPRET=1`` (without CUDA) before Triton is imported.
 """
@@ -10,7 +11,6 @@ import torch
 from test_cuda_kernels import DEVICE, kernel
 
 from odelab import systems
-from odelab.kernels.cuda import grid, oscillators
 from odelab.solvers.recurrence import run_sequence
 from odelab.solvers.schemes import resolve_scheme
 
@@ -93,33 +93,6 @@ def test_two_batch_blocks():
         errs = errors("cornn-implicit", (17, 2, 17, block_h), torch.float64, 1)
         worst = max(errs, key=errs.get)
         assert errs[worst] <= TOL[torch.float64], (block_h, worst, errs[worst])
-
-
-@pytest.mark.parametrize("schedule", ["stepwise", "grid"])
-def test_gaps_requiring_grad_take_the_persistent_kernels(schedule, monkeypatch):
-    """Asked for the stepwise or grid schedule (hidden 17, block_h 16: where they replace the tiled kernel), gaps
-    requiring grad run the persistent kernels, and their gradient is nonzero and right; gaps without grad do take the
-    schedule asked for."""
-    launched = []
-    monkeypatch.setattr(oscillators, "launch_steps", lambda *args, **kw: launched.append("stepwise"))
-    monkeypatch.setattr(grid, "launch", lambda *args, **kw: launched.append("grid"))
-    monkeypatch.setattr(grid, "launch_resident", lambda *args, **kw: launched.append("grid"))
-    monkeypatch.setattr(grid, "schedule_for", lambda *args: schedule)
-    errs = errors("cornn", (3, 3, 17, 16), torch.float64, 1, schedule=schedule)
-    assert not launched
-    worst = max(errs, key=errs.get)
-    assert errs[worst] <= TOL[torch.float64], (worst, errs[worst])
-    system, x, state, gaps = draw("cornn", 3, 3, 17, torch.float64)
-    kernel(CELLS["cornn"][2])(system, x, state, gaps.detach(), 1, (), block_h=16, schedule=schedule)
-    assert launched == [schedule]
-
-
-def test_function_refuses_gap_gradients_outside_the_persistent_schedule():
-    system, x, state, gaps = draw("cornn", 2, 2, 5, torch.float64)
-    with pytest.raises(ValueError, match="persistent"):
-        oscillators.SecondOrderSequence.apply(system.encode(x), system.weight[:, 3:],
-                                              torch.stack(system.gamma_epsilon()), *state, 0.0, oscillators.EXPLICIT,
-                                              gaps, None, "stepwise")
 
 
 @pytest.mark.gpu

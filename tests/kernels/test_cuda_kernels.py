@@ -1075,18 +1075,23 @@ def compile_(fn, constexprs, dtype):
 names = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA")
 tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)))
 dgru = dict(zip(names, (2, True, False, True, False, True, 0, 0, 1, 0, 0, 1, 0)))
+# per-sample steps (irregular sampling) or not; the backward kernels with the steps' gradient (DHS)
+gap_grads = [(False, False), (True, False), (True, True)]  # (GAPS, DHS)
 jobs = [(k, dict(BLOCK=128)) for k in (unicornn._forward, unicornn._backward, unicornn._reversible_forward,
                                      unicornn._reversible_backward)]
 jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # LEM's weights-on-chip grid kernels
-         for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier, lem._lem_grid_backward)
-         for gaps in (False, True)]
-jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
-         for bw in (False, True) for gaps in (False, True)]
-jobs += [(k, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # oscillators' on chip
-         for k in (oscillators._grid_forward, oscillators._grid_backward)
-         for mode in (0, 1, 2) for gaps in (False, True)]
-jobs += [(oscillators._grid, dict(BACKWARD=bw, MODE=mode, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
-         for bw in (False, True) for mode in (0, 1, 2) for gaps in (False, True)]
+         for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier) for gaps in (False, True)]
+jobs += [(lem._lem_grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
+         for gaps, dhs in gap_grads]
+jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
+         for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs]
+jobs += [(oscillators._grid_forward, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
+         for mode in (0, 1, 2) for gaps in (False, True)]  # oscillators' on chip
+jobs += [(oscillators._grid_backward, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs,
+                                           num_warps=8)) for mode in (0, 1, 2) for gaps, dhs in gap_grads]
+jobs += [(oscillators._grid, dict(BACKWARD=bw, MODE=mode, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=dhs,
+                                  num_warps=8))
+         for bw in (False, True) for mode in (0, 1, 2) for gaps, dhs in gap_grads if bw or not dhs]
 jobs += [(delay_gru._grid_forward, dict(c, HP=128, BB=16, BH=16, LIMIT=1 << 22, DROP=drop, num_warps=8))  # on chip
          for c in (tau, dgru) for drop in (False, True)]
 jobs += [(delay_gru._grid_backward, dict(c, ED=ed, HAS_D=True, HP=128, BB=16, BH=16, LIMIT=1 << 22, DROP=drop,
@@ -1094,13 +1099,13 @@ jobs += [(delay_gru._grid_backward, dict(c, ED=ed, HAS_D=True, HP=128, BB=16, BH
 jobs += [(delay_gru._grid, dict(c, BACKWARD=bw, ED=ed, HAS_D=True, BB=16, BH=32, LIMIT=1 << 22, DROP=drop,
                                 num_warps=8))
          for c, ed in ((tau, 1), (dgru, 0)) for bw in (False, True) for drop in (False, True)]
-jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # GRU-ODE's on-chip grid kernels
-         for k in (gru._grid_forward, gru._grid_backward) for gaps in (False, True)]
+jobs += [(gru._grid_forward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # GRU-ODE's on chip
+         for gaps in (False, True)]
+jobs += [(gru._grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
+         for gaps, dhs in gap_grads]
 jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2), RESET_AFTER=ra, BB=16, BH=32,
-                          LIMIT=1 << 22, GAPS=gaps, num_warps=8))
-         for bw in (False, True) for ra in (True, False) for gaps in (False, True)]
-# per-sample steps (irregular sampling) or not; the backward kernels with the steps' gradient (DHS)
-gap_grads = [(False, False), (True, False), (True, True)]  # (GAPS, DHS)
+                          LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
+         for bw in (False, True) for ra in (True, False) for gaps, dhs in gap_grads if bw or not dhs]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)
@@ -1108,16 +1113,16 @@ for bh in (16, 32):
     dense += [(k, dict(GAPS=gaps, DHS=dhs, **tile)) for gaps, dhs in gap_grads
               for k in (lem._lem_backward, lem._lem_backward_resident, gru._backward_resident)]
     dense += [(lem._lem_step, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1) for gaps in (False, True)]
-    dense += [(lem._lem_step_backward, dict(PHASE=phase, GAPS=gaps, **tile)) for phase in (0, 1, 2)
-              for gaps in (False, True)]
+    dense += [(lem._lem_step_backward, dict(PHASE=phase, GAPS=gaps, DHS=dhs, **tile)) for phase in (0, 1, 2)
+              for gaps, dhs in gap_grads]
     dense += [(oscillators._step, dict(PHASE=0, MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2)
               for gaps in (False, True)]
-    dense += [(oscillators._step_backward, dict(PHASE=phase, MODE=mode, GAPS=gaps, **tile)) for mode in (0, 1, 2)
-              for phase in (0, 1) for gaps in (False, True)]
+    dense += [(oscillators._step_backward, dict(PHASE=phase, MODE=mode, GAPS=gaps, DHS=dhs, **tile))
+              for mode in (0, 1, 2) for phase in (0, 1) for gaps, dhs in gap_grads]
     dense += [(gru._step, dict(PHASE=phase, RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False)
               for phase in range(1 if ra else 2) for gaps in (False, True)]
-    dense += [(gru._step_backward, dict(PHASE=phase, RESET_AFTER=ra, GAPS=gaps, **tile)) for ra in (True, False)
-              for phase in range(2 if ra else 4) for gaps in (False, True)]
+    dense += [(gru._step_backward, dict(PHASE=phase, RESET_AFTER=ra, GAPS=gaps, DHS=dhs, **tile))
+              for ra in (True, False) for phase in range(2 if ra else 4) for gaps, dhs in gap_grads]
     for drop in (False, True):  # the delay cells with state dropout (DROP) or without
         dense += [(delay_gru._step, dict(constexprs, PHASE=0, DROP=drop, **tile)) for constexprs in (tau, dgru)]
         dense += [(delay_gru._step_backward, dict(constexprs, ED=ed, HAS_D=True, PHASE=phase, DROP=drop, **tile))

@@ -12,9 +12,9 @@ Without a backward to come, the cells run in chunks of steps (``..chunks.in_chun
 ``delay_gru``). ``gaps=True``: the kernel also takes per-sample steps (``Recurrent.forward(x, dt=gaps)``), in every
 schedule, with a constexpr GAPS whose False variant compiles to the code of a kernel without it. ``dropout=True``
 (τ-GRU, Delay GRU): the kernel also takes state dropout's factors (``drop=``) in every schedule, likewise a constexpr
-DROP whose False variant compiles to the code without it. ``gap_grads=True`` (LEM, coRNN, the oscillator, GRU-ODE):
-with gaps that require grad (a learned Δt) the one-launch kernels' backward also gives their gradient (a constexpr
-DHS; the persistent schedule is then used whatever was asked).
+DROP whose False variant compiles to the code without it. ``gap_grads=True`` (every cell with ``gaps=True``): with
+gaps that require grad (a learned Δt) every schedule's backward also gives their gradient (a constexpr DHS, likewise;
+the stepwise and grid schedules write each column tile's part of a row's sum, ``_common.store_length_part``).
 """
 from ... import systems
 from ..registry import register

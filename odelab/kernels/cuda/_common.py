@@ -287,6 +287,14 @@ def step_length(dt, HS, rows, rmask, n, T, GAPS: tl.constexpr):
 
 
 @triton.jit
+def store_length_part(DP, part, rows, rmask, n, T, slot, slots):
+    """A column-tile program's part of ∂L/∂Δt_n (its columns' sum, per row) into slot ``slot`` of DP (B, T, slots),
+    which torch sums over its last axis: the stepwise and grid schedules' gaps gradient, each slot written by one
+    program (no atomics, no program adds another's)."""
+    tl.store(DP + (rows * T + (n - 1)) * slots + slot, part, mask=rmask)
+
+
+@triton.jit
 def weights(W, stride, H, BH: tl.constexpr):
     """An H × H matrix (row stride ``stride``) as a zero-padded (BH, BH) register tile, and its transpose."""
     i = tl.arange(0, BH)

@@ -7,8 +7,10 @@
 one Triton launch forward and one backward (or, with the stepwise schedule of stepwise.py, one launch per phase
 of a step). The backward recomputes the gates from the stored states and writes per step the pre-activation
 gradients [g_r, g_f, g_c, g_m] (g_m: of W_u h + b_hu, or of σ(r) ⊙ h's matmul input); the weight gradients are
-GEMMs over all steps in torch. With per-sample steps requiring grad (constexpr DHS), the persistent backward kernels
-also write ∂L/∂Δt of each row and step, λ_n · σ(f) ⊙ (tanh(c) − h_{n−1}).
+GEMMs over all steps in torch. With per-sample steps requiring grad (constexpr DHS), every backward also gives ∂L/∂Δt
+of each row and step, Σ λ_n ⊙ σ(f) ⊙ (tanh(c) − h_{n−1}): the persistent kernels sum it over their column tiles in
+registers; in the stepwise and grid schedules each column-tile program writes its own part (a (B, T, column tiles)
+buffer, summed by torch).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
+    sigmoid, step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -232,23 +234,29 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Phase PHASE of the backward of step n on one program (reset before: 0 ρ, 1 the gates, 2 g_r, 3 λ_{n−1};
-    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L, HS]."""
+    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L, HS] and, with
+    DHS, DP: the gates phase writes its columns' part of ∂L/∂Δt_n (:func:`store_length_part`)."""
     rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(dt, address(TABLE, 9, REF), rows, rmask, n, T, GAPS)
     GO, G, RS, L = address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF), address(TABLE, 8, REF)
     if RESET_AFTER:
         if PHASE == 0:
-            _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
-                                 PRECISION)
+            part = _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+                                        PRECISION)
+            if DHS:
+                store_length_part(address(TABLE, 10, REF), part, rows, rmask, n, T, tl.program_id(1),
+                                  tl.num_programs(1))
         else:
             _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
     elif PHASE == 0:
         _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
     elif PHASE == 1:
-        _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
-                             PRECISION)
+        part = _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+                                    PRECISION)
+        if DHS:
+            store_length_part(address(TABLE, 10, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
     elif PHASE == 2:
         _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     else:
@@ -350,15 +358,17 @@ def _backward_resident(E, WH, BHU, C, HS, S, GO, G, L, B, T, H, DH, BB: tl.const
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexpr, RESET_AFTER: tl.constexpr,
-          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
+          DHS: tl.constexpr):
     """The grid-synchronised schedule (grid.py): the PHASES phases of :func:`_step` (or, BACKWARD, of
-    :func:`_step_backward`, steps T … 1) for every step in one launch, a barrier after each; TABLE as theirs."""
+    :func:`_step_backward`, steps T … 1, DHS as its) for every step in one launch, a barrier after each; TABLE as
+    theirs."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         for phase in tl.static_range(PHASES):
             if BACKWARD:
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS)
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS, DHS)
             else:
                 _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS)
             k, spins = grid.barrier(SYNC, k, spins)
@@ -409,11 +419,13 @@ def _grid_forward(E, WH, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.
 
 
 @triton.jit
-def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
-    """Step n's backward on this program's columns (reset_after): [g_r, g_f, g_c, g_m] written, a barrier, then
-    λ_{n−1} = λ (1 − Δt σ(f)) + [g_r, g_f, g_m] [W_r; W_f; W_u] over their whole rows + ∂L/∂h_{n−1}; λ in
-    registers, L (B, H): the final state's adjoint in, the initial state's out."""
+def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+                   BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
+                   DHS: tl.constexpr):
+    """Step n's backward on this program's columns (reset_after): [g_r, g_f, g_c, g_m] written (with DHS, the
+    columns' part of ∂L/∂Δt_n into DP, :func:`store_length_part`), a barrier, then λ_{n−1} = λ (1 − Δt σ(f)) +
+    [g_r, g_f, g_m] [W_r; W_f; W_u] over their whole rows + ∂L/∂h_{n−1}; λ in registers, L (B, H): the final
+    state's adjoint in, the initial state's out."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -430,8 +442,13 @@ def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, SYNC, B, T, H, HP: tl.constex
         ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
         r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
         sf = sigmoid(f)
-        _store_gate_gradients(g, sG, rows, cols, m, lam, ds, sigmoid(r), sf, tanh(c), mu,
-                              tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask), H, True)
+        sr = sigmoid(r)
+        tc = tanh(c)
+        hp = tile(S + (n - 1) * H, sS, rows, rmask, cols, cmask)
+        _store_gate_gradients(g, sG, rows, cols, m, lam, ds, sr, sf, tc, mu, hp, H, True)
+        if DHS:  # ∂h_n/∂Δt against λ_n
+            part = tl.sum(tl.where(m, lam * sf * (tc - hp), 0.0), axis=1)
+            store_length_part(DP, part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
         k, spins = grid.barrier(SYNC, k, spins)
         lam = lam * (1.0 - ds * sf)
         lam = dot(grid.rows_of(g, sG, rows, rmask, H, HP), wr, lam, PRECISION)
@@ -444,13 +461,11 @@ def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, SYNC, B, T, H, HP: tl.constex
 class GRUSequence(torch.autograd.Function):
     """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule) -> (hs, h_T)``; ``hs``: None,
     or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient
-    where they require one (the persistent schedule only); ``schedule``: "persistent", "stepwise" or "grid"
+    where they require one (every schedule); ``schedule``: "persistent", "stepwise" or "grid"
     (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule="persistent"):
-        if ctx.needs_input_grad[6] and schedule != "persistent":
-            raise ValueError("the gaps' gradient needs the persistent schedule")
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -468,7 +483,7 @@ class GRUSequence(torch.autograd.Function):
                                  GAPS=gaps)
         elif schedule == "grid":
             grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R, hs], consts, B, T, H, block_h, ctx.precision,
-                        False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps)
+                        False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps, DHS=False)
         elif schedule == "stepwise":
             launch_steps([enc, weight_hidden, b_hu, consts, S, R, hs],
                          step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
@@ -500,18 +515,22 @@ class GRUSequence(torch.autograd.Function):
         gaps = ctx.gaps
         dhs = enc.new_empty(B, T) if ctx.needs_input_grad[6] else None
         DH = consts if dhs is None else dhs  # written only with DHS
-        if ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
+        on_chip = ctx.schedule == "grid" and reset_after and grid.resident(B, H, ctx.block_h, enc.device,
+                                                                           ctx.precision)
+        in_parts = dhs is not None and ctx.schedule != "persistent"  # dhs from each column-tile program's part
+        DP = enc.new_empty(B, T, triton.cdiv(H, grid.RESIDENT_BH if on_chip else BH)) if in_parts else consts
+        tensors = [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs] + ([DP] if in_parts else [])
+        if on_chip:
             L[0] = L[T % 2]
-            grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0]), B, T, H,
-                                 ctx.precision, GAPS=gaps)
+            grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0], DP), B, T,
+                                 H, ctx.precision, GAPS=gaps, DHS=in_parts)
         elif ctx.schedule == "grid":
-            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs], consts, B, T, H,
-                        ctx.block_h, ctx.precision, True, PHASES=2 if reset_after else 4, RESET_AFTER=reset_after,
-                        GAPS=gaps)
+            grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True,
+                        PHASES=2 if reset_after else 4, RESET_AFTER=reset_after, GAPS=gaps, DHS=in_parts)
         elif ctx.schedule == "stepwise":
-            launch_steps([enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs],
-                         step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T, H, BB,
-                                       BH, ctx.precision, RESET_AFTER=reset_after, GAPS=gaps))
+            launch_steps(tensors, step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T,
+                                                H, BB, BH, ctx.precision, RESET_AFTER=reset_after, GAPS=gaps,
+                                                DHS=in_parts))
         elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0], B, T,
@@ -521,6 +540,8 @@ class GRUSequence(torch.autograd.Function):
             _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, RS, L, B, T, H, DH,
                                              RESET_AFTER=reset_after, BB=BB, BH=BH, PRECISION=ctx.precision,
                                              GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
+        if in_parts:
+            torch.sum(DP, 2, out=dhs)
         h_prev = S[:, :-1]
         if reset_after:  # [W_r; W_f] and W_u all map h_{n-1}: G's columns r, f, (c), u
             d_all = outer_sum(G, h_prev)
@@ -537,14 +558,12 @@ class GRUSequence(torch.autograd.Function):
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The GRU field with explicit Euler ("euler") over ``x`` from ``state`` = (h0,), ``unfolds`` = L sub-steps
     of dt/L per sample (the input held); ``dt`` a float, or a (batch, time) tensor of each sample's own gap
-    (``Recurrent.forward(x, dt=gaps)``), with its gradient when the gaps require one (then always the persistent
-    schedule: only its backward kernels give it). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default
-    ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
-    grid.py) replaces the tiled kernels at hidden > 32 or with ``block_h`` given (below, reset before keeps its
-    one-tile persistent kernel)."""
+    (``Recurrent.forward(x, dt=gaps)``), with its gradient when the gaps require one (from every schedule).
+    ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on
+    CUDA): the stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels at hidden >
+    32 or with ``block_h`` given (below, reset before keeps its one-tile persistent kernel)."""
     steps, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
-    learned = steps is not None and steps.requires_grad  # only the persistent backward kernels give the gaps' gradient
-    chosen = "persistent" if learned else grid.schedule_for(schedule, x, state[0].shape[1], block_h)
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:
         x = x.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None

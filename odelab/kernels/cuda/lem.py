@@ -8,8 +8,10 @@ the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them and w
 pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
 GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n. With the constexpr
 GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``); with DHS as well
-(the gaps requiring grad) the persistent backward kernels write ∂L/∂HS[row, n − 1] = λy_n · ∂y_n/∂Δt + λz_n ·
-∂z_n/∂Δt (λz_n in full, its path through r included), each ∂x_n/∂Δt = σ̂(p) ⊙ (tanh(·) − x_{n−1}).
+(the gaps requiring grad) every backward gives ∂L/∂HS[row, n − 1] = λy_n · ∂y_n/∂Δt + λz_n · ∂z_n/∂Δt (λz_n in
+full, its path through r included), each ∂x_n/∂Δt = σ̂(p) ⊙ (tanh(·) − x_{n−1}): the persistent kernels sum it over
+their column tiles in registers; in the stepwise and grid schedules each column-tile program writes its own part (a
+(B, T, parts) buffer, summed by torch).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    sigmoid, step_launches, step_length, tanh, tile, tile_at, warps, weights)
+    sigmoid, step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -210,35 +212,41 @@ def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH:
 
 @triton.jit(do_not_specialize=["n"])
 def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
+                       PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
-    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS]."""
+    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS] and, with DHS, DP (B, T, 2 · column
+    tiles): the y- and z-steps write their columns' parts of ∂L/∂Δt_n, λy_n ∂y_n/∂Δt and λz_n ∂z_n/∂Δt, into slot
+    PHASE · tiles + tile (:func:`store_length_part`)."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 7, REF)
     dt = step_length(tl.load(address(TABLE, 10, REF)), address(TABLE, 11, REF), rows, rmask, n, T, GAPS)
     if PHASE == 0:
-        _backward_y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 9, REF), dt,
-                         n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+        part = _backward_y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 9, REF),
+                                dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     elif PHASE == 1:
-        _backward_z_tile(E, address(TABLE, 1, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 8, REF), dt,
-                         n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+        part = _backward_z_tile(E, address(TABLE, 1, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 8, REF),
+                                dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     else:
         _backward_ly_tile(address(TABLE, 1, REF), address(TABLE, 2, REF), G, address(TABLE, 6, REF),
                           address(TABLE, 9, REF), n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+    if DHS and PHASE < 2:
+        tiles = tl.num_programs(1)
+        store_length_part(address(TABLE, 12, REF), part, rows, rmask, n, T, PHASE * tiles + tl.program_id(1),
+                           2 * tiles)
 
 
 @triton.jit
 def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+              PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """The grid-synchronised schedule (grid.py): the phases of :func:`_lem_step` (or, BACKWARD, of
-    :func:`_lem_step_backward`, steps T … 1) for every step in one launch, a barrier of the batch block's column
-    programs after each; TABLE as theirs."""
+    :func:`_lem_step_backward`, steps T … 1, DHS as its) for every step in one launch, a barrier of the batch
+    block's column programs after each; TABLE as theirs."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(3):
-                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, GAPS)
+                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, GAPS, DHS)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
             for phase in tl.static_range(2):
@@ -460,12 +468,15 @@ def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP
 
 
 @triton.jit
-def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
-                       BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, DP, HP: tl.constexpr,
+                       BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
+                       GAPS: tl.constexpr, DHS: tl.constexpr):
     """Step n's backward on columns cols, 2 barriers a step: the y-step's g_p2, g_r (written, barrier), the z-step's
     λz_n (+ g_r Wy over the whole row of g_r), g_p1, g_q (written, barrier), then λy_{n−1} (+ [g_p1, g_q, g_p2]
     [W1; Wz; W2] over whole rows) -- which no other program reads, so no third barrier. λz, λy of this program's
-    columns stay in registers; LZ, LY (B, H): the final state's adjoints in, the initial state's out."""
+    columns stay in registers; LZ, LY (B, H): the final state's adjoints in, the initial state's out; with DHS, the
+    columns' part of ∂L/∂Δt_n, λy_n ∂y_n/∂Δt + λz_n ∂z_n/∂Δt, into DP (B, T, column tiles)
+    (:func:`store_length_part`)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -499,6 +510,9 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H
         tq = tanh(q)
         tl.store(g + rows[:, None] * sE + cols[None, :], lz * h * (tq - zp) * s1 * (1.0 - s1), mask=m)
         tl.store(g + H + rows[:, None] * sE + cols[None, :], lz * h * s1 * (1.0 - tq * tq), mask=m)
+        if DHS:  # ∂y_n/∂Δt, ∂z_n/∂Δt against the total adjoints λy_n, λz_n
+            part = tl.sum(tl.where(m, ly * s2 * (tr - yp) + lz * s1 * (tq - zp), 0.0), axis=1)
+            store_length_part(DP, part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
         k, spins = grid.barrier(SYNC, k, spins)
         lz = lz * (1.0 - h * s1)
         ly = ly * (1.0 - h * s2)
@@ -522,13 +536,10 @@ def one_barrier() -> bool:
 class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or each
     row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they
-    require one (the persistent schedule only); ``schedule``: "persistent", "stepwise" or "grid"
-    (``grid.schedule_for``)."""
+    require one (every schedule); ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule="persistent"):
-        if ctx.needs_input_grad[7] and schedule != "persistent":
-            raise ValueError("the gaps' gradient needs the persistent schedule")
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
@@ -547,7 +558,7 @@ class LEMSequence(torch.autograd.Function):
                                  GAPS=gaps)
         elif schedule == "grid":
             grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts, hs], consts, B, T, H, block_h,
-                        ctx.precision, False, GAPS=gaps)
+                        ctx.precision, False, GAPS=gaps, DHS=False)
         elif schedule == "stepwise":
             launch_steps([enc, weight_y, W2, Wy, Z, Y, consts, hs],
                          step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision,
@@ -573,19 +584,25 @@ class LEMSequence(torch.autograd.Function):
         gaps = ctx.gaps
         dhs = enc.new_empty(B, T) if ctx.needs_input_grad[7] else None
         DH = consts if dhs is None else dhs  # written only with DHS
-        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
+        on_chip = ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision)
+        in_parts = dhs is not None and ctx.schedule != "persistent"  # dhs from each column-tile program's parts
+        parts = triton.cdiv(H, grid.RESIDENT_BH) if on_chip else 2 * triton.cdiv(H, BH)  # stepwise: y- and z-steps'
+        DP = enc.new_empty(B, T, parts) if in_parts else consts  # each slot written by its program: no zeroing
+        if on_chip:
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
             grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs),
-                                 B, T, H, ctx.precision, GAPS=gaps)
+                                 B, T, H, ctx.precision, DP=DP, GAPS=gaps, DHS=in_parts)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
             tensors = [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs]
+            table = tensors + ([DP] if in_parts else [])
             if ctx.schedule == "grid":
-                grid.launch(_lem_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, GAPS=gaps)
+                grid.launch(_lem_grid, table, consts, B, T, H, ctx.block_h, ctx.precision, True, GAPS=gaps,
+                            DHS=in_parts)
             elif ctx.schedule == "stepwise":
-                launch_steps(tensors, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                                    ctx.precision, GAPS=gaps))
+                launch_steps(table, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
+                                                  ctx.precision, GAPS=gaps, DHS=in_parts))
             else:
                 _lem_backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
                                                      GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
@@ -595,6 +612,8 @@ class LEMSequence(torch.autograd.Function):
             _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs,
                                                           B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
                                                           GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
+        if in_parts:
+            torch.sum(DP, 2, out=dhs)
         d_of_y = outer_sum(G[..., : 3 * H], Y[:, :-1])  # [weight_y; W2]: the maps of y_{n-1}
         d_Wy = outer_sum(G[..., 3 * H:], Z[:, 1:])
         return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, dhs, None, None
@@ -604,13 +623,11 @@ class LEMSequence(torch.autograd.Function):
 def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None):
     """The LEM "imex" recurrence over ``x`` (batch, time, input) from ``state`` = (z0, y0); ``dt`` a float, or a
     (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``), with its gradient when the
-    gaps require one (then always the persistent schedule: only its backward kernels give it). ``schedule``
-    ("auto", "persistent", "stepwise" or "grid"; default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the
-    stepwise or the grid-synchronised one (stepwise.py, grid.py) replaces the tiled kernels where they would run
-    (hidden > 32 or ``block_h`` given)."""
+    gaps require one (from every schedule). ``schedule`` ("auto", "persistent", "stepwise" or "grid"; default
+    ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one (stepwise.py,
+    grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
     hs, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
-    learned = hs is not None and hs.requires_grad  # only the persistent backward kernels give the gaps' gradient
-    chosen = "persistent" if learned else grid.schedule_for(schedule, x, state[0].shape[1], block_h)
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],

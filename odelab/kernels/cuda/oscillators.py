@@ -11,8 +11,10 @@ those launches' phases in one launch forward and one backward with a barrier bet
     y_n = y_{n−1} + Δt z_n
 
 Δt is shared, or with per-sample steps (irregular sampling, ``Recurrent.forward(x, dt=gaps)``; constexpr GAPS)
-each row's own length of step n (``_common.step_length``), in the γ, ε sums too; gaps requiring grad (a learned Δt)
-run the persistent kernels, whose backward also writes ∂L/∂h per row and step (constexpr DHS).
+each row's own length of step n (``_common.step_length``), in the γ, ε sums too; with gaps requiring grad (a learned
+Δt) every backward also gives ∂L/∂h per row and step (constexpr DHS): the persistent kernels sum it over their column
+tiles in registers; in the stepwise and grid schedules each column-tile program writes its own part (a (B, T, column
+tiles) buffer, summed by torch).
 
 The backward recomputes a_n from the stored states, writes g_a = ∂L/∂a_n per step (= the gradient of the
 encoding V u + b) and accumulates the γ, ε gradients per (batch, hidden) element; the recurrent weight
@@ -30,7 +32,7 @@ from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
     address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    step_launches, step_length, tanh, tile, tile_at, warps, weights)
+    step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
@@ -224,9 +226,10 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: t
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Phase PHASE of step n's backward (0: g_a and λ's direct parts, 1: the products through a_n) on one
-    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS]."""
+    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS] and, with DHS, DP: phase 0 writes
+    its columns' part of ∂L/∂h of step n (:func:`store_length_part`)."""
     rows, rmask = batch_rows(B, BB)
     c0 = tl.program_id(1) * BH
     WR = address(TABLE, 1, REF)
@@ -236,9 +239,16 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
     if PHASE == 0:
         C = address(TABLE, 2, REF)
         HS = address(TABLE, 10, REF)
-        _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ, LY,
-                            address(TABLE, 9, REF), step_length(tl.load(C), HS, rows, rmask, n, T, GAPS),
-                            tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
+        if DHS:
+            h = step_length(tl.load(C), HS, rows, rmask, n, T, GAPS)
+            part = _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G,
+                                       LZ, LY, address(TABLE, 9, REF), h, tl.load(C + 1), tl.load(C + 2), n, c0, rows,
+                                       rmask, B, T, H, MODE, BH, PRECISION, True)
+            store_length_part(address(TABLE, 11, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
+        else:
+            _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ, LY,
+                                address(TABLE, 9, REF), step_length(tl.load(C), HS, rows, rmask, n, T, GAPS),
+                                tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
     else:
         _backward_adjoint_tile(WR, G, address(TABLE, 5, REF), LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH,
                                PRECISION)
@@ -355,16 +365,16 @@ def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE:
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+          PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
-    :func:`_step_backward`, steps T … 1) in one launch, a barrier of the batch block's column programs after each
-    phase; TABLE as theirs."""
+    :func:`_step_backward`, steps T … 1, DHS as its) in one launch, a barrier of the batch block's column programs
+    after each phase; TABLE as theirs."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(2):
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION, GAPS)
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION, GAPS, DHS)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
             _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION, GAPS)
@@ -417,12 +427,13 @@ def _grid_forward(E, WR, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.
 
 
 @triton.jit
-def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
+def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
                    BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
-                   GAPS: tl.constexpr):
+                   GAPS: tl.constexpr, DHS: tl.constexpr):
     """Step n's backward on this program's columns (:func:`_backward_gate_tile`, then g_a [𝒲 | W] over the whole row
     of g_a after one barrier); λz, λy and the γ, ε sums stay in registers. LZ, LY (B, H): the final state's adjoints
-    in, the initial state's out; AC (2, B, H): the γ, ε sums out."""
+    in, the initial state's out; AC (2, B, H): the γ, ε sums out; DHS: the columns' part of ∂L/∂h of every step into
+    DP (:func:`store_length_part`)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
@@ -438,6 +449,12 @@ def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, SYNC, B, T, H, MODE: t
         n = T - i
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
+        if DHS:  # against λ_n, before this step's backward
+            zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
+            yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
+            zn = tile(Z + n * H, sS, rows, rmask, cols, cmask)
+            part = _length_gradient(lz, ly, th, zp, yp, zn, h, gamma, eps, MODE)
+            store_length_part(DP, part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
         ga, lz, ly, d_gamma, d_eps = _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, h, gamma, eps, H, MODE)
         acc_g += d_gamma
         acc_e += d_eps
@@ -458,7 +475,7 @@ class SecondOrderSequence(torch.autograd.Function):
     """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule) -> (ys, z_T, y_T)``; W_rec =
     [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's step
     lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they require
-    one (the persistent schedule only); schedule: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    one (every schedule); schedule: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule="persistent"):
@@ -471,8 +488,6 @@ class SecondOrderSequence(torch.autograd.Function):
         ctx.precision = dot_precision(enc.dtype)
         if mode == OSCILLATOR and ctx.precision in ("tf32", "bf16", "bf16-rounded"):  # bfloat16: coarser still
             ctx.precision = "ieee"
-        if ctx.needs_input_grad[7] and schedule != "persistent":
-            raise ValueError(f"the gaps' gradient needs the persistent schedule, not {schedule!r}")
         B, T, H = enc.shape
         enc, W_rec = enc.contiguous(), W_rec.contiguous()
         Z = enc.new_empty(B, T + 1, H)
@@ -489,7 +504,7 @@ class SecondOrderSequence(torch.autograd.Function):
                                  GAPS=gaps)
         elif schedule == "grid":
             grid.launch(_grid, [enc, W_rec, consts, Z, Y, hs], consts, B, T, H, block_h, ctx.precision, False,
-                        MODE=mode, GAPS=gaps)
+                        MODE=mode, GAPS=gaps, DHS=False)
         elif schedule == "stepwise":
             launch_steps([enc, W_rec, consts, Z, Y, hs],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode,
@@ -515,19 +530,23 @@ class SecondOrderSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, ctx.block_h)
         dhs = enc.new_empty(B, T) if ctx.needs_input_grad[7] else None
         DH = consts if dhs is None else dhs  # written only with DHS
-        if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
+        on_chip = ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision)
+        in_parts = dhs is not None and ctx.schedule != "persistent"  # dhs from each column-tile program's part
+        DP = enc.new_empty(B, T, triton.cdiv(H, grid.RESIDENT_BH if on_chip else BH)) if in_parts else consts
+        if on_chip:
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
-            grid.launch_resident(_grid_backward, (enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC), B, T, H,
-                                 ctx.precision, MODE=mode, GAPS=gaps)
+            grid.launch_resident(_grid_backward, (enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, DP), B, T, H,
+                                 ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
-            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, hs]
+            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, hs] + ([DP] if in_parts else [])
             if ctx.schedule == "grid":
-                grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode, GAPS=gaps)
+                grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode, GAPS=gaps,
+                            DHS=in_parts)
             elif ctx.schedule == "stepwise":
                 launch_steps(tensors, step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                                    ctx.precision, MODE=mode, GAPS=gaps))
+                                                    ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts))
             else:
                 _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, DH,
                                                  MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
@@ -538,6 +557,8 @@ class SecondOrderSequence(torch.autograd.Function):
             _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
                                                       DH, MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                                       DHS=dhs is not None, num_warps=warps(BH))
+        if in_parts:
+            torch.sum(DP, 2, out=dhs)
         d_Wy = outer_sum(G, Y[:, :-1])
         if mode == OSCILLATOR:
             d_W = d_Wy
@@ -551,13 +572,10 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
     """``dt`` a float, or a (batch, time) tensor of each sample's own gap (``Recurrent.forward(x, dt=gaps)``, its
     gradient too where it requires one: a learned Δt); ``schedule`` ("auto", "persistent", "stepwise" or "grid";
     default ``$ODELAB_CUDA_SCHEDULE`` or "auto": grid on CUDA): the stepwise or the grid-synchronised one
-    (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given) --
-    except for gaps requiring grad, whose gradient only the persistent kernels give."""
+    (stepwise.py, grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given), the
+    gaps' gradient included."""
     hs, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
-    if hs is not None and hs.requires_grad:
-        chosen = "persistent"
-    else:
-        chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
+    chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
     if unfolds != 1:  # L sub-steps of dt/L with the input held
         x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = grid.apply(SecondOrderSequence, system.encode(x), W_rec, coefficients, state[0], state[1], h, mode,

@@ -1,0 +1,104 @@
+"""Gaps requiring grad (a learned Δt) in the stepwise and grid schedules of coRNN (explicit and implicit damping, fixed
+and learned γ, ε) and the neural oscillator: each column-tile program of the backward's first phase writes its
+columns' part of ∂L/∂h per row and step into a (B, T, column tiles) buffer that torch sums -- the stepwise phases,
+the generic grid driver running them, and the grid kernel with the weights on chip. Against the generic loop
+(``run_sequence`` with autograd): outputs, final state and the gradients of every parameter (γ, ε where learned), x,
+the initial state and the gaps. Importing ``test_cuda_kernels`` sets ``TRITON_INTERPRET=1`` without CUDA.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from test_cuda_gap_grads_oscillators import CELLS, TOL, draw, errors
+from test_cuda_kernels import kernel
+
+from odelab.kernels.cuda import grid, oscillators
+
+DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+# where -> (batch, time, hidden, block_h, schedule): the stepwise phases over two batch blocks and two 16-wide column
+# tiles (the second masked), the generic grid driver over two batch blocks of one 32-wide column tile (what the
+# interpreter can synchronise), the grid kernel with weights on chip (hidden ≤ 16 forced onto it)
+SCHEDULES = {
+    "stepwise": (17, 3, 20, 16, "stepwise"),
+    "grid": (19, 3, 17, 32, "grid"),
+    "grid-weights-on-chip": (19, 3, 13, None, "grid-on-chip"),
+}
+
+
+def _errors(name, where, dtype, monkeypatch, unfolds=1):
+    batch, time, hidden, block_h, schedule = SCHEDULES[where]
+    if schedule == "grid-on-chip":
+        monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
+        schedule = "grid"
+    return errors(name, (batch, time, hidden, block_h), dtype, unfolds, schedule=schedule)
+
+
+@DTYPES
+@pytest.mark.parametrize("where", list(SCHEDULES))
+@pytest.mark.parametrize("name", list(CELLS))
+def test_gap_gradients_equal_the_generic_loop(name, where, dtype, monkeypatch):
+    errs = _errors(name, where, dtype, monkeypatch)
+    worst = max(errs, key=errs.get)
+    assert errs[worst] <= TOL[dtype], (worst, errs[worst])
+
+
+@pytest.mark.parametrize("where", list(SCHEDULES))
+def test_two_unfolds(where, monkeypatch):
+    """L = 2 sub-steps a sample: each sub-step's part reaches its gap (implicit damping, learned γ, ε)."""
+    errs = _errors("cornn-implicit-learned-coefficients", where, torch.float64, monkeypatch, unfolds=2)
+    worst = max(errs, key=errs.get)
+    assert errs[worst] <= TOL[torch.float64], (worst, errs[worst])
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The oscillators' launches, in order, as (kernel name, DHS): the persistent kernels (not run), the stepwise ones
+    by their graph key, the grid ones by their launcher."""
+    names = []
+
+    def persistent(attr):
+        class Launcher:
+            def __getitem__(self, programs):
+                return lambda *args, **kw: names.append((attr, kw.get("DHS")))
+        return Launcher()
+
+    for attr in ("_forward", "_backward", "_forward_resident", "_backward_resident"):
+        monkeypatch.setattr(oscillators, attr, persistent(attr))
+    steps = oscillators.launch_steps
+    monkeypatch.setattr(oscillators, "launch_steps", lambda tensors, launch: names.append(
+        (launch.key[0].fn.__name__, dict(launch.key[-1]).get("DHS"))) or steps(tensors, launch))
+    for attr in ("launch", "launch_resident"):
+        monkeypatch.setattr(grid, attr, lambda kernel, *args, real=getattr(grid, attr), **kw: names.append(
+            (kernel.fn.__name__, kw.get("DHS"))) or real(kernel, *args, **kw))
+    return names
+
+
+def _expected(where, dhs):
+    return {"stepwise": [("_step", None), ("_step_backward", dhs)],
+            "grid": [("_grid", False), ("_grid", dhs)],
+            "grid-weights-on-chip": [("_grid_forward", None), ("_grid_backward", dhs)]}[where]
+
+
+@pytest.mark.parametrize("where", list(SCHEDULES))
+@pytest.mark.parametrize("name", ["cornn", "oscillator"])
+def test_each_schedule_ran_with_the_gaps_gradient(name, where, launched, monkeypatch):
+    """The schedule asked for is the one that ran, its backward with DHS and no persistent kernel."""
+    errs = _errors(name, where, torch.float64, monkeypatch)
+    assert max(errs.values()) <= TOL[torch.float64], errs
+    assert launched == _expected(where, True), launched
+
+
+@pytest.mark.parametrize("where", list(SCHEDULES))
+def test_gaps_without_grad_run_without_the_gaps_gradient(where, launched, monkeypatch):
+    """Gaps that are data: the same schedule, its backward without DHS, and no gradient to the gaps."""
+    batch, time, hidden, block_h, schedule = SCHEDULES[where]
+    if schedule == "grid-on-chip":
+        monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
+        schedule = "grid"
+    system, x, state, gaps = draw("cornn-learned-coefficients", batch, time, hidden, torch.float64)
+    gaps = gaps.detach()
+    out, _ = kernel(CELLS["cornn-learned-coefficients"][2])(system, x, state, gaps, 1, (), block_h=block_h,
+                                                            schedule=schedule)
+    out.sum().backward()
+    assert gaps.grad is None and x.grad is not None
+    assert launched == _expected(where, False), launched
