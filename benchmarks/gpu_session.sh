@@ -182,7 +182,7 @@ irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, ne
     # size (32, 1000, 16) and at (128, 1000, 128)
     step irregulartest 120 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_gaps.py \
         tests/kernels/test_cuda_gap_grads.py tests/kernels/test_cuda_gap_grads_oscillators.py \
-        tests/kernels/test_cuda_gap_grads_liquid.py
+        tests/kernels/test_cuda_gap_grads_liquid.py tests/kernels/test_cuda_gap_grads_*_schedules.py
     local shape
     for shape in "32 1000 16" "128 1000 128"; do
         set -- $shape

@@ -73,3 +73,18 @@ def test_the_schedule_asked_for_runs_its_backward_with_dhs(size, monkeypatch):
         assert launched == [(forward, None)] * 2 * 9 + [(backward, True)] * 3 * 9, launched
     else:
         assert launched == [(forward, False if size == "grid" else None), (backward, True)], launched
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("block_h", [None, 32], ids=["auto-tiles", "block-h-32"])
+@pytest.mark.parametrize("schedule", ["stepwise", "grid"])
+@pytest.mark.parametrize("name", list(CELLS))
+def test_gap_gradients_on_the_gpu(name, schedule, block_h):
+    """Full-size tiles compiled on a GPU, several column-tile programs a batch block: (64, 100, 128) float32 against
+    the generic loop ("grid" with tiles chosen: the weights on chip; with block_h 32 the generic driver)."""
+    build, target = CELLS[name]
+    errors, dgaps = errors_with_gap_grads(build, target, 64, 100, 128, torch.float32, block_h, schedule)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-4, (worst, errors[worst])
+    assert dgaps.abs().max() > 0

@@ -102,3 +102,18 @@ def test_gaps_without_grad_run_without_the_gaps_gradient(where, launched, monkey
     out.sum().backward()
     assert gaps.grad is None and x.grad is not None
     assert launched == _expected(where, False), launched
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("block_h", [None, 32], ids=["auto-tiles", "block-h-32"])
+@pytest.mark.parametrize("schedule", ["stepwise", "grid"])
+@pytest.mark.parametrize("name", [name for name in CELLS if name.startswith("cornn")])
+def test_gap_gradients_on_the_gpu(name, schedule, block_h):
+    """Full-size tiles compiled on a GPU, several column-tile programs a batch block: (64, 100, 128) float32 against
+    the generic loop in float32 ("grid" with tiles chosen: the weights on chip; with block_h 32 the generic driver).
+    coRNN only: the oscillator's random W runs away over long sequences (its full-size test, with a restoring W, is
+    test_cuda_gap_grads_oscillators.py's, now under the default grid schedule)."""
+    errs = errors(name, (64, 100, 128, block_h), torch.float32, 1, schedule=schedule)
+    worst = max(errs, key=errs.get)
+    assert errs[worst] <= 1e-4, (worst, errs[worst])

@@ -1086,6 +1086,10 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
   double* const acc[4] = {aG.data(), aA.data(), aB.data(), aK.data()};
   double* const acc_in[4] = {aG.data() + inputs, aA.data() + inputs, aB.data() + inputs, aK.data() + inputs};
   std::vector<S> Gn(B * m), D(B * 2 * mp, S(0)), Dw(kind >= 2 ? B * m : 0), XT(m * B), XinT(n * B);
+  // the input synapses' openings are a sample's, held over its sub-steps, and their backward is linear in [df | du]:
+  // it runs once a sample, on the sample's sum of D (Dsum; D itself with one sub-step a sample)
+  std::vector<S> Dsum(L > 1 ? B * 2 * mp : 0, S(0));
+  const S* Din = L > 1 ? Dsum.data() : D.data();
   std::vector<S> Hs((L + 1) * B * m);  // the current sample's states before its sub-steps and after each
   for (i64 s = TS - 1; s >= 0; --s) {
     const i64 ns = s / L, q = s % L;
@@ -1120,21 +1124,25 @@ void liquid_bwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
         if (ns > 0 && s % L == 0) prefetch(gw - m, m);
       }
       for (i64 j = 0; j < m; ++j) XT[j * B + b] = x[j];
-      for (i64 j = 0; j < n; ++j) XinT[j * B + b] = X[b * lx + ns * n + j];
+      if (q == 0) for (i64 j = 0; j < n; ++j) XinT[j * B + b] = X[b * lx + ns * n + j];
     }
-    // presynaptic rows j (the neurons', then the inputs'): each owns its parameter sums and its gradient column
-#pragma omp parallel num_threads(threads) if (threads > 1 && B * J * m >= PARALLEL_SYNAPSES)
+    if (L > 1) for (i64 k = 0; k < B * 2 * mp; ++k) Dsum[k] += D[k];
+    // presynaptic rows j (the neurons', then, at a sample's first sub-step, the last here, the inputs'): each owns
+    // its parameter sums and its gradient column
+    const i64 rows = q == 0 ? J : m;
+#pragma omp parallel num_threads(threads) if (threads > 1 && B * rows * m >= PARALLEL_SYNAPSES)
     {
       std::vector<S> scratch(B * LANES);
 #pragma omp for schedule(static)
-      for (i64 j = 0; j < J; ++j) {
+      for (i64 j = 0; j < rows; ++j) {
         if (j < m)
           synapse_column_bwd(B, m, m, j, P.data(), D.data(), XT.data() + j * B, Gn.data(), m, acc, scratch.data());
         else
-          synapse_column_bwd(B, n, m, j - m, Pin.data(), D.data(), XinT.data() + (j - m) * B, dX + ns * n, lx,
-                             acc_in, scratch.data());
+          synapse_column_bwd(B, n, m, j - m, Pin.data(), Din, XinT.data() + (j - m) * B, dX + ns * n, lx, acc_in,
+                             scratch.data());
       }
     }
+    if (L > 1 && q == 0) std::fill(Dsum.begin(), Dsum.end(), S(0));
     std::memcpy(gh, Gn.data(), B * m * sizeof(S));
     if (kind >= 2) {
       mm(B, m, m, Dw.data(), m, OhT, m, S(1), gh, m);                        // += dw O_h^T
