@@ -12,7 +12,7 @@ import torch
 from test_cuda_kernels import DEVICE, kernel
 
 from odelab import Recurrent, cells, systems
-from odelab.kernels.cuda import gru, lem
+from odelab.kernels.cuda import grid, gru, lem
 from odelab.solvers.recurrence import run_sequence
 from odelab.solvers.schemes import resolve_scheme
 
@@ -66,6 +66,36 @@ def errors_with_gap_grads(build, target, batch, time, hidden, dtype, block_h=Non
     errors = {name: ((a - b).abs().max() / b.abs().max().clamp_min(1e-2)).item() for name, a, b in pairs}
     return errors, grads[names.index("gaps")]
 
+
+
+def record_launches(monkeypatch, module):
+    """The launches of ``module``'s kernels, in order, as (kernel name, DHS): its persistent kernels (recorded, not
+    run), the stepwise ones by their graph key, the grid ones by their launcher."""
+    names = []
+
+    def persistent(attr):
+        class Launcher:
+            def __getitem__(self, programs):
+                return lambda *args, **kw: names.append((attr, kw.get("DHS")))
+        return Launcher()
+
+    for attr in ("_forward", "_backward", "_forward_resident", "_backward_resident"):
+        monkeypatch.setattr(module, attr, persistent(attr))
+    steps = module.launch_steps
+    monkeypatch.setattr(module, "launch_steps", lambda tensors, launch: names.append(
+        (launch.key[0].fn.__name__, dict(launch.key[-1]).get("DHS"))) or steps(tensors, launch))
+    for attr in ("launch", "launch_resident"):
+        monkeypatch.setattr(grid, attr, lambda kernel, *args, real=getattr(grid, attr), **kw: names.append(
+            (kernel.fn.__name__, kw.get("DHS"))) or real(kernel, *args, **kw))
+    return names
+
+
+def expected_launches(where, dhs):
+    """What :func:`record_launches` sees of a forward and backward under schedule ``where`` of GRU-ODE's or the
+    oscillators' kernels (the backward with DHS ``dhs``)."""
+    return {"stepwise": [("_step", None), ("_step_backward", dhs)],
+            "grid": [("_grid", False), ("_grid", dhs)],
+            "grid-weights-on-chip": [("_grid_forward", None), ("_grid_backward", dhs)]}[where]
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("size", list(SIZES))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cuda_gap_grads import CELLS, TOL, errors_with_gap_grads
+from test_cuda_gap_grads import CELLS, TOL, errors_with_gap_grads, expected_launches, record_launches
 from test_cuda_kernels import DEVICE
 
 from odelab.kernels.cuda import grid, gru
@@ -48,31 +48,7 @@ def test_gap_gradients_equal_the_generic_loop(name, where, dtype, monkeypatch):
 
 @pytest.fixture
 def launched(monkeypatch):
-    """The GRU-ODE launches, in order, as (kernel name, DHS): the persistent kernels (not run), the stepwise ones by
-    their graph key, the grid ones by their launcher."""
-    names = []
-
-    def persistent(attr):
-        class Launcher:
-            def __getitem__(self, programs):
-                return lambda *args, **kw: names.append((attr, kw.get("DHS")))
-        return Launcher()
-
-    for attr in ("_forward", "_backward", "_forward_resident", "_backward_resident"):
-        monkeypatch.setattr(gru, attr, persistent(attr))
-    steps = gru.launch_steps
-    monkeypatch.setattr(gru, "launch_steps", lambda tensors, launch: names.append(
-        (launch.key[0].fn.__name__, dict(launch.key[-1]).get("DHS"))) or steps(tensors, launch))
-    for attr in ("launch", "launch_resident"):
-        monkeypatch.setattr(grid, attr, lambda kernel, *args, real=getattr(grid, attr), **kw: names.append(
-            (kernel.fn.__name__, kw.get("DHS"))) or real(kernel, *args, **kw))
-    return names
-
-
-def _expected(where, dhs):
-    return {"stepwise": [("_step", None), ("_step_backward", dhs)],
-            "grid": [("_grid", False), ("_grid", dhs)],
-            "grid-weights-on-chip": [("_grid_forward", None), ("_grid_backward", dhs)]}[where]
+    return record_launches(monkeypatch, gru)
 
 
 @pytest.mark.parametrize("name, where", [c for c in CASES if c[0] != "gru-ode-3-unfolds"])
@@ -81,7 +57,7 @@ def test_each_schedule_ran_with_the_gaps_gradient(name, where, launched, monkeyp
     errors, dgaps = _errors(name, where, torch.float64, monkeypatch)
     assert max(errors.values()) <= TOL[torch.float64]
     assert dgaps.abs().max() > 0
-    assert launched == _expected(where, True), launched
+    assert launched == expected_launches(where, True), launched
 
 
 @pytest.mark.parametrize("where", list(SCHEDULES))
@@ -100,7 +76,7 @@ def test_gaps_without_grad_run_without_the_gaps_gradient(where, launched, monkey
     out, _ = gru.run(model.system, x, (h0,), gaps, block_h=block_h, schedule=schedule)
     out.sum().backward()
     assert gaps.grad is None and x.grad is not None
-    assert launched == _expected(where, False), launched
+    assert launched == expected_launches(where, False), launched
 
 
 @pytest.mark.gpu

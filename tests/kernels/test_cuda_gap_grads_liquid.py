@@ -10,22 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 from test_cuda_gap_grads import TOL, errors_with_gap_grads
+from test_cuda_gaps_liquid import CELLS  # the liquid presets, their sub-steps and kernels
 from test_cuda_kernels import DEVICE
 
-from odelab import Recurrent, cells, systems
 from odelab.kernels.cuda import liquid
 
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
-# name -> (model (input_size, hidden) -> Recurrent, kernel target)
-CELLS = {
-    "ltc": (lambda m, d: cells.LTC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_ltc"),
-    "stc": (lambda m, d: cells.STC(m, d, dt=1.0, unfolds=2), ".cuda.liquid:run_stc"),
-    "lrcu-a": (lambda m, d: cells.LRCU(m, d, "asymmetric"), ".cuda.liquid:run_lrc"),
-    "lrcu-s": (lambda m, d: cells.LRCU(m, d, "symmetric"), ".cuda.liquid:run_lrc"),
-    "lrcu-s-3-unfolds": (lambda m, d: Recurrent(systems.LRC(m, d, "symmetric"), "euler", 1.0, unfolds=3),
-                         ".cuda.liquid:run_lrc"),
-}
 # (batch, time, hidden, block_h, schedule): the register-resident kernels (hidden ≤ 16), batch 1 and T = 1, the
 # tiled one-launch kernels over two and three 16-wide column tiles, the synapse tiles' stepwise and grid schedules
 SIZES = {
