@@ -25,8 +25,11 @@
 #              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
 #              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat, 150 s
 #   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): the gpu tests of
-#              test_cuda_gaps.py and of the gaps' gradient (test_cuda_gap_grads*.py), 120 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps, on a
-#              regular grid and cuDNN's LSTM reading the gap, at (32, 1000, 16) and (128, 1000, 128), 2 × 60 s
+#              test_cuda_gaps.py and of the gaps' gradient (test_cuda_gap_grads*.py, every schedule since
+#              2026-12-02), 120 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps,
+#              with gaps requiring grad (default schedule; LEM, coRNN, GRU-ODE also the persistent one they ran
+#              before), on a regular grid and cuDNN's LSTM reading the gap, at (32, 1000, 16) and (128, 1000, 128),
+#              60 and 120 s (the JSON written after every model)
 #   dropout    state dropout inside the τ-GRU and Delay GRU kernels (new 2026-12-01, never run on a GPU):
 #              test_cuda_dropout.py's gpu tests, 60 s, then the IMDB preset's training step (τ = 1 step, p = 0.04) at
 #              its size (64, 256, 128) on the kernels and on the generic loop, against cuDNN's LSTM, 90 s
@@ -187,7 +190,7 @@ irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, ne
     for shape in "32 1000 16" "128 1000 128"; do
         set -- $shape
         [ "$SMOKE" = 1 ] && set -- 2 8 4
-        step "irregular-$3" 60 $PY benchmarks/irregular.py --device "$DEVICE" --models lem,cornn,gru-ode,lrcu-a,ltc \
+        step "irregular-$3" $((60 * ($3 > 16 ? 2 : 1))) $PY benchmarks/irregular.py --device "$DEVICE" --models lem,cornn,gru-ode,lrcu-a,ltc \
             --batch "$1" --steps "$2" --hidden "$3" --repeats 3 --no-generic --out "$RESULTS/irregular_${DEVICE}_$3.json"
     done
 }

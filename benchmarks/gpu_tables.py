@@ -225,7 +225,8 @@ def enso_summary(folders: list[Path]) -> str:
 
 def irregular_summary(folders: list[Path]) -> str:
     """Per-sample gaps on the Triton kernels (``irregular_cuda_<hidden>.json`` of ``gpu_session.sh irregular``): each
-    cell with the gaps and on a regular grid, and the ratio of the first to cuDNN's LSTM reading the gap."""
+    cell with the gaps and on a regular grid, and the ratio of the first to cuDNN's LSTM reading the gap; with the
+    gaps' gradient, under the default schedule and the persistent one."""
     parts = []
     for hidden in (16, 128):
         found = first(folders, f"irregular_cuda_{hidden}.json")
@@ -234,8 +235,12 @@ def irregular_summary(folders: list[Path]) -> str:
         d = json.loads(found[1].read_text())
         seconds, ratio = d["seconds"], d["ratio_to_lstm"]
         cells = [name.split(", gaps, kernel")[0] for name in seconds if name.endswith(", gaps, kernel (auto)")]
-        learned = lambda cell: (f"; the gaps' gradient too {seconds[cell + ', gaps requiring grad (auto)'] * 1e3:.1f} ms"
-                                if cell + ", gaps requiring grad (auto)" in seconds else "")
+        def learned(cell):
+            auto, before = seconds.get(cell + ", gaps requiring grad (auto)"), seconds.get(
+                cell + ", gaps requiring grad (persistent)")
+            text = "" if auto is None else f"; the gaps' gradient too {auto * 1e3:.1f} ms"
+            return text + ("" if before is None else f" (the persistent schedule, before 2026-12-02: {before * 1e3:.1f} ms)")
+
         rows = ", ".join(f"{cell} {seconds[cell + ', gaps, kernel (auto)'] * 1e3:.1f} ms "
                          f"({ratio[cell + ', gaps, kernel (auto)']:.2f}×; regular grid "
                          f"{seconds[cell + ', regular grid, kernel'] * 1e3:.1f} ms{learned(cell)})" for cell in cells)

@@ -12,7 +12,8 @@ gaps) or on CUDA (the Triton kernels take them), for each model of ``--models`` 
 - ``cell(x, dt=gaps)`` with ``engine="auto"`` (the kernel) and ``engine="generic"`` (fewer repeats; ``--no-generic``
   skips it: on CUDA it takes about a second a step);
 - ``cell(x, dt=gaps)`` with gaps that require grad (a learned step's case: the kernels that give the gaps' gradient;
-  on CUDA the persistent schedule);
+  on CUDA the default schedule, and for LEM, coRNN and GRU-ODE the persistent one, which such gaps ran before
+  2026-12-02 (the liquid cells ran the generic loop);
 - ``cell(x)`` on a regular grid (the cost the gaps add);
 - torch ``nn.LSTM`` of the same hidden size on [x, gap] (the anchor; cuDNN on CUDA).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -40,6 +42,8 @@ MODELS = {  # name -> cell (input_size, hidden) with a kernel that takes the gap
     "lrcu-a": lambda m, d: odelab.cells.LRCU(m, d),
 }
 
+PERSISTENT_BEFORE = ("lem", "cornn", "gru-ode")  # their gaps requiring grad ran the persistent schedule until 2026-12-02
+
 
 def median_time(step, repeats: int, device: str) -> float:
     def synchronised():
@@ -54,6 +58,21 @@ def median_time(step, repeats: int, device: str) -> float:
         synchronised()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def persistent(step):
+    """``step`` under the CUDA kernels' persistent schedule (``ODELAB_CUDA_SCHEDULE``, read at every call)."""
+    def under_persistent():
+        before = os.environ.get("ODELAB_CUDA_SCHEDULE")
+        os.environ["ODELAB_CUDA_SCHEDULE"] = "persistent"
+        try:
+            step()
+        finally:
+            if before is None:
+                del os.environ["ODELAB_CUDA_SCHEDULE"]
+            else:
+                os.environ["ODELAB_CUDA_SCHEDULE"] = before
+    return under_persistent
 
 
 def main(argv=None) -> dict:
@@ -105,12 +124,23 @@ def main(argv=None) -> dict:
         rows[f"{name}, regular grid, kernel"] = median_time(cell_step(cell, "auto", False), args.repeats, device)
         rows[f"{name}, gaps requiring grad (auto)"] = median_time(cell_step(cell, "auto", True, learned), args.repeats,
                                                                   device)
-    anchor = rows[anchor_name]
+        if device == "cuda" and name in PERSISTENT_BEFORE:
+            rows[f"{name}, gaps requiring grad (persistent)"] = median_time(
+                persistent(cell_step(cell, "auto", True, learned)), args.repeats, device)
+        _write(args, device, rows, anchor_name)  # after every model: a run cut short keeps what it measured
     where = f"{args.threads} thread(s)" if device == "cpu" else torch.cuda.get_device_name()
+    anchor = rows[anchor_name]
     print(f"(batch, steps, hidden) = ({args.batch}, {args.steps}, {args.hidden}), float32, {device}, {where}; "
           f"forward + backward, median of {args.repeats}")
     for name, seconds in rows.items():
-        print(f"{name:36s}{seconds * 1e3:10.1f} ms{seconds / anchor:8.2f}× nn.LSTM")
+        print(f"{name:40s}{seconds * 1e3:10.1f} ms{seconds / anchor:8.2f}× nn.LSTM")
+    return _write(args, device, rows, anchor_name)
+
+
+def _write(args, device: str, rows: dict, anchor_name: str) -> dict:
+    """The rows so far, with their ratios to the anchor, as JSON to ``--out``."""
+    anchor = rows[anchor_name]
+    where = f"{args.threads} thread(s)" if device == "cpu" else torch.cuda.get_device_name()
     result = {"shape": [args.batch, args.steps, args.hidden], "device": device, "where": where,
               "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(),
