@@ -239,7 +239,9 @@ def irregular_summary(folders: list[Path]) -> str:
             auto, before = seconds.get(cell + ", gaps requiring grad (auto)"), seconds.get(
                 cell + ", gaps requiring grad (persistent)")
             text = "" if auto is None else f"; the gaps' gradient too {auto * 1e3:.1f} ms"
-            return text + ("" if before is None else f" (the persistent schedule, before 2026-12-02: {before * 1e3:.1f} ms)")
+            if before is not None:
+                text += f" (the persistent schedule, before 2026-12-02: {before * 1e3:.1f} ms)"
+            return text
 
         rows = ", ".join(f"{cell} {seconds[cell + ', gaps, kernel (auto)'] * 1e3:.1f} ms "
                          f"({ratio[cell + ', gaps, kernel (auto)']:.2f}×; regular grid "

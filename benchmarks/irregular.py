@@ -42,7 +42,7 @@ MODELS = {  # name -> cell (input_size, hidden) with a kernel that takes the gap
     "lrcu-a": lambda m, d: odelab.cells.LRCU(m, d),
 }
 
-PERSISTENT_BEFORE = ("lem", "cornn", "gru-ode")  # their gaps requiring grad ran the persistent schedule until 2026-12-02
+PERSISTENT_BEFORE = ("lem", "cornn", "gru-ode")  # gaps requiring grad ran the persistent schedule (to 2026-12-02)
 
 
 def median_time(step, repeats: int, device: str) -> float:
