@@ -68,6 +68,28 @@ def errors_with_gap_grads(build, target, batch, time, hidden, dtype, block_h=Non
 
 
 
+# where -> (batch, time, hidden, block_h, schedule) of the stepwise and grid schedules that Triton's interpreter
+# reaches: the stepwise phases over two batch blocks and two 16-wide column tiles (the second masked), the generic
+# grid driver over two batch blocks of one 32-wide tile (the interpreter meets a barrier of one column program only),
+# the grid kernels with the weights on chip (hidden ≤ 16 forced onto them: a GPU's choice from hidden 33)
+SCHEDULES = {
+    "stepwise": (17, 3, 20, 16, "stepwise"),
+    "grid": (19, 3, 17, 32, "grid"),
+    "grid-weights-on-chip": (19, 3, 13, None, "grid"),
+}
+
+
+def on_schedule(where, monkeypatch):
+    """:data:`SCHEDULES`[where], checked to be the schedule ``grid.schedule_for`` takes there (forced onto it for the
+    weights on chip, whose kernels the sizes admit)."""
+    batch, time, hidden, block_h, schedule = SCHEDULES[where]
+    if where == "grid-weights-on-chip":
+        monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)
+        assert grid.resident(batch, hidden, None, torch.device(DEVICE))
+    else:
+        assert grid.schedule_for(schedule, torch.empty(batch, time, 3, device=DEVICE), hidden, block_h) == schedule
+    return batch, time, hidden, block_h, schedule
+
 def record_launches(monkeypatch, module):
     """The launches of ``module``'s kernels, in order, as (kernel name, DHS): its persistent kernels (recorded, not
     run), the stepwise ones by their graph key, the grid ones by their launcher."""

@@ -9,30 +9,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cuda_gap_grads import CELLS, TOL, errors_with_gap_grads, expected_launches, record_launches
+from test_cuda_gap_grads import (CELLS, SCHEDULES, TOL, errors_with_gap_grads, expected_launches, on_schedule,
+                                 record_launches)
 from test_cuda_kernels import DEVICE
 
-from odelab.kernels.cuda import grid, gru
+from odelab.kernels.cuda import gru
 
 GRU = ["gru-ode", "gru-ode-3-unfolds", "gru-ode-reset-before"]
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-# where -> (batch, time, hidden, block_h, schedule): the stepwise phases over two batch blocks and two 16-wide column
-# tiles (the second masked), the generic grid driver over two batch blocks of one 32-wide column tile (what the
-# interpreter can synchronise), the grid kernels with weights on chip (hidden ≤ 16 forced onto them; reset after)
-SCHEDULES = {
-    "stepwise": (17, 3, 20, 16, "stepwise"),
-    "grid": (19, 3, 17, 32, "grid"),
-    "grid-weights-on-chip": (19, 3, 13, None, "grid-on-chip"),
-}
 CASES = [(name, where) for name in GRU for where in SCHEDULES
          if not (where == "grid-weights-on-chip" and name == "gru-ode-reset-before")]
 
 
 def _errors(name, where, dtype, monkeypatch):
-    batch, time, hidden, block_h, schedule = SCHEDULES[where]
-    if schedule == "grid-on-chip":
-        monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
-        schedule = "grid"
+    batch, time, hidden, block_h, schedule = on_schedule(where, monkeypatch)
     build, target = CELLS[name]
     return errors_with_gap_grads(build, target, batch, time, hidden, dtype, block_h, schedule)
 
@@ -63,10 +53,7 @@ def test_each_schedule_ran_with_the_gaps_gradient(name, where, launched, monkeyp
 @pytest.mark.parametrize("where", list(SCHEDULES))
 def test_gaps_without_grad_run_without_the_gaps_gradient(where, launched, monkeypatch):
     """Gaps that are data: the same schedule, its backward without DHS, and no gradient to the gaps."""
-    batch, time, hidden, block_h, schedule = SCHEDULES[where]
-    if schedule == "grid-on-chip":
-        monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
-        schedule = "grid"
+    batch, time, hidden, block_h, schedule = on_schedule(where, monkeypatch)
     torch.manual_seed(0)
     build, _ = CELLS["gru-ode"]
     model = build(3, hidden).to(device=DEVICE, dtype=torch.float64)

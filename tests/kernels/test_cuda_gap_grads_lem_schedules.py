@@ -10,38 +10,25 @@ from __future__ import annotations
 import pytest
 import torch
 from test_cuda_gap_grads import CELLS as ALL_CELLS
-from test_cuda_gap_grads import TOL, errors_with_gap_grads
-from test_cuda_kernels import DEVICE
+from test_cuda_gap_grads import SCHEDULES, TOL, errors_with_gap_grads, on_schedule
 
-from odelab.kernels.cuda import grid, lem
+from odelab.kernels.cuda import lem
 
 CELLS = {name: ALL_CELLS[name] for name in ("lem", "lem-3-unfolds")}
-# (batch, time, hidden, block_h, schedule): the stepwise phases over two batch blocks and two column tiles (the
-# second masked), the grid driver over two batch blocks of one 32-wide tile, the weights-on-chip grid kernels
-SIZES = {
-    "stepwise": (17, 3, 20, 16, "stepwise"),
-    "grid": (19, 3, 17, 32, "grid"),
-    "grid-on-chip": (19, 3, 13, None, "grid"),
-}
 # the kernels each schedule launches (forward, backward)
 LAUNCHED = {"stepwise": ("_lem_step", "_lem_step_backward"), "grid": ("_lem_grid", "_lem_grid"),
-            "grid-on-chip": ("_lem_grid_forward", "_lem_grid_backward")}
+            "grid-weights-on-chip": ("_lem_grid_forward", "_lem_grid_backward")}
 PERSISTENT = ("_lem_forward", "_lem_backward", "_lem_forward_resident", "_lem_backward_resident")
 
 
 def _errors(name, size, dtype, monkeypatch):
     build, target = CELLS[name]
-    batch, time, hidden, block_h, schedule = SIZES[size]
-    if size == "grid-on-chip":  # hidden ≤ 16 forced onto the grid (the choice from hidden 33 on a GPU)
-        monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)
-        assert grid.resident(batch, hidden, None, torch.device(DEVICE))
-    else:
-        assert grid.schedule_for(schedule, torch.empty(batch, time, 3, device=DEVICE), hidden, block_h) == schedule
+    batch, time, hidden, block_h, schedule = on_schedule(size, monkeypatch)
     return errors_with_gap_grads(build, target, batch, time, hidden, dtype, block_h, schedule)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size", list(SCHEDULES))
 @pytest.mark.parametrize("name", list(CELLS))
 def test_gap_gradients_equal_the_generic_loop(name, size, dtype, monkeypatch):
     errors, dgaps = _errors(name, size, dtype, monkeypatch)
@@ -50,7 +37,7 @@ def test_gap_gradients_equal_the_generic_loop(name, size, dtype, monkeypatch):
     assert dgaps.abs().max() > 0
 
 
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size", list(SCHEDULES))
 def test_the_schedule_asked_for_runs_its_backward_with_dhs(size, monkeypatch):
     """The launches recorded: the schedule asked for, its backward with DHS (the forward without), no persistent
     kernel; the stepwise ones a launch per phase and step (2 forward, 3 backward, T · unfolds = 9 steps)."""

@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cuda_gap_grads import expected_launches, record_launches
+from test_cuda_gap_grads import SCHEDULES, expected_launches, on_schedule, record_launches
 from test_cuda_gap_grads_oscillators import CELLS, TOL, draw, errors
 from test_cuda_kernels import kernel
 
-from odelab.kernels.cuda import grid, oscillators
+from odelab.kernels.cuda import oscillators
 
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-# where -> (batch, time, hidden, block_h, schedule): the stepwise phases over two batch blocks and two 16-wide column
-# tiles (the second masked), the generic grid driver over two batch blocks of one 32-wide column tile (what the
-# interpreter can synchronise), the grid kernel with weights on chip (hidden ≤ 16 forced onto it)
-SCHEDULES = {
-    "stepwise": (17, 3, 20, 16, "stepwise"),
-    "grid": (19, 3, 17, 32, "grid"),
-    "grid-weights-on-chip": (19, 3, 13, None, "grid-on-chip"),
-}
 
 
 def _errors(name, where, dtype, monkeypatch, unfolds=1):
-    batch, time, hidden, block_h, schedule = SCHEDULES[where]
-    if schedule == "grid-on-chip":
-        monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
-        schedule = "grid"
+    batch, time, hidden, block_h, schedule = on_schedule(where, monkeypatch)
     return errors(name, (batch, time, hidden, block_h), dtype, unfolds, schedule=schedule)
 
 
@@ -68,10 +57,7 @@ def test_each_schedule_ran_with_the_gaps_gradient(name, where, launched, monkeyp
 @pytest.mark.parametrize("where", list(SCHEDULES))
 def test_gaps_without_grad_run_without_the_gaps_gradient(where, launched, monkeypatch):
     """Gaps that are data: the same schedule, its backward without DHS, and no gradient to the gaps."""
-    batch, time, hidden, block_h, schedule = SCHEDULES[where]
-    if schedule == "grid-on-chip":
-        monkeypatch.setattr(grid, "schedule_for", lambda *args: "grid")
-        schedule = "grid"
+    batch, time, hidden, block_h, schedule = on_schedule(where, monkeypatch)
     system, x, state, gaps = draw("cornn-learned-coefficients", batch, time, hidden, torch.float64)
     gaps = gaps.detach()
     out, _ = kernel(CELLS["cornn-learned-coefficients"][2])(system, x, state, gaps, 1, (), block_h=block_h,
