@@ -281,3 +281,56 @@ def replayed_dropout(masks: torch.Tensor, delayed: bool = True):
     it reads (``masks[:, k, 1]``; a delay system only: ``delayed``), then the state it starts from (``masks[:, k, 0]``)."""
     order = iter([masks[:, k, i] for k in range(masks.shape[1]) for i in ((1, 0) if delayed else (0,))])
     return lambda block: block * next(order)
+
+
+def skip_nested_interpreter_patching() -> bool:
+    """Speed up Triton's interpreter (``TRITON_INTERPRET=1``) without changing what it computes: it patches
+    ``triton.language`` at a launch (restored after it) and again, never restored, at every call of a ``@triton.jit``
+    helper inside the launch, walking the modules' members each time (a fifth of a recurrence kernel's interpreted
+    time). A helper whose modules the launch has patched already (``tl.load`` no longer the builtin) is called as
+    the interpreter then does, without the repeat. Applied only where the interpreter's device call is the one this
+    was written against (Triton 3.x: patch, rewrite, call); returns whether it was."""
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    cls = interpreter.InterpretedFunction
+    if getattr(cls.__call__, "_skips_nested_patching", False):
+        return True
+    lines = [line.strip() for line in inspect.getsource(cls.__call__).splitlines()]
+    body = [line for line in lines if line and not line.startswith(("#", "def ", "@"))]
+    if body != ["_patch_lang(self.fn)", "fn = self.rewrite()", "try:", "return fn(*args, **kwargs)",
+                "except Exception as e:", "raise InterpreterError(repr(e)) from e"]:
+        return False
+    original = cls.__call__
+
+    def call(self, *args, **kwargs):
+        langs = [value for value in self.fn.__globals__.values() if value is tl or value is tl.core]
+        if not langs or any(tl.core.is_builtin(lang.load) for lang in langs):
+            return original(self, *args, **kwargs)
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise interpreter.InterpreterError(repr(e)) from e
+
+    call._skips_nested_patching = True
+    cls.__call__ = call
+    return True
+
+
+def fresh_cache(path) -> str:
+    """``path`` as a fresh ``$ODELAB_CACHE`` for a test's data sets and runs that shares the session's compiled C++
+    kernels (``torch_extensions``, linked): a process the test starts loads them instead of building them again
+    (20 s a library on a slow core)."""
+    from pathlib import Path
+
+    from odelab.solvers import native
+
+    builds = native.cache_root()
+    builds.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "torch_extensions").symlink_to(builds, target_is_directory=True)
+    return str(path)

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers import fresh_cache
 
 import odelab.data.tasks
 import odelab.training.loop
@@ -22,7 +23,7 @@ QUICK = ["--model", "gru", "--hidden", "3", "--epochs", "1", "--no-progress"]  #
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ODELAB_CACHE", fresh_cache(tmp_path / "cache"))  # the real processes load the built kernels
     return tmp_path / "cache"
 
 

@@ -5,12 +5,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import fresh_cache
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ODELAB_CACHE=str(cwd / "cache"))  # data sets go to the test's folder, not ~/.cache
+    env = dict(os.environ, ODELAB_CACHE=fresh_cache(cwd / "cache"))  # data sets go to the test's folder, not ~/.cache
     return subprocess.run([sys.executable, str(EXAMPLES / name), "--tiny", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env=env)
 

@@ -197,15 +197,33 @@ def test_without_backward_runs_in_chunks(name, monkeypatch):
     width = model.system.encode(x[:1, :1]).shape[-1]
     unfolds = model.unfolds
     monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 3 * unfolds * width * 8)
-    encoded = []  # rows of each encoding: batch × sub-steps
+    encoded = []  # rows of each encoding: batch × samples (a sample's encoding is copied to its sub-steps)
     encode = model.system.encode
     monkeypatch.setattr(model.system, "encode", lambda u: encoded.append(u.shape[0]) or encode(u))
     with torch.no_grad():
         inferred, final = model(x, state)
-    assert encoded == [3 * unfolds * n for n in (2, 2, 2, 1)]
+    assert encoded == [3 * n for n in (2, 2, 2, 1)]
     assert relative(inferred, trained.detach()) <= 1e-14
     for a, b in zip(final, trained_final, strict=True):
         assert relative(a, b.detach()) <= 1e-14
+
+
+@pytest.mark.parametrize("name", ["lem-unfolds", "delaygru-lag1-unfolds"])
+def test_unfolds_encode_each_sample_once(name, monkeypatch):
+    """With L sub-steps a sample, the training forward encodes each sample once (B·T rows, not B·T·L: the
+    encoding is row-wise, and a sample's is copied to its sub-steps); the gradient of the input and of the
+    encoding's weights sums over the copies, as the generic loop's (compared in test_fused_equals_generic)."""
+    torch.manual_seed(13)
+    model = CELLS[name](2, 5).double()
+    model.engine = "fused"
+    encoded = []
+    encode = model.system.encode
+    monkeypatch.setattr(model.system, "encode", lambda u: encoded.append(u.shape[:-1].numel()) or encode(u))
+    x = torch.randn(3, 7, 2, dtype=torch.float64, requires_grad=True)
+    out, _ = model(x)
+    out.sum().backward()
+    assert model.unfolds > 1 and encoded == [3 * 7]
+    assert x.grad is not None and bool(x.grad.abs().gt(0).any())
 
 
 def test_reversible_unicornn_without_backward_runs_in_chunks(monkeypatch):

@@ -336,14 +336,19 @@ def test_reads_resolved_ahead_equal_the_reads_by_time(method, dt):
 
 # -- compile=True: blocks of steps in one compiled call ------------------------------------------------------
 
-def test_compiled_blocks_equal_the_eager_steps():
-    """With delays that are multiples of dt (37 and 29 steps, both more than a compiled block of 24 steps),
+def test_compiled_blocks_equal_the_eager_steps(monkeypatch):
+    """With delays that are multiples of dt (37 and 29 steps, both more than a compiled block, here of 6 steps
+    so that a cold compilation takes seconds, not minutes: the solver's 24 only makes the graph longer),
     once every stage reads aligned stages, ``compile=True`` runs blocks of steps through torch.compile, reading
-    stages of eager steps and of earlier blocks (straddling two of them: 37 is no multiple of 24): the same
+    stages of eager steps and of earlier blocks (straddling two of them: 37 is no multiple of 6): the same
     nodes to round-off over hundreds of steps (the first τ on the history, eagerly), the same evaluation
     count, and gradients with respect to y0 and a parameter of the history to round-off."""
     from torch._dynamo.utils import counters
     from odelab.solvers import fixed_delay
+
+    monkeypatch.setattr(fixed_delay, "_BLOCK", 6)
+    monkeypatch.setattr(fixed_delay, "_CHUNK", 24)  # a multiple of the block
+    monkeypatch.setattr(fixed_delay, "_COMPILED_BLOCKS", {})  # no block of another length is reused or kept
 
     system = TanhFeedback((3.7, 2.9), (-1.1, 0.6))
     gen = torch.Generator().manual_seed(5)

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from helpers import fresh_cache
 
 import odelab.data.tasks
 import odelab.training.loop as loop
@@ -25,7 +26,7 @@ CONFIG = dict(lr=1e-2, batch_size=5, seed=3, eval_batch_size=4)
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ODELAB_CACHE", fresh_cache(tmp_path / "cache"))  # the spawned workers load the kernels
 
 
 def sequence_data(classes=4, steps=6):

@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
+from helpers import fresh_cache
 
 import odelab.data.tasks
 from odelab import cells
@@ -13,11 +13,10 @@ from odelab.data import fitzhugh_nagumo
 
 @pytest.fixture(scope="module")
 def short_fhn(tmp_path_factory):
-    import os
-
-    os.environ["ODELAB_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    data = fitzhugh_nagumo(seed=1234, sizes=(("train", 4), ("valid", 2), ("test", 2)))
-    return {k: (x[:, :200].contiguous(), y[:, :200].contiguous()) for k, (x, y) in data.items()}  # 200 steps
+    with pytest.MonkeyPatch.context() as patch:  # the module's runs cache in a folder of their own, restored after
+        patch.setenv("ODELAB_CACHE", fresh_cache(tmp_path_factory.mktemp("cache")))
+        data = fitzhugh_nagumo(seed=1234, sizes=(("train", 4), ("valid", 2), ("test", 2)))
+        yield {k: (x[:, :200].contiguous(), y[:, :200].contiguous()) for k, (x, y) in data.items()}  # 200 steps
 
 
 @pytest.mark.parametrize("name", sorted(cells.PRESETS))

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+from helpers import fresh_cache
 
 import odelab.data.tasks
 from odelab.cli import main
@@ -154,7 +155,7 @@ def test_jobs_train_the_runs_in_parallel_processes_with_the_results_of_one_after
     """``--jobs 2``: the four (model, seed) runs in two spawned processes (each loads its data itself, one torch
     thread) give the table and every run's values of the runs one after another, bit for bit; what a worker prints
     goes to its run's output.log, not the terminal, where only the finished runs are announced."""
-    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ODELAB_CACHE", fresh_cache(tmp_path / "cache"))  # the workers load the built kernels
     common = ["reproduce", "adding", "--option", "length=12", "--preset", "quick", "--epochs", "1", "--models",
               "lem,lstm", "--seeds", "2", "--threads", "1", "--no-progress"]
     assert main(common + ["--out", str(tmp_path / "serial")]) == 0

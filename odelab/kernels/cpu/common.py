@@ -11,10 +11,11 @@ from .extension import call
 
 def encode_flat(system, x: Tensor, unfolds: int = 1) -> Tensor:
     """The encoded input of every (sub-)step as a fresh contiguous ``(B·T·L, k)`` tensor that is not a view (a
-    kernel overwrites it in place with its pre-activations): sample n drives ``unfolds`` sub-steps (the hold)."""
-    if unfolds > 1:
-        x = x.repeat_interleave(unfolds, dim=1)
+    kernel overwrites it in place with its pre-activations): sample n drives ``unfolds`` sub-steps (the hold), its
+    encoding computed once and copied to each (the encoding is row-wise, so L copies of x would only cost L GEMMs)."""
     A = system.encode(x.reshape(-1, x.shape[-1]))
+    if unfolds > 1:
+        A = A.repeat_interleave(unfolds, dim=0)  # rows (b, t) -> (b, t, q)
     if A._base is not None or not A.is_contiguous():
         A = A.contiguous() if A._base is None else A.clone()
     return A

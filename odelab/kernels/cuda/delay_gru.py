@@ -764,9 +764,9 @@ def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chos
     branch = layout[13] * H
     steps = chunks.steps_per_chunk(x, unfolds, H)
     if steps >= x.shape[1] or unfolds != 1 or chunks.needs_backward(system, x, state):
-        if unfolds != 1:
-            x = x.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
         enc = system.encode(x)
+        if unfolds != 1:
+            enc = enc.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
         chunks.add_history(enc, before, lag, system.W2, branch, keep=drop)
         hs, hT = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h0, float(dt) / unfolds, alpha, beta,
                             lag, layout, block_h, drop, chosen)

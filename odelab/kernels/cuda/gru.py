@@ -564,10 +564,11 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     32 or with ``block_h`` given (below, reset before keeps its one-tile persistent kernel)."""
     steps, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
-    if unfolds != 1:
-        x = x.repeat_interleave(unfolds, dim=1)
+    enc = system.encode(x)
+    if unfolds != 1:  # the input held over L sub-steps (x encoded once)
+        enc = enc.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None
-    hs, hT = grid.apply(GRUSequence, system.encode(x), system.weight_hidden, b_hu, state[0], h, system.reset_after,
+    hs, hT = grid.apply(GRUSequence, enc, system.weight_hidden, b_hu, state[0], h, system.reset_after,
                         steps, block_h, chosen)
     if unfolds != 1:
         hs = hs[:, unfolds - 1::unfolds]

@@ -628,8 +628,9 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     grid.py) replaces the tiled kernels where they would run (hidden > 32 or ``block_h`` given)."""
     hs, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
+    enc = system.encode(x)
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
-        x = x.repeat_interleave(unfolds, dim=1)
-    ys, z, y = grid.apply(LEMSequence, system.encode(x), system.weight_y, system.W2, system.Wy, state[0], state[1],
+        enc = enc.repeat_interleave(unfolds, dim=1)  # (x encoded once: the encoding is row-wise)
+    ys, z, y = grid.apply(LEMSequence, enc, system.weight_y, system.W2, system.Wy, state[0], state[1],
                           h, hs, block_h, chosen)
     return (ys if unfolds == 1 else ys[:, unfolds - 1::unfolds]), (z, y)

@@ -576,9 +576,10 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
     gaps' gradient included."""
     hs, h = per_step_lengths(dt, unfolds, x.dtype, keep_grad=True)
     chosen = grid.schedule_for(schedule, x, state[0].shape[1], block_h)
-    if unfolds != 1:  # L sub-steps of dt/L with the input held
-        x = x.repeat_interleave(unfolds, dim=1)
-    ys, z, y = grid.apply(SecondOrderSequence, system.encode(x), W_rec, coefficients, state[0], state[1], h, mode,
+    enc = system.encode(x)
+    if unfolds != 1:  # L sub-steps of dt/L with the input held (x encoded once)
+        enc = enc.repeat_interleave(unfolds, dim=1)
+    ys, z, y = grid.apply(SecondOrderSequence, enc, W_rec, coefficients, state[0], state[1], h, mode,
                           hs, block_h, chosen)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]

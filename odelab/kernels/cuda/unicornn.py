@@ -331,9 +331,10 @@ class UnICORNNSequence(torch.autograd.Function):
 def run(system, x, state, dt, unfolds=1, lags=(), **_):
     """One UnICORNN layer, "symplectic-euler", over ``x`` from ``state`` = (z0, y0)."""
     h = float(dt) / unfolds
-    if unfolds != 1:
-        x = x.repeat_interleave(unfolds, dim=1)
-    ys, z, y = UnICORNNSequence.apply(system.encode(x), system.w, system.c, state[0], state[1], h, system.alpha)
+    enc = system.encode(x)
+    if unfolds != 1:  # the input held over L sub-steps (x encoded once)
+        enc = enc.repeat_interleave(unfolds, dim=1)
+    ys, z, y = UnICORNNSequence.apply(enc, system.w, system.c, state[0], state[1], h, system.alpha)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)
