@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cuda_kernels import DEVICE, kernel
+from test_cuda_kernels import DEVICE, float32_at, kernel
 
 from odelab import Recurrent, cells, systems
 from odelab.kernels.cuda import grid, gru, lem
@@ -119,8 +119,7 @@ def expected_launches(where, dhs):
             "grid": [("_grid", False), ("_grid", dhs)],
             "grid-weights-on-chip": [("_grid_forward", None), ("_grid_backward", dhs)]}[where]
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size, dtype", float32_at(SIZES, {"resident", "resident-batch-1-T-1"}))
 @pytest.mark.parametrize("name", list(CELLS))
 def test_gap_gradients_equal_the_generic_loop(name, size, dtype):
     build, target = CELLS[name]

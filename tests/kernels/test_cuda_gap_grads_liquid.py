@@ -11,11 +11,10 @@ import pytest
 import torch
 from test_cuda_gap_grads import TOL, errors_with_gap_grads
 from test_cuda_gaps_liquid import CELLS  # the liquid presets, their sub-steps and kernels
-from test_cuda_kernels import DEVICE
+from test_cuda_kernels import DEVICE, float32_at
 
 from odelab.kernels.cuda import liquid
 
-DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
 # (batch, time, hidden, block_h, schedule): the register-resident kernels (hidden ≤ 16), batch 1 and T = 1, the
 # tiled one-launch kernels over two and three 16-wide column tiles, the synapse tiles' stepwise and grid schedules
@@ -35,8 +34,7 @@ def _errors(name, size, dtype):
     return errors_with_gap_grads(build, target, batch, time, hidden, dtype, block_h, schedule)
 
 
-@DTYPES
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size, dtype", float32_at(SIZES, {"resident", "resident-batch-1-T-1", "stepwise-20"}))
 @pytest.mark.parametrize("name", list(CELLS))
 def test_gap_gradients_equal_the_generic_loop(name, size, dtype):
     errors, dgaps = _errors(name, size, dtype)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cuda_kernels import DEVICE, kernel
+from test_cuda_kernels import DEVICE, float32_at, kernel
 
 from odelab import systems
 from odelab.solvers.recurrence import run_sequence
@@ -33,7 +33,6 @@ SIZES = {  # (batch, time, hidden, block_h): register-resident (hidden ≤ 32), 
     "tiled-33": (2, 2, 33, 16),
 }
 FULL_SIZE = (64, 200, 128)  # (batch, time, hidden) of the gpu test
-DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
 
 def draw(name, batch, time, hidden, dtype, seed=0, input_size=3):
@@ -77,9 +76,8 @@ def errors(name, size, dtype, unfolds, seed=0, **options):
     return {n: ((fused[n] - b).abs().max() / b.abs().max().clamp_min(1e-2)).item() for n, b in reference.items()}
 
 
-@DTYPES
 @pytest.mark.parametrize("unfolds", [1, 2])
-@pytest.mark.parametrize("where", list(SIZES))
+@pytest.mark.parametrize("where, dtype", float32_at(SIZES, {"resident", "resident-batch-1-T-1"}))
 @pytest.mark.parametrize("name", list(CELLS))
 def test_gap_gradients_equal_the_generic_loop(name, where, unfolds, dtype):
     errs = errors(name, SIZES[where], dtype, unfolds)

@@ -11,11 +11,10 @@ import pytest
 import torch
 from test_cuda_gap_grads import SCHEDULES, expected_launches, on_schedule, record_launches
 from test_cuda_gap_grads_oscillators import CELLS, TOL, draw, errors
-from test_cuda_kernels import kernel
+from test_cuda_kernels import float32_at, kernel
 
 from odelab.kernels.cuda import oscillators
 
-DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
 
 def _errors(name, where, dtype, monkeypatch, unfolds=1):
@@ -23,8 +22,7 @@ def _errors(name, where, dtype, monkeypatch, unfolds=1):
     return errors(name, (batch, time, hidden, block_h), dtype, unfolds, schedule=schedule)
 
 
-@DTYPES
-@pytest.mark.parametrize("where", list(SCHEDULES))
+@pytest.mark.parametrize("where, dtype", float32_at(SCHEDULES, {"stepwise"}))
 @pytest.mark.parametrize("name", list(CELLS))
 def test_gap_gradients_equal_the_generic_loop(name, where, dtype, monkeypatch):
     errs = _errors(name, where, dtype, monkeypatch)

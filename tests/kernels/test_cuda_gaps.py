@@ -13,14 +13,13 @@ import importlib
 
 import pytest
 import torch
-from test_cuda_kernels import DEVICE, PRESETS, kernel, relative_errors
+from test_cuda_kernels import DEVICE, PRESETS, float32_at, kernel, relative_errors
 
 from odelab import Recurrent, cells, systems
 from odelab.kernels import REGISTRY, chunks
 from odelab.kernels.cuda import grid
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
-DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
 # the presets of test_cuda_kernels whose CUDA kernels take the gaps, and sub-step variants of them:
 # name -> (model (input_size, hidden) -> Recurrent, kernel target)
@@ -70,8 +69,7 @@ def _runner(target, schedule, block_h, monkeypatch):
     return lambda *args, **kw: kernel(target)(*args, schedule=schedule, block_h=block_h, **kw)
 
 
-@DTYPES
-@pytest.mark.parametrize("where", list(SCHEDULES))
+@pytest.mark.parametrize("where, dtype", float32_at(SCHEDULES, {"resident", "resident-batch-1-T-1"}))
 @pytest.mark.parametrize("name", list(GAP_CELLS))
 def test_gaps_equal_the_generic_loop(name, where, dtype, monkeypatch):
     build, target = GAP_CELLS[name]
