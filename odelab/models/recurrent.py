@@ -220,8 +220,8 @@ class Recurrent(nn.Module):
         its own gap (Farsang et al. 2024, App. A.3.2: the elapsed time between inputs as the Euler step); split
         into ``unfolds`` equal sub-steps. The CPU and CUDA kernels of LEM, coRNN, the neural oscillator, GRU-ODE,
         LTC, STC and LRC take it (with ``lengths`` too); ``dt`` requiring grad (a learned Δt, say) runs the kernels
-        whose backward gives its gradient (CPU: those cells; CUDA: LEM, coRNN, the oscillator, GRU-ODE) and the
-        generic loop everything else; not for delay systems, whose ring buffer counts steps of one length."""
+        whose backward gives its gradient (those cells, CPU and CUDA, every schedule) and the generic loop
+        everything else; not for delay systems, whose ring buffer counts steps of one length."""
         self._check_input(x)
         state = self.starting_state(x, state)
         if dt is None and self.dt_logit is not None:
