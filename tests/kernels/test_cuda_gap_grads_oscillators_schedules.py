@@ -16,7 +16,6 @@ from test_cuda_kernels import float32_at, kernel
 from odelab.kernels.cuda import oscillators
 
 
-
 def _errors(name, where, dtype, monkeypatch, unfolds=1):
     batch, time, hidden, block_h, schedule = on_schedule(where, monkeypatch)
     return errors(name, (batch, time, hidden, block_h), dtype, unfolds, schedule=schedule)

@@ -56,9 +56,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
-def float32_at(cases, float32: set | None = None) -> list:
+def float32_at(cases, float32: set) -> list:
     """pytest params (*case, dtype) for the gap tests: float64 at every case, float32 at the cases whose last entry
-    (the schedule or size) is in ``float32``, all of them when None. Every schedule's float32 code is checked
+    (the schedule or size) is in ``float32``. Every schedule's float32 code is checked
     without gaps (test_float32, test_stepwise_equals_generic, test_grid_equals_stepwise_and_generic) and the gaps add
     the same arithmetic in either dtype (float64 is the stricter check of it), so float32 is re-run on a few schedules
     only: the interpreter's time is most of the suite's."""
@@ -66,7 +66,7 @@ def float32_at(cases, float32: set | None = None) -> list:
     for case in cases:
         case = case if isinstance(case, tuple) else (case,)
         for dtype, name in ((torch.float64, "f64"), (torch.float32, "f32")):
-            if dtype is torch.float64 or float32 is None or case[-1] in float32:
+            if dtype is torch.float64 or case[-1] in float32:
                 params.append(pytest.param(*case, dtype, id="-".join(map(str, (*case, name)))))
     return params
 
