@@ -18,10 +18,10 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
-from helpers import skip_nested_interpreter_patching  # noqa: E402
+from helpers import speed_up_the_interpreter  # noqa: E402
 
 if not torch.cuda.is_available():
-    skip_nested_interpreter_patching()
+    speed_up_the_interpreter()
 
 
 @triton.jit

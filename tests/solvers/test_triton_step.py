@@ -16,14 +16,14 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 import odelab  # noqa: E402
-from helpers import assert_same_steps, host_reads, skip_nested_interpreter_patching  # noqa: E402
+from helpers import assert_same_steps, host_reads, speed_up_the_interpreter  # noqa: E402
 from odelab.solvers import Status, adaptive, fused_step, triton_step  # noqa: E402
 from odelab.systems import ENSO, VanDerPol  # noqa: E402
 
 F64 = torch.float64
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
-    skip_nested_interpreter_patching()
+    speed_up_the_interpreter()
 
 
 def _both(run):
