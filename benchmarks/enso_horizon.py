@@ -27,7 +27,6 @@ import argparse
 import json
 import math
 import multiprocessing as mp
-import os
 import statistics
 import time
 from pathlib import Path

@@ -9,7 +9,7 @@ import torch
 from odelab.analysis import lrc_smoothness as ls
 from odelab.cli import main
 from odelab.models import cells
-from odelab.systems import LRC, STC
+from odelab.systems import STC
 
 torch.set_num_threads(1)
 

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from odelab.analysis.oversmoothing import dirichlet_energy, energy_vs_depth, graphcon_spectrum, mad, run_study
-from odelab.data.graphs import grid_graph
 
 
 @pytest.fixture(scope="module")

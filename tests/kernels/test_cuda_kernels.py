@@ -1358,7 +1358,7 @@ def test_liquid_grid_equals_generic(name, size, dtype, monkeypatch):
     whole synapse matrix, so one program, whose barriers it can meet; element phases in blocks of the elements'
     power of two, 256 to 1024: two blocks of 1024 at 40 × 30): outputs, final state and every gradient against the generic loop, 1e-10 / 1e-5; its one counter ends
     at two barriers a sub-step forward and two a sub-step, sub-steps T … 0, backward."""
-    from odelab.kernels.cuda import grid, liquid
+    from odelab.kernels.cuda import liquid
 
     made = recorded_counters(monkeypatch)
     batch, time, hidden = size
@@ -1545,7 +1545,7 @@ def test_grid_choice(monkeypatch):
     every program can be resident at once (one per multiprocessor: the batch block grows 16 → 32 → 64 rows to fit,
     else the stepwise schedule), and under the interpreter only with one column program per batch block. The other
     kernels run "grid" as "stepwise"."""
-    from odelab.kernels.cuda import grid, lem, stepwise
+    from odelab.kernels.cuda import grid, stepwise
 
     cpu = torch.device("cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -318,7 +318,7 @@ def test_errors_name_the_argument():
         with pytest.raises(ValueError, match="dense: "):
             odelab.solve(f, y0, [0.0, 1.0], dense=True, **kw)
 
-    system, history = Feedback(), torch.ones(2, 1, dtype=F64)
+    system = Feedback()
     first = odelab.solve(system, y0, [0.0, 1.5], method="rk4", dt=0.05)
     with pytest.raises(ValueError, match="history: .*dense=True"):
         odelab.solve(system, y0, [1.5, 3.0], history=first, method="rk4", dt=0.05)

@@ -2,7 +2,6 @@
 states, the generic fallback."""
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ..chunks import needs_backward  # noqa: F401 -- the CPU kernels import it from here

@@ -51,7 +51,7 @@ from ..chunks import in_chunks
 from ..gaps import is_per_sample, sample_lengths
 from . import grid
 from ._common import (  # noqa: F401 -- available: the registry asks the kernel module
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
+    address, available, batch_rows, block_sizes, dot_precision, mv, on_device, outer_sum, resident_block, sigmoid,
     step_length, tanh, tile_at, warps)
 from .stepwise import chosen_schedule, device_table, launch_steps
 
