@@ -1683,6 +1683,8 @@ def test_inside_a_capture_values_enter_as_kernel_arguments(name, schedule, monke
 
     from odelab.kernels.cuda import _common, grid, stepwise
 
+    if name.startswith("unicornn") and schedule != "persistent":
+        pytest.skip("one kernel for every schedule here")
     expected = _outputs_and_gradients(name, 19, 4, 40, schedule)
     copies = []
     real_tensor, real_to = torch.tensor, torch.Tensor.to
