@@ -3,7 +3,7 @@ the Python loop and as the fused kernel, and the fused kernel that stores the st
 through the generic loop (the anchor), same weights, same run.
 
     python benchmarks/unicornn_memory.py [--steps 4096] [--batch 32] [--hidden 128] [--layers 2] [--device cpu]
-                                         [--threads 1]
+                                         [--threads 1] [--unfolds 1]
 
 Measures, for each path:
 * saved bytes: distinct storages autograd keeps between forward and backward (counted with
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--unfolds", type=int, default=1, help="sub-steps a sample, every layer (Δt / L each)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -94,6 +95,8 @@ def main() -> None:
         torch.manual_seed(0)
         models[name] = UnICORNNStack(args.inputs, args.hidden, args.layers, dt=0.126, alpha=13.0,
                                      reversible=reversible, engine=engine).to(device=args.device, dtype=dtype)
+        for layer in models[name].layers:
+            layer.unfolds = args.unfolds
     x = torch.randn(args.batch, args.steps, args.inputs, device=args.device, dtype=dtype)
     weights = torch.randn(args.batch, args.steps, args.hidden, device=args.device, dtype=dtype)
 
@@ -112,7 +115,7 @@ def main() -> None:
     ratios = {name: {key: row[key] / rows["autograd"][key] for key in row} for name, row in rows.items()}
 
     print(f"UnICORNN memory, batch {args.batch}, T={args.steps}, inputs {args.inputs}, hidden {args.hidden}, "
-          f"layers {args.layers}, {args.dtype}, {args.device}")
+          f"layers {args.layers}, unfolds {args.unfolds}, {args.dtype}, {args.device}")
     peak = f"{'peak MiB':>12}{'× autograd':>11}" if x.is_cuda else ""
     print(f"{'path':<18}{'saved MiB':>12}{'× autograd':>11}{peak}{'fwd+bwd s':>12}{'× autograd':>11}{'max |Δgrad|':>13}")
     for name, row in rows.items():

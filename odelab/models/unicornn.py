@@ -38,21 +38,23 @@ STACK_ENGINES = ("auto", "generic", "fused")
 class ReversibleUnICORNN(torch.autograd.Function):
     """One UnICORNN layer over a whole sequence, symplectic Euler with step Δt σ̂(c) (3.6), reversible backward.
 
-    ``apply(u, V, b, w, c, z0, y0, dt, alpha) -> (ys, z_N, y_N)``: u ``(batch, time, input)``, ys
-    ``(batch, time, hidden)`` = y_1..y_T. dt and alpha are floats (no gradient, as in the official kernel).
+    ``apply(u, V, b, w, c, z0, y0, dt, alpha, L) -> (ys, z_N, y_N)``: u ``(batch, time, input)``, ys
+    ``(batch, time, hidden)`` = y after each sample's L sub-steps, each of them driven by the sample's x_n = V u_n + b.
+    dt (the sub-step) and alpha are floats (no gradient, as in the official kernel).
     """
 
     @staticmethod
-    def forward(ctx, u, V, b, w, c, z0, y0, dt, alpha):
+    def forward(ctx, u, V, b, w, c, z0, y0, dt, alpha, unfolds):
         h = dt * torch.sigmoid(c)  # per-neuron step Δt σ̂(c)
         z, y = z0, y0
         ys = []
         for x_n in F.linear(u, V, b).unbind(1):  # x_n = V u_n + b, one matmul for the sequence
-            z = z - h * (torch.tanh(w * y + x_n) + alpha * y)  # (3.6, z)
-            y = y + h * z  # (3.6, y)
+            for _ in range(unfolds):
+                z = z - h * (torch.tanh(w * y + x_n) + alpha * y)  # (3.6, z)
+                y = y + h * z  # (3.6, y)
             ys.append(y)
         ctx.save_for_backward(u, V, b, w, c, z, y)
-        ctx.dt, ctx.alpha = dt, alpha
+        ctx.dt, ctx.alpha, ctx.unfolds = dt, alpha, unfolds
         return torch.stack(ys, dim=1), z, y
 
     @staticmethod
@@ -69,40 +71,41 @@ class ReversibleUnICORNN(torch.autograd.Function):
         grad_h = torch.zeros_like(h)
         grad_xs = [None] * len(xs)
         for n in range(len(xs) - 1, -1, -1):
-            # rebuild the previous state with the inverse step (3.7)
-            y_prev = y - h * z
-            drive = torch.tanh(w * y_prev + xs[n])
-            force = drive + alpha * y_prev
-            z_prev = z + h * force
-            # adjoint of y_n = y_{n−1} + h z_n
-            grad_h = grad_h + (adj_y * z).sum(0)
-            adj_z = adj_z + h * adj_y
-            # adjoint of z_n = z_{n−1} − h [tanh(w y_{n−1} + x_n) + α y_{n−1}]
-            grad_h = grad_h - (adj_z * force).sum(0)
-            grad_a = -h * adj_z * (1.0 - drive * drive)  # adjoint of the pre-activation a_n = w y_{n−1} + x_n
-            grad_xs[n] = grad_a
-            grad_w = grad_w + (grad_a * y_prev).sum(0)
-            adj_y = adj_y + grad_a * w - (h * alpha) * adj_z
+            grad_x = torch.zeros_like(xs[n])  # the sum over the sub-steps that x_n drives
+            for _ in range(ctx.unfolds):
+                # rebuild the previous state with the inverse step (3.7)
+                y_prev = y - h * z
+                drive = torch.tanh(w * y_prev + xs[n])
+                force = drive + alpha * y_prev
+                z_prev = z + h * force
+                # adjoint of y_n = y_{n−1} + h z_n
+                grad_h = grad_h + (adj_y * z).sum(0)
+                adj_z = adj_z + h * adj_y
+                # adjoint of z_n = z_{n−1} − h [tanh(w y_{n−1} + x_n) + α y_{n−1}]
+                grad_h = grad_h - (adj_z * force).sum(0)
+                grad_a = -h * adj_z * (1.0 - drive * drive)  # adjoint of the pre-activation a = w y_{n−1} + x_n
+                grad_x = grad_x + grad_a
+                grad_w = grad_w + (grad_a * y_prev).sum(0)
+                adj_y = adj_y + grad_a * w - (h * alpha) * adj_z
+                z, y = z_prev, y_prev
+            grad_xs[n] = grad_x
             if n > 0:
                 adj_y = adj_y + grad_outputs[n - 1]
-            z, y = z_prev, y_prev
         grad_x = torch.stack(grad_xs, dim=1)
         grad_u = grad_x @ V if ctx.needs_input_grad[0] else None
         grad_V = grad_x.flatten(0, 1).T @ u.flatten(0, 1) if ctx.needs_input_grad[1] else None
         grad_b = grad_x.sum((0, 1)) if ctx.needs_input_grad[2] else None
         grad_c = grad_h * dt * sig * (1.0 - sig)
-        return grad_u, grad_V, grad_b, grad_w, grad_c, adj_z, adj_y, None, None
+        return grad_u, grad_V, grad_b, grad_w, grad_c, adj_z, adj_y, None, None, None
 
 
 def run_reversible(system: UnICORNN, x: Tensor, state: State, dt: float, unfolds: int = 1,
                    lags=()) -> tuple[Tensor, State]:
     """One layer through :class:`ReversibleUnICORNN`, called as a kernel (``odelab.kernels``): the definition of
     the reversible layer, which the fused reversible kernels are tested against."""
-    if unfolds != 1:
-        x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = ReversibleUnICORNN.apply(x, system.weight_input, system.bias, system.w, system.c, state[0], state[1],
-                                        dt / unfolds, system.alpha)
-    return (ys if unfolds == 1 else ys[:, unfolds - 1::unfolds]), (z, y)
+                                        dt / unfolds, system.alpha, unfolds)
+    return ys, (z, y)
 
 
 def reversible_kernel(layer: Recurrent, x: Tensor) -> Callable | None:

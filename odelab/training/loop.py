@@ -445,8 +445,6 @@ def load_checkpoint(path: Path, device: str = "cpu") -> dict:
     return saved
 
 
-
-
 def check_resumable(saved: dict | None, config: TrainConfig, checkpoint: Path, saved_settings: dict | None = None,
                     settings: dict | None = None) -> None:
     """:class:`CheckpointError` naming every setting (training configuration, then ``settings``: model, data, ...)

@@ -381,3 +381,16 @@ def test_reversible_fused_unfolds_and_zero_state():
         assert max(errors.values()) <= TOLERANCE[torch.float64], errors
     model.reversible, model.engine = True, "fused"
     assert relative(model(x)[0], model(x, zero)[0]) == 0.0
+
+
+def test_reversible_fused_saves_the_input_once_with_unfolds():
+    """With sub-steps (L = 3) the fused reversible layer keeps u as it came (B, T, m), not held over its sub-steps
+    (B, T·L, m), and its encoding only for the length of a call: u, V, b, w, c and the final (z, y)."""
+    model = cells.UnICORNN(3, 6, reversible=True)
+    model.engine = "fused"
+    model.layers[0].unfolds = 3
+    x = torch.randn(2, 5, 3, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        model(x)
+    assert sorted(tuple(t.shape) for t in saved) == sorted([(2, 5, 3), (6, 3), (6,), (6,), (6,), (2, 6), (2, 6)])

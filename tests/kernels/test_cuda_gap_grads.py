@@ -67,7 +67,6 @@ def errors_with_gap_grads(build, target, batch, time, hidden, dtype, block_h=Non
     return errors, grads[names.index("gaps")]
 
 
-
 # where -> (batch, time, hidden, block_h, schedule) of the stepwise and grid schedules that Triton's interpreter
 # reaches: the stepwise phases over two batch blocks and two 16-wide column tiles (the second masked), the generic
 # grid driver over two batch blocks of one 32-wide tile (the interpreter meets a barrier of one column program only),

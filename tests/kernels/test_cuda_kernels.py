@@ -245,6 +245,8 @@ UNFOLDS = {  # sub-steps inside the kernel: the presets' L = 6, and L > 1 on cel
     "lem-3": (lambda m, d: Recurrent(systems.LEM(m, d), "imex", 0.9, unfolds=3), ".cuda.lem:run"),
     "taugru-2": (lambda m, d: Recurrent(systems.TauGRU(m, d, tau=1.0), "euler", 1.0, unfolds=2),
                  ".cuda.delay_gru:run_taugru"),
+    "unicornn-reversible-3": (lambda m, d: Recurrent(systems.UnICORNN(m, d, alpha=0.4), "symplectic-euler", 0.9,
+                                                     unfolds=3), ".cuda.unicornn:run_reversible"),
 }
 
 
@@ -446,14 +448,26 @@ def test_reversible_stack(layers, size, dtype, monkeypatch):
         assert errors[worst] <= TOL[dtype], (reference, worst, errors[worst])
 
 
-def test_reversible_kernel_saves_no_per_step_state(monkeypatch):
-    """What autograd keeps for the reversible kernel: u, V, b, w, c and the final (z, y), nothing (B, T, H)."""
+def graph_path(out):
+    """The names of the autograd nodes from ``out`` along each node's first input."""
+    names, node = [], out.grad_fn
+    while node is not None:
+        names.append(type(node).__name__)
+        node = node.next_functions[0][0] if node.next_functions else None
+    return names
+
+
+@pytest.mark.parametrize("unfolds", [1, 3])
+def test_reversible_kernel_saves_no_per_step_state(unfolds, monkeypatch):
+    """What autograd keeps for the reversible kernel: u, V, b, w, c and the final (z, y), nothing (B, T, H); with
+    sub-steps, u as it came (B, T, m), not held over them (B, T·L, m)."""
     model = reversible_stack([0.9], 6, torch.float32, monkeypatch)
+    model.layers[0].unfolds = unfolds
     x = torch.randn(2, 5, 3, device=DEVICE, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out, _ = model(x)
-    assert type(out.grad_fn).__name__ == "ReversibleUnICORNNSequenceBackward"
+    assert "ReversibleUnICORNNSequenceBackward" in graph_path(out)
     expected = [(2, 5, 3), (6, 3), (6,), (6,), (6,), (2, 6), (2, 6)]
     assert sorted(tuple(t.shape) for t in saved) == sorted(expected)
 

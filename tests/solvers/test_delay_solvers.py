@@ -16,7 +16,6 @@ from odelab.systems.base import System
 from helpers import scipy_method_of_steps
 
 
-
 pytestmark = pytest.mark.usefixtures("float64")
 
 

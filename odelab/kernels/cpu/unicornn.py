@@ -73,20 +73,23 @@ def run(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
 
 
 class ReversibleUnICORNNFunction(torch.autograd.Function):
-    """``apply(u, V, b, w, c, z0, y0, h, α) -> (ys, z_T, y_T)``, as :class:`odelab.models.unicornn.ReversibleUnICORNN`
-    (the Python loop it replaces): saves u, the parameters and the final state, nothing per step."""
+    """``apply(u, V, b, w, c, z0, y0, h, α, L) -> (ys, z_T, y_T)``, as :class:`odelab.models.unicornn.ReversibleUnICORNN`
+    (the Python loop it replaces): saves u, the parameters and the final state, nothing per step. Each sample of u
+    drives L sub-steps of length h (ys: (B, T·L, d)); it is encoded once and its encoding held over them, and its
+    gradient is the sum of theirs, taken before the products with V and u."""
 
     @staticmethod
-    def forward(ctx, u, V, b, w, c, z0, y0, h, alpha):
+    def forward(ctx, u, V, b, w, c, z0, y0, h, alpha, unfolds):
         B, T, m = u.shape
         d = w.shape[0]
-        A = F.linear(u.reshape(B * T, m), V, b).contiguous()  # x_n = V u_n + b, freed after the loop
+        A = _held_encoding(u, V, b, unfolds)  # x_n = V u_n + b, freed after the loop
         z, y = z0.contiguous().clone(), y0.contiguous().clone()  # initial state in, final state out
-        ys = A.new_empty(B, T, d)
-        call("unicornn_reversible_forward", [A, w.contiguous(), torch.sigmoid(c), z, y, ys], (B, T, d), (h, alpha))
+        ys = A.new_empty(B, T * unfolds, d)
+        call("unicornn_reversible_forward", [A, w.contiguous(), torch.sigmoid(c), z, y, ys], (*ys.shape,),
+             (h, alpha))
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(u, V, b, w, c, z, y)
-        ctx.args = (h, alpha)
+        ctx.args, ctx.unfolds = (h, alpha), unfolds
         return ys, z, y
 
     @staticmethod
@@ -94,20 +97,28 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
         B, T, m = u.shape
-        d = w.shape[0]
-        u_flat = u.reshape(B * T, m)
-        grad_a = F.linear(u_flat, V, b).contiguous()  # recomputed x_n, overwritten with dL/da_n
+        d, L = w.shape[0], ctx.unfolds
+        grad_a = _held_encoding(u, V, b, L)  # recomputed x_n, overwritten with dL/da_n
         k = torch.sigmoid(c)
         gz = grad_z.contiguous().clone() if grad_z is not None else u.new_zeros(B, d)
         gy = grad_y.contiguous().clone() if grad_y is not None else u.new_zeros(B, d)
         grad_ys = grad_ys.contiguous() if grad_ys is not None else None
         dw, dk = u.new_empty(d), u.new_empty(d)
         call("unicornn_reversible_backward", [grad_a, w.contiguous(), k, z.clone(), y.clone(), grad_ys, gz, gy, dw, dk],
-             (B, T, d), ctx.args)
+             (B, T * L, d), ctx.args)
+        if L != 1:  # a sample's gradient: the sum over the sub-steps it drives
+            grad_a = grad_a.view(B * T, L, d).sum(1)
+        u_flat = u.reshape(B * T, m)
         grad_u = (grad_a @ V).view(B, T, m) if ctx.needs_input_grad[0] else None
         grad_V = grad_a.T @ u_flat if ctx.needs_input_grad[1] else None
         grad_b = grad_a.sum(0) if ctx.needs_input_grad[2] else None
-        return grad_u, grad_V, grad_b, dw, dk * k * (1.0 - k), gz, gy, None, None
+        return grad_u, grad_V, grad_b, dw, dk * k * (1.0 - k), gz, gy, None, None, None
+
+
+def _held_encoding(u: Tensor, V: Tensor, b: Tensor, unfolds: int) -> Tensor:
+    """V u_n + b as contiguous rows (b, t, q): each sample's encoding repeated for its ``unfolds`` sub-steps."""
+    A = F.linear(u.reshape(-1, u.shape[-1]), V, b)
+    return (A if unfolds == 1 else A.repeat_interleave(unfolds, dim=0)).contiguous()
 
 
 def run_reversible(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):
@@ -122,8 +133,6 @@ def run_reversible(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=(
 
         start = tuple(s.contiguous().clone() for s in state)
         return forward_in_chunks(system, x, unfolds, system.hidden_size, start, step)
-    if unfolds != 1:
-        x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = ReversibleUnICORNNFunction.apply(x, system.weight_input, system.bias, system.w, system.c, state[0],
-                                                state[1], dt / unfolds, system.alpha)
+                                                state[1], dt / unfolds, system.alpha, unfolds)
     return every_sample(ys, unfolds), (z, y)

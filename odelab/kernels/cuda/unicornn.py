@@ -341,13 +341,14 @@ def run(system, x, state, dt, unfolds=1, lags=(), **_):
 
 
 class ReversibleUnICORNNSequence(torch.autograd.Function):
-    """``apply(u, V, b, w, c, z0, y0, dt, alpha) -> (ys, z_T, y_T)``, as
+    """``apply(u, V, b, w, c, z0, y0, dt, alpha, L) -> (ys, z_T, y_T)``, as
     :class:`odelab.models.unicornn.ReversibleUnICORNN`: saves u, the parameters and the final state, nothing per
-    step."""
+    step. Each sample of u drives L sub-steps of length dt (ys: (B, T·L, H)): it is encoded once, its encoding held
+    over them, and its gradient is the sum of theirs, taken before the products with V and u."""
 
     @staticmethod
-    def forward(ctx, u, V, b, w, c, z0, y0, dt, alpha):
-        enc = F.linear(u, V, b).contiguous()  # x_n = V u_n + b, freed after the launch
+    def forward(ctx, u, V, b, w, c, z0, y0, dt, alpha, unfolds):
+        enc = _held_encoding(u, V, b, unfolds)  # x_n = V u_n + b, freed after the launch
         B, T, H = enc.shape
         w, c = w.contiguous(), c.contiguous()
         z, y = z0.contiguous().clone(), y0.contiguous().clone()  # initial state in, final state out
@@ -358,7 +359,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         _reversible_forward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, z, y, ys, B, T, H, BLOCK=BLOCK,
                                                           enable_fp_fusion=False)
         ctx.save_for_backward(u, V, b, w, c, z, y)
-        ctx.dt, ctx.alpha = dt, alpha
+        ctx.dt, ctx.alpha, ctx.unfolds = dt, alpha, unfolds
         ctx.set_materialize_grads(False)
         return ys, z, y
 
@@ -366,7 +367,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
     @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
-        grad_x = F.linear(u, V, b).contiguous()  # recomputed x_n, overwritten with ∂L/∂x_n
+        grad_x = _held_encoding(u, V, b, ctx.unfolds)  # recomputed x_n, overwritten with ∂L/∂x_n
         B, T, H = grad_x.shape
         GZ, GY = (grad_x.new_zeros(B, H) if g is None else g.contiguous().clone() for g in (grad_z, grad_y))
         grad_ys = torch.zeros_like(grad_x) if grad_ys is None else grad_ys.contiguous()
@@ -376,19 +377,25 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         _reversible_backward[(triton.cdiv(B * H, BLOCK),)](grad_x, w, c, consts, z.clone(), y.clone(),
                                                            grad_ys, GZ, GY, GW, GS, B, T, H, BLOCK=BLOCK,
                                                            enable_fp_fusion=False)
+        if ctx.unfolds != 1:  # a sample's gradient: the sum over the sub-steps it drives
+            grad_x = grad_x.view(B, u.shape[1], ctx.unfolds, H).sum(2)
         grad_u = grad_x @ V if ctx.needs_input_grad[0] else None
         grad_V = grad_x.flatten(0, 1).T @ u.flatten(0, 1) if ctx.needs_input_grad[1] else None
         grad_b = grad_x.sum((0, 1)) if ctx.needs_input_grad[2] else None
-        return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0), GZ, GY, None, None
+        return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0), GZ, GY, None, None, None
+
+
+def _held_encoding(u, V, b, unfolds):
+    """V u_n + b (B, T·L, H), contiguous: each sample's encoding repeated for its ``unfolds`` sub-steps."""
+    enc = F.linear(u, V, b)
+    return (enc if unfolds == 1 else enc.repeat_interleave(unfolds, dim=1)).contiguous()
 
 
 @in_chunks
 def run_reversible(system, x, state, dt, unfolds=1, lags=(), **_):
     """One UnICORNN layer with the reversible backward (3.7), "symplectic-euler", over ``x`` from (z0, y0)."""
-    if unfolds != 1:
-        x = x.repeat_interleave(unfolds, dim=1)
     ys, z, y = ReversibleUnICORNNSequence.apply(x, system.weight_input, system.bias, system.w, system.c, state[0],
-                                                state[1], float(dt) / unfolds, system.alpha)
+                                                state[1], float(dt) / unfolds, system.alpha, unfolds)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)
