@@ -7,6 +7,7 @@ elsewhere). Errors are relative to the largest magnitude of the reference tensor
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import warnings
 import zlib
@@ -306,6 +307,72 @@ def test_blas_and_loop_products(name, threshold):
         check(model, x, None)
     finally:
         extension.set_blas_threshold(32 * 32 * 32)
+
+
+PRODUCTS = {"simd": (True, 0), "blas": (False, 0), "loops": (False, 2**62)}  # (AVX-512 blocks on, BLAS threshold)
+
+
+@contextlib.contextmanager
+def products(kind):
+    """Every float32 product of the kernels on one implementation: the AVX-512 register blocks, the BLAS or the loops."""
+    simd, threshold = PRODUCTS[kind]
+    if kind == "simd" and not extension.has_simd():
+        pytest.skip("the kernels were compiled without AVX-512")
+    if kind == "blas" and not extension.library().odelab_has_blas():
+        pytest.skip("this torch exports no sgemm_/dgemm_")
+    try:
+        extension.set_simd(simd)
+        extension.set_blas_threshold(threshold)
+        yield
+    finally:
+        extension.set_simd(True)
+        extension.set_blas_threshold(32 * 32 * 32)
+
+
+@pytest.mark.parametrize("kind", list(PRODUCTS))
+@pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "taugru", "lrcu-a"])
+def test_float32_products(name, kind):
+    """In float32 each implementation of the products gives the generic result, at hidden 20 (the register blocks'
+    16-lane vectors: one whole and one masked to 4 lanes; 3 d = 60 columns: three whole and one of 12)."""
+    torch.manual_seed(2)
+    model = CELLS[name](3, 20)
+    x = torch.randn(7, 6, 3)
+    with products(kind):
+        check(model, x, None)
+
+
+def _product(M, N, K, transposed, beta, strides=(0, 0, 0)):
+    """The kernels' float32 product mm (C = beta C + A B) or mm_tn (C += A^T B) on random operands whose rows are
+    ``strides`` floats longer than their width, against torch's product in float64."""
+    g = torch.Generator().manual_seed(M * 10007 + N * 101 + K)
+    a_rows, a_cols = (K, M) if transposed else (M, K)
+    A = torch.randn(a_rows, a_cols + strides[0], generator=g)
+    B = torch.randn(K, N + strides[1], generator=g)
+    C = torch.randn(M, N + strides[2], generator=g)
+    a, b, c0, pad = A[:, :a_cols], B[:, :N], C[:, :N].clone(), C[:, N:].clone()
+    expected = (a.double().T if transposed else a.double()) @ b.double() + (1.0 if transposed else beta) * c0.double()
+    ptr = ctypes.c_void_p
+    extension.library().odelab_product_f32(
+        ctypes.c_int64(M), ctypes.c_int64(N), ctypes.c_int64(K), ptr(A.data_ptr()), ctypes.c_int64(A.shape[1]),
+        ptr(B.data_ptr()), ctypes.c_int64(B.shape[1]), ctypes.c_float(beta), ptr(C.data_ptr()),
+        ctypes.c_int64(C.shape[1]), ctypes.c_int(int(transposed)))
+    assert torch.equal(C[:, N:], pad), "a product wrote beyond its columns"
+    scale = (a.abs().double().T if transposed else a.abs().double()) @ b.abs().double() + c0.abs().double()
+    return ((C[:, :N].double() - expected).abs() / scale.clamp_min(1e-30)).max().item() if M * N else 0.0
+
+
+@pytest.mark.parametrize("kind", list(PRODUCTS))
+@pytest.mark.parametrize("transposed", [False, True], ids=["mm", "mm_tn"])
+def test_products_at_block_edges(kind, transposed):
+    """Row counts around the 6-row blocks, column counts around the 16-lane vectors and the 64-column panels, K from
+    0 to past one 256-step slice, strided rows, beta 0, 1 and 0.5: every entry within float32 round-off of the float64 product (relative to
+    Σ |a| |b| + |c|), and nothing written beyond the N columns of a row."""
+    with products(kind):
+        for M, N, K in [(1, 1, 1), (5, 17, 3), (6, 16, 8), (7, 64, 9), (13, 65, 2), (12, 130, 33), (19, 200, 0),
+                        (3, 15, 128), (8, 70, 600)]:
+            for beta in (0.0, 1.0, 0.5):
+                error = _product(M, N, K, transposed, beta, strides=(3, 5, 7))
+                assert error <= 1e-6 * max(K, 1) ** 0.5 + 1e-7, (M, N, K, beta, error)
 
 
 # -- the reversible UnICORNN layer (002 eq. 3.7): kernel vs ReversibleUnICORNN vs autograd through the generic loop

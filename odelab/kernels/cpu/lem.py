@@ -17,7 +17,8 @@ from torch import Tensor
 from ..derivatives import kernel_backward
 from ..gaps import is_per_sample, per_step_lengths
 from .common import (
-    contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
+    column_products, contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward,
+    state_products)
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -59,7 +60,7 @@ class LEMFunction(torch.autograd.Function):
         dhs = A.new_empty(B, T) if ctx.needs_input_grad[6] else None
         call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs, dhs], (B, T, d), (ctx.h,))
         dWg = state_products(dA, (0, 3 * d), Y, y0) if ctx.needs_input_grad[3] else None
-        dWy = dA[:, 3 * d:].t() @ Z.view(B * T, d) if ctx.needs_input_grad[4] else None
+        dWy = column_products(dA, (3 * d, 4 * d), Z.view(B * T, d)) if ctx.needs_input_grad[4] else None
         return dA, gz, gy, dWg, dWy, None, dhs
 
 
