@@ -309,7 +309,7 @@ def test_blas_and_loop_products(name, threshold):
         extension.set_blas_threshold(32 * 32 * 32)
 
 
-PRODUCTS = {"simd": (True, 0), "blas": (False, 0), "loops": (False, 2**62)}  # (AVX-512 blocks on, BLAS threshold)
+PRODUCTS = {"simd": (True, 2**62), "blas": (False, 0), "loops": (False, 2**62)}  # (AVX-512 blocks, BLAS threshold)
 
 
 @contextlib.contextmanager

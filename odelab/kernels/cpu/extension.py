@@ -61,16 +61,17 @@ def _refuse(name: str, tensors, dtype: torch.dtype) -> None:
 
 
 def set_blas_threshold(flops: int) -> None:
-    """Products with M·N·K at or above ``flops`` go to the BLAS (float32 with AVX-512: the kernels' own register
-    blocks), smaller ones run as plain loops."""
+    """Products with M·N·K at or above ``flops`` go to the BLAS, smaller ones run as plain loops (float32 products
+    on a CPU with AVX-512 run as the kernels' register blocks at every size, unless :func:`set_simd` turns them off)."""
     library().odelab_set_blas_threshold(ctypes.c_int64(flops))
 
 
 def has_simd() -> bool:
-    """Whether the float32 products at the BLAS's sizes run as the kernels' AVX-512 register blocks."""
+    """Whether the float32 products run as the kernels' AVX-512 register blocks (compiled where the CPU has it)."""
     return bool(library().odelab_has_simd())
 
 
 def set_simd(on: bool) -> None:
-    """Float32 products to the AVX-512 register blocks (True, the default where compiled) or to the BLAS."""
+    """Float32 products to the AVX-512 register blocks (True, the default where compiled) or, as without AVX-512, to
+    the BLAS and the loops."""
     library().odelab_set_simd(int(on))

@@ -176,13 +176,13 @@ void simd_mm(i64 M, i64 N, i64 K, const float* A, i64 lda, const float* B, i64 l
 }
 #endif
 
-// Whether a product of M N K multiply-adds in S goes to the AVX-512 blocks (float32, at the BLAS's sizes).
+// Whether a product in S goes to the AVX-512 blocks: float32, at every size (measured faster than the loops from
+// hidden 4 up, the same at hidden 1: LEM at (32, 1000, 16) 13.5 -> 9.6 ms a training step, one thread).
 template <typename S>
-inline bool use_simd(i64 M, i64 N, i64 K) {
+inline bool use_simd() {
 #if defined(__AVX512F__)
-  return std::is_same<S, float>::value && simd_products && M * N * K >= blas_threshold;
+  return std::is_same<S, float>::value && simd_products;
 #else
-  (void)M; (void)N; (void)K;
   return false;
 #endif
 }
@@ -192,7 +192,7 @@ void mm(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S beta, S
   if (M == 0 || N == 0) return;
 #if defined(__AVX512F__)
   if constexpr (std::is_same<S, float>::value) {
-    if (use_simd<S>(M, N, K)) { simd_mm<false>(M, N, K, A, lda, B, ldb, beta, C, ldc); return; }
+    if (use_simd<S>()) { simd_mm<false>(M, N, K, A, lda, B, ldb, beta, C, ldc); return; }
   }
 #endif
   if (K > 0 && M * N * K >= blas_threshold && have_blas((S*)nullptr) && lda < (1LL << 31) && ldb < (1LL << 31)
@@ -216,7 +216,7 @@ void mm_tn(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S* C, 
   if (M == 0 || N == 0 || K == 0) return;
 #if defined(__AVX512F__)
   if constexpr (std::is_same<S, float>::value) {
-    if (use_simd<S>(M, N, K)) { simd_mm<true>(M, N, K, A, lda, B, ldb, 1.0f, C, ldc); return; }
+    if (use_simd<S>()) { simd_mm<true>(M, N, K, A, lda, B, ldb, 1.0f, C, ldc); return; }
   }
 #endif
   if (M * N * K >= blas_threshold && have_blas((S*)nullptr) && lda < (1LL << 31) && ldb < (1LL << 31)
