@@ -356,8 +356,10 @@ void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, 
     const S* zp = n ? Z + (n - 1) * d : z0; const i64 lzp = n ? ls : d;
     S* a = A + n * 4 * d;
     mm(B, 3 * d, d, yp, lyp, Wgt, 3 * d, S(1), a, la);                    // [s1 s2 sz] += y [W1; Wz; W2]^T
-    for (i64 b = 0; b < B; ++b)
+    for (i64 b = 0; b < B; ++b) {
       relax_fwd(d, step(hs, h, b, T, n), a + b * la, a + b * la + d, zp + b * lzp, Z + n * d + b * ls);
+      if (n + 1 < T) prefetch(a + 4 * d + b * la, 4 * d);  // the next step's row: rows lie a sequence apart
+    }
     mm(B, d, d, Z + n * d, ls, Wyt, d, S(1), a + 3 * d, la);               // sy += z' Wy^T
     for (i64 b = 0; b < B; ++b)                                            // same form
       relax_fwd(d, step(hs, h, b, T, n), a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, Y + n * d + b * ls);
@@ -378,9 +380,15 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
     const S* zp = n ? Z + (n - 1) * d : z0; const i64 lzp = n ? ls : d;
     const S* a = A + n * 4 * d; S* da = dA + n * 4 * d;
     if (dY) for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gy[b * d + j] += dY[b * ls + n * d + j];
-    for (i64 b = 0; b < B; ++b)  // y-update
+    for (i64 b = 0; b < B; ++b) {  // y-update
       relax_bwd(d, step(hs, h, b, T, n), a + b * la + 2 * d, a + b * la + 3 * d, yp + b * lyp, gy + b * d, H.data() + b * d,
                 da + b * la + 2 * d, da + b * la + 3 * d);
+      if (n > 0) {  // the previous step's rows (a sequence apart): pre-activations, their gradients, dY, states
+        prefetch(a - 4 * d + b * la, 4 * d); prefetch(da - 4 * d + b * la, 4 * d);
+        if (dY) prefetch(dY + b * ls + (n - 1) * d, d);
+        if (n > 1) { prefetch(Y + (n - 2) * d + b * ls, d); prefetch(Z + (n - 2) * d + b * ls, d); }
+      }
+    }
     std::memcpy(G.data(), gz, B * d * sizeof(S));
     mm(B, d, d, da + 3 * d, la, Wy, d, S(1), G.data(), d);                 // dL/dz' += dsy Wy
     for (i64 b = 0; b < B; ++b)  // z-update
