@@ -2,8 +2,9 @@
 
 Plain C++17 on raw pointers (no torch headers, no pybind11: it compiles in a few seconds and is called through
 ``ctypes``). Matrix products go to the BLAS inside ``libtorch_cpu`` (MKL's ``sgemm_`` / ``dgemm_``, declared
-weak: a torch without them falls back to the plain loops below; small products always run as plain loops), or in
-float32 on a CPU with AVX-512 to register-blocked products written here (MKL runs its AVX2 code on AMD CPUs).
+weak: a torch without them falls back to the plain loops below; small products run as plain loops), except in
+float32 on a CPU with AVX-512, where every product runs as the register blocks written here (MKL runs its AVX2 code
+on AMD CPUs).
 The float32 gate nonlinearities are branch-free so that GCC vectorises the fused gate loops; float64 uses libm.
 
 Every cell has a forward that runs the whole time loop, storing the states and, where the cell has matrix
@@ -93,7 +94,7 @@ i64 blas_threshold = 32 * 32 * 32;  // M N K at or above which the BLAS is calle
 // columns (24 accumulators of 16 lanes), each k a broadcast of A's entry times B's row segment, the last 16-lane
 // vector masked where N is not a multiple of 16. Column panels outer, row blocks inner, so that a panel of B (K x 64)
 // stays in L1/L2 across the row blocks. MKL's sgemm_ takes its generic AVX2 path on non-Intel CPUs (about 100
-// GFLOPS on one Zen 5 core at (128, 128) x (128, 384), where these blocks reach about 230, the AVX-512 peak). AT:
+// GFLOPS on one Zen 5 core at (128, 128) x (128, 384), where these blocks reach about 240, near the AVX-512 peak). AT:
 // A is stored transposed (K x M, lda), the C += A^T B of a weight gradient summed over steps.
 #if defined(__AVX512F__)
 bool simd_products = true;  // odelab_set_simd(0): float32 products as without AVX-512 (the BLAS or the loops)
