@@ -869,15 +869,22 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, cons
     const S* hq = delay_state(H, h0, n - m, d, ls, &lq);
     if (K) dropped(B, T, d, n, K, R.data(), &hp, &lp, &hq, &lq);
     S* a = A + (n - n0) * w;
+    const bool next = n + 1 < n0 + TA;  // the next step's rows (a sequence apart) asked for during this one's
     if (kind == 0) {
       mm(B, 2 * d, d, hp, lp, Wht, 2 * d, S(1), a, la);                  // [s_c s_g] += h [W1; W3]^T
       if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a, la);                  // s_c += h_{n−m} W2^T
-      for (i64 b = 0; b < B; ++b) relax_fwd(d, h, a + b * la + d, a + b * la, hp + b * lp, H + n * d + b * ls);
+      for (i64 b = 0; b < B; ++b) {
+        relax_fwd(d, h, a + b * la + d, a + b * la, hp + b * lp, H + n * d + b * ls);
+        if (next) prefetch(a + w + b * la, w);
+      }
     } else if (kind == 1) {
       mm(B, d, d, hp, lp, Wht, 3 * d, S(1), a, la);                      // s_u += h W1^T
       mm(B, 2 * d, d, hp, lp, Wht + d, 3 * d, S(1), a + 2 * d, la);      // [s_g s_a] += h [W3; W4]^T
       if (hq) mm(B, d, d, hq, lq, W2t, d, S(1), a + d, la);              // s_z += h_{n−m} W2^T
-      for (i64 b = 0; b < B; ++b) tau_step(d, h, alpha, beta, a + b * la, hp + b * lp, H + n * d + b * ls);
+      for (i64 b = 0; b < B; ++b) {
+        tau_step(d, h, alpha, beta, a + b * la, hp + b * lp, H + n * d + b * ls);
+        if (next) prefetch(a + w + b * la, w);
+      }
     } else {
       for (int r : {0, 2, 3})                                            // s_r += h W_r^T, the present maps of h
         if (L.e[r] >= 0) mm(B, d, d, hp, lp, Wht + L.w[r] * d, L.nh * d, S(1), a + L.e[r] * d, la);
@@ -914,15 +921,26 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
     S* pend = Pend + (n + 1) % R * B * d;
     add_step(B, d, gh, pend, 0, d);
     std::fill(pend, pend + B * d, S(0));
+    // the previous step's rows (a sequence apart), asked for during this one's: pre-activations, their gradients, dY
+    const auto ahead = [&](i64 b) {
+      if (n == 0) return;
+      prefetch(a - w + b * la, w); prefetch(da - w + b * la, w);
+      if (dY) prefetch(dY + b * ls + (n - 1) * d, d);
+    };
     if (kind == 0) {
-      for (i64 b = 0; b < B; ++b)
+      for (i64 b = 0; b < B; ++b) {
         relax_bwd(d, h, a + b * la + d, a + b * la, hp + b * lp, gh + b * d, G.data() + b * d, da + b * la + d,
                   da + b * la);
+        ahead(b);
+      }
       std::memcpy(gh, G.data(), B * d * sizeof(S));
       mm(B, d, 2 * d, da, la, Wh, d, S(1), gh, d);                       // += [ds_c ds_g] [W1; W3]
       if (delayed) mm(B, d, d, da, la, W2, d, keep_sum, delayed, d);
     } else if (kind == 1) {
-      for (i64 b = 0; b < B; ++b) tau_step_bwd(d, h, alpha, beta, a + b * la, hp + b * lp, da + b * la, gh + b * d);
+      for (i64 b = 0; b < B; ++b) {
+        tau_step_bwd(d, h, alpha, beta, a + b * la, hp + b * lp, da + b * la, gh + b * d);
+        ahead(b);
+      }
       mm(B, d, d, da, la, Wh, d, S(1), gh, d);                           // += ds_u W1
       mm(B, d, 2 * d, da + 2 * d, la, Wh + d * d, d, S(1), gh, d);       // += [ds_g ds_a] [W3; W4]
       if (delayed) mm(B, d, d, da + d, la, W2, d, keep_sum, delayed, d);
