@@ -20,6 +20,13 @@ from .gaps import is_per_sample
 CHUNK_STATE_BYTES = 1 << 26  # a chunk's (B, steps·L, H) state sequence: 64 MiB (its encoding: up to 4 times that)
 
 
+def held_encoding(u: Tensor, V: Tensor, b: Tensor, unfolds: int) -> Tensor:
+    """V u_n + b, ``(B, T·L, H)`` contiguous, each sample's encoding repeated for the ``unfolds`` sub-steps it drives
+    (encoded once: the encoding is row-wise); the reversible UnICORNN's forward and its recomputing backward."""
+    enc = torch.nn.functional.linear(u, V, b)
+    return (enc if unfolds == 1 else enc.repeat_interleave(unfolds, dim=1)).contiguous()
+
+
 def needs_backward(system, x: Tensor, state) -> bool:
     """Whether autograd may ask for a backward: gradients enabled and x, the state (its delay history included) or
     a parameter requiring one."""

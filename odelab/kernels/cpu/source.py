@@ -97,7 +97,9 @@ i64 blas_threshold = 32 * 32 * 32;  // M N K at or above which the BLAS is calle
 // GFLOPS on one Zen 5 core at (128, 128) x (128, 384), where these blocks reach about 240, near the AVX-512 peak). AT:
 // A is stored transposed (K x M, lda), the C += A^T B of a weight gradient summed over steps.
 #if defined(__AVX512F__)
-bool simd_products = true;  // odelab_set_simd(0): float32 products as without AVX-512 (the BLAS or the loops)
+// Every float32 product goes to them, at every size (faster than the loops from hidden 4 up, the same at hidden 1:
+// LEM at (32, 1000, 16) 13.5 -> 9.6 ms a training step, one thread); odelab_set_simd(0): as without AVX-512.
+bool simd_products = true;
 
 template <int MR, int NV, bool AT>
 void simd_block(i64 K, const float* __restrict__ A, i64 lda, const float* __restrict__ B, i64 ldb, float beta,
@@ -177,23 +179,12 @@ void simd_mm(i64 M, i64 N, i64 K, const float* A, i64 lda, const float* B, i64 l
 }
 #endif
 
-// Whether a product in S goes to the AVX-512 blocks: float32, at every size (measured faster than the loops from
-// hidden 4 up, the same at hidden 1: LEM at (32, 1000, 16) 13.5 -> 9.6 ms a training step, one thread).
-template <typename S>
-inline bool use_simd() {
-#if defined(__AVX512F__)
-  return std::is_same<S, float>::value && simd_products;
-#else
-  return false;
-#endif
-}
-
 template <typename S>
 void mm(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S beta, S* C, i64 ldc) {
   if (M == 0 || N == 0) return;
 #if defined(__AVX512F__)
   if constexpr (std::is_same<S, float>::value) {
-    if (use_simd<S>()) { simd_mm<false>(M, N, K, A, lda, B, ldb, beta, C, ldc); return; }
+    if (simd_products) { simd_mm<false>(M, N, K, A, lda, B, ldb, beta, C, ldc); return; }
   }
 #endif
   if (K > 0 && M * N * K >= blas_threshold && have_blas((S*)nullptr) && lda < (1LL << 31) && ldb < (1LL << 31)
@@ -217,7 +208,7 @@ void mm_tn(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S* C, 
   if (M == 0 || N == 0 || K == 0) return;
 #if defined(__AVX512F__)
   if constexpr (std::is_same<S, float>::value) {
-    if (use_simd<S>()) { simd_mm<true>(M, N, K, A, lda, B, ldb, 1.0f, C, ldc); return; }
+    if (simd_products) { simd_mm<true>(M, N, K, A, lda, B, ldb, 1.0f, C, ldc); return; }
   }
 #endif
   if (M * N * K >= blas_threshold && have_blas((S*)nullptr) && lda < (1LL << 31) && ldb < (1LL << 31)

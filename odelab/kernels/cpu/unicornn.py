@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
+from ..chunks import held_encoding
 from ..derivatives import kernel_backward
 from .common import contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
@@ -82,7 +82,7 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
     def forward(ctx, u, V, b, w, c, z0, y0, h, alpha, unfolds):
         B, T, m = u.shape
         d = w.shape[0]
-        A = _held_encoding(u, V, b, unfolds)  # x_n = V u_n + b, freed after the loop
+        A = held_encoding(u, V, b, unfolds).view(-1, d)  # x_n = V u_n + b, rows (b, t, q), freed after the loop
         z, y = z0.contiguous().clone(), y0.contiguous().clone()  # initial state in, final state out
         ys = A.new_empty(B, T * unfolds, d)
         call("unicornn_reversible_forward", [A, w.contiguous(), torch.sigmoid(c), z, y, ys], (*ys.shape,),
@@ -98,7 +98,7 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
         u, V, b, w, c, z, y = ctx.saved_tensors
         B, T, m = u.shape
         d, L = w.shape[0], ctx.unfolds
-        grad_a = _held_encoding(u, V, b, L)  # recomputed x_n, overwritten with dL/da_n
+        grad_a = held_encoding(u, V, b, L).view(-1, d)  # recomputed x_n, overwritten with dL/da_n
         k = torch.sigmoid(c)
         gz = grad_z.contiguous().clone() if grad_z is not None else u.new_zeros(B, d)
         gy = grad_y.contiguous().clone() if grad_y is not None else u.new_zeros(B, d)
@@ -113,12 +113,6 @@ class ReversibleUnICORNNFunction(torch.autograd.Function):
         grad_V = grad_a.T @ u_flat if ctx.needs_input_grad[1] else None
         grad_b = grad_a.sum(0) if ctx.needs_input_grad[2] else None
         return grad_u, grad_V, grad_b, dw, dk * k * (1.0 - k), gz, gy, None, None, None
-
-
-def _held_encoding(u: Tensor, V: Tensor, b: Tensor, unfolds: int) -> Tensor:
-    """V u_n + b as contiguous rows (b, t, q): each sample's encoding repeated for its ``unfolds`` sub-steps."""
-    A = F.linear(u.reshape(-1, u.shape[-1]), V, b)
-    return (A if unfolds == 1 else A.repeat_interleave(unfolds, dim=0)).contiguous()
 
 
 def run_reversible(system, x: Tensor, state, dt: float, unfolds: int = 1, lags=()):

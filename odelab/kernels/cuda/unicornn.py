@@ -23,10 +23,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.nn import functional as F
 
 from ..derivatives import kernel_backward
-from ..chunks import in_chunks
+from ..chunks import held_encoding, in_chunks
 from ._common import available, on_device, sigmoid, tanh  # noqa: F401
 
 BLOCK = 128
@@ -348,7 +347,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u, V, b, w, c, z0, y0, dt, alpha, unfolds):
-        enc = _held_encoding(u, V, b, unfolds)  # x_n = V u_n + b, freed after the launch
+        enc = held_encoding(u, V, b, unfolds)  # x_n = V u_n + b, freed after the launch
         B, T, H = enc.shape
         w, c = w.contiguous(), c.contiguous()
         z, y = z0.contiguous().clone(), y0.contiguous().clone()  # initial state in, final state out
@@ -367,7 +366,7 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
     @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
         u, V, b, w, c, z, y = ctx.saved_tensors
-        grad_x = _held_encoding(u, V, b, ctx.unfolds)  # recomputed x_n, overwritten with ∂L/∂x_n
+        grad_x = held_encoding(u, V, b, ctx.unfolds)  # recomputed x_n, overwritten with ∂L/∂x_n
         B, T, H = grad_x.shape
         GZ, GY = (grad_x.new_zeros(B, H) if g is None else g.contiguous().clone() for g in (grad_z, grad_y))
         grad_ys = torch.zeros_like(grad_x) if grad_ys is None else grad_ys.contiguous()
@@ -383,12 +382,6 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         grad_V = grad_x.flatten(0, 1).T @ u.flatten(0, 1) if ctx.needs_input_grad[1] else None
         grad_b = grad_x.sum((0, 1)) if ctx.needs_input_grad[2] else None
         return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0), GZ, GY, None, None, None
-
-
-def _held_encoding(u, V, b, unfolds):
-    """V u_n + b (B, T·L, H), contiguous: each sample's encoding repeated for its ``unfolds`` sub-steps."""
-    enc = F.linear(u, V, b)
-    return (enc if unfolds == 1 else enc.repeat_interleave(unfolds, dim=1)).contiguous()
 
 
 @in_chunks
