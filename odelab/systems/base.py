@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 State = tuple[Tensor, ...]
 
@@ -57,9 +58,17 @@ class System(nn.Module):
         """``(forcing, decay)`` of block ``i``: d block/dt = forcing - decay * block, decay >= 0."""
         raise NotImplementedError(f"{type(self).__name__} has no forcing/decay split for block {self.blocks[i]!r}")
 
+    def encoding(self) -> tuple[Tensor, Tensor | None] | None:
+        """``(V, b)`` when the input encoding is the affine map ``u ↦ V u + b`` (b may be None), else None. The
+        systems with an affine encoding declare it here rather than overriding :meth:`encode`, so that a fused
+        kernel can compute the map itself."""
+        return None
+
     def encode(self, u: Tensor) -> Tensor:
-        """Affine input encoding, applied to a whole sequence ``(..., input_size)`` at once."""
-        return u
+        """The input encoding, applied to a whole sequence ``(..., input_size)`` at once: ``V u + b`` by
+        :meth:`encoding`, the identity without one."""
+        affine = self.encoding()
+        return u if affine is None else F.linear(u, *affine)
 
     def symbols(self) -> dict[str, Tensor]:
         """Parameters under the paper's names (views, so edits write through)."""

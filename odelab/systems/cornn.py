@@ -78,8 +78,8 @@ class CoRNN(System):
         coefficients = F.relu(self.coefficients) if self.learn_coefficients else self.coefficients
         return coefficients[0], coefficients[1]
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight[:, : self.input_size], self.bias)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight[:, : self.input_size], self.bias
 
     def _forcing(self, state, inp: Tensor | None) -> Tensor:
         """tanh(W y + 𝒲 z + V u + b) − γ y, the z-forcing of (2.2)."""

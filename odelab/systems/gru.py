@@ -94,8 +94,8 @@ class GRU(System):
             symbols["b_hu"] = self.bias_hidden_candidate
         return symbols
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.bias)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight_input, self.bias
 
     def split(self, i, t, state, inp, *delayed):
         h = state[0]
@@ -150,8 +150,8 @@ class MGU(System):
         (V_f, V_u), (W_f, W_u), (b_f, b_u) = (w.split(d) for w in (self.weight_input, self.weight_hidden, self.bias))
         return dict(W_f=W_f, W_u=W_u, V_f=V_f, V_u=V_u, b_f=b_f, b_u=b_u)
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.bias)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight_input, self.bias
 
     def split(self, i, t, state, inp, *delayed):
         h = state[0]

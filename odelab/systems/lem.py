@@ -111,8 +111,8 @@ class LEM(System):
         b1, bz, b2, by = (bias[k * d:(k + 1) * d] for k in range(4))
         return dict(W1=W1, W2=self.W2, Wz=Wz, Wy=self.Wy, V1=V1, V2=V2, Vz=Vz, Vy=Vy, b1=b1, b2=b2, bz=bz, by=by)
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.input_bias())
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight_input, self.input_bias()
 
     def _inputs(self, inp: Tensor | None, batch_like: Tensor) -> tuple[Tensor, Tensor]:
         if inp is None:  # autonomous use (no input signal): the encoding is the bias alone
@@ -171,8 +171,8 @@ class SingleScaleLEM(System):
         bz, by = self.bias.split(d)
         return dict(Wz=self.Wz, Wy=self.Wy, Vz=Vz, Vy=Vy, bz=bz, by=by)
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.bias)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight_input, self.bias
 
     def split(self, i, t, state, inp, *delayed):
         z, y = state

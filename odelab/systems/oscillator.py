@@ -49,8 +49,8 @@ class NeuralOscillator(System):
         V, W = self.weight.split((self.input_size, self.hidden_size), dim=1)
         return {"W": W, "V": V, "b": self.bias}
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight[:, : self.input_size], self.bias)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight[:, : self.input_size], self.bias
 
     def block_derivative(self, i, t, state, inp, *delayed):
         z, y = state

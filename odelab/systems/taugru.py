@@ -76,8 +76,8 @@ class _GatedDelay(System):
         """(τ,); empty when τ = 0 (the no-delay ablation: h(t − τ) = h(t))."""
         return (self.tau,) if self.tau > 0 else ()
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.input_bias())
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight_input, self.input_bias()
 
     def _encoded(self, inp: Tensor | None, h: Tensor) -> list[Tensor]:
         if inp is None:  # autonomous use: the encoding is the bias alone

@@ -26,7 +26,6 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from .base import System
 
@@ -69,8 +68,8 @@ class UnICORNN(System):
     def symbols(self) -> dict[str, Tensor]:
         return {"w": self.w, "V": self.weight_input, "b": self.bias, "c": self.c}
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.weight_input, self.bias)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.weight_input, self.bias
 
     def block_derivative(self, i, t, state, inp, *delayed):
         z, y = state

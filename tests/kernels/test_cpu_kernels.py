@@ -55,7 +55,9 @@ CELLS = {
 }
 
 # (batch, time, hidden, input)
-SIZES = [(1, 1, 1, 1), (3, 7, 17, 2), (1, 5, 17, 3), (4, 9, 1, 1), (6, 40, 33, 3), (2, 3, 300, 2), (5, 3, 16, 2)]
+# (input 9: wider than common.AFFINE_CHANNELS, encoded by torch's product)
+SIZES = [(1, 1, 1, 1), (3, 7, 17, 2), (1, 5, 17, 3), (4, 9, 1, 1), (6, 40, 33, 3), (2, 3, 300, 2), (5, 3, 16, 2),
+         (2, 4, 5, 9)]
 
 
 def _layer(stack):
@@ -257,6 +259,50 @@ def test_no_grad_and_frozen_parameters():
         fused = model(x)[0]
         model.engine = "generic"
         assert relative(fused, model(x)[0]) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("rows, channels, width", [(1, 1, 1), (7, 2, 17), (600, 1, 40), (300, 8, 64), (257, 5, 3)])
+def test_affine_encoding(rows, channels, width, bias, dtype):
+    """The one-pass encoding X Vᵀ + b and its gradients against the closed forms in float64: dX = G V, dV = Gᵀ X,
+    db = Σ_r G_r; V a column slice of a wider weight (coRNN's [V | 𝒲 | W]); rows past one block of partial sums."""
+    torch.manual_seed(rows * 31 + channels)
+    weight = torch.randn(width, channels + 3, dtype=dtype, requires_grad=True)
+    V = weight[:, :channels]
+    b = torch.randn(width, dtype=dtype, requires_grad=True) if bias else None
+    X = torch.randn(rows, channels, dtype=dtype, requires_grad=True)
+    A = common.AffineEncoding.apply(X, V, b)
+    G = torch.randn(rows, width, dtype=dtype) + 0.5  # a mean away from zero: the sums over rows grow with them
+    dX, dweight, *db = torch.autograd.grad((A * G).sum(), [X, weight, *([b] if bias else [])])
+    X64, V64, G64 = X.detach().double(), V.detach().double(), G.double()
+    expected = X64 @ V64.T + (b.detach().double() if bias else 0.0)
+    tol = TOLERANCE[dtype]
+    assert A.is_contiguous() and A.dtype == dtype
+    assert relative(A.double(), expected) < tol
+    assert relative(dX.double(), G64 @ V64) < tol
+    assert relative(dweight[:, :channels].double(), G64.T @ X64) < tol
+    assert not dweight[:, channels:].any()
+    if bias:
+        assert relative(db[0].double(), G64.sum(0)) < tol
+
+
+def test_encoding_declared_or_overridden():
+    """The kernels encode by the system's declared affine map (few channels) or call its encode: an encode a
+    subclass overrides, or more than AFFINE_CHANNELS channels."""
+    model = cells.LEM(2, 5)
+    narrow, wide = torch.randn(4, 2), torch.randn(4, common.AFFINE_CHANNELS + 1)
+    assert type(common.encode(model.system, narrow).grad_fn).__name__ == "AffineEncodingBackward"
+    wide_model = cells.LEM(wide.shape[1], 5)
+    assert type(common.encode(wide_model.system, wide).grad_fn).__name__ != "AffineEncodingBackward"
+
+    class Doubled(type(model.system)):
+        def encode(self, u):
+            return 2 * super().encode(u)
+
+    system = model.system
+    system.__class__ = Doubled
+    assert relative(common.encode(system, narrow), 2 * torch.nn.functional.linear(narrow, *system.encoding())) == 0
 
 
 def test_fast_math_matches_torch():
