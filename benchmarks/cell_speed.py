@@ -8,7 +8,8 @@ one input matmul, unbind, stack) as the yardstick of the generic path.
                                     [--threads 1] [--out FILE]
 
 (``ODELAB_FLOAT32_PRODUCTS=tf32x3`` or ``=bf16`` in the environment: the CUDA kernels' float32 products as three
-TF32 products, or of bfloat16-rounded operands; recorded in the JSON's meta.)
+TF32 products, or of bfloat16-rounded operands; ``THP_MEM_ALLOC_ENABLE=1``: torch's CPU buffers of 2 MiB and more
+on transparent huge pages, as the ``odelab`` command sets it; both recorded in the JSON's meta.)
 
 For every model × size × device: the median seconds of forward + backward of a mean loss over the outputs, and
 of the forward alone (under ``torch.no_grad()``), and the peak memory of one training step and of one forward (CUDA:
@@ -493,6 +494,7 @@ def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> Non
                                 if args.cpu_memory else "not measured"),
             "matmul_fp32_precision": "tf32" if args.tf32 else "ieee (torch's default)",
             "kernel_float32_products": os.environ.get("ODELAB_FLOAT32_PRODUCTS", "").strip() or "torch's switch",
+            "cpu_huge_pages": os.environ.get("THP_MEM_ALLOC_ENABLE", "").strip() or "unset (torch's default: off)",
             "cudnn_rnn_float32": cudnn_rnn_precision() + " (the lstm/gru rows; lstm-ieee/gru-ieee: IEEE)",
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

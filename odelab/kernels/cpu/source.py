@@ -1416,11 +1416,11 @@ ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n
 ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
                                              s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9),
                                              tau_layout(n + 5)))
-// sizes (R, w, c0, nc, d); pointers dA X O
 // sizes (R, n, w); pointers X V^T b A (b may be null)
 ODELAB_EXPORT(affine_forward, affine_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3)))
 // sizes (R, n, w); pointers dA X dV^T db (db may be null)
 ODELAB_EXPORT(affine_backward, affine_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3)))
+// sizes (R, w, c0, nc, d); pointers dA X O
 ODELAB_EXPORT(column_products, column_products<S>(n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2)))
 // sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors, may be null)
 ODELAB_EXPORT(state_products, state_products<S>(n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
