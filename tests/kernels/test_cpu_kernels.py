@@ -167,6 +167,47 @@ def test_liquid_threads_give_the_same_bits(name):
         assert torch.equal(a, b)
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+ROW_THREADED = ["lem", "lem-unfolds", "cornn", "cornn-implicit", "gru-ode", "oscillator", "taugru", "delaygru",
+                "taugru-lag-beyond-T", "taugru-ablation", "delaygru-lag1-unfolds"]
+
+
+@pytest.mark.parametrize("name", ROW_THREADED)
+def test_batch_rows_split_between_threads(name):
+    """With AVX-512 float32 products the kernels split the batch rows between torch's threads (8 rows or more a
+    thread): 3 threads over 43 rows (ranges of 14 and 15 rows, not multiples of the 6-row product blocks) give the
+    generic loop's results, and the bits of one thread, over a delay ring and per-sample steps too."""
+    if not extension.has_simd():
+        pytest.skip("the rows are split only where the float32 products are the AVX-512 blocks")
+    torch.manual_seed(11)
+    model = CELLS[name](2, 19)
+    x = torch.randn(43, 9, 2)
+    with torch_threads(3):
+        check(model, x, None)
+    gaps = torch.rand(43, 9) + 0.5
+    results = []
+    for threads in (1, 3):
+        with torch_threads(threads):
+            model.engine = "fused"
+            model.zero_grad()
+            xs = x.clone().requires_grad_(True)
+            out, final = model(xs, dt=gaps) if name.startswith(("lem", "cornn", "gru", "osc")) else model(xs)
+            (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+            results.append([out.detach(), *(f.detach() for f in final), xs.grad,
+                            *[p.grad.clone() for p in model.parameters()]])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
 def test_liquid_without_backward_keeps_sample_states_only(name):
     """With no gradient wanted, the liquid kernels run the sub-steps in scratch rows and store the sample states

@@ -41,7 +41,19 @@ def call(name: str, tensors, sizes=(), scalars=()) -> None:
     dtype = next(t.dtype for t in tensors if t is not None)
     if dtype not in _FLOATS or any(_misread(t, dtype) for t in tensors):
         _refuse(name, tensors, dtype)
+    _follow_torch_threads()
     LIBRARY.call(name, tensors, sizes, scalars)
+
+
+_threads = [1]  # the thread count the library was last given
+
+
+def _follow_torch_threads() -> None:
+    """The kernels split their batch rows between torch's threads (``torch.set_num_threads``), as its ops do."""
+    threads = torch.get_num_threads()
+    if threads != _threads[0]:
+        library().odelab_set_threads(ctypes.c_int(threads))
+        _threads[0] = threads
 
 
 _FLOATS = (torch.float32, torch.float64)

@@ -196,6 +196,31 @@ void mm(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S beta, S
   }
 }
 
+// ---- batch rows over threads ----------------------------------------------------------------------------
+// Different samples' recurrences are independent, so a kernel can run as `threads` kernels on contiguous ranges of
+// batch rows. Each range runs its rows exactly as the whole kernel would (a product block sums every element of C
+// over k in the same order whatever rows lie beside it), so the results do not depend on the thread count. Only
+// where the float32 products are the register blocks, one core each (MKL's, float64 or without AVX-512, thread
+// themselves); at least ROWS_PER_THREAD rows a thread. odelab_set_threads: torch's thread count (extension.call).
+int row_threads = 1;
+constexpr i64 ROWS_PER_THREAD = 8;
+
+template <typename S, typename Body>
+void over_rows(i64 B, Body body) {
+  int t = 1;
+#if defined(__AVX512F__) && defined(_OPENMP)
+  if (std::is_same<S, float>::value && simd_products)
+    t = (int)std::max<i64>(1, std::min<i64>(row_threads, B / ROWS_PER_THREAD));
+#endif
+  if (t <= 1) { body(i64(0), B); return; }
+#pragma omp parallel for num_threads(t) schedule(static)
+  for (int i = 0; i < t; ++i) body(B * i / t, B * (i + 1) / t - B * i / t);
+}
+
+// p + offset, or null for a null p (the optional arguments)
+template <typename S>
+inline S* at(S* p, i64 offset) { return p ? p + offset : nullptr; }
+
 // Ask for the cache lines of p[0, n) ahead of their use (rows that the loops reach strided far apart).
 template <typename S>
 inline void prefetch(const S* p, i64 n) {
@@ -862,6 +887,8 @@ void dropped(i64 B, i64 T, i64 d, i64 n, const S* K, S* R, const S** hp, i64* lp
 // weighting = False drops a; gating = False drops g): e = the encoding block of (u, z, g, a) in A, w = the
 // weight_h block of (u, −, g, a), −1 where absent (u, z absent: 0; g, a absent: 1); ne blocks a step, nh in weight_h.
 struct TauLayout { i64 ne, nh, e[4], w[4]; };
+// the values of a step's pre-activations: 2d (Delay GRU), 4d (τ-GRU), ne d (the ablations)
+inline i64 gate_width(int kind, i64 d, const TauLayout& L) { return kind == 2 ? L.ne * d : kind ? 4 * d : 2 * d; }
 
 template <typename S>
 void tau_ablated_step(i64 d, S h, S alpha, S beta, const TauLayout& L, const S* __restrict__ sb,
@@ -897,7 +924,7 @@ template <typename S>
 void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, const S* h0, const S* Wht, const S* W2t,
                 double hd, double al, double be, S* H, const S* K, const TauLayout& L) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind == 2 ? L.ne * d : kind ? 4 * d : 2 * d, la = TA * w;
+  const i64 ls = T * d, w = gate_width(kind, d, L), la = TA * w;
   std::vector<S> R(K ? 2 * B * d : 0);
   for (i64 n = n0; n < n0 + TA; ++n) {
     i64 lp = d, lq = d;
@@ -938,7 +965,7 @@ template <typename S>
 void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
                 double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend, const S* K, const TauLayout& L) {
   const S h = S(hd), alpha = S(al), beta = S(be);
-  const i64 ls = T * d, w = kind == 2 ? L.ne * d : kind ? 4 * d : 2 * d, la = T * w, R = pending_slots(T, m),
+  const i64 ls = T * d, w = gate_width(kind, d, L), la = T * w, R = pending_slots(T, m),
             lk = T * 2 * d;
   const bool reads_delayed = kind != 2 || L.e[1] >= 0;
   std::vector<S> G(B * d), D(K ? 2 * B * d : 0), Q(K ? B * d : 0);
@@ -1357,6 +1384,7 @@ void odelab_product_f32(i64 M, i64 N, i64 K, const float* A, i64 lda, const floa
   else mm(M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 void odelab_set_blas_threshold(i64 t) { blas_threshold = t; }
+void odelab_set_threads(int t) { row_threads = t > 1 ? t : 1; }
 int odelab_has_blas() { return (sgemm_ != nullptr && dgemm_ != nullptr) ? 1 : 0; }
 #if defined(__AVX512F__)
 int odelab_has_simd() { return 1; }
@@ -1368,19 +1396,28 @@ void odelab_set_simd(int) {}
 }
 
 // sizes (B, T, d); pointers A z0 y0 Wg^T Wy^T Z Y hs (hs may be null); scalars h
-ODELAB_EXPORT(lem_forward, lem_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                      PTR(7)))
+ODELAB_EXPORT(lem_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  lem_fwd<S>(rows, T, d, PTR(0) + b * T * 4 * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
+             PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T)); }))
 // sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs dhs (dY, hs, dhs may be null); scalars h
-ODELAB_EXPORT(lem_backward, lem_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                       PTR(7), PTR(8), PTR(9), PTR(10), PTR(11), PTR(12)))
+ODELAB_EXPORT(lem_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  lem_bwd<S>(rows, T, d, PTR(0) + b * T * 4 * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
+             PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T * d), PTR(8) + b * d, PTR(9) + b * d,
+             PTR(10) + b * T * 4 * d, at(PTR(11), b * T), at(PTR(12), b * T)); }))
 // sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y hs (hs may be null); scalars h γ ε
-ODELAB_EXPORT(cornn_forward, cornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1], s[2],
-                                          (int)n[3], PTR(5), PTR(6), PTR(7)))
+ODELAB_EXPORT(cornn_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  cornn_fwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0], s[1], s[2],
+               (int)n[3], PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T)); }))
 // sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA hs z0 y0 Z Y dhs (dY, hs, dhs may be null; the states are
 // read for dhs only); scalars h γ ε
-ODELAB_EXPORT(cornn_backward, cornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1], s[2], (int)n[3],
-                                           PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11),
-                                           PTR(12)))
+ODELAB_EXPORT(cornn_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  cornn_bwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1), PTR(2), s[0], s[1], s[2], (int)n[3], at(PTR(3), b * T * d),
+               PTR(4) + b * d, PTR(5) + b * d, PTR(6) + b * T * d, at(PTR(7), b * T), at(PTR(8), b * d),
+               at(PTR(9), b * d), at(PTR(10), b * T * d), at(PTR(11), b * T * d), at(PTR(12), b * T)); }))
 // sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
 ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
                                                 PTR(5), PTR(6)))
@@ -1394,37 +1431,54 @@ ODELAB_EXPORT(unicornn_reversible_forward, unicornn_rev_fwd<S>(n[0], n[1], n[2],
 ODELAB_EXPORT(unicornn_reversible_backward, unicornn_rev_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1],
                                                                 PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9)))
 // sizes (B, T, d); pointers A C h0 [W_r; W_f]^T W_u^T b_hu H hs (hs may be null); scalars Δ
-ODELAB_EXPORT(gru_forward, gru_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), s[0], PTR(6),
-                                      PTR(7)))
+ODELAB_EXPORT(gru_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  gru_fwd<S>(rows, T, d, PTR(0) + b * T * 3 * d, PTR(1) + b * T * d, PTR(2) + b * d, PTR(3), PTR(4), PTR(5), s[0],
+             PTR(6) + b * T * d, at(PTR(7), b * T)); }))
 // sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs dhs (dY, hs, dhs may be null); scalars Δ
-ODELAB_EXPORT(gru_backward, gru_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], PTR(5), PTR(6),
-                                       PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
+ODELAB_EXPORT(gru_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  gru_bwd<S>(rows, T, d, PTR(0) + b * T * 3 * d, PTR(1) + b * T * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
+             PTR(5) + b * T * d, at(PTR(6), b * T * d), PTR(7) + b * d, PTR(8) + b * T * 3 * d, PTR(9) + b * T * d,
+             at(PTR(10), b * T), at(PTR(11), b * T)); }))
 // sizes (B, T, d); pointers A z0 y0 W^T Z Y hs (hs may be null); scalars h
-ODELAB_EXPORT(osc_forward, osc_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], PTR(4), PTR(5),
-                                      PTR(6)))
+ODELAB_EXPORT(osc_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  osc_fwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), s[0], PTR(4) + b * T * d,
+             PTR(5) + b * T * d, at(PTR(6), b * T)); }))
 // sizes (B, T, d); pointers A W dY gz gy dA hs Z dhs (dY, hs, dhs may be null; Z read for dhs); scalars h
-ODELAB_EXPORT(osc_backward, osc_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), s[0], PTR(2), PTR(3), PTR(4), PTR(5),
-                                       PTR(6), PTR(7), PTR(8)))
+ODELAB_EXPORT(osc_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  osc_bwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1), s[0], at(PTR(2), b * T * d), PTR(3) + b * d, PTR(4) + b * d,
+             PTR(5) + b * T * d, at(PTR(6), b * T), at(PTR(7), b * T * d), at(PTR(8), b * T)); }))
 // The ablated τ-GRU's layout (kind 2) from sizes n[k …]: ne nh e_u e_z e_g e_a w_u w_g w_a.
 inline TauLayout tau_layout(const i64* n) { return {n[0], n[1], {n[2], n[3], n[4], n[5]}, {n[6], -1, n[7], n[8]}}; }
 // sizes (kind, B, T, d, m, n0, TA, layout (9, tau_layout)); pointers A h0 weight_h^T W2^T H K (K: dropout factors,
 // may be null); scalars Δ α β
-ODELAB_EXPORT(gdelay_forward, gdelay_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
-                                            PTR(3), s[0], s[1], s[2], PTR(4), PTR(5), tau_layout(n + 7)))
+ODELAB_EXPORT(gdelay_forward, over_rows<S>(n[1], [&](i64 b, i64 rows) {
+  const int kind = (int)n[0]; const i64 T = n[2], d = n[3], TA = n[6]; const TauLayout L = tau_layout(n + 7);
+  gdelay_fwd<S>(kind, rows, T, d, n[4], n[5], TA, PTR(0) + b * TA * gate_width(kind, d, L), PTR(1) + b * d, PTR(2),
+                PTR(3), s[0], s[1], s[2], PTR(4) + b * T * d, at(PTR(5), b * T * 2 * d), L); }))
 // sizes (kind, B, T, d, m, layout (9, tau_layout)); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see
-// pending_slots) K (may be null); scalars Δ α β
-ODELAB_EXPORT(gdelay_backward, gdelay_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2), PTR(3), s[0],
-                                             s[1], s[2], PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9),
-                                             tau_layout(n + 5)))
+// pending_slots) K (may be null); scalars Δ α β. A range of rows gets its own contiguous slots x rows x d of the ring.
+ODELAB_EXPORT(gdelay_backward, over_rows<S>(n[1], [&](i64 b, i64 rows) {
+  const int kind = (int)n[0]; const i64 T = n[2], d = n[3], m = n[4]; const TauLayout L = tau_layout(n + 5);
+  const i64 w = gate_width(kind, d, L);
+  gdelay_bwd<S>(kind, rows, T, d, m, PTR(0) + b * T * w, PTR(1) + b * d, PTR(2), PTR(3), s[0], s[1], s[2],
+                PTR(4) + b * T * d, at(PTR(5), b * T * d), PTR(6) + b * d, PTR(7) + b * T * w,
+                PTR(8) + pending_slots(T, m) * b * d, at(PTR(9), b * T * 2 * d), L); }))
 // sizes (R, n, w); pointers X V^T b A (b may be null)
-ODELAB_EXPORT(affine_forward, affine_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3)))
+ODELAB_EXPORT(affine_forward, over_rows<S>(n[0], [&](i64 r0, i64 rows) {
+  affine_fwd<S>(rows, n[1], n[2], PTR(0) + r0 * n[1], PTR(1), PTR(2), PTR(3) + r0 * n[2]); }))
 // sizes (R, n, w); pointers dA X dV^T db (db may be null)
 ODELAB_EXPORT(affine_backward, affine_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3)))
 // sizes (R, w, c0, nc, d); pointers dA X O
-ODELAB_EXPORT(column_products, column_products<S>(n[0], n[1], n[2], n[3], n[4], PTR(0), PTR(1), PTR(2)))
+ODELAB_EXPORT(column_products, over_rows<S>(n[3], [&](i64 r0, i64 rows) {
+  column_products<S>(n[0], n[1], n[2] + r0, rows, n[4], PTR(0), PTR(1), PTR(2) + r0 * n[4]); }))
 // sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors, may be null)
-ODELAB_EXPORT(state_products, state_products<S>(n[0], n[1], n[2], n[3], n[4], n[5], n[6], PTR(0), PTR(1), PTR(2),
-                                                PTR(3), PTR(4), n[7]))
+ODELAB_EXPORT(state_products, over_rows<S>(n[4], [&](i64 r0, i64 rows) {  // rows of O: columns of dA
+  state_products<S>(n[0], n[1], n[2], n[3] + r0, rows, n[5], n[6], PTR(0), PTR(1), PTR(2), PTR(3) + r0 * n[5],
+                    PTR(4), n[7]); }))
 // sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H hs; scalars δ
 ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],
