@@ -15,7 +15,6 @@ Ctrl-C exits with 130.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from . import compare_schemes, fit, gates, graph, reproduce, stability, sweep
@@ -23,17 +22,7 @@ from . import compare_schemes, fit, gates, graph, reproduce, stability, sweep
 COMMANDS = (fit, reproduce, sweep, compare_schemes, gates, stability, graph)
 
 
-def use_huge_pages() -> None:
-    """Ask torch to back its CPU buffers of 2 MiB and more with transparent huge pages (``THP_MEM_ALLOC_ENABLE``,
-    read at torch's first large allocation). A training step allocates its sequence buffers afresh, and the
-    allocator returns them to the system after it, so with 4 KiB pages every step faults them in again, a page
-    at a time: LEM at (128, 1000, 128) takes 0.62 s a step so, 0.35 s with huge pages, at the same peak memory.
-    A value already in the environment is kept (``THP_MEM_ALLOC_ENABLE=0`` turns it off)."""
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-
 def main(argv: list[str] | None = None) -> int:
-    use_huge_pages()
     parser = argparse.ArgumentParser(prog="odelab", description="Continuous-time neural ODE/DDE sequence models.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:

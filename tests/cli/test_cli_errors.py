@@ -2,7 +2,6 @@
 traceback, and loses no file; resume refuses every changed setting; Ctrl-C keeps the last checkpoint and
 ``--resume`` then gives the uninterrupted result. Tiny data: the tasks' loaders are replaced (TASKS[...].load)."""
 import json
-import os
 import pickle
 import signal
 import subprocess
@@ -433,18 +432,3 @@ def test_engine_option_reaches_the_run_and_the_fused_kernel_trains_as_the_defini
         rmse[engine] = result["test_rmse"]
     assert abs(rmse["auto"] - rmse["generic"]) <= 1e-5 * rmse["generic"]
 
-
-def test_command_asks_for_huge_pages_unless_told(monkeypatch, capsys):
-    """``odelab`` sets THP_MEM_ALLOC_ENABLE=1 (torch's huge-page CPU buffers) before it parses anything, even a
-    command that fails, and keeps a value the user set."""
-    import os
-
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    with pytest.raises(SystemExit):
-        main(["fit", "fhn", "--epochs", "0"])
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
-    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
-    with pytest.raises(SystemExit):
-        main(["fit", "fhn", "--epochs", "0"])
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
-    assert "--epochs" in capsys.readouterr().err
