@@ -431,4 +431,3 @@ def test_engine_option_reaches_the_run_and_the_fused_kernel_trains_as_the_defini
         assert result["engine"] == engine
         rmse[engine] = result["test_rmse"]
     assert abs(rmse["auto"] - rmse["generic"]) <= 1e-5 * rmse["generic"]
-
