@@ -42,8 +42,8 @@ class NeuralFitzHughNagumo(System):
         self.b = nn.Parameter(torch.zeros(hidden_size))
         self.e = nn.Parameter(torch.full((hidden_size,), -2.0))  # slow scale ε = σ(−2) ≈ 0.12 at init
 
-    def encode(self, u: Tensor) -> Tensor:
-        return F.linear(u, self.V, self.b)
+    def encoding(self) -> tuple[Tensor, Tensor]:
+        return self.V, self.b  # the input map u -> V u + b (System.encode applies it)
 
     def split(self, i, t, state, inp, *delayed):
         y, w = state
