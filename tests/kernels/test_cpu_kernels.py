@@ -452,11 +452,12 @@ def _product(M, N, K, transposed, beta, strides=(0, 0, 0)):
 @pytest.mark.parametrize("transposed", [False, True], ids=["mm", "mm_tn"])
 def test_products_at_block_edges(kind, transposed):
     """Row counts around the 6-row blocks, column counts around the 16-lane vectors and the 64-column panels, K from
-    0 to past one 256-step slice, strided rows, beta 0, 1 and 0.5: every entry within float32 round-off of the float64 product (relative to
-    Σ |a| |b| + |c|), and nothing written beyond the N columns of a row."""
+    0 to past the 64-step (AᵀB) and 256-step (AB) slices, strided rows, beta 0, 1 and 0.5: every entry within float32
+    round-off of the float64 product (relative to Σ |a| |b| + |c|), and nothing written beyond the N columns of a
+    row."""
     with products(kind):
         for M, N, K in [(1, 1, 1), (5, 17, 3), (6, 16, 8), (7, 64, 9), (13, 65, 2), (12, 130, 33), (19, 200, 0),
-                        (3, 15, 128), (8, 70, 600)]:
+                        (9, 33, 64), (4, 20, 65), (3, 15, 128), (8, 70, 600)]:
             for beta in (0.0, 1.0, 0.5):
                 error = _product(M, N, K, transposed, beta, strides=(3, 5, 7))
                 assert error <= 1e-6 * max(K, 1) ** 0.5 + 1e-7, (M, N, K, beta, error)
