@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import subprocess
+import sys
 import warnings
 import zlib
 
@@ -206,6 +208,33 @@ def test_batch_rows_split_between_threads(name):
                             *[p.grad.clone() for p in model.parameters()]])
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+FORKED_CHILD = """
+import os, torch
+from odelab import cells
+torch.set_num_threads(2)
+model = cells.LEM(1, 32)
+model.engine = "fused"
+x = torch.randn(64, 50, 1)
+model(x)[0].sum().backward()  # the rows split between 2 threads: libgomp's pool exists
+pid = os.fork()
+if pid == 0:
+    with torch.no_grad():
+        model(x)
+    os._exit(0)
+print("child status", os.waitpid(pid, 0)[1])
+"""
+
+
+def test_kernels_in_a_forked_child_run_on_one_thread():
+    """A child forked after the kernels ran on 2 threads runs them on one: GNU libgomp would wait forever for the
+    parent's pool threads, which the child does not have."""
+    if not extension.has_simd():
+        pytest.skip("the rows are split only where the float32 products are the AVX-512 blocks")
+    run = subprocess.run([sys.executable, "-c", FORKED_CHILD], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["child", "status", "0"]
 
 
 @pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])

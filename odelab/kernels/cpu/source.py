@@ -24,6 +24,7 @@ scalars)`` (see :func:`odelab.kernels.cpu.extension.call`).
 
 SOURCE = r"""
 #include <algorithm>
+#include <pthread.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -209,12 +210,18 @@ void mm(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S beta, S
 int row_threads = 1;
 constexpr i64 ROWS_PER_THREAD = 8;
 
+// A process forked after an OpenMP region must not open another: GNU libgomp keeps the parent's thread pool, whose
+// threads the child does not have, and waits for them forever. In a forked child the kernels run on one thread.
+bool forked = false;
+const int fork_guard = pthread_atfork(nullptr, nullptr, [] { forked = true; });
+inline int usable_threads(int threads) { return forked ? 1 : threads; }
+
 template <typename S, typename Body>
 void over_rows(i64 B, Body body) {
   int t = 1;
 #if defined(__AVX512F__) && defined(_OPENMP)
   if (std::is_same<S, float>::value && simd_products)
-    t = (int)std::max<i64>(1, std::min<i64>(row_threads, B / ROWS_PER_THREAD));
+    t = (int)std::max<i64>(1, std::min<i64>(usable_threads(row_threads), B / ROWS_PER_THREAD));
 #endif
   if (t <= 1) { body(i64(0), B); return; }
 #pragma omp parallel for num_threads(t) schedule(static)
@@ -1484,12 +1491,12 @@ ODELAB_EXPORT(state_products, over_rows<S>(n[4], [&](i64 r0, i64 rows) {  // row
   state_products<S>(n[0], n[1], n[2], n[3] + r0, rows, n[5], n[6], PTR(0), PTR(1), PTR(2), PTR(3) + r0 * n[5],
                     PTR(4), n[7]); }))
 // sizes (kind, B, T, m, n, L, threads); pointers X h0 G Aa Bb K g_l e_l O_h k_shift W_in C H hs; scalars δ
-ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
+ODELAB_EXPORT(liquid_forward, liquid_fwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], usable_threads((int)n[6]), PTR(0), PTR(1), PTR(2),
                                             PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), s[0],
                                             PTR(11), PTR(12), PTR(13)))
 // sizes (kind, B, T, m, n, L, threads); pointers X C h0 G Aa Bb K e_l O_h^T k_shift H dY gh dX dG dAa dBb dK dg_l
 // de_l dk_shift dO_h dW_in hs dhs (dhs: zeroed, or null); scalars δ
-ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], (int)n[6], PTR(0), PTR(1), PTR(2),
+ODELAB_EXPORT(liquid_backward, liquid_bwd<S>((int)n[0], n[1], n[2], n[3], n[4], n[5], usable_threads((int)n[6]), PTR(0), PTR(1), PTR(2),
                                              PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), s[0], PTR(10),
                                              PTR(11), PTR(12), PTR(13), PTR(14), PTR(15), PTR(16), PTR(17), PTR(18),
                                              PTR(19), PTR(20), PTR(21), PTR(22), PTR(23), PTR(24)))
