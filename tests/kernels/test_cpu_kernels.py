@@ -179,8 +179,8 @@ def torch_threads(threads: int):
         torch.set_num_threads(previous)
 
 
-ROW_THREADED = ["lem", "lem-unfolds", "cornn", "cornn-implicit", "gru-ode", "oscillator", "taugru", "delaygru",
-                "taugru-lag-beyond-T", "taugru-ablation", "delaygru-lag1-unfolds"]
+ROW_THREADED = ["lem", "lem-unfolds", "cornn", "cornn-implicit", "unicornn", "gru-ode", "oscillator", "taugru",
+                "delaygru", "taugru-lag-beyond-T", "taugru-ablation", "delaygru-lag1-unfolds"]
 
 
 @pytest.mark.parametrize("name", ROW_THREADED)
@@ -208,6 +208,28 @@ def test_batch_rows_split_between_threads(name):
                             *[p.grad.clone() for p in model.parameters()]])
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+def test_reversible_unicornn_rows_split_between_threads():
+    """The reversible UnICORNN kernels split the rows too: 3 threads give one thread's results and the stored-state
+    kernel's, to round-off (its encoding is torch's product, whose bits may depend on the thread count)."""
+    if not extension.has_simd():
+        pytest.skip("the rows are split only where the float32 products are the AVX-512 blocks")
+    torch.manual_seed(12)
+    model = cells.UnICORNN(2, 19, reversible=True)
+    x = torch.randn(43, 9, 2)
+    results = []
+    for threads, reversible in ((1, True), (3, True), (1, False)):
+        with torch_threads(threads):
+            model.reversible = reversible
+            model.zero_grad()
+            xs = x.clone().requires_grad_(True)
+            out, _ = model(xs)
+            (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+            results.append([out.detach(), xs.grad, *[p.grad.clone() for p in model.parameters()]])
+    for one, three, stored in zip(*results):
+        assert relative(three, one) < 1e-6
+        assert relative(stored, one) < 1e-5
 
 
 FORKED_CHILD = """

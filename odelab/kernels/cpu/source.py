@@ -626,22 +626,24 @@ void unicornn_fwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, con
 }
 
 // The sample and step loops of both UnICORNN backward passes: per sample b, n = T−1..0, dY_n added to Gy, then
-// step(b, n, Gy, Gz, accw, acck); dw, dk: (d) outputs, the per-step w and k terms summed per sample in S and
-// across samples in double.
+// step(b, n, Gy, Gz, accw, acck); dw, dk: (d) outputs, the per-step w and k terms summed per sample in S (the
+// samples split between threads, over_rows) and then across samples in double, in their order.
 template <typename S, typename Step>
 void unicornn_bwd_loop(i64 B, i64 T, i64 d, const S* dY, S* gz, S* gy, S* dw, S* dk, Step step) {
   const i64 ls = T * d;
-  std::vector<double> sw(d, 0.0), sk(d, 0.0);
-  std::vector<S> accw(d), acck(d);
-  for (i64 b = 0; b < B; ++b) {
-    S* Gy = gy + b * d; S* Gz = gz + b * d;
-    for (i64 j = 0; j < d; ++j) { accw[j] = S(0); acck[j] = S(0); }
-    for (i64 n = T - 1; n >= 0; --n) {
-      if (dY) for (i64 j = 0; j < d; ++j) Gy[j] += dY[b * ls + n * d + j];
-      step(b, n, Gy, Gz, accw.data(), acck.data());
+  std::vector<S> pw(B * d, S(0)), pk(B * d, S(0));  // each sample's sums
+  over_rows<S>(B, [&](i64 b0, i64 rows) {
+    for (i64 b = b0; b < b0 + rows; ++b) {
+      S* Gy = gy + b * d; S* Gz = gz + b * d;
+      for (i64 n = T - 1; n >= 0; --n) {
+        if (dY) for (i64 j = 0; j < d; ++j) Gy[j] += dY[b * ls + n * d + j];
+        step(b, n, Gy, Gz, pw.data() + b * d, pk.data() + b * d);
+      }
     }
-    for (i64 j = 0; j < d; ++j) { sw[j] += double(accw[j]); sk[j] += double(acck[j]); }
-  }
+  });
+  std::vector<double> sw(d, 0.0), sk(d, 0.0);
+  for (i64 b = 0; b < B; ++b)
+    for (i64 j = 0; j < d; ++j) { sw[j] += double(pw[b * d + j]); sk[j] += double(pk[b * d + j]); }
   for (i64 j = 0; j < d; ++j) { dw[j] = S(sw[j]); dk[j] = S(sk[j]); }
 }
 
@@ -1430,14 +1432,18 @@ ODELAB_EXPORT(cornn_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
                PTR(4) + b * d, PTR(5) + b * d, PTR(6) + b * T * d, at(PTR(7), b * T), at(PTR(8), b * d),
                at(PTR(9), b * d), at(PTR(10), b * T * d), at(PTR(11), b * T * d), at(PTR(12), b * T)); }))
 // sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
-ODELAB_EXPORT(unicornn_forward, unicornn_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), s[0], s[1],
-                                                PTR(5), PTR(6)))
+ODELAB_EXPORT(unicornn_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  unicornn_fwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0], s[1],
+                  PTR(5) + b * T * d, PTR(6) + b * T * d); }))
 // sizes (B, T, d); pointers A y0 w k Z Y dY gz gy dA dw dk; scalars h α
 ODELAB_EXPORT(unicornn_backward, unicornn_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3), s[0], s[1], PTR(4),
                                                  PTR(5), PTR(6), PTR(7), PTR(8), PTR(9), PTR(10), PTR(11)))
 // sizes (B, T, d); pointers A w k z y Y; scalars h α
-ODELAB_EXPORT(unicornn_reversible_forward, unicornn_rev_fwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1],
-                                                               PTR(3), PTR(4), PTR(5)))
+ODELAB_EXPORT(unicornn_reversible_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
+  const i64 T = n[1], d = n[2];
+  unicornn_rev_fwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1), PTR(2), s[0], s[1], PTR(3) + b * d, PTR(4) + b * d,
+                      PTR(5) + b * T * d); }))
 // sizes (B, T, d); pointers A w k z y dY gz gy dw dk; scalars h α
 ODELAB_EXPORT(unicornn_reversible_backward, unicornn_rev_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), s[0], s[1],
                                                                 PTR(3), PTR(4), PTR(5), PTR(6), PTR(7), PTR(8), PTR(9)))
