@@ -418,9 +418,10 @@ def test_fast_math_matches_torch():
 
 
 def test_synapse_openings_match_float64():
-    """The liquid synapses' σ(a y + b) (on AVX-512 its own table-based exponential, without exp_fast's polynomial),
-    against float64: absolute error ~ 1 ulp of 1 over the whole range, relative error where σ is small, NaN kept,
-    and the saturated ends."""
+    """The liquid synapses' σ(a y + b) (on AVX-512 their own exponential from prescaled a and b), against float64 of
+    the same float32 a, y, b: absolute error ~ 1 ulp of 1 over the whole range; where σ is small, relative error
+    within a few roundings of a y + b to float32 (torch's float32 sigmoid of a y + b: 2.2 of them), NaN kept, the
+    saturated ends."""
     y = torch.cat([torch.linspace(-100, 100, 400001), torch.logspace(-30, 2, 10000), -torch.logspace(-30, 2, 10000),
                    torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan")])])
     g = torch.Generator().manual_seed(0)
@@ -429,12 +430,13 @@ def test_synapse_openings_match_float64():
     a[-5:], b[-5:] = 1.0, 0.0
     o = torch.empty_like(y)
     extension.library().odelab_opening_f32(ctypes.c_int64(y.numel()), *(ctypes.c_void_p(t.data_ptr()) for t in (a, y, b, o)))
-    t = (a.double() * y.double() + b.double()).float().double()  # a y + b rounded once to float32, as by an FMA
+    t = a.double() * y.double() + b.double()
     ref = torch.sigmoid(t)
     finite = t.isfinite()
     assert (o.double() - ref)[finite].abs().max() < 1.2e-7
-    tail = finite & (t > -80) & (t < 0)  # σ(t) ≈ e^t: relative accuracy down to 1e-35
-    assert ((o.double() - ref)[tail].abs() / ref[tail]).max() < 3e-7
+    tail = finite & (t > -80) & (t < 0)  # σ(t) ≈ e^t, down to 1e-35
+    roundings = (o.double() - ref)[tail].abs() / ref[tail] / ((t[tail].abs() + 1) * 2.0**-24)
+    assert roundings.max() < 4
     assert o[-3] == 1.0 and 0 <= o[-2] < 1e-37 and o[-1].isnan()
 
 

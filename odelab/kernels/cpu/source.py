@@ -1068,26 +1068,28 @@ constexpr i64 LANES = 16;
 constexpr i64 LANES = 8;
 #endif
 constexpr int ROWS = 4;
+constexpr float OPENING_SCALE = -0x1.715476p+4f;  // −16 log2(e): opening16's parameters
 
 #if defined(__AVX512F__)
-// The opening σ(a y + b) of 16 synapses (float32), with fewer products than sigmoid() (the synapse loops are bound
-// by the multiply-add ports): z = −(a y + b) clamped as in exp_fast (NaN passes through), z = (16 k + j) ln2/16 + f
-// with |f| ≤ ln2/32, e^z = 2^k · 2^{j/16} · e^f with 2^{j/16} from a 16-entry table in one register (vpermps), 2^k
-// added to its exponent bits and e^f to third order (error 1e-8 relative); then 1 / (1 + e^z). About 1.5 ulp of 1.
-inline __m512 opening16(__m512 a, __m512 y, __m512 b) {
-  const __m512 one = _mm512_set1_ps(1.0f), round = _mm512_set1_ps(12582912.0f);  // 1.5 · 2^23: rounds to integers
+// The openings σ(a y + b) of 16 synapses (float32), with fewer multiply-adds than sigmoid() (the synapse loops are
+// bound by those ports). From a' = −16 log2(e) a and b' = −16 log2(e) b, packed beside a and b:
+// w = a' y + b' = 16 log2(e^{−(a y + b)}), clamped as exp_fast clamps its argument (NaN passes through);
+// w = 16 k + j + f with |f| ≤ 1/2 (the rounding to integers by adding 1.5 · 2^23), and
+// e^{−(a y + b)} = 2^k · 2^{j/16} · 2^{f/16}: 2^{j/16} from a 16-entry table in one register (vpermps), 2^k added to
+// its exponent bits, 2^{f/16} to third order (error 1e-8 relative); then 1 / (1 + e). Error: about 1 ulp of 1, and
+// relative where σ is small about |a y + b| times float32's rounding (as rounding a y + b to float32 gives).
+inline __m512 opening16(__m512 as, __m512 y, __m512 bs) {
+  const __m512 one = _mm512_set1_ps(1.0f), round = _mm512_set1_ps(12582912.0f);
   const __m512 powers = _mm512_setr_ps(0x1.000000p+0f, 0x1.0b5586p+0f, 0x1.172b84p+0f, 0x1.2387a6p+0f,
                                        0x1.306fe0p+0f, 0x1.3dea64p+0f, 0x1.4bfdaep+0f, 0x1.5ab07ep+0f,
                                        0x1.6a09e6p+0f, 0x1.7a1148p+0f, 0x1.8ace54p+0f, 0x1.9c4918p+0f,
                                        0x1.ae89fap+0f, 0x1.c199bep+0f, 0x1.d5818ep+0f, 0x1.ea4afap+0f);  // 2^{j/16}
-  __m512 z = _mm512_fnmsub_ps(a, y, b);
-  z = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), z));
-  const __m512 u = _mm512_fmadd_ps(z, _mm512_set1_ps(23.0831206542234f), round);  // 16 k + j in the low bits
-  const __m512 n = _mm512_sub_ps(u, round);
-  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f / 16), z);  // Cody-Waite: n · ln2/16 in two parts
-  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f / 16), f);
-  __m512 e = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 6), f, _mm512_set1_ps(0.5f));
-  e = _mm512_fmadd_ps(_mm512_fmadd_ps(e, f, one), f, one);
+  __m512 w = _mm512_fmadd_ps(as, y, bs);
+  w = _mm512_min_ps(_mm512_set1_ps(OPENING_SCALE * -88.0f), _mm512_max_ps(_mm512_set1_ps(OPENING_SCALE * 87.0f), w));
+  const __m512 u = _mm512_add_ps(w, round);  // 16 k + j in the low bits
+  const __m512 f = _mm512_sub_ps(w, _mm512_sub_ps(u, round));  // exact
+  __m512 e = _mm512_fmadd_ps(_mm512_set1_ps(0x1.c6b08ep-17f), f, _mm512_set1_ps(0x1.ebfbe0p-11f));  // (ln2/16)^n / n!
+  e = _mm512_fmadd_ps(_mm512_fmadd_ps(e, f, _mm512_set1_ps(0x1.62e430p-5f)), f, one);
   const __m512i bits = _mm512_castps_si512(u);
   const __m512 scale = _mm512_castsi512_ps(_mm512_add_epi32(
       _mm512_castps_si512(_mm512_permutexvar_ps(bits, powers)), _mm512_slli_epi32(_mm512_srai_epi32(bits, 4), 23)));
@@ -1095,18 +1097,28 @@ inline __m512 opening16(__m512 a, __m512 y, __m512 b) {
 }
 #endif
 
+// Whether the synapse loops of S run on opening16 (float32 on AVX-512), and the fields packed per synapse
+#if defined(__AVX512F__)
+template <typename S> constexpr bool VECTOR_OPENINGS = std::is_same<S, float>::value;
+#else
+template <typename S> constexpr bool VECTOR_OPENINGS = false;
+#endif
+template <typename S> constexpr i64 FIELDS = VECTOR_OPENINGS<S> ? 5 : 4;
+
 // P[c][j][q][l] = (a, b, g, k)[q] of the synapse j -> c LANES + l, for the J rows j of the (J x m) matrices
-// (0 past m)
+// (0 past m); for opening16 (a', b', g, k, a) with a' = OPENING_SCALE a, b' = OPENING_SCALE b
 template <typename S>
 std::vector<S> pack_synapses(i64 J, i64 m, const S* G, const S* Aa, const S* Bb, const S* K) {
-  const i64 nc = (m + LANES - 1) / LANES;
-  std::vector<S> P(nc * J * 4 * LANES, S(0));
+  const i64 nc = (m + LANES - 1) / LANES, q = FIELDS<S> * LANES;
+  const S scale = VECTOR_OPENINGS<S> ? S(OPENING_SCALE) : S(1);
+  std::vector<S> P(nc * J * q, S(0));
   for (i64 c = 0; c < nc; ++c)
     for (i64 j = 0; j < J; ++j) {
-      S* p = P.data() + (c * J + j) * 4 * LANES;
+      S* p = P.data() + (c * J + j) * q;
       for (i64 l = 0; l < LANES && c * LANES + l < m; ++l) {
         const i64 ji = j * m + c * LANES + l;
-        p[l] = Aa[ji]; p[LANES + l] = Bb[ji]; p[2 * LANES + l] = G[ji]; p[3 * LANES + l] = K[ji];
+        p[l] = scale * Aa[ji]; p[LANES + l] = scale * Bb[ji]; p[2 * LANES + l] = G[ji]; p[3 * LANES + l] = K[ji];
+        if (FIELDS<S> == 5) p[4 * LANES + l] = Aa[ji];
       }
     }
   return P;
@@ -1119,15 +1131,15 @@ void synapse_rows_fwd(i64 J, i64 m, i64 c, const S* __restrict__ P, const S* __r
                       S* __restrict__ f, i64 lf) {
   const i64 i0 = c * LANES, len = std::min(LANES, m - i0);
 #if defined(__AVX512F__)
-  if constexpr (std::is_same<S, float>::value) {
+  if constexpr (VECTOR_OPENINGS<S>) {
     const __mmask16 lanes = (__mmask16)((1u << len) - 1u);
     __m512 F[R], U[R];
     for (int r = 0; r < R; ++r) {
       F[r] = _mm512_maskz_loadu_ps(lanes, f + r * lf + i0);
       U[r] = _mm512_maskz_loadu_ps(lanes, f + r * lf + m + i0);
     }
-    const float* __restrict__ p = P + c * J * 4 * LANES;
-    for (i64 j = 0; j < J; ++j, p += 4 * LANES) {
+    const float* __restrict__ p = P + c * J * FIELDS<S> * LANES;
+    for (i64 j = 0; j < J; ++j, p += FIELDS<S> * LANES) {
       const __m512 pa = _mm512_loadu_ps(p), pb = _mm512_loadu_ps(p + LANES), pg = _mm512_loadu_ps(p + 2 * LANES),
                    pk = _mm512_loadu_ps(p + 3 * LANES);
       for (int r = 0; r < R; ++r) {
@@ -1149,8 +1161,8 @@ void synapse_rows_fwd(i64 J, i64 m, i64 c, const S* __restrict__ P, const S* __r
       F[r][l] = l < len ? f[r * lf + i0 + l] : S(0);
       U[r][l] = l < len ? f[r * lf + m + i0 + l] : S(0);
     }
-  const S* __restrict__ p = P + c * J * 4 * LANES;
-  for (i64 j = 0; j < J; ++j, p += 4 * LANES)
+  const S* __restrict__ p = P + c * J * FIELDS<S> * LANES;
+  for (i64 j = 0; j < J; ++j, p += FIELDS<S> * LANES)
     for (int r = 0; r < R; ++r) {
       const S yj = y[r * ly + j];
       for (i64 l = 0; l < LANES; ++l) {
@@ -1240,12 +1252,13 @@ void liquid_fwd(int kind, i64 B, i64 T, i64 m, i64 n, i64 L, int threads, const 
 }
 
 #if defined(__AVX512F__)
-// R batch rows of synapse_column_bwd's loop over the batch (float32, chunk c of the postsynaptic neurons): the
-// openings o, ds = (df g + du k) o (1 − o), the sums of df o, ds y, ds, du o, and each row's ds a (scratch).
+// R batch rows of synapse_column_bwd's loop over the batch (float32, chunk c of the postsynaptic neurons; pa, pb
+// opening16's a', b', a the synapses' a): the openings o, ds = (df g + du k) o (1 − o), the sums of df o, ds y, ds,
+// du o, and each row's ds a (scratch).
 template <int R>
 inline void synapse_rows_bwd16(const float* __restrict__ D, i64 ld, i64 c, i64 nc, const float* __restrict__ yT,
-                               float* __restrict__ scratch, __m512 pa, __m512 pb, __m512 pg, __m512 pk, __m512& sG,
-                               __m512& sA, __m512& sB, __m512& sK) {
+                               float* __restrict__ scratch, __m512 pa, __m512 pb, __m512 pg, __m512 pk, __m512 a,
+                               __m512& sG, __m512& sA, __m512& sB, __m512& sK) {
   __m512 yj[R], o[R];
   for (int r = 0; r < R; ++r) { yj[r] = _mm512_set1_ps(yT[r]); o[r] = opening16(pa, yj[r], pb); }
   for (int r = 0; r < R; ++r) {
@@ -1254,7 +1267,7 @@ inline void synapse_rows_bwd16(const float* __restrict__ D, i64 ld, i64 c, i64 n
     sG = _mm512_fmadd_ps(df, o[r], sG); sK = _mm512_fmadd_ps(du, o[r], sK);
     sA = _mm512_fmadd_ps(ds, yj[r], sA); sB = _mm512_add_ps(sB, ds);
     float* t = scratch + r * LANES;
-    _mm512_storeu_ps(t, _mm512_fmadd_ps(ds, pa, _mm512_loadu_ps(t)));
+    _mm512_storeu_ps(t, _mm512_fmadd_ps(ds, a, _mm512_loadu_ps(t)));
   }
 }
 #endif
@@ -1269,19 +1282,19 @@ void synapse_column_bwd(i64 B, i64 J, i64 m, i64 j, const S* __restrict__ P, con
   const i64 nc = (m + LANES - 1) / LANES, ld = 2 * nc * LANES;
   for (i64 k = 0; k < B * LANES; ++k) scratch[k] = S(0);
 #if defined(__AVX512F__)
-  if constexpr (std::is_same<S, float>::value) {
+  if constexpr (VECTOR_OPENINGS<S>) {
     for (i64 c = 0; c < nc; ++c) {
-      const float* __restrict__ p = P + (c * J + j) * 4 * LANES;
+      const float* __restrict__ p = P + (c * J + j) * FIELDS<S> * LANES;
       const __m512 pa = _mm512_loadu_ps(p), pb = _mm512_loadu_ps(p + LANES), pg = _mm512_loadu_ps(p + 2 * LANES),
-                   pk = _mm512_loadu_ps(p + 3 * LANES);
+                   pk = _mm512_loadu_ps(p + 3 * LANES), a = _mm512_loadu_ps(p + 4 * LANES);
       __m512 sG = _mm512_setzero_ps(), sA = sG, sB = sG, sK = sG;
       // ROWS batch rows at a time: their openings are independent chains of about 20 operations, interleaved here
       // so that the core overlaps them; the sums still take the rows in order
       i64 b = 0;
       for (; b + ROWS <= B; b += ROWS)
-        synapse_rows_bwd16<ROWS>(D + b * ld, ld, c, nc, yT + b, scratch + b * LANES, pa, pb, pg, pk, sG, sA, sB, sK);
+        synapse_rows_bwd16<ROWS>(D + b * ld, ld, c, nc, yT + b, scratch + b * LANES, pa, pb, pg, pk, a, sG, sA, sB, sK);
       for (; b < B; ++b)
-        synapse_rows_bwd16<1>(D + b * ld, ld, c, nc, yT + b, scratch + b * LANES, pa, pb, pg, pk, sG, sA, sB, sK);
+        synapse_rows_bwd16<1>(D + b * ld, ld, c, nc, yT + b, scratch + b * LANES, pa, pb, pg, pk, a, sG, sA, sB, sK);
       alignas(64) float s4[4][LANES];
       _mm512_store_ps(s4[0], sG); _mm512_store_ps(s4[1], sA); _mm512_store_ps(s4[2], sB); _mm512_store_ps(s4[3], sK);
       const i64 i0 = c * LANES, len = std::min(LANES, m - i0);
@@ -1293,7 +1306,7 @@ void synapse_column_bwd(i64 B, i64 J, i64 m, i64 j, const S* __restrict__ P, con
   }
 #endif
   for (i64 c = 0; c < nc; ++c) {
-    const S* __restrict__ p = P + (c * J + j) * 4 * LANES;
+    const S* __restrict__ p = P + (c * J + j) * FIELDS<S> * LANES;
     S pa[LANES], pb[LANES], pg[LANES], pk[LANES], sG[LANES], sA[LANES], sB[LANES], sK[LANES];
     for (i64 l = 0; l < LANES; ++l) {
       pa[l] = p[l]; pb[l] = p[LANES + l]; pg[l] = p[2 * LANES + l]; pk[l] = p[3 * LANES + l];
@@ -1490,8 +1503,10 @@ void odelab_opening_f32(i64 n, const float* a, const float* y, const float* b, f
 #if defined(__AVX512F__)
   for (i64 i = 0; i < n; i += 16) {
     const __mmask16 k = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(o + i, k, opening16(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, y + i),
-                                              _mm512_maskz_loadu_ps(k, b + i)));
+    const __m512 scale = _mm512_set1_ps(OPENING_SCALE);
+    _mm512_mask_storeu_ps(o + i, k, opening16(_mm512_mul_ps(scale, _mm512_maskz_loadu_ps(k, a + i)),
+                                              _mm512_maskz_loadu_ps(k, y + i),
+                                              _mm512_mul_ps(scale, _mm512_maskz_loadu_ps(k, b + i))));
   }
 #else
   for (i64 i = 0; i < n; ++i) o[i] = sigmoid(a[i] * y[i] + b[i]);
