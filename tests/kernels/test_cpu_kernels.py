@@ -57,9 +57,10 @@ CELLS = {
 }
 
 # (batch, time, hidden, input)
-# (input 9: wider than common.AFFINE_CHANNELS, encoded by torch's product)
+# (input 9: wider than common.AFFINE_CHANNELS, encoded by torch's product; batch 19: the liquid backward's blocks of
+# 16 rows and 4 rows, and their remainders)
 SIZES = [(1, 1, 1, 1), (3, 7, 17, 2), (1, 5, 17, 3), (4, 9, 1, 1), (6, 40, 33, 3), (2, 3, 300, 2), (5, 3, 16, 2),
-         (2, 4, 5, 9)]
+         (2, 4, 5, 9), (19, 3, 20, 2)]
 
 
 def _layer(stack):
