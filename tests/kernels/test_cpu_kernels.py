@@ -137,6 +137,20 @@ def test_fused_equals_generic(name, size, dtype):
         check(model, x, None)  # the default zero initial state
 
 
+@pytest.mark.parametrize("name", ["lem", "gru-ode", "taugru", "stc", "lrcu-a", "lrcu-s"])
+def test_saturated_gates_equal_generic(name):
+    """Inputs of a few hundred drive the gates' and synapses' arguments far past the kernels' exponential clamp
+    (±80: a float32 sigmoid stops at e^{-80}, never subnormal): outputs and gradients still match the generic
+    loop, with nothing infinite or NaN."""
+    torch.manual_seed(zlib.crc32(name.encode()))
+    model = CELLS[name](2, 17)
+    x = 300 * torch.randn(3, 6, 2)
+    state = tuple(0.5 * torch.randn(3, n) for n in model.system.block_sizes()[:len(model.system.blocks)])
+    (out, final, grads), _ = run_both(model, x, state)
+    assert all(t.isfinite().all() for t in (out, *final, *grads))
+    check(model, x, state)
+
+
 @pytest.mark.parametrize("name", ["ltc", "lrcu-s"])
 def test_liquid_without_inputs(name):
     """A liquid network with no inputs (n = 0: only the neurons' synapses and the leak) runs in the kernel."""
