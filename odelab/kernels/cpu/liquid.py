@@ -8,7 +8,7 @@ part O_x^T x + p is one product in torch). The backward in C++ recomputes a samp
 its first state and those conductances (elementwise, the forward's update code) and the sigmoids, sums the
 gradients of the synapse parameters over the batch in registers (float32 or float64, as the tensors) and over the
 sub-steps in double, and writes dL/dx (and LRC's dL/dO_h = Σ h^T dL/dw and dL/dw_in). Both loops run the synapses
-in chunks of one vector register of postsynaptic neurons (see the source's liquid section). Without a backward
+in chunks of one vector register of postsynaptic neurons (see csrc/liquid.cpp). Without a backward
 (no gradient enabled or wanted) the forward stores no conductances.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ FIXED = (0,) * 9
 
 
 def _layout(system) -> tuple[int, ...]:
-    """The ablated τ-GRU's blocks (source.py: TauLayout): (blocks a step, maps of h, the encoding block of u, z, g, a,
+    """The ablated τ-GRU's blocks (csrc/delay.cpp: TauLayout): (blocks a step, maps of h, the encoding block of u, z, g, a,
     the weight_h block of u, g, a), −1 where a branch is off."""
     enc = {b: i for i, b in enumerate(system.branches)}
     maps = {b: i for i, b in enumerate(system.h_branches)}
@@ -67,7 +67,7 @@ class GatedDelayFunction(torch.autograd.Function):
         gh = A.new_zeros(B, d)
         dH = dH.contiguous() if dH is not None else None
         dA = A.new_empty(A.shape)
-        pending = A.new_zeros(min(m + 2, T + 1), B, d)  # a ring (source.py: pending_slots)
+        pending = A.new_zeros(min(m + 2, T + 1), B, d)  # a ring (csrc/delay.cpp: pending_slots)
         call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending, K], (kind, B, T, d, m, *layout),
              (h, alpha, beta))
         # the encoding blocks of weight_h's maps, in its order, and of W2's (against the states the steps read)
