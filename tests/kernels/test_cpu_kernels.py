@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import subprocess
 import sys
 import warnings
@@ -452,7 +453,8 @@ def test_synapse_openings_match_float64():
     tail = finite & (t > -80) & (t < 0)  # σ(t) ≈ e^t, down to 1e-35
     roundings = (o.double() - ref)[tail].abs() / ref[tail] / ((t[tail].abs() + 1) * 2.0**-24)
     assert roundings.max() < 4
-    assert o[-3] == 1.0 and 0 <= o[-2] < 1e-37 and o[-1].isnan()
+    assert o[-3] == 1.0 and o[-1].isnan()
+    assert math.isclose(o[-2].item(), math.exp(-80), rel_tol=1e-6)  # clamped as the kernels' exp: never subnormal
 
 
 def test_failed_build_falls_back(monkeypatch):

@@ -31,7 +31,8 @@ constexpr float OPENING_SCALE = -0x1.715476p+4f;  // −16 log2(e): opening16's 
 #if defined(__AVX512F__)
 // The openings σ(a y + b) of 16 synapses (float32), with fewer multiply-adds than sigmoid() (the synapse loops are
 // bound by those ports). From a' = −16 log2(e) a and b' = −16 log2(e) b, packed beside a and b:
-// w = a' y + b' = 16 log2(e^{−(a y + b)}), clamped to a y + b in [−88, 87] (NaN passes through);
+// w = a' y + b' = 16 log2(e^{−(a y + b)}), clamped to a y + b in [−80, 80] as exp_fast clamps (no opening below
+// e^{-80}, none subnormal; NaN passes through);
 // w = 16 k + j + f with |f| ≤ 1/2 (the rounding to integers by adding 1.5 · 2^23), and
 // e^{−(a y + b)} = 2^k · 2^{j/16} · 2^{f/16}: 2^{j/16} from a 16-entry table in one register (vpermps), 2^k added to
 // its exponent bits, 2^{f/16} to third order (error 1e-8 relative); then 1 / (1 + e). Error: about 1 ulp of 1, and
@@ -43,7 +44,7 @@ inline __m512 opening16(__m512 as, __m512 y, __m512 bs) {
                                        0x1.6a09e6p+0f, 0x1.7a1148p+0f, 0x1.8ace54p+0f, 0x1.9c4918p+0f,
                                        0x1.ae89fap+0f, 0x1.c199bep+0f, 0x1.d5818ep+0f, 0x1.ea4afap+0f);  // 2^{j/16}
   __m512 w = _mm512_fmadd_ps(as, y, bs);
-  w = _mm512_min_ps(_mm512_set1_ps(OPENING_SCALE * -88.0f), _mm512_max_ps(_mm512_set1_ps(OPENING_SCALE * 87.0f), w));
+  w = _mm512_min_ps(_mm512_set1_ps(OPENING_SCALE * -80.0f), _mm512_max_ps(_mm512_set1_ps(OPENING_SCALE * 80.0f), w));
   const __m512 u = _mm512_add_ps(w, round);  // 16 k + j in the low bits
   const __m512 f = _mm512_sub_ps(w, _mm512_sub_ps(u, round));  // exact
   __m512 e = _mm512_fmadd_ps(_mm512_set1_ps(0x1.c6b08ep-17f), f, _mm512_set1_ps(0x1.ebfbe0p-11f));  // (ln2/16)^n / n!
