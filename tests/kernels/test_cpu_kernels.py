@@ -401,6 +401,27 @@ def test_affine_encoding(rows, channels, width, bias, dtype):
         assert relative(db[0].double(), G64.sum(0)) < tol
 
 
+@pytest.mark.parametrize("width", [24, 77])
+def test_affine_gradient_blocks_split_between_threads(width):
+    """With AVX-512 float32 products the encoding's backward splits its blocks of 256 rows between the threads (8
+    blocks or more a thread): 3 threads over 31 blocks (the last of 77 rows) give one thread's dV and db bit for bit,
+    and the closed forms Gᵀ X and Σ_r G_r in float64."""
+    if not extension.has_simd():
+        pytest.skip("the blocks are split only where the float32 products are the AVX-512 blocks")
+    torch.manual_seed(width)
+    rows = 30 * 256 + 77
+    X, V, b = torch.randn(rows, 3), torch.randn(width, 3, requires_grad=True), torch.randn(width, requires_grad=True)
+    G = torch.randn(rows, width) + 0.5
+    grads = []
+    for threads in (1, 3):
+        with torch_threads(threads):
+            grads.append(torch.autograd.grad((common.AffineEncoding.apply(X, V, b) * G).sum(), [V, b]))
+    for one, three in zip(*grads):
+        assert torch.equal(one, three)
+    assert relative(grads[1][0].double(), G.double().T @ X.double()) < TOLERANCE[torch.float32]
+    assert relative(grads[1][1].double(), G.double().sum(0)) < TOLERANCE[torch.float32]
+
+
 def test_encoding_declared_or_overridden():
     """The kernels encode by the system's declared affine map (few channels) or call its encode: an encode a
     subclass overrides, or more than AFFINE_CHANNELS channels."""
