@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells liquid  # THERE (carry .whl and benchmarks/results): the gpu
+#   bash benchmarks/gpu_session.sh tests cells liquid  # THERE (carry .whl): the gpu
 #                                                     #   tests, every cell under the default schedule, the liquid
 #                                                     #   cells' synapse tiles (new, never run on a GPU), ~8 minutes
 #   bash benchmarks/gpu_session.sh tf32x3 trace profile  # a second command if the lease has 6 minutes left:
