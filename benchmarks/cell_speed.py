@@ -483,9 +483,29 @@ def main() -> None:
     print(f"\nwritten {args.out}")
 
 
+def cpu_name() -> str:
+    """The CPU's model, family and model number and whether it has AVX-512 (Linux's /proc/cpuinfo): ratios to
+    nn.LSTM differ between hosts (on a Zen 4 core AVX-512 runs as two 256-bit halves, on a Zen 5 core at full width)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model", "flags") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break
+    except OSError:
+        return platform.processor() or platform.machine()
+    avx512 = "avx512f" in fields.get("flags", "").split()
+    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}"
+            f"{', AVX-512' if avx512 else ''})")
+
+
 def write(args, devices: list[str], load_before: tuple, rows: list[dict]) -> None:
     meta = {"devices": devices, "torch": torch.__version__, "odelab": odelab.__version__,
-            "threads": torch.get_num_threads(), "machine": platform.machine(), "processor": platform.processor(),
+            "threads": torch.get_num_threads(), "machine": platform.machine(), "cpu": cpu_name(),
             "repeats": args.repeats, "dtype": "float32", "input_size": 1,
             "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()}, "cpu_count": os.cpu_count(),
             "forward_only": "under torch.no_grad()",
