@@ -363,9 +363,13 @@ def test_reversible_unicornn_without_backward_runs_in_chunks(monkeypatch):
         assert relative(a, b.detach()) <= 1e-14
 
 
-def test_no_grad_and_frozen_parameters():
+@pytest.mark.parametrize("frozen", [("W2",), ("Wy",), ("weight_y", "W2"), ("weight_y", "W2", "Wy")])
+def test_no_grad_and_frozen_parameters(frozen):
+    """Frozen recurrent weights: LEM's backward adds the weight gradients step by step only where one is asked for
+    (all three frozen: none), and the others' still match the generic loop."""
     model = cells.LEM(2, 5)
-    model.system.W2.requires_grad_(False)
+    for name in frozen:
+        getattr(model.system, name).requires_grad_(False)
     x = torch.randn(3, 6, 2)
     check(model, x, None)
     with torch.no_grad():

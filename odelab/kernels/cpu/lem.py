@@ -5,8 +5,9 @@ Forward: the input encoding for all steps in one GEMM (``system.encode``), then 
 products into the encoding buffer in place, so that it ends up holding the gates' pre-activations; it stores
 the states z, y. Backward: ``lem_backward`` runs BPTT in C++ from the stored states and pre-activations
 (gates recomputed elementwise, no matrix product recomputed) and writes the pre-activation gradients ``dA`` of
-every step; the recurrent weight gradients are then products over the steps (``state_products``), and autograd
-takes ``dA`` through ``encode`` (V, b, x). With no backward to come (``torch.no_grad()``, or nothing requiring
+every step; it adds each step's terms of the recurrent weight gradients (dA_nᵀ y_{n-1}, dA_nᵀ z'_n, a product over
+the batch) while that step's dA is still in cache, its threads sharing them out after a barrier. Autograd takes
+``dA`` through ``encode`` (V, b, x). With no backward to come (``torch.no_grad()``, or nothing requiring
 grad) the forward runs in chunks of steps (``forward_in_chunks``): no encoding buffer of the whole sequence.
 """
 from __future__ import annotations
@@ -16,9 +17,7 @@ from torch import Tensor
 
 from ..derivatives import kernel_backward
 from ..gaps import is_per_sample, per_step_lengths
-from .common import (
-    column_products, contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward,
-    state_products)
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -58,10 +57,11 @@ class LEMFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, 4 * d)
         dhs = A.new_empty(B, T) if ctx.needs_input_grad[6] else None
-        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs, dhs], (B, T, d), (ctx.h,))
-        dWg = state_products(dA, (0, 3 * d), Y, y0) if ctx.needs_input_grad[3] else None
-        dWy = column_products(dA, (3 * d, 4 * d), Z.view(B * T, d)) if ctx.needs_input_grad[4] else None
-        return dA, gz, gy, dWg, dWy, None, dhs
+        weights = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
+        dWg, dWy = (A.new_zeros(3 * d, d), A.new_zeros(d, d)) if weights else (None, None)
+        call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs, dhs, dWg, dWy], (B, T, d), (ctx.h,))
+        return (dA, gz, gy, dWg if ctx.needs_input_grad[3] else None, dWy if ctx.needs_input_grad[4] else None, None,
+                dhs)
 
 
 def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):

@@ -17,8 +17,9 @@ all steps in one GEMM by torch): the memory the backward keeps is the states plu
 backward that would recompute the products, and the backward needs no product recomputed. The backward (BPTT)
 recomputes the gates elementwise from the stored pre-activations and states and writes the per-step
 pre-activation gradients; weight gradients are then products over the steps read from the stored states in
-place (``state_products``: one per sample, no shifted copy of the sequence) or, for diagonal and per-synapse
-parameters, accumulated here in double. Without a backward to come, the Python side runs a forward over chunks
+place (``state_products``: one per sample, no shifted copy of the sequence; LEM's are added step by step inside its
+backward, while the step's gradients are in cache) or, for diagonal and per-synapse parameters, accumulated here in
+double. Without a backward to come, the Python side runs a forward over chunks
 of steps, so the whole sequence's encoding is never allocated.
 
 Layout: batch first, as odelab's sequences, ``(B, T, k)`` contiguous; one step is a ``(B, k)`` matrix with

@@ -45,12 +45,18 @@ ODELAB_EXPORT(lem_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];
   lem_fwd<S>(rows, T, d, PTR(0) + b * T * 4 * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
              PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T)); }))
-// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs dhs (dY, hs, dhs may be null); scalars h
-ODELAB_EXPORT(lem_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
-  const i64 T = n[1], d = n[2];
+// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs dhs dWg dWy (dY, hs, dhs may be null; dWg and dWy
+// zeroed, or both null: no weight gradients); scalars h
+ODELAB_EXPORT(lem_backward, over_rows_in_step<S>(n[0], [&](i64 b, i64 rows, int part, int parts) {
+  const i64 B = n[0], T = n[1], d = n[2];
+  auto weights = [&](i64 step) {  // every thread's rows of step `step` written: their products, shared out
+    if (!PTR(13)) return;
+    all_rows_done();
+    lem_weight_step<S>(B, T, d, step, PTR(10), PTR(2), PTR(5), PTR(6), PTR(13), PTR(14), part, parts);
+  };
   lem_bwd<S>(rows, T, d, PTR(0) + b * T * 4 * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
              PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T * d), PTR(8) + b * d, PTR(9) + b * d,
-             PTR(10) + b * T * 4 * d, at(PTR(11), b * T), at(PTR(12), b * T)); }))
+             PTR(10) + b * T * 4 * d, at(PTR(11), b * T), at(PTR(12), b * T), weights); }))
 // sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y hs (hs may be null); scalars h γ ε
 ODELAB_EXPORT(cornn_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];

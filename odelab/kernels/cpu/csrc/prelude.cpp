@@ -9,6 +9,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 typedef int64_t i64;
 

@@ -15,17 +15,48 @@ bool forked = false;
 const int fork_guard = pthread_atfork(nullptr, nullptr, [] { forked = true; });
 inline int usable_threads(int threads) { return forked ? 1 : threads; }
 
-template <typename S, typename Body>
-void over_rows(i64 B, Body body) {
+template <typename S>
+int threads_for_rows(i64 B) {
   int t = 1;
 #if defined(__AVX512F__) && defined(_OPENMP)
   if (std::is_same<S, float>::value && simd_products)
     t = (int)std::max<i64>(1, std::min<i64>(usable_threads(row_threads), B / ROWS_PER_THREAD));
 #endif
+  return t;
+}
+
+template <typename S, typename Body>
+void over_rows(i64 B, Body body) {
+  const int t = threads_for_rows<S>(B);
   if (t <= 1) { body(i64(0), B); return; }
 #pragma omp parallel for num_threads(t) schedule(static)
   for (int i = 0; i < t; ++i) body(B * i / t, B * (i + 1) / t - B * i / t);
 }
+
+// As over_rows, for a body that shares work between its threads step by step: body(b0, rows, part, parts) runs in
+// one team of `parts` threads, and may wait for all of them at all_rows_done() (an OpenMP barrier), after which
+// part `part` takes its share of a step's products over every row (whose sums then do not depend on `parts`).
+template <typename S, typename Body>
+void over_rows_in_step(i64 B, Body body) {
+  const int t = threads_for_rows<S>(B);
+  if (t <= 1) { body(i64(0), B, 0, 1); return; }
+#pragma omp parallel num_threads(t)
+  {
+#if defined(_OPENMP)
+    const int i = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+    const int i = 0, n = 1;
+#endif
+    body(B * i / n, B * (i + 1) / n - B * i / n, i, n);
+  }
+}
+
+inline void all_rows_done() {
+#pragma omp barrier
+}
+
+// [r0, r1): part `part` of `parts` equal shares of n rows
+inline void share(i64 n, int part, int parts, i64& r0, i64& r1) { r0 = n * part / parts; r1 = n * (part + 1) / parts; }
 
 // p + offset, or null for a null p (the optional arguments)
 template <typename S>
