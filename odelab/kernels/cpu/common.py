@@ -122,15 +122,6 @@ def state_products(dA: Tensor, columns: tuple[int, int], H: Tensor, h0: Tensor, 
     return out
 
 
-def column_products(dA: Tensor, columns: tuple[int, int], X: Tensor) -> Tensor:
-    """``dA[:, c0:c1]ᵀ X`` ``(c1 − c0, d)`` for dA ``(R, w)`` and X ``(R, d)`` (contiguous rows): the gradient of a
-    weight in products with a state of the same step, by the kernels' products."""
-    c0, c1 = columns
-    out = dA.new_empty(c1 - c0, X.shape[-1])
-    call("column_products", [dA, X.contiguous(), out], (dA.shape[0], dA.shape[1], c0, c1 - c0, X.shape[-1]))
-    return out
-
-
 def contiguous(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.contiguous() for t in tensors)
 

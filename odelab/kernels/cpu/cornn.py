@@ -1,8 +1,8 @@
 """coRNN (002 eq. 2.3) = CoRNN field (eq. 2.2) + partitioned Euler, z then y, damping explicit ("imex") or
 implicit ("imex-implicit"), fused on CPU. As :mod:`.lem`: the encoding in one GEMM, the time loop in C++ adding
 𝒲 z + W y into the encoding buffer in place (it ends up holding the pre-activations), BPTT in C++ writing the
-pre-activation gradients, the recurrent weight gradients as products over the steps (``state_products``); no
-backward to come: the forward in chunks of steps.
+pre-activation gradients and adding each step's terms of the recurrent weight gradients while they are in cache
+(``weights.cpp``); no backward to come: the forward in chunks of steps.
 
 Learned γ, ε (``learn_coefficients=True``) run the generic loop (their gradients are not derived here).
 """
@@ -13,8 +13,7 @@ from torch import Tensor
 
 from ..derivatives import kernel_backward
 from ..gaps import is_per_sample, per_step_lengths
-from .common import (
-    contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -54,10 +53,10 @@ class CoRNNFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
         dhs = A.new_empty(B, T) if ctx.needs_input_grad[9] else None
-        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA, ctx.hs, z0, y0, Z, Y, dhs], (B, T, d, implicit),
-             (h, gamma, epsilon))
-        dWc = state_products(dA, (0, d), Z, z0) if ctx.needs_input_grad[3] else None
-        dWy = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[4] else None
+        dWc = A.new_zeros(d, d) if ctx.needs_input_grad[3] else None  # added step by step in the kernel
+        dWy = A.new_zeros(d, d) if ctx.needs_input_grad[4] else None
+        call("cornn_backward", [A, Wc, Wy, dY, gz, gy, dA, ctx.hs, z0, y0, Z, Y, dhs, dWc, dWy],
+             (B, T, d, implicit), (h, gamma, epsilon))
         return dA, gz, gy, dWc, dWy, None, None, None, None, dhs
 
 

@@ -2,9 +2,9 @@
 convention (``reset_after=True``, the default; the reset-before variant runs the generic loop).
 
 Forward in C++ per step: [W_r; W_f] h added into the encoding buffer in place, c = W_u h + b_hu stored, and
-one fused gate loop; backward in C++ writes the pre-activation gradients and dL/dc of every step, after which
-the recurrent weight gradients are products over the steps (``state_products``). No backward to come: the forward
-runs in chunks of steps (``forward_in_chunks``).
+one fused gate loop; backward in C++ writes the pre-activation gradients and dL/dc of every step, and adds each
+step's terms of the recurrent weight gradients while they are in cache (``weights.cpp``). No backward to come: the
+forward runs in chunks of steps (``forward_in_chunks``).
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from torch import Tensor
 
 from ..derivatives import kernel_backward
 from ..gaps import is_per_sample, per_step_lengths
-from .common import (
-    contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward, state_products)
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, generic, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -52,9 +51,9 @@ class GRUFunction(torch.autograd.Function):
         dH = dH.contiguous() if dH is not None else None
         dA, dC = A.new_empty(B * T, 3 * d), A.new_empty(B * T, d)
         dhs = A.new_empty(B, T) if ctx.needs_input_grad[6] else None
-        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC, ctx.hs, dhs], (B, T, d), (ctx.h,))
-        dWrf = state_products(dA, (0, 2 * d), H, h0) if ctx.needs_input_grad[2] else None
-        dWu = state_products(dC, (0, d), H, h0) if ctx.needs_input_grad[3] else None
+        dWrf = A.new_zeros(2 * d, d) if ctx.needs_input_grad[2] else None  # added step by step in the kernel
+        dWu = A.new_zeros(d, d) if ctx.needs_input_grad[3] else None
+        call("gru_backward", [A, C, h0, Wrf, Wu, H, dH, gh, dA, dC, ctx.hs, dhs, dWrf, dWu], (B, T, d), (ctx.h,))
         dbhu = dC.sum(0) if ctx.needs_input_grad[4] else None
         return dA, gh, dWrf, dWu, dbhu, None, dhs
 

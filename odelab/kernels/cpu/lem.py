@@ -6,8 +6,8 @@ products into the encoding buffer in place, so that it ends up holding the gates
 the states z, y. Backward: ``lem_backward`` runs BPTT in C++ from the stored states and pre-activations
 (gates recomputed elementwise, no matrix product recomputed) and writes the pre-activation gradients ``dA`` of
 every step; it adds each step's terms of the recurrent weight gradients (dA_nᵀ y_{n-1}, dA_nᵀ z'_n, a product over
-the batch) while that step's dA is still in cache, its threads sharing them out after a barrier. Autograd takes
-``dA`` through ``encode`` (V, b, x). With no backward to come (``torch.no_grad()``, or nothing requiring
+the batch) while that step's dA is still in cache (``weights.cpp``). Autograd takes ``dA`` through ``encode`` (V, b,
+x). With no backward to come (``torch.no_grad()``, or nothing requiring
 grad) the forward runs in chunks of steps (``forward_in_chunks``): no encoding buffer of the whole sequence.
 """
 from __future__ import annotations
@@ -57,11 +57,10 @@ class LEMFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, 4 * d)
         dhs = A.new_empty(B, T) if ctx.needs_input_grad[6] else None
-        weights = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
-        dWg, dWy = (A.new_zeros(3 * d, d), A.new_zeros(d, d)) if weights else (None, None)
+        dWg = A.new_zeros(3 * d, d) if ctx.needs_input_grad[3] else None  # added step by step in the kernel
+        dWy = A.new_zeros(d, d) if ctx.needs_input_grad[4] else None
         call("lem_backward", [A, z0, y0, Wg, Wy, Z, Y, dY, gz, gy, dA, ctx.hs, dhs, dWg, dWy], (B, T, d), (ctx.h,))
-        return (dA, gz, gy, dWg if ctx.needs_input_grad[3] else None, dWy if ctx.needs_input_grad[4] else None, None,
-                dhs)
+        return dA, gz, gy, dWg, dWy, None, dhs
 
 
 def run(system, x: Tensor, state, dt: float | Tensor, unfolds: int = 1, lags=()):

@@ -1,6 +1,6 @@
 """Neural oscillator (002 eq. 4.1) + symplectic Euler (z' = z + h tanh(W y + V u + b), y' = y + h z'), fused on
-CPU: one product per step in C++ (added into the encoding buffer in place), BPTT in C++, dW as products over the
-steps (``state_products``); no backward to come: the forward in chunks of steps. Per-sample steps h (irregular
+CPU: one product per step in C++ (added into the encoding buffer in place), BPTT in C++ adding each step's term of
+dW while it is in cache (``weights.cpp``); no backward to come: the forward in chunks of steps. Per-sample steps h (irregular
 sampling, a (B, T) dt) replace the shared one row by row."""
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from torch import Tensor
 
 from ..derivatives import kernel_backward
 from ..gaps import is_per_sample, per_step_lengths
-from .common import (
-    contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward, state_products)
+from .common import contiguous, encode_flat, every_sample, forward_in_chunks, last_states, needs_backward
 from .extension import available, call  # noqa: F401 -- available(): Recurrent asks the kernel module
 
 
@@ -49,8 +48,8 @@ class OscillatorFunction(torch.autograd.Function):
         dY = dY.contiguous() if dY is not None else None
         dA = A.new_empty(B * T, d)
         dhs = A.new_empty(B, T) if ctx.needs_input_grad[5] else None
-        call("osc_backward", [A, W, dY, gz, gy, dA, ctx.hs, Z, dhs], (B, T, d), (ctx.h,))
-        dW = state_products(dA, (0, d), Y, y0) if ctx.needs_input_grad[3] else None
+        dW = A.new_zeros(d, d) if ctx.needs_input_grad[3] else None  # added step by step in the kernel
+        call("osc_backward", [A, W, dY, gz, gy, dA, ctx.hs, Z, dhs, y0, Y, dW], (B, T, d), (ctx.h,))
         return dA, gz, gy, dW, None, dhs
 
 

@@ -1,8 +1,8 @@
 """The C++ source of every CPU kernel: ONE translation unit, compiled once per machine on first use.
 
-The source lives in ``csrc/``, one file a concept (the products, the batch rows over threads, the input encoding,
-the gates, then a file a cell family, the exports last), concatenated in :data:`PARTS` order with ``#line``
-marks, so that the compiler names the part and its line.
+The source lives in ``csrc/``, one file a concept (the products, the batch rows over threads, the weight gradients
+step by step, the input encoding, the gates, then a file a cell family, the exports last), concatenated in
+:data:`PARTS` order with ``#line`` marks, so that the compiler names the part and its line.
 
 Plain C++17 on raw pointers (no torch headers, no pybind11: it compiles in a few seconds and is called through
 ``ctypes``). Matrix products go to the BLAS inside ``libtorch_cpu`` (MKL's ``sgemm_`` / ``dgemm_``, declared
@@ -17,9 +17,10 @@ all steps in one GEMM by torch): the memory the backward keeps is the states plu
 backward that would recompute the products, and the backward needs no product recomputed. The backward (BPTT)
 recomputes the gates elementwise from the stored pre-activations and states and writes the per-step
 pre-activation gradients; weight gradients are then products over the steps read from the stored states in
-place (``state_products``: one per sample, no shifted copy of the sequence; LEM's are added step by step inside its
-backward, while the step's gradients are in cache) or, for diagonal and per-synapse parameters, accumulated here in
-double. Without a backward to come, the Python side runs a forward over chunks
+place: step by step inside the backward, while a step's gradients are still in cache (``weights.cpp``; LEM, coRNN,
+GRU-ODE, the oscillator), or afterwards, one product per sample (``state_products``, no shifted copy of the
+sequence: the delay cells, whose state dropout scales the states); for diagonal and per-synapse parameters,
+accumulated here in double. Without a backward to come, the Python side runs a forward over chunks
 of steps, so the whole sequence's encoding is never allocated.
 
 Layout: batch first, as odelab's sequences, ``(B, T, k)`` contiguous; one step is a ``(B, k)`` matrix with
@@ -29,7 +30,7 @@ scalars)`` (see :func:`odelab.kernels.cpu.extension.call`).
 
 from importlib import resources
 
-PARTS = ("prelude", "products", "threads", "affine", "gates", "lem", "cornn", "unicornn", "gru_ode", "oscillator",
+PARTS = ("prelude", "products", "threads", "weights", "affine", "gates", "lem", "cornn", "unicornn", "gru_ode", "oscillator",
          "delay", "liquid", "exports")
 
 

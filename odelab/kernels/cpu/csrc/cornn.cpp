@@ -65,11 +65,12 @@ S cornn_dh(i64 d, S h, S gamma, S eps, int implicit, const S* __restrict__ s, co
   return acc;
 }
 
-// z0 y0 Z Y (the states) are read only for dhs (B, T; null: not wanted), the gradients of the steps' lengths.
-template <typename S>
+// z0 y0 Z Y (the states) are read only for dhs (B, T; null: not wanted), the gradients of the steps' lengths;
+// step_done: as lem_bwd.
+template <typename S, typename StepDone>
 void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double hd, double gd, double ed,
                int implicit, const S* dY, S* gz, S* gy, S* dA, const S* hs, const S* z0, const S* y0, const S* Z,
-               const S* Y, S* dhs) {
+               const S* Y, S* dhs, StepDone step_done) {
   const S h = S(hd), gamma = S(gd), eps = S(ed);
   const S den = S(1) + h * eps;
   const S q = implicit ? h / den : h;                       // dz'/dF
@@ -93,6 +94,7 @@ void cornn_bwd(i64 B, i64 T, i64 d, const S* A, const S* Wc, const S* Wy, double
     }
     mm(B, d, d, dA + n * d, ls, Wc, d, S(1), gz, d);          // dL/dz += ds 𝒲
     mm(B, d, d, dA + n * d, ls, Wy, d, S(1), gy, d);          // dL/dy += ds W
+    step_done(n);
   }
 }
 

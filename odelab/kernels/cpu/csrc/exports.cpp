@@ -45,30 +45,31 @@ ODELAB_EXPORT(lem_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];
   lem_fwd<S>(rows, T, d, PTR(0) + b * T * 4 * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
              PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T)); }))
-// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs dhs dWg dWy (dY, hs, dhs may be null; dWg and dWy
-// zeroed, or both null: no weight gradients); scalars h
+// sizes (B, T, d); pointers A z0 y0 Wg Wy Z Y dY gz gy dA hs dhs dWg dWy (dY, hs, dhs may be null; dWg, dWy zeroed,
+// or null: not wanted); scalars h
 ODELAB_EXPORT(lem_backward, over_rows_in_step<S>(n[0], [&](i64 b, i64 rows, int part, int parts) {
   const i64 B = n[0], T = n[1], d = n[2];
-  auto weights = [&](i64 step) {  // every thread's rows of step `step` written: their products, shared out
-    if (!PTR(13)) return;
-    all_rows_done();
-    lem_weight_step<S>(B, T, d, step, PTR(10), PTR(2), PTR(5), PTR(6), PTR(13), PTR(14), part, parts);
-  };
+  const WeightTerm<S> terms[] = {{PTR(10), 4 * d, 0, 3 * d, PTR(6), PTR(2), 0, PTR(13)},     // [ds1 dsz ds2]^T y
+                                 {PTR(10), 4 * d, 3 * d, d, PTR(5), PTR(1), -1, PTR(14)}};  // dsy^T z'
   lem_bwd<S>(rows, T, d, PTR(0) + b * T * 4 * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
              PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T * d), PTR(8) + b * d, PTR(9) + b * d,
-             PTR(10) + b * T * 4 * d, at(PTR(11), b * T), at(PTR(12), b * T), weights); }))
+             PTR(10) + b * T * 4 * d, at(PTR(11), b * T), at(PTR(12), b * T),
+             weights_after_step(B, T, d, terms, part, parts)); }))
 // sizes (B, T, d, implicit); pointers A z0 y0 𝒲^T W^T Z Y hs (hs may be null); scalars h γ ε
 ODELAB_EXPORT(cornn_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];
   cornn_fwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), PTR(4), s[0], s[1], s[2],
                (int)n[3], PTR(5) + b * T * d, PTR(6) + b * T * d, at(PTR(7), b * T)); }))
-// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA hs z0 y0 Z Y dhs (dY, hs, dhs may be null; the states are
-// read for dhs only); scalars h γ ε
-ODELAB_EXPORT(cornn_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
-  const i64 T = n[1], d = n[2];
+// sizes (B, T, d, implicit); pointers A 𝒲 W dY gz gy dA hs z0 y0 Z Y dhs d𝒲 dW (dY, hs, dhs may be null; d𝒲, dW
+// zeroed, or null: not wanted); scalars h γ ε
+ODELAB_EXPORT(cornn_backward, over_rows_in_step<S>(n[0], [&](i64 b, i64 rows, int part, int parts) {
+  const i64 B = n[0], T = n[1], d = n[2];
+  const WeightTerm<S> terms[] = {{PTR(6), d, 0, d, PTR(10), PTR(8), 0, PTR(13)},    // ds^T z
+                                 {PTR(6), d, 0, d, PTR(11), PTR(9), 0, PTR(14)}};  // ds^T y
   cornn_bwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1), PTR(2), s[0], s[1], s[2], (int)n[3], at(PTR(3), b * T * d),
                PTR(4) + b * d, PTR(5) + b * d, PTR(6) + b * T * d, at(PTR(7), b * T), at(PTR(8), b * d),
-               at(PTR(9), b * d), at(PTR(10), b * T * d), at(PTR(11), b * T * d), at(PTR(12), b * T)); }))
+               at(PTR(9), b * d), at(PTR(10), b * T * d), at(PTR(11), b * T * d), at(PTR(12), b * T),
+               weights_after_step(B, T, d, terms, part, parts)); }))
 // sizes (B, T, d); pointers A z0 y0 w k Z Y; scalars h α
 ODELAB_EXPORT(unicornn_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];
@@ -90,22 +91,28 @@ ODELAB_EXPORT(gru_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];
   gru_fwd<S>(rows, T, d, PTR(0) + b * T * 3 * d, PTR(1) + b * T * d, PTR(2) + b * d, PTR(3), PTR(4), PTR(5), s[0],
              PTR(6) + b * T * d, at(PTR(7), b * T)); }))
-// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs dhs (dY, hs, dhs may be null); scalars Δ
-ODELAB_EXPORT(gru_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
-  const i64 T = n[1], d = n[2];
+// sizes (B, T, d); pointers A C h0 [W_r; W_f] W_u H dY gh dA dC hs dhs d[W_r; W_f] dW_u (dY, hs, dhs may be null;
+// the weight gradients zeroed, or null: not wanted); scalars Δ
+ODELAB_EXPORT(gru_backward, over_rows_in_step<S>(n[0], [&](i64 b, i64 rows, int part, int parts) {
+  const i64 B = n[0], T = n[1], d = n[2];
+  const WeightTerm<S> terms[] = {{PTR(8), 3 * d, 0, 2 * d, PTR(5), PTR(2), 0, PTR(12)},  // [ds_r ds_f]^T h
+                                 {PTR(9), d, 0, d, PTR(5), PTR(2), 0, PTR(13)}};          // dc^T h
   gru_bwd<S>(rows, T, d, PTR(0) + b * T * 3 * d, PTR(1) + b * T * d, PTR(2) + b * d, PTR(3), PTR(4), s[0],
              PTR(5) + b * T * d, at(PTR(6), b * T * d), PTR(7) + b * d, PTR(8) + b * T * 3 * d, PTR(9) + b * T * d,
-             at(PTR(10), b * T), at(PTR(11), b * T)); }))
+             at(PTR(10), b * T), at(PTR(11), b * T), weights_after_step(B, T, d, terms, part, parts)); }))
 // sizes (B, T, d); pointers A z0 y0 W^T Z Y hs (hs may be null); scalars h
 ODELAB_EXPORT(osc_forward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
   const i64 T = n[1], d = n[2];
   osc_fwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1) + b * d, PTR(2) + b * d, PTR(3), s[0], PTR(4) + b * T * d,
              PTR(5) + b * T * d, at(PTR(6), b * T)); }))
-// sizes (B, T, d); pointers A W dY gz gy dA hs Z dhs (dY, hs, dhs may be null; Z read for dhs); scalars h
-ODELAB_EXPORT(osc_backward, over_rows<S>(n[0], [&](i64 b, i64 rows) {
-  const i64 T = n[1], d = n[2];
+// sizes (B, T, d); pointers A W dY gz gy dA hs Z dhs y0 Y dW (dY, hs, dhs may be null; Z read for dhs; dW zeroed, or
+// null: not wanted); scalars h
+ODELAB_EXPORT(osc_backward, over_rows_in_step<S>(n[0], [&](i64 b, i64 rows, int part, int parts) {
+  const i64 B = n[0], T = n[1], d = n[2];
+  const WeightTerm<S> terms[] = {{PTR(5), d, 0, d, PTR(10), PTR(9), 0, PTR(11)}};  // ds^T y
   osc_bwd<S>(rows, T, d, PTR(0) + b * T * d, PTR(1), s[0], at(PTR(2), b * T * d), PTR(3) + b * d, PTR(4) + b * d,
-             PTR(5) + b * T * d, at(PTR(6), b * T), at(PTR(7), b * T * d), at(PTR(8), b * T)); }))
+             PTR(5) + b * T * d, at(PTR(6), b * T), at(PTR(7), b * T * d), at(PTR(8), b * T),
+             weights_after_step(B, T, d, terms, part, parts)); }))
 // The ablated τ-GRU's layout (kind 2) from sizes n[k …]: ne nh e_u e_z e_g e_a w_u w_g w_a.
 inline TauLayout tau_layout(const i64* n) { return {n[0], n[1], {n[2], n[3], n[4], n[5]}, {n[6], -1, n[7], n[8]}}; }
 // sizes (kind, B, T, d, m, n0, TA, layout (9, tau_layout)); pointers A h0 weight_h^T W2^T H K (K: dropout factors,
@@ -127,9 +134,6 @@ ODELAB_EXPORT(affine_forward, over_rows<S>(n[0], [&](i64 r0, i64 rows) {
   affine_fwd<S>(rows, n[1], n[2], PTR(0) + r0 * n[1], PTR(1), PTR(2), PTR(3) + r0 * n[2]); }))
 // sizes (R, n, w); pointers dA X dV^T db (db may be null)
 ODELAB_EXPORT(affine_backward, affine_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3)))
-// sizes (R, w, c0, nc, d); pointers dA X O
-ODELAB_EXPORT(column_products, over_rows<S>(n[3], [&](i64 r0, i64 rows) {
-  column_products<S>(n[0], n[1], n[2] + r0, rows, n[4], PTR(0), PTR(1), PTR(2) + r0 * n[4]); }))
 // sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors, may be null)
 ODELAB_EXPORT(state_products, over_rows<S>(n[4], [&](i64 r0, i64 rows) {  // rows of O: columns of dA
   state_products<S>(n[0], n[1], n[2], n[3] + r0, rows, n[5], n[6], PTR(0), PTR(1), PTR(2), PTR(3) + r0 * n[5],

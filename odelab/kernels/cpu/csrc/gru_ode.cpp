@@ -28,9 +28,9 @@ void gru_fwd(i64 B, i64 T, i64 d, S* A, S* C, const S* h0, const S* Wrft, const 
   }
 }
 
-template <typename S>
+template <typename S, typename StepDone>  // dhs (B, T) or null, step_done: as lem_bwd
 void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* Wrf, const S* Wu, double hd,
-             const S* H, const S* dY, S* gh, S* dA, S* dC, const S* hs, S* dhs) {  // dhs (B, T) or null: as lem_bwd
+             const S* H, const S* dY, S* gh, S* dA, S* dC, const S* hs, S* dhs, StepDone step_done) {
   const S h = S(hd);
   std::vector<S> G(B * d);
   const i64 ls = T * d, la = T * 3 * d;
@@ -54,6 +54,7 @@ void gru_bwd(i64 B, i64 T, i64 d, const S* A, const S* C, const S* h0, const S* 
     std::memcpy(gh, G.data(), B * d * sizeof(S));
     mm(B, d, 2 * d, da, la, Wrf, d, S(1), gh, d);             // dL/dh += [ds_r ds_f] [W_r; W_f]
     mm(B, d, d, dC + n * d, ls, Wu, d, S(1), gh, d);          // dL/dh += dc W_u
+    step_done(n);
   }
 }
 

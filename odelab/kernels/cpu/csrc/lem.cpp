@@ -30,7 +30,7 @@ void lem_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wgt, 
 // dY: gradient of the outputs (nullptr = zero); gz, gy: in = gradients of the final state, out = of the
 // initial state. dA (B,T,4d): gradients of the pre-activations (= of the encoded input). G: (B, d) scratch.
 // dhs (B, T) or null: the gradients of the steps' lengths hs. step_done(n): called once step n's rows of dA are
-// written (the weight gradients' share of step n: lem_weight_step).
+// written (weights_after_step).
 template <typename S, typename StepDone>
 void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S* Wg, const S* Wy, double hd,
              const S* Z, const S* Y, const S* dY, S* gz, S* gy, S* dA, const S* hs, S* dhs, StepDone step_done) {
@@ -63,25 +63,6 @@ void lem_bwd(i64 B, i64 T, i64 d, const S* A, const S* z0, const S* y0, const S*
     std::memcpy(gy, H.data(), B * d * sizeof(S));
     mm(B, d, 3 * d, da, la, Wg, d, S(1), gy, d);                          // dL/dy += [ds1 dsz ds2] [W1; Wz; W2]
     step_done(n);
-  }
-}
-
-// Step n's terms of the recurrent weights' gradients, over all B rows of dA (B,T,4d) (step n's complete):
-// dWg (3d x d) += [ds1 dsz ds2]^T y_{n-1}, dWy (d x d) += dsy^T z'_n. Part `part` of `parts` adds to its share of
-// the 4d rows of [dWg; dWy], each summed over the rows in one order: the bits do not depend on `parts`. Added while
-// step n's dA is still in cache (a product over all steps afterwards reads it back from memory: 74 -> about 95
-// GFLOPS on one Zen 4 core at (128, 1000, 128)).
-template <typename S>
-void lem_weight_step(i64 B, i64 T, i64 d, i64 n, const S* dA, const S* y0, const S* Z, const S* Y, S* dWg, S* dWy,
-                     int part, int parts) {
-  i64 r0, r1;
-  share(4 * d, part, parts, r0, r1);
-  const S* da = dA + n * 4 * d; const i64 la = T * 4 * d;
-  const S* yp = n ? Y + (n - 1) * d : y0; const i64 lyp = n ? T * d : d;
-  if (r0 < 3 * d) { const i64 e = std::min(r1, 3 * d); mm_tn(e - r0, d, B, da + r0, la, yp, lyp, dWg + r0 * d, d); }
-  if (r1 > 3 * d) {
-    const i64 c = std::max(r0, 3 * d);
-    mm_tn(r1 - c, d, B, da + c, la, Z + n * d, T * d, dWy + (c - 3 * d) * d, d);
   }
 }
 

@@ -34,10 +34,11 @@ void osc_fwd(i64 B, i64 T, i64 d, S* A, const S* z0, const S* y0, const S* Wt, d
   }
 }
 
-// hs (B, T): per-sample steps, or null; dhs (B, T) or null: the gradients of their lengths (Z: the z', read then)
-template <typename S>
+// hs (B, T): per-sample steps, or null; dhs (B, T) or null: the gradients of their lengths (Z: the z', read then);
+// step_done: as lem_bwd
+template <typename S, typename StepDone>
 void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY, S* gz, S* gy, S* dA,
-             const S* hs, const S* Z, S* dhs) {
+             const S* hs, const S* Z, S* dhs, StepDone step_done) {
   const S h = S(hd);
   const i64 ls = T * d;
   for (i64 n = T - 1; n >= 0; --n) {
@@ -52,6 +53,7 @@ void osc_bwd(i64 B, i64 T, i64 d, const S* A, const S* W, double hd, const S* dY
     for (i64 b = 0; b < B; ++b)
       osc_step_bwd(d, step(hs, h, b, T, n), A + n * d + b * ls, dA + n * d + b * ls, gy + b * d, gz + b * d);
     mm(B, d, d, dA + n * d, ls, W, d, S(1), gy, d);
+    step_done(n);
   }
 }
 

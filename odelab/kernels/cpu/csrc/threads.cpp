@@ -119,12 +119,4 @@ void state_products(i64 B, i64 T, i64 w, i64 c0, i64 nc, i64 d, i64 s, const S* 
     mm_tn(nc, d, T - 1 - s, dA + (b * T + s + 1) * w + c0, w, H + b * T * d, d, O, d);
 }
 
-// O (nc x d) = dA[:, c0 : c0 + nc]^T X over R rows, dA (R, w), X (R, d): a weight's gradient in products with a
-// state of the same step (LEM's Wy z'_n).
-template <typename S>
-void column_products(i64 R, i64 w, i64 c0, i64 nc, i64 d, const S* dA, const S* X, S* O) {
-  std::fill(O, O + nc * d, S(0));
-  mm_tn(nc, d, R, dA + c0, w, X, d, O, d);
-}
-
 }  // namespace
