@@ -363,11 +363,16 @@ def test_reversible_unicornn_without_backward_runs_in_chunks(monkeypatch):
         assert relative(a, b.detach()) <= 1e-14
 
 
-@pytest.mark.parametrize("frozen", [("W2",), ("Wy",), ("weight_y", "W2"), ("weight_y", "W2", "Wy")])
-def test_no_grad_and_frozen_parameters(frozen):
-    """Frozen recurrent weights: LEM's backward adds the weight gradients step by step only where one is asked for
-    (all three frozen: none), and the others' still match the generic loop."""
-    model = cells.LEM(2, 5)
+FROZEN = [("lem", ("W2",)), ("lem", ("Wy",)), ("lem", ("weight_y", "W2")), ("lem", ("weight_y", "W2", "Wy")),
+          *((cell, frozen) for cell in ("taugru", "delaygru", "taugru-ablation")
+            for frozen in (("weight_h",), ("W2",), ("weight_h", "W2")))]
+
+
+@pytest.mark.parametrize("cell, frozen", FROZEN, ids=lambda v: v if isinstance(v, str) else "+".join(v))
+def test_no_grad_and_frozen_parameters(cell, frozen):
+    """Frozen recurrent weights: the backwards add the weight gradients step by step only where one is asked for
+    (LEM's three or the delay cells' two frozen: none), and the others' still match the generic loop."""
+    model = CELLS[cell](2, 5)
     for name in frozen:
         getattr(model.system, name).requires_grad_(False)
     x = torch.randn(3, 6, 2)

@@ -106,14 +106,13 @@ def every_sample(seq: Tensor, unfolds: int) -> Tensor:
     return seq if unfolds == 1 else seq[:, unfolds - 1::unfolds].contiguous()
 
 
-def state_products(dA: Tensor, columns: tuple[int, int], H: Tensor, h0: Tensor, lag: int = 0,
-                   factors: Tensor | None = None, which: int = 0) -> Tensor:
-    """The gradient of a weight W in the products ``W state_{n−lag}`` of every step n: Σ over the batch and the
-    steps n ≥ lag of ``dA[b, n, c0:c1]ᵀ state_{n−lag}[b]``, ``(c1 − c0, d)``, for dA ``(B·T, w)`` and the states
-    ``state_0 = h0`` ``(B, d)``, ``state_k = H[:, k−1]`` ``(B, T, d)`` (zero before 0). lag 0: the state before
-    each step; τ-GRU's lag m: the delayed state. Computed from H in place (no shifted copy of the sequence); with
-    state dropout (``factors`` ``(B, T, 2, d)``), against the states as step n read them,
-    ``factors[:, n, which]`` ⊙ state_{n−lag}."""
+def state_products(dA: Tensor, columns: tuple[int, int], H: Tensor, h0: Tensor, factors: Tensor, lag: int = 0,
+                   which: int = 0) -> Tensor:
+    """The gradient of a weight W in the products ``W state_{n−lag}`` of every step n under state dropout: Σ over the
+    batch and the steps n ≥ lag of ``dA[b, n, c0:c1]ᵀ (factors[b, n, which] ⊙ state_{n−lag}[b])``, ``(c1 − c0, d)``,
+    the states as step n read them, for dA ``(B·T, w)``, the states ``state_0 = h0`` ``(B, d)``, ``state_k =
+    H[:, k−1]`` ``(B, T, d)`` (zero before 0) and the dropout factors ``(B, T, 2, d)``. lag 0: the state before each
+    step; τ-GRU's lag m: the delayed state. (Without dropout the kernels add these terms step by step.)"""
     B, T, d = H.shape
     c0, c1 = columns
     out = dA.new_empty(c1 - c0, d)

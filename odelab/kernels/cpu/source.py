@@ -17,9 +17,9 @@ all steps in one GEMM by torch): the memory the backward keeps is the states plu
 backward that would recompute the products, and the backward needs no product recomputed. The backward (BPTT)
 recomputes the gates elementwise from the stored pre-activations and states and writes the per-step
 pre-activation gradients; weight gradients are then products over the steps read from the stored states in
-place: step by step inside the backward, while a step's gradients are still in cache (``weights.cpp``; LEM, coRNN,
-GRU-ODE, the oscillator), or afterwards, one product per sample (``state_products``, no shifted copy of the
-sequence: the delay cells, whose state dropout scales the states); for diagonal and per-synapse parameters,
+place: step by step inside the backward, while a step's gradients are still in cache (``weights.cpp``), except
+under the delay cells' state dropout, which scales the states the steps read: then one product per sample afterwards
+(``state_products``, no shifted copy of the sequence); for diagonal and per-synapse parameters,
 accumulated here in double. Without a backward to come, the Python side runs a forward over chunks
 of steps, so the whole sequence's encoding is never allocated.
 

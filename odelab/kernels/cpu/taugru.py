@@ -1,8 +1,9 @@
 """τ-GRU (eq. 14) and Delay GRU (eq. 12) + Euler with the delayed state h_{n−m}, m = ⌊τ/h⌋, zero history,
 fused on CPU. The C++ loop reads h_{n−m} straight from the stored states (the ring buffer of the generic loop
 is the state sequence itself); the backward keeps a buffer of the gradients that later steps send back to
-h_{n−m} through W2 (a ring of m + 2 steps). Weight gradients are products over the steps (``state_products``;
-W2's against the delayed states).
+h_{n−m} through W2 (a ring of m + 2 steps). The kernel adds the weight gradients step by step (W2's against the
+delayed states; csrc/weights.cpp), except with state dropout: then products over the steps afterwards
+(``state_products``, against the dropped states).
 
 τ-GRU: the published cell (α, β any nonzero constants, weighting and gating on), and its ablations without a
 branch (``alpha=0``, ``beta=0``, ``weighting=False``, ``gating=False``; kind 2, the branches' blocks by
@@ -68,19 +69,32 @@ class GatedDelayFunction(torch.autograd.Function):
         dH = dH.contiguous() if dH is not None else None
         dA = A.new_empty(A.shape)
         pending = A.new_zeros(min(m + 2, T + 1), B, d)  # a ring (csrc/delay.cpp: pending_slots)
-        call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending, K], (kind, B, T, d, m, *layout),
+        # without state dropout the kernel adds the weights' gradients step by step; with it, the products below
+        dWh = Wh.new_zeros(Wh.shape) if K is None and ctx.needs_input_grad[2] else None
+        dW2 = W2.new_zeros(W2.shape) if K is None and ctx.needs_input_grad[3] else None
+        call("gdelay_backward", [A, h0, Wh, W2, H, dH, gh, dA, pending, K, dWh, dW2], (kind, B, T, d, m, *layout),
              (h, alpha, beta))
-        # the encoding blocks of weight_h's maps, in its order, and of W2's (against the states the steps read)
-        maps, delayed = {0: ((0, 1),), 1: ((0,), (2, 3))}.get(kind), kind
-        if kind == 2:
-            block_of = dict(zip(layout[6:], (layout[2], layout[4], layout[5])))  # weight_h block -> encoding block
-            maps, delayed = tuple((block_of[w],) for w in range(layout[1])), layout[3]
-        dWh = dW2 = None
-        if ctx.needs_input_grad[2]:
-            dWh = torch.cat([state_products(dA, (run[0] * d, (run[-1] + 1) * d), H, h0, factors=K) for run in maps])
-        if ctx.needs_input_grad[3]:
-            dW2 = state_products(dA, (delayed * d, (delayed + 1) * d), H, h0, lag=m, factors=K, which=1)
+        if K is not None:
+            wanted = ctx.needs_input_grad[2:4]
+            dWh, dW2 = _dropped_state_products(dA, H, h0, K, kind, layout, m, wanted)
         return dA, gh, dWh, dW2, None, None, None, None, None, None, None
+
+
+def _dropped_state_products(dA, H, h0, K, kind, layout, m, wanted):
+    """(dL/d weight_h, dL/d W2), None where not ``wanted``, with state dropout: products over the steps of dA
+    against the states as the steps read them (the dropout factors K times the states), after the loop."""
+    d = h0.shape[1]
+    # the encoding blocks of weight_h's maps, in its order, and of W2's (against the states the steps read)
+    maps, delayed = {0: ((0, 1),), 1: ((0,), (2, 3))}.get(kind), kind
+    if kind == 2:
+        block_of = dict(zip(layout[6:], (layout[2], layout[4], layout[5])))  # weight_h block -> encoding block
+        maps, delayed = tuple((block_of[w],) for w in range(layout[1])), layout[3]
+    dWh = dW2 = None
+    if wanted[0]:
+        dWh = torch.cat([state_products(dA, (run[0] * d, (run[-1] + 1) * d), H, h0, factors=K) for run in maps])
+    if wanted[1]:
+        dW2 = state_products(dA, (delayed * d, (delayed + 1) * d), H, h0, lag=m, factors=K, which=1)
+    return dWh, dW2
 
 
 def _run(system, x, state, dt, unfolds, lags, kind, alpha=1.0, beta=1.0, drop=None):

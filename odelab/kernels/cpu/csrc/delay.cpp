@@ -137,12 +137,37 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, cons
   }
 }
 
+// The weight gradients' terms of a step (weights.cpp) without state dropout: weight_h's maps of the state the step
+// starts from, into the rows of dWh (d x d a map, in weight_h's order), and W2's of the delayed state h_{n−m}, into
+// dW2. dA (B, T, w), the states h0 (B, d) and H (B, T, d); dWh, dW2 null: not wanted.
+template <typename S>
+void delay_weight_terms(int kind, i64 T, i64 d, i64 m, const TauLayout& L, const S* dA, const S* H, const S* h0,
+                        S* dWh, S* dW2, WeightTerm<S> (&terms)[4]) {
+  const i64 w = gate_width(kind, d, L);
+  const auto term = [&](i64 block, i64 blocks, i64 lag, S* O) { return WeightTerm<S>{dA, w, block * d, blocks * d, H, h0, lag, O}; };
+  for (auto& t : terms) t = term(0, 0, 0, nullptr);
+  if (kind == 0) {                              // [s_c s_g] from [W1; W3], s_c from W2
+    terms[0] = term(0, 2, 0, dWh);
+    terms[1] = term(0, 1, m, dW2);
+  } else if (kind == 1) {                       // s_u from W1, [s_g s_a] from [W3; W4], s_z from W2
+    terms[0] = term(0, 1, 0, dWh);
+    terms[1] = term(2, 2, 0, at(dWh, d * d));
+    terms[2] = term(1, 1, m, dW2);
+  } else {
+    for (int r : {0, 2, 3})
+      if (L.w[r] >= 0) terms[r] = term(L.e[r], 1, 0, at(dWh, L.w[r] * d * d));
+    if (L.e[1] >= 0) terms[1] = term(L.e[1], 1, m, dW2);
+  }
+}
+
 // Pend (pending_slots(T, m) x B x d, zeroed): a ring of the gradients that later steps' delayed reads send back to
 // the states still to be reached. K as gdelay_fwd: the step's gradient to its dropped start (and delayed read) is
-// multiplied by the same factor on its way to the state.
-template <typename S>
+// multiplied by the same factor on its way to the state. step_done(n): called once step n's rows of dA are written
+// (weights_after_step).
+template <typename S, typename StepDone>
 void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, const S* Wh, const S* W2, double hd,
-                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend, const S* K, const TauLayout& L) {
+                double al, double be, const S* H, const S* dY, S* gh, S* dA, S* Pend, const S* K, const TauLayout& L,
+                StepDone step_done) {
   const S h = S(hd), alpha = S(al), beta = S(be);
   const i64 ls = T * d, w = gate_width(kind, d, L), la = T * w, R = pending_slots(T, m),
             lk = T * 2 * d;
@@ -204,6 +229,7 @@ void gdelay_bwd(int kind, i64 B, i64 T, i64 d, i64 m, const S* A, const S* h0, c
         }
       }
     }
+    step_done(n);
   }
   for (i64 b = 0; b < B; ++b) for (i64 j = 0; j < d; ++j) gh[b * d + j] += Pend[b * d + j];  // state 0 = h0
 }

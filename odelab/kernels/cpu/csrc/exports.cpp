@@ -122,19 +122,24 @@ ODELAB_EXPORT(gdelay_forward, over_rows<S>(n[1], [&](i64 b, i64 rows) {
   gdelay_fwd<S>(kind, rows, T, d, n[4], n[5], TA, PTR(0) + b * TA * gate_width(kind, d, L), PTR(1) + b * d, PTR(2),
                 PTR(3), s[0], s[1], s[2], PTR(4) + b * T * d, at(PTR(5), b * T * 2 * d), L); }))
 // sizes (kind, B, T, d, m, layout (9, tau_layout)); pointers A h0 weight_h W2 H dY gh dA Pend (a zero ring: see
-// pending_slots) K (may be null); scalars Δ α β. A range of rows gets its own contiguous slots x rows x d of the ring.
-ODELAB_EXPORT(gdelay_backward, over_rows<S>(n[1], [&](i64 b, i64 rows) {
-  const int kind = (int)n[0]; const i64 T = n[2], d = n[3], m = n[4]; const TauLayout L = tau_layout(n + 5);
+// pending_slots) K dWh dW2 (K may be null; dWh, dW2 zeroed, or null: not wanted, and null with K, whose dropped
+// states the products after the loop take); scalars Δ α β. A range of rows gets its own contiguous slots x rows x d
+// of the ring.
+ODELAB_EXPORT(gdelay_backward, over_rows_in_step<S>(n[1], [&](i64 b, i64 rows, int part, int parts) {
+  const int kind = (int)n[0]; const i64 B = n[1], T = n[2], d = n[3], m = n[4]; const TauLayout L = tau_layout(n + 5);
   const i64 w = gate_width(kind, d, L);
+  WeightTerm<S> terms[4];
+  delay_weight_terms<S>(kind, T, d, m, L, PTR(7), PTR(4), PTR(1), PTR(10), PTR(11), terms);
   gdelay_bwd<S>(kind, rows, T, d, m, PTR(0) + b * T * w, PTR(1) + b * d, PTR(2), PTR(3), s[0], s[1], s[2],
                 PTR(4) + b * T * d, at(PTR(5), b * T * d), PTR(6) + b * d, PTR(7) + b * T * w,
-                PTR(8) + pending_slots(T, m) * b * d, at(PTR(9), b * T * 2 * d), L); }))
+                PTR(8) + pending_slots(T, m) * b * d, at(PTR(9), b * T * 2 * d), L,
+                weights_after_step(B, T, d, terms, part, parts)); }))
 // sizes (R, n, w); pointers X V^T b A (b may be null)
 ODELAB_EXPORT(affine_forward, over_rows<S>(n[0], [&](i64 r0, i64 rows) {
   affine_fwd<S>(rows, n[1], n[2], PTR(0) + r0 * n[1], PTR(1), PTR(2), PTR(3) + r0 * n[2]); }))
 // sizes (R, n, w); pointers dA X dV^T db (db may be null)
 ODELAB_EXPORT(affine_backward, affine_bwd<S>(n[0], n[1], n[2], PTR(0), PTR(1), PTR(2), PTR(3)))
-// sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors, may be null)
+// sizes (B, T, w, c0, nc, d, s, f); pointers dA H h0 O F (the dropout factors)
 ODELAB_EXPORT(state_products, over_rows<S>(n[4], [&](i64 r0, i64 rows) {  // rows of O: columns of dA
   state_products<S>(n[0], n[1], n[2], n[3] + r0, rows, n[5], n[6], PTR(0), PTR(1), PTR(2), PTR(3) + r0 * n[5],
                     PTR(4), n[7]); }))

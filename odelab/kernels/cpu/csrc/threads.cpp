@@ -91,32 +91,26 @@ void mm_tn(i64 M, i64 N, i64 K, const S* A, i64 lda, const S* B, i64 ldb, S* C, 
     }
 }
 
-// The gradient of a weight W in the products W state_{n−s} of steps n = s … T−1 (state 0 = h0, state k >= 1 =
-// H[:, k−1], zero before 0): O (nc x d) = Σ_b Σ_n dA[b, n, c0 : c0 + nc]^T state_{n−s}[b], dA (B, T, w). Per
-// sample one product over its steps (their states are rows of H: no copy of the shifted sequence), and one over
-// the batch for h0. With state dropout, F (B, T, 2, d) (null: none): the states as step n read them,
-// F[b, n, f] ⊙ state_{n−s}, a sample at a time in R.
+// The gradient of a weight W in the products W state_{n−s} of steps n = s … T−1 under state dropout (state 0 = h0,
+// state k >= 1 = H[:, k−1], zero before 0; the dropout factors F (B, T, 2, d)): O (nc x d) = Σ_b Σ_n
+// dA[b, n, c0 : c0 + nc]^T (F[b, n, f] ⊙ state_{n−s}[b]), dA (B, T, w), the states as step n read them, a sample at a
+// time in R, then one product over its steps. (Without dropout the backwards add these terms step by step:
+// weights.cpp.)
 template <typename S>
 void state_products(i64 B, i64 T, i64 w, i64 c0, i64 nc, i64 d, i64 s, const S* dA, const S* H, const S* h0,
                     S* O, const S* F, i64 f) {
   std::fill(O, O + nc * d, S(0));
   if (s >= T) return;
-  if (F) {
-    std::vector<S> R((T - s) * d);
-    for (i64 b = 0; b < B; ++b) {
-      for (i64 r = 0; r < T - s; ++r) {
-        const S* __restrict__ x = r == 0 ? h0 + b * d : H + (b * T + r - 1) * d;
-        const S* __restrict__ k = F + ((b * T + s + r) * 2 + f) * d;
-        S* __restrict__ o = R.data() + r * d;
-        for (i64 j = 0; j < d; ++j) o[j] = k[j] * x[j];
-      }
-      mm_tn(nc, d, T - s, dA + (b * T + s) * w + c0, w, R.data(), d, O, d);
+  std::vector<S> R((T - s) * d);
+  for (i64 b = 0; b < B; ++b) {
+    for (i64 r = 0; r < T - s; ++r) {
+      const S* __restrict__ x = r == 0 ? h0 + b * d : H + (b * T + r - 1) * d;
+      const S* __restrict__ k = F + ((b * T + s + r) * 2 + f) * d;
+      S* __restrict__ o = R.data() + r * d;
+      for (i64 j = 0; j < d; ++j) o[j] = k[j] * x[j];
     }
-    return;
+    mm_tn(nc, d, T - s, dA + (b * T + s) * w + c0, w, R.data(), d, O, d);
   }
-  mm_tn(nc, d, B, dA + s * w + c0, T * w, h0, d, O, d);
-  for (i64 b = 0; b < B; ++b)
-    mm_tn(nc, d, T - 1 - s, dA + (b * T + s + 1) * w + c0, w, H + b * T * d, d, O, d);
 }
 
 }  // namespace

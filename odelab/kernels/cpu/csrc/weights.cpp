@@ -9,7 +9,8 @@ namespace {
 
 // One weight's term: O (nc x d) += dA[:, n, c0 : c0 + nc]^T state, dA (B, T, w); the state of step n is state
 // n − lag of the sequence state_0 = h0 (B, d), state_k = H[:, k − 1] (H (B, T, d)); lag 0: the state the step starts
-// from, −1: the one it ends at. O null: not wanted.
+// from, −1: the one it ends at, m > 0: the delayed state h_{n−m} of the delay cells (none before state 0: no
+// term). O null: not wanted.
 template <typename S>
 struct WeightTerm {
   const S* dA; i64 w, c0, nc;
@@ -28,7 +29,7 @@ void weight_step(i64 B, i64 T, i64 d, i64 n, const WeightTerm<S> (&terms)[K], in
   for (const auto& t : terms) {
     if (!t.O) continue;
     const i64 lo = std::max(r0, base), hi = std::min(r1, base + t.nc), k = n - t.lag;
-    if (lo < hi)
+    if (lo < hi && k >= 0)
       mm_tn(hi - lo, d, B, t.dA + n * t.w + t.c0 + (lo - base), T * t.w, k ? t.H + (k - 1) * d : t.h0, k ? T * d : d,
             t.O + (lo - base) * d, d);
     base += t.nc;
