@@ -141,10 +141,12 @@ void gdelay_fwd(int kind, i64 B, i64 T, i64 d, i64 m, i64 n0, i64 TA, S* A, cons
 // starts from, into the rows of dWh (d x d a map, in weight_h's order), and W2's of the delayed state h_{n−m}, into
 // dW2. dA (B, T, w), the states h0 (B, d) and H (B, T, d); dWh, dW2 null: not wanted.
 template <typename S>
-void delay_weight_terms(int kind, i64 T, i64 d, i64 m, const TauLayout& L, const S* dA, const S* H, const S* h0,
+void delay_weight_terms(int kind, i64 d, i64 m, const TauLayout& L, const S* dA, const S* H, const S* h0,
                         S* dWh, S* dW2, WeightTerm<S> (&terms)[4]) {
   const i64 w = gate_width(kind, d, L);
-  const auto term = [&](i64 block, i64 blocks, i64 lag, S* O) { return WeightTerm<S>{dA, w, block * d, blocks * d, H, h0, lag, O}; };
+  const auto term = [&](i64 block, i64 blocks, i64 lag, S* O) {  // encoding blocks [block, block + blocks)
+    return WeightTerm<S>{dA, w, block * d, blocks * d, H, h0, lag, O};
+  };
   for (auto& t : terms) t = term(0, 0, 0, nullptr);
   if (kind == 0) {                              // [s_c s_g] from [W1; W3], s_c from W2
     terms[0] = term(0, 2, 0, dWh);

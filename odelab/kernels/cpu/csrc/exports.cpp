@@ -129,7 +129,7 @@ ODELAB_EXPORT(gdelay_backward, over_rows_in_step<S>(n[1], [&](i64 b, i64 rows, i
   const int kind = (int)n[0]; const i64 B = n[1], T = n[2], d = n[3], m = n[4]; const TauLayout L = tau_layout(n + 5);
   const i64 w = gate_width(kind, d, L);
   WeightTerm<S> terms[4];
-  delay_weight_terms<S>(kind, T, d, m, L, PTR(7), PTR(4), PTR(1), PTR(10), PTR(11), terms);
+  delay_weight_terms<S>(kind, d, m, L, PTR(7), PTR(4), PTR(1), PTR(10), PTR(11), terms);
   gdelay_bwd<S>(kind, rows, T, d, m, PTR(0) + b * T * w, PTR(1) + b * d, PTR(2), PTR(3), s[0], s[1], s[2],
                 PTR(4) + b * T * d, at(PTR(5), b * T * d), PTR(6) + b * d, PTR(7) + b * T * w,
                 PTR(8) + pending_slots(T, m) * b * d, at(PTR(9), b * T * 2 * d), L,
