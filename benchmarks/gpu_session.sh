@@ -5,17 +5,23 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells liquid  # THERE (carry .whl): the gpu
-#                                                     #   tests, every cell under the default schedule, the liquid
-#                                                     #   cells' synapse tiles (new, never run on a GPU), ~8 minutes
+#   bash benchmarks/gpu_session.sh tests cells fit irregular dropout
+#                                                     # THERE (carry .whl; timeout_s 600): the gpu tests (the
+#                                                     #   irregular and dropout kernels' among them), every cell
+#                                                     #   under the default schedule, the FHN paper fit, then the
+#                                                     #   per-sample steps' and the dropout kernels' speed, in
+#                                                     #   the issues' priority: 10 minutes at the steps' caps, so
+#                                                     #   a cut drops the last (each step writes as it goes)
 #   bash benchmarks/gpu_session.sh tf32x3 trace profile  # a second command if the lease has 6 minutes left:
 #                                                     #   three TF32 products (their tests, then their speed), each
 #                                                     #   kernel's time in a step, where LEM's and UnICORNN's kernels
 #                                                     #   stall (then bf16, barrier, liquidrows, fit)
 #
 # Steps and their time caps:
-#   tests      pytest -m gpu over 10 processes (pytest-xdist), 130 s; meanwhile one short run of every cell size
-#              compiles the benchmark's kernels into Triton's cache
+#   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests on 2026-12-03), 170 s; meanwhile one short
+#              run of every cell size compiles the benchmark's kernels into Triton's cache. A later irregular or
+#              dropout step of the same command then skips the tests these ran (irregular keeps the liquid cells',
+#              which they leave to the liquid steps)
 #   grid       the grid-synchronised schedule: its gpu tests (a process per preset), then LEM stepwise / grid and
 #              nn.LSTM at the three sizes, 100 + 70 s
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
@@ -122,12 +128,13 @@ tests() {
         warm &  # the benchmarks' kernels compiled meanwhile, into Triton's on-disk cache
         local skip="not tf32x3 and not bf16 and not liquid"  # the tf32x3, bf16 and liquid steps run those
         [ -n "${GRID_TESTED:-}" ] && skip="$skip and not grid and not one_barrier"  # the grid step ran them
-        step tests 130 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" -k "$skip" tests
+        step tests 170 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" -k "$skip" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
         # div.full there) and UnICORNN's eight-step trips against the generic loop
         step tests-kernels 45 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py \
             -k "kernel_tanh or unicornn"
         wait
+        GPU_TESTED=1  # the irregular and dropout steps' tests ran here
     fi
 }
 
@@ -183,9 +190,11 @@ liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their s
 irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, new 2026-12-01: their gpu tests, then
     # each cell with the gaps against itself on a regular grid and cuDNN's LSTM reading the gap, at the fhn-irregular
     # size (32, 1000, 16) and at (128, 1000, 128)
-    step irregulartest 120 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_gaps.py \
-        tests/kernels/test_cuda_gap_grads.py tests/kernels/test_cuda_gap_grads_oscillators.py \
-        tests/kernels/test_cuda_gap_grads_liquid.py tests/kernels/test_cuda_gap_grads_*_schedules.py
+    local files=(tests/kernels/test_cuda_gaps.py tests/kernels/test_cuda_gap_grads.py
+                 tests/kernels/test_cuda_gap_grads_oscillators.py tests/kernels/test_cuda_gap_grads_*_schedules.py)
+    [ -n "${GPU_TESTED:-}" ] && files=()  # the tests step ran them (all but the liquid cells')
+    step irregulartest $((${#files[@]} ? 120 : 60)) $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" \
+        "${files[@]}" tests/kernels/test_cuda_gap_grads_liquid.py
     local shape
     for shape in "32 1000 16" "128 1000 128"; do
         set -- $shape
@@ -197,7 +206,7 @@ irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, ne
 
 dropout() {  # state dropout (the τ-GRU paper's IMDB preset) inside the Triton delay-cell kernels: their gpu tests,
     # then the training step at the IMDB size on the kernels and on the generic loop, and τ-GRU without dropout
-    step dropouttest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_dropout.py
+    [ -n "${GPU_TESTED:-}" ] || step dropouttest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_dropout.py
     local sizes=64x256x128
     [ "$SMOKE" = 1 ] && sizes=4x20x8
     step dropout 90 $PY benchmarks/cell_speed.py --device "$DEVICE" --models taugru-dropout,delaygru-dropout,taugru,lstm \
@@ -353,7 +362,7 @@ quickfit() {
     summarise "$RESULTS/fit_quick_$DEVICE.json" quick-fused quick-generic
 }
 
-[ $# -gt 0 ] || { sed -n '2,55p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^set -u/{/^set -u/!p}' "$0"; exit 2; }
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
