@@ -18,7 +18,8 @@
 #                                                     #   stall (then bf16, barrier, liquidrows, fit)
 #
 # Steps and their time caps:
-#   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests on 2026-12-03), 170 s; meanwhile one short
+#   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests, 104 s on 2026-12-04's lease), 170 s, then
+#              the unmarked CUDA tests of test_cuda_kernels.py (tanh, UnICORNN's trips), 60 s; meanwhile one short
 #              run of every cell size compiles the benchmark's kernels into Triton's cache. A later irregular or
 #              dropout step of the same command then skips the tests these ran (irregular keeps the liquid cells',
 #              which they leave to the liquid steps)
@@ -131,8 +132,9 @@ tests() {
         step tests 170 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" "${parallel[@]}" -k "$skip" tests
         # unmarked tests that run on the GPU where one is present: the float32 tanh (FMA contraction and
         # div.full there) and UnICORNN's eight-step trips against the generic loop
-        step tests-kernels 45 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_kernels.py \
-            -k "kernel_tanh or unicornn"
+        # (49 tests; one process ran 22 of them in 45 s on 2026-12-04, each compiling its kernels)
+        step tests-kernels 60 $PY -m pytest -q -p no:cacheprovider -o addopts="" "${parallel[@]}" \
+            tests/kernels/test_cuda_kernels.py -k "kernel_tanh or unicornn"
         wait
         GPU_TESTED=1  # the irregular and dropout steps' tests ran here
     fi

@@ -72,7 +72,7 @@ def label(model: str) -> str:
 
 
 def mark(folder: int) -> str:
-    return "" if folder == 0 else " " + "¹²³⁴"[folder - 1]
+    return "" if folder == 0 else " " + "¹²³⁴⁵⁶⁷⁸⁹"[folder - 1]
 
 
 def cells_table(folders: list[Path]) -> str:
