@@ -17,7 +17,10 @@ of the forward alone (under ``torch.no_grad()``), and the peak memory of one tra
 of the peak RSS (Linux's VmHWM, reset before the step) over one training step in a fresh process per row, after a
 one-step training step has loaded the kernels and paged in the code: the CPU allocator keeps no peak statistic,
 and memory it kept from an earlier row would hide a step's growth). The models are interleaved over the repeats
-so that machine noise hits all of them alike. Prints one table per size with ratios to nn.LSTM and writes JSON
+so that machine noise hits all of them alike; on CUDA each timed step follows an untimed step of the same model
+(``--warm-steps``, since 2026-12-04, when UnICORNN's training step at (32, 1000, 16) on the H200 measured 1.54 ms
+here, each sample right after other models' steps, and 0.80 ms in ``kernel_trace.py``'s back-to-back steps of the
+same model, cuDNN's LSTM 2.07 and 1.73 ms: which of the two a training loop sees is not measured yet). Prints one table per size with ratios to nn.LSTM and writes JSON
 (``benchmarks/results/cell_speed.json`` by default). On CUDA the anchors run twice: ``lstm``/``gru`` as torch runs
 them by default (cuDNN may use TF32 tensor cores for float32: ``torch.backends.cudnn.rnn.fp32_precision ==
 "tf32"``) and ``lstm-ieee``/``gru-ieee`` with IEEE products, as odelab's kernels compute by default; each row gets
@@ -314,7 +317,9 @@ def cpu_peak_memory(name: str, engine: str | None, batch: int, steps: int, hidde
 
 
 def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str], repeats: int,
-               forward: bool, engines: tuple[str, ...] = ("fused", "generic"), cpu_memory: bool = False) -> list[dict]:
+               forward: bool, engines: tuple[str, ...] = ("fused", "generic"), cpu_memory: bool = False,
+               warm_steps: int = 0) -> list[dict]:
+    """The rows of one size; every timed step follows ``warm_steps`` untimed ones of the same model and kind."""
     torch.manual_seed(0)
     x = torch.randn(batch, steps, 1, device=device)
     entries = []  # (label, model, engine)
@@ -357,10 +362,14 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             if engine:
                 set_engine(model, engine)
             with scheduled(name):
+                for _ in range(warm_steps):
+                    training_step(model, x)
                 wall, cpu = timed(training_step, model, x)
                 samples[i]["fwd_bwd"].append(wall)
                 samples[i]["fwd_bwd_cpu"].append(cpu)
                 if forward:
+                    for _ in range(warm_steps):
+                        forward_only(model, x)
                     samples[i]["fwd"].append(timed(forward_only, model, x)[0])
     rows = []
     for i, (name, model, engine) in enumerate(entries):
@@ -380,6 +389,7 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
                                       if device == "cpu" and cpu_memory and forward else
                                       peak_memory_in(name, model, x, forward_only) if forward else None),
             "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
+            "warm_steps": warm_steps,
         })
     for anchor in ("lstm", "lstm-ieee"):  # cuDNN with torch's default (TF32 allowed) and with IEEE products
         lstm = next((r for r in rows if r["model"] == anchor), None)
@@ -444,6 +454,9 @@ def main() -> None:
     parser.add_argument("--cpu-memory", action="store_true",
                         help="CPU rows: the peak RSS growth of one training step (and of one forward under "
                              "torch.no_grad() where forward-only is timed), in a fresh process per row and kind")
+    parser.add_argument("--warm-steps", type=int, default=None,
+                        help="untimed steps of the same model right before each timed one, as in a training loop "
+                             "(default: 1 on CUDA, 0 on CPU)")
     parser.add_argument("--peak-rss", help=argparse.SUPPRESS)  # MODEL,ENGINE,BxTxH[,forward]: one row's, here
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_speed.json"))
     args = parser.parse_args()
@@ -475,8 +488,9 @@ def main() -> None:
     for device in devices:
         for spec in args.sizes.split(","):
             batch, steps, hidden = map(int, spec.split("x"))
+            warm = args.warm_steps if args.warm_steps is not None else int(device == "cuda")
             size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward, engines,
-                                   args.cpu_memory)
+                                   args.cpu_memory, warm)
             print_table(size_rows, args.repeats, torch.get_num_threads())
             rows.extend(size_rows)
             write(args, devices, load_before, rows)  # after every size: a run stopped midway keeps what it measured

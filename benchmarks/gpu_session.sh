@@ -30,7 +30,7 @@
 #              (SIZES=B×T×H,... narrows), 160 s
 #   liquid     the liquid cells (LTC, STC, LRCU-A/S) over synapse tiles, the CUDA default from hidden 17 since
 #              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
-#              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat, 150 s
+#              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat (108 s on 2026-12-04, before each timed step had an untimed one), 180 s
 #   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): the gpu tests of
 #              test_cuda_gaps.py and of the gaps' gradient (test_cuda_gap_grads*.py, every schedule since
 #              2026-12-02), 120 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps,
@@ -185,7 +185,7 @@ grid() {  # the grid-synchronised schedule (the CUDA default): its gpu tests, th
 liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their speed at the issue's three sizes
     step liquidtest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" \
         tests/kernels/test_cuda_kernels.py -k "liquid"
-    step liquid 150 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$LIQUID_CELLS" --engines fused \
+    step liquid 180 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$LIQUID_CELLS" --engines fused \
         --sizes "$SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
 }
 
