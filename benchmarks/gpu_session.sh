@@ -5,18 +5,18 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells fit irregular dropout
-#                                                     # THERE (carry .whl; timeout_s 600): the gpu tests (the
-#                                                     #   irregular and dropout kernels' among them), every cell
-#                                                     #   under the default schedule, the FHN paper fit, then the
-#                                                     #   per-sample steps' and the dropout kernels' speed, in
-#                                                     #   the issues' priority: 10 minutes at the steps' caps, so
-#                                                     #   a cut drops the last (each step writes as it goes)
-#   bash benchmarks/gpu_session.sh tf32x3 trace profile  # a second command if the lease has 6 minutes left:
-#                                                     #   three TF32 products (their tests, then their speed), each
-#                                                     #   kernel's time in a step, where LEM's and UnICORNN's kernels
-#                                                     #   stall (then bf16, barrier, liquidrows, fit)
-#
+#   bash benchmarks/gpu_session.sh tests cells barrier liquidrows fit
+#                                                     # THERE (carry .whl; timeout_s 600): the gpu tests, every
+#                                                     #   cell under the default schedule, then what no lease has
+#                                                     #   measured yet (the grid barrier's cost a phase and LEM's
+#                                                     #   one-barrier forward, the liquid cells' rows a program),
+#                                                     #   the FHN paper fit; about 6 minutes (2026-12-04: tests
+#                                                     #   104 s, cells 42 s, fit 22 s), so a cut drops the last
+#   bash benchmarks/gpu_session.sh tf32 profile trace # a second command if the lease has 4 minutes left: TF32
+#                                                     #   products under the grid schedule, where LEM's and
+#                                                     #   UnICORNN's kernels stall (Nsight Compute), each kernel's
+#                                                     #   time in a step (then quickfit, irregular, dropout, bf16)
+# 2026-12-04's lease ran tests cells liquid fit irregular dropout (479 s), then trace, tf32x3, bf16 and generic.
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests, 104 s on 2026-12-04's lease), 170 s, then
 #              the unmarked CUDA tests of test_cuda_kernels.py (tanh, UnICORNN's trips), 60 s; meanwhile one short
@@ -31,13 +31,13 @@
 #   liquid     the liquid cells (LTC, STC, LRCU-A/S) over synapse tiles, the CUDA default from hidden 17 since
 #              2026-11-27 (the batch-block kernels before took 0.39-2.2 s a step at hidden 128): their gpu tests, 60 s,
 #              then the grid and stepwise schedules against nn.LSTM at the three sizes, one repeat (108 s on 2026-12-04, before each timed step had an untimed one), 180 s
-#   irregular  per-sample steps in the Triton kernels (new 2026-12-01, never run on a GPU): the gpu tests of
+#   irregular  per-sample steps in the Triton kernels (new 2026-12-01, first run 2026-12-04): the gpu tests of
 #              test_cuda_gaps.py and of the gaps' gradient (test_cuda_gap_grads*.py, every schedule since
 #              2026-12-02), 120 s, then benchmarks/irregular.py for LEM, coRNN, GRU-ODE, LRCU-A and LTC with the gaps,
 #              with gaps requiring grad (default schedule; LEM, coRNN, GRU-ODE also the persistent one they ran
 #              before), on a regular grid and cuDNN's LSTM reading the gap, at (32, 1000, 16) and (128, 1000, 128),
 #              60 and 120 s (the JSON written after every model)
-#   dropout    state dropout inside the τ-GRU and Delay GRU kernels (new 2026-12-01, never run on a GPU):
+#   dropout    state dropout inside the τ-GRU and Delay GRU kernels (new 2026-12-01, first run 2026-12-04):
 #              test_cuda_dropout.py's gpu tests, 60 s, then the IMDB preset's training step (τ = 1 step, p = 0.04) at
 #              its size (64, 256, 128) on the kernels and on the generic loop, against cuDNN's LSTM, 90 s
 #   liquidrows LTC, STC and LRCU-A under their one-launch kernels with ODELAB_LIQUID_ROWS=2 and 1 batch rows a
