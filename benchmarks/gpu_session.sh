@@ -56,8 +56,9 @@
 #   bf16       float32 products of bfloat16-rounded operands (ODELAB_FLOAT32_PRODUCTS=bf16, opt-in until measured): its
 #              gpu tests (BF16_TOL at T = 1000), 60 s; LEM, coRNN, τ-GRU and GRU-ODE, 70 s
 #   trace      benchmarks/kernel_trace.py: every kernel's device time in a training step against the step's wall
-#              time (UnICORNN at (32, 1000, 16) took 1.35 ms, its two kernels' arithmetic ~0.1 ms: where is the rest?),
-#              UnICORNN, LEM, LTC, LRCU-A and nn.LSTM at the two smaller sizes, 90 s
+#              time (2026-12-04: UnICORNN at (32, 1000, 16) 0.81 ms a step, its kernels 0.18 ms), UnICORNN, LEM, LTC,
+#              LRCU-A and nn.LSTM at the two smaller sizes, 90 s; then LEM and coRNN at hidden 128 with BF16 and with
+#              TF32 products (their grid kernels' forward and backward apart), 2 × 30 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
@@ -270,6 +271,13 @@ trace() {  # each kernel's device time in a training step against the step's wal
     [ "$SMOKE" = 1 ] && sizes=4x20x8
     step trace 90 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "$sizes" --steps 3 \
         --models unicornn,unicornn-reversible,lem,lem-stepwise,ltc,lrcu-a,lstm --out "$RESULTS/kernel_trace_$DEVICE.json"
+    # LEM's grid kernels with tensor-core products: BF16 took 17.6 ms a step at hidden 128 against IEEE's 47.1 on
+    # 2026-12-04 -- which of the forward's and the backward's time the IEEE products hold
+    local products
+    for products in bf16 tf32; do
+        step "trace-$products" 30 env ODELAB_FLOAT32_PRODUCTS=$products $PY benchmarks/kernel_trace.py --device "$DEVICE" \
+            --sizes "${sizes#*,}" --steps 3 --models lem,cornn --out "$RESULTS/kernel_trace_${DEVICE}_$products.json"
+    done
 }
 
 generic() {
