@@ -5,17 +5,18 @@
 #
 #   bash benchmarks/gpu_session.sh wheels             # HERE, once: the packages the GPU image lacks into .whl/,
 #                                                     #   the solvers' scipy references into benchmarks/results/
-#   bash benchmarks/gpu_session.sh tests cells barrier liquidrows fit
+#   bash benchmarks/gpu_session.sh tests cells barrier trace liquidrows
 #                                                     # THERE (carry .whl; timeout_s 600): the gpu tests, every
 #                                                     #   cell under the default schedule, then what no lease has
 #                                                     #   measured yet (the grid barrier's cost a phase and LEM's
-#                                                     #   one-barrier forward, the liquid cells' rows a program),
-#                                                     #   the FHN paper fit; about 6 minutes (2026-12-04: tests
-#                                                     #   104 s, cells 42 s, fit 22 s), so a cut drops the last
-#   bash benchmarks/gpu_session.sh tf32 profile trace # a second command if the lease has 4 minutes left: TF32
-#                                                     #   products under the grid schedule, where LEM's and
-#                                                     #   UnICORNN's kernels stall (Nsight Compute), each kernel's
-#                                                     #   time in a step (then quickfit, irregular, dropout, bf16)
+#                                                     #   one-barrier forward; LEM's kernels under BF16 and TF32
+#                                                     #   products; the liquid cells' rows a program); about 5
+#                                                     #   minutes (2026-12-04: tests 104 s, cells 42 s, trace 14 s),
+#                                                     #   a cut drops the last; 8 files, the most a call returns
+#   bash benchmarks/gpu_session.sh profile tf32 fit   # a second command if the lease has 4 minutes left: where
+#                                                     #   LEM's and UnICORNN's kernels stall (Nsight Compute), TF32
+#                                                     #   products under the grid schedule, the FHN paper fit (then
+#                                                     #   quickfit, irregular, dropout, bf16)
 # 2026-12-04's lease ran tests cells liquid fit irregular dropout (479 s), then trace, tf32x3, bf16 and generic.
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests, 104 s on 2026-12-04's lease), 170 s, then
@@ -58,7 +59,7 @@
 #   trace      benchmarks/kernel_trace.py: every kernel's device time in a training step against the step's wall
 #              time (2026-12-04: UnICORNN at (32, 1000, 16) 0.81 ms a step, its kernels 0.18 ms), UnICORNN, LEM, LTC,
 #              LRCU-A and nn.LSTM at the two smaller sizes, 90 s; then LEM and coRNN at hidden 128 with BF16 and with
-#              TF32 products (their grid kernels' forward and backward apart), 2 × 30 s
+#              TF32 products (their grid kernels' forward and backward apart; one JSON), 60 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
@@ -273,11 +274,8 @@ trace() {  # each kernel's device time in a training step against the step's wal
         --models unicornn,unicornn-reversible,lem,lem-stepwise,ltc,lrcu-a,lstm --out "$RESULTS/kernel_trace_$DEVICE.json"
     # LEM's grid kernels with tensor-core products: BF16 took 17.6 ms a step at hidden 128 against IEEE's 47.1 on
     # 2026-12-04 -- which of the forward's and the backward's time the IEEE products hold
-    local products
-    for products in bf16 tf32; do
-        step "trace-$products" 30 env ODELAB_FLOAT32_PRODUCTS=$products $PY benchmarks/kernel_trace.py --device "$DEVICE" \
-            --sizes "${sizes#*,}" --steps 3 --models lem,cornn --out "$RESULTS/kernel_trace_${DEVICE}_$products.json"
-    done
+    step trace-products 60 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${sizes#*,}" --steps 3 \
+        --models lem,cornn --products bf16,tf32 --out "$RESULTS/kernel_trace_${DEVICE}_products.json"
 }
 
 generic() {

@@ -1,7 +1,7 @@
 """Where a fused training step's time goes on the GPU: every kernel's device time, against the step's wall time.
 
     python benchmarks/kernel_trace.py [--models unicornn,lem,ltc] [--sizes 32x1000x16,128x1000x128]
-                                      [--steps 5] [--out FILE] [--device cuda|cpu]
+                                      [--steps 5] [--products ieee,bf16] [--out FILE] [--device cuda|cpu]
 
 For each model × size (the names of ``cell_speed.py``, so "lem-stepwise" runs that schedule): warm-up steps, the
 median wall time of ``--steps`` plain training steps (forward + backward of a mean loss, synchronised), then the same
@@ -9,12 +9,16 @@ steps under ``torch.profiler`` with CUDA activity: per kernel its launches and d
 sum (the GPU's busy time), and the host operators that took the most CPU time. A step whose wall time is far above
 its kernels' sum waits on the host (launches, Python, allocations); one near it waits on its kernels, and the
 kernel list says which. JSON into ``--out`` (default benchmarks/results/kernel_trace.json), written after every
-row. ``--device cpu`` checks the script without a GPU (host operators only).
+row. ``--products`` runs every row once per float32 product setting of the CUDA kernels (``ODELAB_FLOAT32_PRODUCTS``,
+read at each forward; default: the environment's), each row naming its own. ``--device cpu`` checks the script
+without a GPU (host operators only).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -86,6 +90,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="32x1000x16,128x1000x128")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cuda", "cpu"))
+    parser.add_argument("--products", default=None,
+                        help="comma separated ODELAB_FLOAT32_PRODUCTS settings (ieee, tf32, tf32x3, bf16), each row "
+                             "once under each; default: the environment's")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kernel_trace.json"))
     args = parser.parse_args()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -96,15 +103,28 @@ def main() -> None:
         parser.error("--device cuda: torch.cuda.is_available() is False")
     rows = []
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    settings, products_env = [None], None
+    if args.products:  # the CUDA kernels' setting (Triton's module, imported only here)
+        from odelab.kernels.cuda._common import FLOAT32_PRODUCTS, PRODUCTS_ENV
+
+        settings, products_env = [p.strip() for p in args.products.split(",")], PRODUCTS_ENV
+        unknown = [p for p in settings if p not in FLOAT32_PRODUCTS]
+        if unknown:
+            parser.error(f"--products: unknown {unknown}; choose from {', '.join(FLOAT32_PRODUCTS)}")
     for spec in args.sizes.split(","):
         size = tuple(map(int, spec.split("x")))
-        for name in names:
+        for products, name in itertools.product(settings, names):
+            if products is not None:
+                os.environ[products_env] = products
             try:
                 row = trace(name, size, args.device, args.steps)
             except Exception as err:  # a model that cannot run here (FlashRNN's limits): reported, the rest go on
                 row = {"model": name, "batch": size[0], "time": size[1], "hidden": size[2], "error": repr(err)}
                 print(f"\n{name} {size}: {err!r}")
             else:
+                row["products"] = products or os.environ.get("ODELAB_FLOAT32_PRODUCTS", "").strip() or "torch's switch"
+                if products is not None:
+                    print(f"\n  (float32 products: {products})")
                 show(row)
             rows.append(row)
             meta = {"torch": torch.__version__, "steps": args.steps,
