@@ -23,9 +23,12 @@ runs again with the stepwise schedule (:func:`apply`), which its device keeps fr
 
 LEM, coRNN, the neural oscillator, GRU-ODE (reset after), τ-GRU and Delay GRU from hidden 33 to 128 go one step
 further (:func:`resident`; ``_grid_forward`` / ``_grid_backward`` in each module, ``_lem_grid_…`` for LEM): a
-program keeps its 16-wide column tiles of the weights (both orientations in the backward) in registers for the whole
+program keeps its 16-wide column tiles of the weights (both orientations in the backward) on chip for the whole
 sequence and reads only the whole rows of the states (or of the pre-activation gradients) each phase, cuDNN's
-persistent-RNN layout. Their backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1
+persistent-RNN layout. On chip means shared memory under the default IEEE float32 products, whose FMA products
+Triton feeds from shared memory (each thread reads its column of a tile, 128 floats, every phase), and registers
+under TF32 or BF16 products (sm_90, Triton 3.9: LEM's forward 76 registers and 40 KB of shared memory, 32 KB of it
+the weights, against 186 and 176 registers; the register-resident kernels up to hidden 32 likewise). Their backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1
 instead of 2): the last phase writes only this program's λ columns, which no other program reads. The liquid cells'
 synapses are not a matrix product (a sigmoid per (batch, j, i)): their grid driver runs the step kernels, whose
 parameter tiles a program re-reads every sub-step from its L1.

@@ -266,7 +266,7 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.
 @triton.jit
 def _forward_resident(E, WH, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
                       GAPS: tl.constexpr):
-    """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state in registers for the whole sequence (with GAPS,
+    """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state on chip for the whole sequence (with GAPS,
     each step's length loaded one step ahead, as its input)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)

@@ -278,7 +278,7 @@ def _stored(Y, Z, GO, n, rows, rmask, cols, cmask, T, H):
 @triton.jit
 def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                           PRECISION: tl.constexpr, GAPS: tl.constexpr):
-    """hidden ≤ BH: the four H × H weights stay in registers for the whole sequence, the state too (no
+    """hidden ≤ BH: the four H × H weights stay on chip for the whole sequence (:mod:`.grid`), the state too (no
     barrier, no re-read); each step writes z_n, y_n, its encoded input (and, with GAPS, its length) loaded one step
     ahead."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
@@ -369,8 +369,9 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, 
 
 # -- the grid schedule with weights on chip (grid.resident): a program keeps its column tile of the four weights (both
 # orientations in the backward) for the whole sequence and reads only the states' whole rows each phase; 2 barriers a
-# step. Compiled for sm_90 at hidden 128, 8 warps, float32: forward 80 registers, no spills, backward 255 and 32 bytes
-# of spills, 74 KB of shared memory (64-row blocks would spill 15 KB: not used) --
+# step. Compiled for sm_90 at hidden 128, 8 warps, float32, IEEE products (Triton 3.9): forward 76 registers, no
+# spills, 40 KB of shared memory (the weight tiles, :mod:`.grid`), backward 255 registers and 36 bytes of spills,
+# 72 KB (64-row blocks would spill 15 KB: not used) --
 
 @triton.jit
 def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):

@@ -270,7 +270,7 @@ def _resident_weights(WR, H, MODE: tl.constexpr, BH: tl.constexpr):
 @triton.jit
 def _forward_resident(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
-    """hidden ≤ BH: 𝒲, W and the state in registers for the whole sequence; step n's input (and, with GAPS, its
+    """hidden ≤ BH: 𝒲, W and the state on chip for the whole sequence; step n's input (and, with GAPS, its
     length) loaded one step ahead."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
