@@ -625,6 +625,34 @@ def test_stepwise_graphs_replay_with_each_calls_tensors(name, monkeypatch):
         assert graphs.captures == captures and len(graphs.entries) == 2
 
 
+def test_stepwise_graphs_hold_several_models_in_turn(monkeypatch):
+    """The graph cache's default size holds the keys of several models used in turn (each model: a training
+    forward, its backward and a no-grad forward): cycling through them records each key's graph once, then only
+    replays. With 8 keys, the size before 2026-12-04, such a cycle evicted every key before its second use, so every
+    call launched its steps one at a time (LEM's stepwise training step at (128, 1000, 128) on the H200: 113 ms in
+    ``cell_speed.py``'s cycle over the presets, 64.6 ms replayed in ``kernel_trace.py``)."""
+    from odelab.kernels.cuda import stepwise
+
+    graphs = stepwise.StepGraphs(capture=lambda launch: launch)  # the default size
+    keys = set()
+    record = graphs.run
+    monkeypatch.setattr(graphs, "run", lambda key, *args: (keys.add(key), record(key, *args)))
+    monkeypatch.setattr(stepwise, "graphs_for", lambda device: graphs)
+    build, target = PRESETS["lem"]
+    run = kernel(target)
+    models = [build(1, hidden).to(DEVICE) for hidden in (17, 18, 19, 20, 21)]
+    x = torch.randn(2, 2, 1, device=DEVICE)
+    for _ in range(3):
+        for model in models:
+            state = tuple(torch.zeros(2, n, device=DEVICE) for n in model.system.block_sizes())
+            out, _ = run(model.system, x, state, model.dt, model.unfolds, block_h=16, schedule="stepwise")
+            out.sum().backward()
+            with torch.no_grad():
+                run(model.system, x, state, model.dt, model.unfolds, block_h=16, schedule="stepwise")
+    assert len(keys) > 8  # more than the old size
+    assert graphs.captures == len(keys) and len(graphs.entries) == len(keys)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["lem", "cornn", "gru-ode", "taugru", "ltc", "lrcu-s"])
 def test_stepwise_on_the_gpu(name):
