@@ -17,10 +17,11 @@ of the forward alone (under ``torch.no_grad()``), and the peak memory of one tra
 of the peak RSS (Linux's VmHWM, reset before the step) over one training step in a fresh process per row, after a
 one-step training step has loaded the kernels and paged in the code: the CPU allocator keeps no peak statistic,
 and memory it kept from an earlier row would hide a step's growth). The models are interleaved over the repeats
-so that machine noise hits all of them alike; on CUDA each timed step follows an untimed step of the same model
-(``--warm-steps``, since 2026-12-04, when UnICORNN's training step at (32, 1000, 16) on the H200 measured 1.54 ms
-here, each sample right after other models' steps, and 0.80 ms in ``kernel_trace.py``'s back-to-back steps of the
-same model, cuDNN's LSTM 2.07 and 1.73 ms: which of the two a training loop sees is not measured yet). Prints one table per size with ratios to nn.LSTM and writes JSON
+so that machine noise hits all of them alike; on CUDA each timed step follows an untimed step of the same model,
+as the steps of a training loop follow each other (``--warm-steps``, since 2026-12-04, when UnICORNN's training step
+at (32, 1000, 16) on the H200 measured 1.54 ms here with other models' steps before each sample, and 0.80 ms in
+``kernel_trace.py``'s back-to-back steps; cuDNN's LSTM 2.07 and 1.73 ms). Prints one table per size with ratios to
+nn.LSTM and writes JSON
 (``benchmarks/results/cell_speed.json`` by default). On CUDA the anchors run twice: ``lstm``/``gru`` as torch runs
 them by default (cuDNN may use TF32 tensor cores for float32: ``torch.backends.cudnn.rnn.fp32_precision ==
 "tf32"``) and ``lstm-ieee``/``gru-ieee`` with IEEE products, as odelab's kernels compute by default; each row gets

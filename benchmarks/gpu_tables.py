@@ -290,8 +290,8 @@ device time, so some cells are not measured.
 "same RMSE with either engine"): {quick_fit(folders)}.
 
 Training step (forward + backward of a mean loss), fused engine, median of {meta['repeats']}, each sample synchronised
-before and after (rows that record `warm_steps`, from 2026-12-05: right after that many untimed steps of the same
-model; before: right after the other models' steps); in brackets the
+before and after (in the folders whose rows record `warm_steps`, right after that many untimed steps of the same
+model; in the others, right after the other models' steps); in brackets the
 ratio to cuDNN's nn.LSTM measured in the same run with torch's default, which lets cuDNN's RNNs use TF32 tensor
 cores for float32 (`torch.backends.cudnn.rnn.fp32_precision = "tf32"`), and, from the folders that ran it, to the
 same nn.LSTM with IEEE products ("IEEE", as odelab's kernels compute by default); peak memory of one step (and

@@ -628,9 +628,10 @@ def test_stepwise_graphs_replay_with_each_calls_tensors(name, monkeypatch):
 def test_stepwise_graphs_hold_several_models_in_turn(monkeypatch):
     """The graph cache's default size holds the keys of several models used in turn (each model: a training
     forward, its backward and a no-grad forward): cycling through them records each key's graph once, then only
-    replays. With 8 keys, the size before 2026-12-04, such a cycle evicted every key before its second use, so every
-    call launched its steps one at a time (LEM's stepwise training step at (128, 1000, 128) on the H200: 113 ms in
-    ``cell_speed.py``'s cycle over the presets, 64.6 ms replayed in ``kernel_trace.py``)."""
+    replays. With 8 keys, the size before 2026-12-04, such a cycle evicted the training steps' keys before their next
+    use, so those steps launched one at a time (here 15 captures for 10 keys; LEM's stepwise training step at (128,
+    1000, 128) on the H200: 113 ms in ``cell_speed.py``'s cycle over the presets, 64.6 ms replayed in
+    ``kernel_trace.py``)."""
     from odelab.kernels.cuda import stepwise
 
     graphs = stepwise.StepGraphs(capture=lambda launch: launch)  # the default size

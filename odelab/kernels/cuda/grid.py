@@ -28,9 +28,10 @@ sequence and reads only the whole rows of the states (or of the pre-activation g
 persistent-RNN layout. On chip means shared memory under the default IEEE float32 products, whose FMA products
 Triton feeds from shared memory (each thread reads its column of a tile, 128 floats, every phase), and registers
 under TF32 or BF16 products (sm_90, Triton 3.9: LEM's forward 76 registers and 40 KB of shared memory, 32 KB of it
-the weights, against 186 and 176 registers; the register-resident kernels up to hidden 32 likewise). Their backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1
-instead of 2): the last phase writes only this program's λ columns, which no other program reads. The liquid cells'
-synapses are not a matrix product (a sigmoid per (batch, j, i)): their grid driver runs the step kernels, whose
+the weights, against 186 and 176 registers; the register-resident kernels up to hidden 32 likewise). Their
+backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1 instead of 2): the last phase
+writes only this program's λ columns, which no other program reads. The liquid cells' synapses are not a matrix
+product (a sigmoid per (batch, j, i)): their grid driver runs the step kernels, whose
 parameter tiles a program re-reads every sub-step from its L1.
 
 Triton's interpreter runs a grid's programs one after another, so there a barrier can only be met by a batch
