@@ -122,7 +122,7 @@ def main() -> None:
                 row = {"model": name, "batch": size[0], "time": size[1], "hidden": size[2], "error": repr(err)}
                 print(f"\n{name} {size}: {err!r}")
             else:
-                row["products"] = products or os.environ.get("ODELAB_FLOAT32_PRODUCTS", "").strip() or "torch's"
+                row["products"] = products  # None: the environment's
                 if products is not None:
                     print(f"\n  (float32 products: {products})")
                 show(row)
