@@ -8,9 +8,10 @@
 #   bash benchmarks/gpu_session.sh tests cells barrier trace liquidrows
 #                                                     # THERE (carry .whl; timeout_s 600): the gpu tests, every
 #                                                     #   cell under the default schedule, then what no lease has
-#                                                     #   measured yet (the grid barrier's cost a phase and LEM's
-#                                                     #   one-barrier forward; LEM's kernels under BF16 and TF32
-#                                                     #   products; the liquid cells' rows a program); about 5
+#                                                     #   measured yet (the grid barrier's cost a phase; LEM's
+#                                                     #   one-barrier forward and stored-gates backward; LEM's
+#                                                     #   kernels under BF16 and TF32 products; the liquid cells'
+#                                                     #   rows a program); about 5
 #                                                     #   minutes (2026-12-04: tests 104 s, cells 42 s, trace 14 s),
 #                                                     #   a cut drops the last; 8 files, the most a call returns
 #   bash benchmarks/gpu_session.sh profile tf32 fit   # a second command if the lease has 4 minutes left: where
@@ -46,7 +47,8 @@
 #              60 s each
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
 #              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
-#              step with ODELAB_LEM_GRID=one-barrier at hidden 128, 40 s
+#              step under each ODELAB_LEM_GRID variant (two-barriers, one-barrier, stored-gates) at hidden 128, each
+#              kernel's time apart (kernel_trace.py), 60 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
@@ -232,10 +234,13 @@ barrier() {  # where a grid phase's time goes: the barrier alone, with the state
     local smoke=()
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
     step barrier 60 $PY benchmarks/grid_barrier.py "${smoke[@]}" --out "$RESULTS/grid_barrier_$DEVICE.json"
-    # LEM's grid forward with one barrier a step (opt-in), where its weights stay on chip: hidden 128, training step
-    step onebarrier 40 env ODELAB_LEM_GRID=one-barrier $PY benchmarks/cell_speed.py --device "$DEVICE" \
-        --models lem,lstm --engines fused --sizes "${ONE_BARRIER_SIZES:-128x1000x128}" --repeats 3 \
-        --out "$RESULTS/cell_speed_${DEVICE}_one_barrier.json"
+    # LEM's training step under each variant of its weights-on-chip grid kernels (ODELAB_LEM_GRID; the two others
+    # opt-in): one barrier a step forward; the forward's pre-activations stored, so that the backward computes four
+    # products a step instead of eight -- each kernel's time apart, against nn.LSTM
+    local sizes=${LEM_GRID_SIZES:-128x1000x128}
+    [ "$SMOKE" = 1 ] && sizes=4x20x8
+    step lemgrid 60 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "$sizes" --steps 5 --models lem,lstm \
+        --lem-grid two-barriers,one-barrier,stored-gates --out "$RESULTS/kernel_trace_${DEVICE}_lem_grid.json"
 }
 
 tf32() {

@@ -146,17 +146,17 @@ def measure(batch: int, hidden: int, steps: int, repeats: int, device: torch.dev
             lem_kernels.run(model.system, x, state, model.dt, schedule="grid")
 
     schedule = grid.schedule_for("grid", x, hidden, None)  # up to hidden 32 the one-launch kernel runs
-    before = os.environ.get(lem_kernels.ONE_BARRIER_ENV)
+    before = os.environ.get(lem_kernels.GRID_ENV)
     try:
         for kind, choice in (("lem", "two-barriers"), ("lem-one-barrier", "one-barrier")):
-            os.environ[lem_kernels.ONE_BARRIER_ENV] = choice
+            os.environ[lem_kernels.GRID_ENV] = choice
             if kind == "lem" or (schedule == "grid" and grid.resident(batch, hidden, None, device)):
                 record(kind, _median_seconds(lem_forward, repeats, device), steps // 2, schedule, unit="step")
     finally:
         if before is None:
-            os.environ.pop(lem_kernels.ONE_BARRIER_ENV, None)
+            os.environ.pop(lem_kernels.GRID_ENV, None)
         else:
-            os.environ[lem_kernels.ONE_BARRIER_ENV] = before
+            os.environ[lem_kernels.GRID_ENV] = before
     return rows
 
 

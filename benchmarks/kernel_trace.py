@@ -1,7 +1,8 @@
 """Where a fused training step's time goes on the GPU: every kernel's device time, against the step's wall time.
 
     python benchmarks/kernel_trace.py [--models unicornn,lem,ltc] [--sizes 32x1000x16,128x1000x128]
-                                      [--steps 5] [--products ieee,bf16] [--out FILE] [--device cuda|cpu]
+                                      [--steps 5] [--products ieee,bf16] [--lem-grid two-barriers,stored-gates]
+                                      [--out FILE] [--device cuda|cpu]
 
 For each model × size (the names of ``cell_speed.py``, so "lem-stepwise" runs that schedule): warm-up steps, the
 median wall time of ``--steps`` plain training steps (forward + backward of a mean loss, synchronised), then the same
@@ -10,8 +11,9 @@ sum (the GPU's busy time), and the host operators that took the most CPU time. A
 its kernels' sum waits on the host (launches, Python, allocations); one near it waits on its kernels, and the
 kernel list says which. JSON into ``--out`` (default benchmarks/results/kernel_trace.json), written after every
 row. ``--products`` runs every row once per float32 product setting of the CUDA kernels (``ODELAB_FLOAT32_PRODUCTS``,
-read at each forward; default: the environment's), each row naming its own. ``--device cpu`` checks the script
-without a GPU (host operators only).
+read at each forward; default: the environment's), each row naming its own; ``--lem-grid`` likewise once per
+variant of LEM's weights-on-chip grid kernels (``ODELAB_LEM_GRID``; rows of other models once). ``--device cpu``
+checks the script without a GPU (host operators only).
 """
 from __future__ import annotations
 
@@ -93,6 +95,9 @@ def main() -> None:
     parser.add_argument("--products", default=None,
                         help="comma separated ODELAB_FLOAT32_PRODUCTS settings (ieee, tf32, tf32x3, bf16), each row "
                              "once under each; default: the environment's")
+    parser.add_argument("--lem-grid", default=None,
+                        help="comma separated ODELAB_LEM_GRID variants (two-barriers, one-barrier, stored-gates), each "
+                             "LEM row once under each; default: the environment's")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kernel_trace.json"))
     args = parser.parse_args()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -103,19 +108,30 @@ def main() -> None:
         parser.error("--device cuda: torch.cuda.is_available() is False")
     rows = []
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    settings, products_env = [None], None
-    if args.products:  # the CUDA kernels' setting (Triton's module, imported only here)
+    settings, variants = [None], [None]
+    if args.products:  # the CUDA kernels' settings (Triton's modules, imported only here)
         from odelab.kernels.cuda._common import FLOAT32_PRODUCTS, PRODUCTS_ENV
 
-        settings, products_env = [p.strip() for p in args.products.split(",")], PRODUCTS_ENV
+        settings = [p.strip() for p in args.products.split(",")]
         unknown = [p for p in settings if p not in FLOAT32_PRODUCTS]
         if unknown:
             parser.error(f"--products: unknown {unknown}; choose from {', '.join(FLOAT32_PRODUCTS)}")
+    if args.lem_grid:
+        from odelab.kernels.cuda.lem import GRID_ENV, GRID_VARIANTS
+
+        variants = [v.strip() for v in args.lem_grid.split(",")]
+        unknown = [v for v in variants if v not in GRID_VARIANTS]
+        if unknown:
+            parser.error(f"--lem-grid: unknown {unknown}; choose from {', '.join(GRID_VARIANTS)}")
     for spec in args.sizes.split(","):
         size = tuple(map(int, spec.split("x")))
-        for products, name in itertools.product(settings, names):
+        for products, variant, name in itertools.product(settings, variants, names):
+            if variant is not None and not name.startswith("lem") and variant != variants[0]:
+                continue  # another model: one row
             if products is not None:
-                os.environ[products_env] = products
+                os.environ[PRODUCTS_ENV] = products
+            if variant is not None:
+                os.environ[GRID_ENV] = variant
             try:
                 row = trace(name, size, args.device, args.steps)
             except Exception as err:  # a model that cannot run here (FlashRNN's limits): reported, the rest go on
@@ -123,8 +139,10 @@ def main() -> None:
                 print(f"\n{name} {size}: {err!r}")
             else:
                 row["products"] = products  # None: the environment's
-                if products is not None:
-                    print(f"\n  (float32 products: {products})")
+                row["lem_grid"] = variant if name.startswith("lem") else None
+                for what, value in (("float32 products", products), ("LEM's grid kernels", row["lem_grid"])):
+                    if value is not None:
+                        print(f"\n  ({what}: {value})")
                 show(row)
             rows.append(row)
             meta = {"torch": torch.__version__, "steps": args.steps,

@@ -1143,8 +1143,10 @@ jobs = [(k, dict(BLOCK=128)) for k in (unicornn._forward, unicornn._backward, un
                                      unicornn._reversible_backward)]
 jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # LEM's weights-on-chip grid kernels
          for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier) for gaps in (False, True)]
-jobs += [(lem._lem_grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
-         for gaps, dhs in gap_grads]
+jobs += [(lem._lem_grid_forward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, STORE=True, num_warps=8))
+         for gaps in (False, True)]  # ODELAB_LEM_GRID=stored-gates
+jobs += [(lem._lem_grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, STORED=stored,
+                                       num_warps=8)) for gaps, dhs in gap_grads for stored in (False, True)]
 jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
          for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs]
 jobs += [(oscillators._grid_forward, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
@@ -1497,24 +1499,80 @@ def test_grid_with_weights_on_chip(name, size, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_lem_grid_forward_with_one_barrier_a_step(dtype, monkeypatch):
-    """``ODELAB_LEM_GRID=one-barrier``: LEM's weights-on-chip grid forward with one barrier a step (every column
-    program computes z_n's whole rows) gives the two-barrier kernel's bits -- outputs, final state and every
-    gradient (the backward is the same) -- and its counters count one barrier a step forward, two backward."""
+def test_lem_grid_variants_give_the_same_bits(dtype, monkeypatch):
+    """``ODELAB_LEM_GRID``: LEM's weights-on-chip grid kernels with one barrier a step forward (every column program
+    computes z_n's whole rows) or with the forward's pre-activations stored for the backward (which then computes
+    no gate) give the two-barrier kernels' bits -- outputs, final state and every gradient -- and their counters
+    count one barrier a step forward (two otherwise) and two backward."""
     from odelab.kernels.cuda import grid, lem
 
     made = recorded_counters(monkeypatch)
     monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)  # hidden ≤ 16 forced onto the grid
+    launched = []
+    launch = grid.launch_resident
+
+    def recorded(kernel, *args, **meta):
+        launched.append((kernel.fn.__name__, bool(meta.get("STORE") or meta.get("STORED"))))
+        return launch(kernel, *args, **meta)
+
+    monkeypatch.setattr(grid, "launch_resident", recorded)
     results = {}
-    for choice in ("", "One-Barrier"):
-        monkeypatch.setenv(lem.ONE_BARRIER_ENV, choice)
-        assert lem.one_barrier() is bool(choice)
+    for choice in ("", "One-Barrier", " stored-gates"):
+        monkeypatch.setenv(lem.GRID_ENV, choice)
+        assert lem.grid_variant() == (choice.strip().lower() or "two-barriers")
         results[choice], _ = _grid_and_stepwise("lem", 19, 5, 13, dtype, None)
-    for a, b in zip(results[""]["grid"], results["One-Barrier"]["grid"]):
-        assert torch.equal(a, b)
+    assert launched == [("_lem_grid_forward", False), ("_lem_grid_backward", False),
+                        ("_lem_grid_forward_one_barrier", False), ("_lem_grid_backward", False),
+                        ("_lem_grid_forward", True), ("_lem_grid_backward", True)]
+    for choice in ("One-Barrier", " stored-gates"):
+        for a, b in zip(results[""]["grid"], results[choice]["grid"], strict=True):
+            assert torch.equal(a, b)
     blocks = 2  # 19 rows: two 16-row batch blocks; each choice's grid forward and backward
     assert [m.tolist() for m in made] == [[2 * 5] * blocks + [0], [2 * 5] * blocks + [0],
-                                          [1 * 5] * blocks + [0], [2 * 5] * blocks + [0]]
+                                          [1 * 5] * blocks + [0], [2 * 5] * blocks + [0],
+                                          [2 * 5] * blocks + [0], [2 * 5] * blocks + [0]]
+    model = cells.LEM(3, 13).to(device=DEVICE, dtype=dtype)
+    with torch.no_grad():  # no backward to come: nothing stored
+        kernel(PRESETS["lem"][1])(model.system, torch.randn(19, 5, 3, device=DEVICE, dtype=dtype),
+                                  model.system.initial_state(19), model.dt, schedule="grid")
+    assert launched[-1] == ("_lem_grid_forward", False)
+
+
+def test_lem_grid_variant_is_checked(monkeypatch):
+    """A misspelt ``ODELAB_LEM_GRID`` is an error that names the choices, not a silent default."""
+    from odelab.kernels.cuda import lem
+
+    monkeypatch.setenv(lem.GRID_ENV, "one_barrier")
+    with pytest.raises(ValueError, match="two-barriers, one-barrier, stored-gates"):
+        lem.grid_variant()
+
+
+def test_lem_stored_gates_forward_stores_eq3_pre_activations():
+    """The grid forward with STORE, one program of a 16-wide column tile at hidden 13, float64: its P holds each
+    step's p1 = W1 y_{n−1} + a1, q, p2 and r = Wy z_n + ay (eq. 3 written out), its states as without STORE."""
+    from odelab.kernels.cuda import grid, lem
+
+    B, T, H, dt = 5, 3, 13, 0.7
+    g = torch.Generator().manual_seed(4)
+    E = torch.randn(B, T, 4 * H, generator=g, dtype=torch.float64).to(DEVICE)
+    W1, Wz, W2, Wy = (torch.randn(H, H, generator=g, dtype=torch.float64).to(DEVICE) / H ** 0.5 for _ in range(4))
+    Z, Y = (torch.zeros(B, T + 1, H, dtype=torch.float64, device=DEVICE) for _ in range(2))
+    Z[:, 0], Y[:, 0] = (torch.randn(B, H, generator=g, dtype=torch.float64).to(DEVICE) for _ in range(2))
+    P = torch.full_like(E, float("nan"))
+    consts = torch.tensor([dt], dtype=torch.float64, device=DEVICE)
+    lem._lem_grid_forward[(1, 1)](E, torch.cat([W1, Wz]), W2, Wy, Z, Y, consts, consts,
+                                  grid.counters(B, 16, torch.device(DEVICE)), B, T, H, HP=16, BB=16, BH=16,
+                                  PRECISION="ieee", LIMIT=4, GAPS=False, PRE=P, STORE=True)
+    z, y = Z[:, 0], Y[:, 0]
+    for n in range(T):
+        e = E[:, n]
+        p1, q, p2 = y @ W1.T + e[:, :H], y @ Wz.T + e[:, H:2 * H], y @ W2.T + e[:, 2 * H:3 * H]
+        z = z + dt * (torch.sigmoid(p1) * torch.tanh(q) - torch.sigmoid(p1) * z)
+        r = z @ Wy.T + e[:, 3 * H:]
+        y = y + dt * (torch.sigmoid(p2) * torch.tanh(r) - torch.sigmoid(p2) * y)
+        torch.testing.assert_close(P[:, n], torch.cat([p1, q, p2, r], 1), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(Z[:, n + 1], z, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(Y[:, n + 1], y, rtol=1e-12, atol=1e-12)
 
 
 def test_lem_one_barrier_kernel_computes_whole_rows_of_z():
@@ -1684,17 +1742,18 @@ def test_liquid_grid_on_the_gpu(name, size):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", [(128, 60, 128), (40, 200, 96)], ids=lambda s: "x".join(map(str, s)))
-def test_lem_one_barrier_on_the_gpu(size, monkeypatch):
-    """``ODELAB_LEM_GRID=one-barrier`` with real concurrent programs (8 × 8 and 3 × 6), float64: the two-barrier
-    grid kernel's bits, outputs and gradients."""
+def test_lem_grid_variants_on_the_gpu(size, monkeypatch):
+    """``ODELAB_LEM_GRID=one-barrier`` and ``stored-gates`` with real concurrent programs (8 × 8 and 3 × 6), float64:
+    the two-barrier grid kernels' bits, outputs and gradients."""
     from odelab.kernels.cuda import lem
 
     results = {}
-    for choice in ("", "one-barrier"):
-        monkeypatch.setenv(lem.ONE_BARRIER_ENV, choice)
+    for choice in ("", "one-barrier", "stored-gates"):
+        monkeypatch.setenv(lem.GRID_ENV, choice)
         results[choice], _ = _grid_and_stepwise("lem", *size, torch.float64, None)
-    for a, b in zip(results[""]["grid"], results["one-barrier"]["grid"]):
-        assert torch.equal(a, b)
+    for choice in ("one-barrier", "stored-gates"):
+        for a, b in zip(results[""]["grid"], results[choice]["grid"], strict=True):
+            assert torch.equal(a, b)
 
 
 # -- inside a caller's CUDA graph capture (torch.cuda.graph) ---------------------------------------------------

@@ -4,7 +4,8 @@
     y_n = y_{n−1} + Δt (σ̂(p2) ⊙ tanh(r) − σ̂(p2) ⊙ y_{n−1}),  p2 = W2 y_{n−1} + a2,  r = Wy z_n + ay
 
 with [a1, az, a2, ay] = ``system.encode(x)`` (one GEMM in torch, its backward by autograd). The forward keeps
-the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them and writes the gradient of every
+the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them (or, on the weights-on-chip grid with
+``ODELAB_LEM_GRID=stored-gates``, reads the pre-activations the forward stored) and writes the gradient of every
 pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
 GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n. With the constexpr
 GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``); with DHS as well
@@ -382,9 +383,12 @@ def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
 
 @triton.jit
 def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
-                      BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+                      BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
+                      PRE=None, STORE: tl.constexpr = False):
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
-    state buffers, the weights from registers, this program's own (z, y) columns stay in registers."""
+    state buffers, the weights from registers, this program's own (z, y) columns stay in registers. With STORE its
+    columns of the pre-activations [p1, q, p2, r] of each step into PRE (B, T, 4H), each stored after the barrier that
+    follows it (drained while the next phase computes, not before the barrier's release)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -406,11 +410,18 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constex
         z = z + h * (s1 * tanh(q) - s1 * z)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
+        if STORE:
+            at = PRE + (n - 1) * 4 * H + rows[:, None] * sE + cols[None, :]
+            tl.store(at, p1, mask=m)
+            tl.store(at + H, q, mask=m)
+            tl.store(at + 2 * H, p2, mask=m)
         r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, ey, PRECISION)
         s2 = sigmoid(p2)
         y = y + h * (s2 * tanh(r) - s2 * y)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
+        if STORE:
+            tl.store(PRE + (n - 1) * 4 * H + 3 * H + rows[:, None] * sE + cols[None, :], r, mask=m)
 
 
 @triton.jit
@@ -469,38 +480,56 @@ def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP
 
 
 @triton.jit
+def _stored_gates(P, n, rows, rmask, cols, cmask, T, H):
+    """This program's tiles of step n's stored pre-activations p1, q, p2, r (P: (B, T, 4H)), zero unless 1 ≤ n ≤ T."""
+    return (tile_at(P, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
+            tile_at(P + H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
+            tile_at(P + 2 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
+            tile_at(P + 3 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1))
+
+
+@triton.jit
 def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, DP, HP: tl.constexpr,
                        BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
-                       GAPS: tl.constexpr, DHS: tl.constexpr):
+                       GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
     """Step n's backward on columns cols, 2 barriers a step: the y-step's g_p2, g_r (written, barrier), the z-step's
     λz_n (+ g_r Wy over the whole row of g_r), g_p1, g_q (written, barrier), then λy_{n−1} (+ [g_p1, g_q, g_p2]
     [W1; Wz; W2] over whole rows) -- which no other program reads, so no third barrier. λz, λy of this program's
     columns stay in registers; LZ, LY (B, H): the final state's adjoints in, the initial state's out; with DHS, the
     columns' part of ∂L/∂Δt_n, λy_n ∂y_n/∂Δt + λz_n ∂z_n/∂Δt, into DP (B, T, column tiles)
-    (:func:`store_length_part`)."""
+    (:func:`store_length_part`). E: the encodings, whose gates it recomputes from the stored states (four products
+    a step), or with STORED the pre-activations [p1, q, p2, r] that :func:`_lem_grid_forward` stored (STORE), each
+    step's loaded one step ahead: four products a step, all on the adjoints' path."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
     w1, wz, w2, wy = _weight_tiles(W1Z, W2, WY, cols, H, HP, True)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
+    if STORED:
+        a1, aq, a2, ar = _stored_gates(E, T, rows, rmask, cols, cmask, T, H)
+    else:  # the forward's orientation as well, for the recomputed gates
+        w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
     k = 0
     spins = LIMIT
     for i in range(0, T):
         n = T - i
-        e = E + (n - 1) * 4 * H
         g = G + (n - 1) * 4 * H
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
-        y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
         yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
-        p2 = dot(y_row, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
-        r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask),
-                PRECISION)
-        p1 = dot(y_row, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
-        q = dot(y_row, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
+        if STORED:
+            p1, q, p2, r = a1, aq, a2, ar
+            a1, aq, a2, ar = _stored_gates(E, n - 1, rows, rmask, cols, cmask, T, H)
+        else:
+            e = E + (n - 1) * 4 * H
+            y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
+            p2 = dot(y_row, w2t, tile(e + 2 * H, sE, rows, rmask, cols, cmask), PRECISION)
+            z_row = grid.rows_of(Z + n * H, sS, rows, rmask, H, HP)
+            r = dot(z_row, wyt, tile(e + 3 * H, sE, rows, rmask, cols, cmask), PRECISION)
+            p1 = dot(y_row, w1t, tile(e, sE, rows, rmask, cols, cmask), PRECISION)
+            q = dot(y_row, wzt, tile(e + H, sE, rows, rmask, cols, cmask), PRECISION)
         s2 = sigmoid(p2)
         tr = tanh(r)
         tl.store(g + 2 * H + rows[:, None] * sE + cols[None, :], ly * h * (tr - yp) * s2 * (1.0 - s2), mask=m)
@@ -525,22 +554,30 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H
     tl.store(LY + rows[:, None] * H + cols[None, :], ly, mask=m)
 
 
-ONE_BARRIER_ENV = "ODELAB_LEM_GRID"
+GRID_ENV = "ODELAB_LEM_GRID"
+GRID_VARIANTS = ("two-barriers", "one-barrier", "stored-gates")
 
 
-def one_barrier() -> bool:
-    """Whether LEM's weights-on-chip grid forward takes one barrier a step (``$ODELAB_LEM_GRID`` = "one-barrier",
-    read at each call; opt-in until a GPU measures it) instead of two."""
-    return os.environ.get(ONE_BARRIER_ENV, "").strip().lower() == "one-barrier"
+def grid_variant() -> str:
+    """LEM's weights-on-chip grid kernels as ``$ODELAB_LEM_GRID`` asks (read at each forward; the others opt-in until
+    a GPU measures them): "two-barriers" (unset: the default), "one-barrier" (the forward with one grid barrier a
+    step, :func:`_lem_grid_forward_one_barrier`) or "stored-gates" (the forward stores its pre-activations, in place
+    of the encodings it then no longer keeps, and the backward reads them instead of recomputing its four products a
+    step: the same bits)."""
+    asked = os.environ.get(GRID_ENV, "").strip().lower() or GRID_VARIANTS[0]
+    if asked not in GRID_VARIANTS:
+        raise ValueError(f"${GRID_ENV}: expected one of {', '.join(GRID_VARIANTS)}, got {asked!r}")
+    return asked
 
 
 class LEMSequence(torch.autograd.Function):
-    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or each
-    row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they
-    require one (every schedule); ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, train, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or
+    each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where
+    they require one (every schedule); ``train``: whether autograd records the call (``torch.is_grad_enabled()`` at
+    the call: inside ``forward`` it is off); ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, schedule="persistent"):
+    def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, train, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = z0.shape[1]
@@ -553,10 +590,18 @@ class LEMSequence(torch.autograd.Function):
         gaps = hs is not None
         hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
+        ctx.stored = False  # the pre-activations stored in place of the encodings (saved as enc)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            forward = _lem_grid_forward_one_barrier if one_barrier() else _lem_grid_forward
-            grid.launch_resident(forward, (enc, weight_y, W2, Wy, Z, Y, consts, hs), B, T, H, ctx.precision,
-                                 GAPS=gaps)
+            variant = grid_variant()
+            if variant == "one-barrier":
+                grid.launch_resident(_lem_grid_forward_one_barrier, (enc, weight_y, W2, Wy, Z, Y, consts, hs), B, T,
+                                     H, ctx.precision, GAPS=gaps)
+            else:
+                ctx.stored = variant == "stored-gates" and train and any(ctx.needs_input_grad)
+                pre = torch.empty_like(enc) if ctx.stored else None
+                grid.launch_resident(_lem_grid_forward, (enc, weight_y, W2, Wy, Z, Y, consts, hs), B, T, H,
+                                     ctx.precision, GAPS=gaps, PRE=pre, STORE=ctx.stored)
+                enc = pre if ctx.stored else enc
         elif schedule == "grid":
             grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts, hs], consts, B, T, H, block_h,
                         ctx.precision, False, GAPS=gaps, DHS=False)
@@ -592,7 +637,7 @@ class LEMSequence(torch.autograd.Function):
         if on_chip:
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
             grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs),
-                                 B, T, H, ctx.precision, DP=DP, GAPS=gaps, DHS=in_parts)
+                                 B, T, H, ctx.precision, DP=DP, GAPS=gaps, DHS=in_parts, STORED=ctx.stored)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
@@ -617,7 +662,7 @@ class LEMSequence(torch.autograd.Function):
             torch.sum(DP, 2, out=dhs)
         d_of_y = outer_sum(G[..., : 3 * H], Y[:, :-1])  # [weight_y; W2]: the maps of y_{n-1}
         d_Wy = outer_sum(G[..., 3 * H:], Z[:, 1:])
-        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, dhs, None, None
+        return G, d_of_y[: 2 * H], d_of_y[2 * H:], d_Wy, LZ, LY, None, dhs, None, None, None
 
 
 @in_chunks
@@ -633,5 +678,5 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
     if unfolds != 1:  # sub-steps of dt/L, the input held: the same cell with dt/L, L times per sample
         enc = enc.repeat_interleave(unfolds, dim=1)  # (x encoded once: the encoding is row-wise)
     ys, z, y = grid.apply(LEMSequence, enc, system.weight_y, system.W2, system.Wy, state[0], state[1],
-                          h, hs, block_h, chosen)
+                          h, hs, block_h, torch.is_grad_enabled(), chosen)
     return (ys if unfolds == 1 else ys[:, unfolds - 1::unfolds]), (z, y)
