@@ -12,7 +12,11 @@ whole rows loaded back) and the products. This script times each part alone, ove
     exchange   a (16, 16) tile stored, the barrier, the block's (16, HP) rows loaded back and used
     loads      the same stores and loads without the barrier (the values are then not meaningful)
     products   the exchange and three (16, HP) × (HP, 16) products of the loaded rows with weight tiles held in the
-               program (LEM's first phase without its inputs' loads and activations), IEEE float32
+               program (LEM's first phase without its inputs' loads and activations), IEEE float32, the tiles read
+               from rows of Wᵀ as the kernels read them (``lem.transposed_weights``: Triton's FMA products then load
+               them with ldmatrix, no bank conflict)
+    products-conflicted  the same with the tiles read from W's own rows, as the kernels did until 2026-12-04 (8
+               lanes of each 16-byte shared-memory load on the same banks: 5.7× the wavefronts in sm_90 PTX)
     lem        LEM's forward under the grid schedule (``schedule="grid"``; up to hidden 32 the one-launch kernel, as
                recorded), µs a step (two phases)
     lem-one-barrier  the same with ``ODELAB_LEM_GRID=one-barrier`` (one grid barrier a step; where the weights stay
@@ -63,13 +67,14 @@ def _barriers(SYNC, STEPS, VARIANT: tl.constexpr, LIMIT: tl.constexpr):
 def _exchange(BUF, W, OUT, SYNC, B, H, STEPS, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
               BARRIER: tl.constexpr, DOTS: tl.constexpr, LIMIT: tl.constexpr):
     """Phase n: this program's tile of slot n % 2 stored, (the barrier,) the block's whole rows of that slot loaded
-    (and multiplied by three weight tiles); two slots, so a program that runs ahead writes the slot no one reads any
-    more (as LEM's state buffers)."""
+    (and, DOTS 1 or 2, multiplied by three weight tiles: 1 [k, i] = W[k, cols_i], as the kernels read their
+    transposed weights, 2 [k, i] = W[cols_i, k]); two slots, so a program that runs ahead writes the slot no one
+    reads any more (as LEM's state buffers)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     if DOTS:  # three H × H blocks of W (3H, H), their tiles for this program's columns
-        w1t = grid.column_tile(W, H, cols, H, HP, False)
-        w2t = grid.column_tile(W + H * H, H, cols, H, HP, False)
-        w3t = grid.column_tile(W + 2 * H * H, H, cols, H, HP, False)
+        w1t = grid.column_tile(W, H, cols, H, HP, DOTS == 1)
+        w2t = grid.column_tile(W + H * H, H, cols, H, HP, DOTS == 1)
+        w3t = grid.column_tile(W + 2 * H * H, H, cols, H, HP, DOTS == 1)
     acc = tl.zeros((BB, BH), dtype=tl.float32)
     k = 0
     spins = LIMIT
@@ -128,7 +133,8 @@ def measure(batch: int, hidden: int, steps: int, repeats: int, device: torch.dev
     buf = torch.zeros(2, batch, hidden, device=device)
     weights = torch.randn(3 * hidden, hidden, device=device) / hidden
     out = torch.empty(batch, hidden, device=device)
-    for kind, with_barrier, dots in (("exchange", True, False), ("loads", False, False), ("products", True, True)):
+    for kind, with_barrier, dots in (("exchange", True, 0), ("loads", False, 0), ("products", True, 1),
+                                     ("products-conflicted", True, 2)):
         def exchange(with_barrier=with_barrier, dots=dots):
             sync = grid.counters(batch, ROWS, device)
             _exchange[grid_shape](buf, weights, out, sync, batch, hidden, steps, HP=HP, BB=ROWS, BH=COLUMNS,

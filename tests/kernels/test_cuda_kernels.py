@@ -1560,9 +1560,10 @@ def test_lem_stored_gates_forward_stores_eq3_pre_activations():
     Z[:, 0], Y[:, 0] = (torch.randn(B, H, generator=g, dtype=torch.float64).to(DEVICE) for _ in range(2))
     P = torch.full_like(E, float("nan"))
     consts = torch.tensor([dt], dtype=torch.float64, device=DEVICE)
-    lem._lem_grid_forward[(1, 1)](E, torch.cat([W1, Wz]), W2, Wy, Z, Y, consts, consts,
-                                  grid.counters(B, 16, torch.device(DEVICE)), B, T, H, HP=16, BB=16, BH=16,
-                                  PRECISION="ieee", LIMIT=4, GAPS=False, PRE=P, STORE=True)
+    transposed = torch.cat([W1.T, Wz.T]), W2.T.contiguous(), Wy.T.contiguous()  # the forward kernels' weights
+    lem._lem_grid_forward[(1, 1)](E, *transposed, Z, Y, consts, consts, grid.counters(B, 16, torch.device(DEVICE)),
+                                  B, T, H, HP=16, BB=16, BH=16, PRECISION="ieee", LIMIT=4, GAPS=False, PRE=P,
+                                  STORE=True)
     z, y = Z[:, 0], Y[:, 0]
     for n in range(T):
         e = E[:, n]
@@ -1590,8 +1591,9 @@ def test_lem_one_barrier_kernel_computes_whole_rows_of_z():
     before = Z.clone(), Y.clone()
     sync = grid.counters(B, 16, torch.device(DEVICE))
     consts = torch.tensor([dt], dtype=torch.float64, device=DEVICE)
-    lem._lem_grid_forward_one_barrier[(1, 1)](E, torch.cat([W1, Wz]), W2, Wy, Z, Y, consts, consts, sync, B, 1, H,
-                                              HP=64, BB=16, BH=16, PRECISION="ieee", LIMIT=4, GAPS=False)
+    transposed = torch.cat([W1.T, Wz.T]), W2.T.contiguous(), Wy.T.contiguous()  # the forward kernels' weights
+    lem._lem_grid_forward_one_barrier[(1, 1)](E, *transposed, Z, Y, consts, consts, sync, B, 1, H, HP=64, BB=16,
+                                              BH=16, PRECISION="ieee", LIMIT=4, GAPS=False)
     z0, y0, e = before[0][:, 0], before[1][:, 0], E[:, 0]
     s1 = torch.sigmoid(y0 @ W1.T + e[:, :H])
     z1 = z0 + dt * (s1 * torch.tanh(y0 @ Wz.T + e[:, H:2 * H]) - s1 * z0)  # eq. 3, z first (IMEX)

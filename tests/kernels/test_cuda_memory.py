@@ -91,7 +91,9 @@ def test_forward_without_backward_holds_its_outputs_and_a_chunk(name, model_of_m
     """Under ``torch.no_grad()`` the cells without delays run in chunks of steps (``odelab/kernels/chunks.py``;
     here 8 of the 120, as 64 of 1000 at (1024, 1000, 256)): the modelled peak is the outputs (W) and one chunk's buffers, ≤ 1.6 W -- LEM's, the
     widest: its encoding (4 chunks of state sequence, 8/120 W each), its states z and y (2), the previous chunk's
-    outputs (1), 1.47 W, and (B, H) states -- where LEM in one piece holds its encoding and both states, 6 W."""
+    outputs (1), 1.47 W, and (B, H) states -- where LEM in one piece holds its encoding and both states, 6 W; LEM's
+    kernels read a transposed copy of its four H × H weights besides (``lem.transposed_weights``; 0.08 W at these
+    sizes, 0.001 W at (1024, 1000, 256))."""
     from odelab.kernels import chunks
 
     monkeypatch.setattr(chunks, "CHUNK_STATE_BYTES", B * 8 * H * 4)
@@ -100,7 +102,8 @@ def test_forward_without_backward_holds_its_outputs_and_a_chunk(name, model_of_m
     model = build().to("meta")
     x = torch.empty(B, T, INPUTS, device="meta")
     peak = model_of_memory.modelled_forward_peak(model, x)
-    assert peak.peak <= 1.6 * W, (peak.peak / W, [(n / W, op, shape) for n, op, shape in peak.at_peak])
+    transposed = 4 * H * H * 4 if name == "lem" else 0
+    assert peak.peak <= 1.6 * W + transposed, (peak.peak / W, [(n / W, op, shape) for n, op, shape in peak.at_peak])
     if name == "lem":
         monkeypatch.setattr(chunks, "CHUNK_STATE_BYTES", 1 << 40)
         assert model_of_memory.modelled_forward_peak(model, x).peak >= 6 * W

@@ -33,41 +33,44 @@ from .stepwise import launch_steps
 
 
 @triton.jit
-def _gate_pair(E, k, WA, SA, WB, SB, PREV, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
+def _gate_pair(E, k, WAT, SA, WBT, SB, PREV, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
                PRECISION: tl.constexpr):
     """On columns c0 : c0 + BH of step n: (SA WAᵀ + e_k, SB WBᵀ + e_{k+1}, PREV[n − 1], mask), with SA, SB rows
-    of the state buffers and e_k the k-th H-wide block of the encoded input [a1, az, a2, ay]."""
+    of the state buffers, e_k the k-th H-wide block of the encoded input [a1, az, a2, ay] and WAT, WBT the
+    transposed weights (:func:`transposed_weights`)."""
     sE = T * 4 * H
     sS = (T + 1) * H
     e = E + (n - 1) * 4 * H + k * H
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
     zero = tl.zeros((BB, BH), dtype=PREV.dtype.element_ty)
-    a = mv(zero, SA, sS, rows, rmask, WA, H, c0, H, H, False, BH, PRECISION)
+    a = mv(zero, SA, sS, rows, rmask, WAT, H, c0, H, H, True, BH, PRECISION)
     a += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    b = mv(zero, SB, sS, rows, rmask, WB, H, c0, H, H, False, BH, PRECISION)
+    b = mv(zero, SB, sS, rows, rmask, WBT, H, c0, H, H, True, BH, PRECISION)
     b += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
     prev = tl.load(PREV + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     return a, b, prev, m
 
 
 @triton.jit
-def _z_gates(E, W1Z, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """(p1, q, z_{n−1}, mask) of step n on columns c0 : c0 + BH."""
+def _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """(p1, q, z_{n−1}, mask) of step n on columns c0 : c0 + BH (W1ZT: [W1ᵀ; Wzᵀ])."""
     yp = Y + (n - 1) * H
-    return _gate_pair(E, 0, W1Z, yp, W1Z + H * H, yp, Z, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    return _gate_pair(E, 0, W1ZT, yp, W1ZT + H * H, yp, Z, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
 
 
 @triton.jit
-def _y_gates(E, W2, WY, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """(p2, r, y_{n−1}, mask) of step n on columns c0 : c0 + BH (z_n written)."""
-    return _gate_pair(E, 2, W2, Y + (n - 1) * H, WY, Z + n * H, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+def _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
+             PRECISION: tl.constexpr):
+    """(p2, r, y_{n−1}, mask) of step n on columns c0 : c0 + BH (z_n written; W2T, WYT: W2ᵀ, Wyᵀ)."""
+    return _gate_pair(E, 2, W2T, Y + (n - 1) * H, WYT, Z + n * H, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
 
 
 @triton.jit
-def _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+def _z_tile(E, W1ZT, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
+            PRECISION: tl.constexpr):
     """Columns c0 : c0 + BH of z_n from (z_{n−1}, y_{n−1})."""
-    p1, q, z, m = _z_gates(E, W1Z, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    p1, q, z, m = _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
     s1 = sigmoid(p1)
     z = z + dt * (s1 * tanh(q) - s1 * z)
@@ -75,10 +78,10 @@ def _z_tile(E, W1Z, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl
 
 
 @triton.jit
-def _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
+def _y_tile(E, W2T, WYT, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
             PRECISION: tl.constexpr):
     """Columns c0 : c0 + BH of y_n from (y_{n−1}, z_n)."""
-    p2, r, y, m = _y_gates(E, W2, WY, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    p2, r, y, m = _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
     s2 = sigmoid(p2)
     y = y + dt * (s2 * tanh(r) - s2 * y)
@@ -86,15 +89,15 @@ def _y_tile(E, W2, WY, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH:
 
 
 @triton.jit
-def _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                     PRECISION: tl.constexpr):
+def _backward_y_tile(E, W2T, WYT, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr,
+                     BH: tl.constexpr, PRECISION: tl.constexpr):
     """The y-step of step n on columns c0 : c0 + BH: g_p2, g_r and λy's direct part, λy read from LY[n % 2] and
     written to LY[(n − 1) % 2] (LY: (2, B, H)); returns the rows' part of ∂L/∂Δt from these columns."""
     sE = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
     cols = c0 + tl.arange(0, BH)
-    p2, r, y, m = _y_gates(E, W2, WY, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    p2, r, y, m = _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     s2 = sigmoid(p2)
     tr = tanh(r)
@@ -107,15 +110,16 @@ def _backward_y_tile(E, W2, WY, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB
 
 
 @triton.jit
-def _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
-                     PRECISION: tl.constexpr):
+def _backward_z_tile(E, W1ZT, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr,
+                     BH: tl.constexpr, PRECISION: tl.constexpr):
     """The z-step of step n on columns c0 : c0 + BH: λz_n in full (+ g_r Wy of every column), g_p1, g_q, and
-    λz_{n−1} into LZ[(n − 1) % 2]; returns the rows' part of ∂L/∂Δt from these columns."""
+    λz_{n−1} into LZ[(n − 1) % 2]; returns the rows' part of ∂L/∂Δt from these columns (W1ZT: [W1ᵀ; Wzᵀ], WY:
+    Wy itself)."""
     sE = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
     cols = c0 + tl.arange(0, BH)
-    p1, q, z, m = _z_gates(E, W1Z, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    p1, q, z, m = _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     lz = mv(tl.zeros((BB, BH), dtype=Z.dtype.element_ty), g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH,
             PRECISION)
     lz += tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -146,25 +150,27 @@ def _backward_ly_tile(W1Z, W2, G, GO, LY, n, c0, rows, rmask, B, T, H, BB: tl.co
 
 
 @triton.jit
-def _lem_forward(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
-                 GAPS: tl.constexpr):
+def _lem_forward(E, W1ZT, W2T, WYT, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+                 PRECISION: tl.constexpr, GAPS: tl.constexpr):
+    """z_n, then y_n, tile by tile, a CTA barrier after each (W1ZT, W2T, WYT: the transposed weights)."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         for c0 in range(0, H, BH):  # z_n from (z_{n−1}, y_{n−1})
-            _z_tile(E, W1Z, Z, Y, h, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+            _z_tile(E, W1ZT, Z, Y, h, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # y_n from (y_{n−1}, z_n)
-            _y_tile(E, W2, WY, Z, Y, h, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+            _y_tile(E, W2T, WYT, Z, Y, h, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: tl.constexpr, BH: tl.constexpr,
+def _lem_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Adjoints λz, λy ping-pong in LZ/LY (2, B, H): step n reads buffer n % 2 and writes (n − 1) % 2; with DHS,
-    DH[row, n − 1] = ∂L/∂HS[row, n − 1], summed over the column tiles in registers."""
+    DH[row, n − 1] = ∂L/∂HS[row, n − 1], summed over the column tiles in registers. WT: the transposed weights
+    (:func:`transposed_weights`), for the recomputed gates."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
@@ -172,12 +178,13 @@ def _lem_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: t
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         dh = tl.zeros((BB,), dtype=Z.dtype.element_ty)
         for c0 in range(0, H, BH):  # the y-step: g_p2, g_r; λy partial
-            part = _backward_y_tile(E, W2, WY, Z, Y, G, LY, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            part = _backward_y_tile(E, WT + 2 * H * H, WT + 3 * H * H, Z, Y, G, LY, h, n, c0, rows, rmask, B, T, H,
+                                    BB, BH, PRECISION)
             if DHS:
                 dh += part
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # the z-step: λz_n total, g_p1, g_q, λz_{n−1}
-            part = _backward_z_tile(E, W1Z, WY, Z, Y, G, LZ, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+            part = _backward_z_tile(E, WT, WY, Z, Y, G, LZ, h, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
             if DHS:
                 dh += part
         if DHS:
@@ -201,7 +208,8 @@ def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
 def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
               PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """The stepwise schedule (stepwise.py): phase PHASE of step n (0: z_n, 1: y_n) on one (batch block, column
-    tile) program; TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, C, HS] (HS: the per-step lengths, with GAPS)."""
+    tile) program; TABLE = the addresses of [E, W1ZT, W2T, WYT, Z, Y, C, HS] (the transposed weights,
+    :func:`transposed_weights`; HS: the per-step lengths, with GAPS)."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(tl.load(address(TABLE, 6, REF)), address(TABLE, 7, REF), rows, rmask, n, T, GAPS)
     if PHASE == 0:
@@ -215,24 +223,25 @@ def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH:
 def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                        PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
-    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS] and, with DHS, DP (B, T, 2 · column
-    tiles): the y- and z-steps write their columns' parts of ∂L/∂Δt_n, λy_n ∂y_n/∂Δt and λz_n ∂z_n/∂Δt, into slot
-    PHASE · tiles + tile (:func:`store_length_part`)."""
+    TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, WT] (WT: the transposed weights, for the
+    recomputed gates) and, with DHS, DP (B, T, 2 · column tiles): the y- and z-steps write their columns' parts of
+    ∂L/∂Δt_n, λy_n ∂y_n/∂Δt and λz_n ∂z_n/∂Δt, into slot PHASE · tiles + tile (:func:`store_length_part`)."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 7, REF)
     dt = step_length(tl.load(address(TABLE, 10, REF)), address(TABLE, 11, REF), rows, rmask, n, T, GAPS)
+    WT = address(TABLE, 12, REF)
     if PHASE == 0:
-        part = _backward_y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 9, REF),
-                                dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+        part = _backward_y_tile(E, WT + 2 * H * H, WT + 3 * H * H, Z, Y, G, address(TABLE, 9, REF), dt, n, c0, rows,
+                                rmask, B, T, H, BB, BH, PRECISION)
     elif PHASE == 1:
-        part = _backward_z_tile(E, address(TABLE, 1, REF), address(TABLE, 3, REF), Z, Y, G, address(TABLE, 8, REF),
-                                dt, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+        part = _backward_z_tile(E, WT, address(TABLE, 3, REF), Z, Y, G, address(TABLE, 8, REF), dt, n, c0, rows,
+                                rmask, B, T, H, BB, BH, PRECISION)
     else:
         _backward_ly_tile(address(TABLE, 1, REF), address(TABLE, 2, REF), G, address(TABLE, 6, REF),
                           address(TABLE, 9, REF), n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     if DHS and PHASE < 2:
         tiles = tl.num_programs(1)
-        store_length_part(address(TABLE, 12, REF), part, rows, rmask, n, T, PHASE * tiles + tl.program_id(1),
+        store_length_part(address(TABLE, 13, REF), part, rows, rmask, n, T, PHASE * tiles + tl.program_id(1),
                            2 * tiles)
 
 
@@ -277,18 +286,18 @@ def _stored(Y, Z, GO, n, rows, rmask, cols, cmask, T, H):
 
 
 @triton.jit
-def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+def _lem_forward_resident(E, W1ZT, W2T, WYT, Z, Y, C, HS, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                           PRECISION: tl.constexpr, GAPS: tl.constexpr):
-    """hidden ≤ BH: the four H × H weights stay on chip for the whole sequence (:mod:`.grid`), the state too (no
-    barrier, no re-read); each step writes z_n, y_n, its encoded input (and, with GAPS, its length) loaded one step
-    ahead."""
+    """hidden ≤ BH: the four H × H weights (transposed, :func:`transposed_weights`) stay on chip for the whole
+    sequence (:mod:`.grid`), the state too (no barrier, no re-read); each step writes z_n, y_n, its encoded input
+    (and, with GAPS, its length) loaded one step ahead."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
-    _, w1t = weights(W1Z, H, H, BH)
-    _, wzt = weights(W1Z + H * H, H, H, BH)
-    _, w2t = weights(W2, H, H, BH)
-    _, wyt = weights(WY, H, H, BH)
+    w1t = weights(W1ZT, H, H, BH)[0]
+    wzt = weights(W1ZT + H * H, H, H, BH)[0]
+    w2t = weights(W2T, H, H, BH)[0]
+    wyt = weights(WYT, H, H, BH)[0]
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     e1, ez, e2, ey = _inputs(E, 1, rows, rmask, cols, cmask, T, H)
@@ -312,18 +321,22 @@ def _lem_forward_resident(E, W1Z, W2, WY, Z, Y, C, HS, B, T, H, BB: tl.constexpr
 
 
 @triton.jit
-def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: tl.constexpr,
+def _lem_backward_resident(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, DH, BB: tl.constexpr,
                            BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
-    """hidden ≤ BH: the weights (both orientations) and the adjoints λz, λy in registers; LZ/LY (B, H) hold
-    the adjoints of the final state on entry and those of the initial state on exit; with DHS, DH as
-    :func:`_lem_backward`'s."""
+    """hidden ≤ BH: the weights (both orientations: W, and its transposed copy WT) and the adjoints λz, λy in
+    registers; LZ/LY (B, H) hold the adjoints of the final state on entry and those of the initial state on exit;
+    with DHS, DH as :func:`_lem_backward`'s."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 4 * H
-    w1, w1t = weights(W1Z, H, H, BH)
-    wz, wzt = weights(W1Z + H * H, H, H, BH)
-    w2, w2t = weights(W2, H, H, BH)
-    wy, wyt = weights(WY, H, H, BH)
+    w1 = weights(W1Z, H, H, BH)[0]
+    wz = weights(W1Z + H * H, H, H, BH)[0]
+    w2 = weights(W2, H, H, BH)[0]
+    wy = weights(WY, H, H, BH)[0]
+    w1t = weights(WT, H, H, BH)[0]
+    wzt = weights(WT + H * H, H, H, BH)[0]
+    w2t = weights(WT + 2 * H * H, H, H, BH)[0]
+    wyt = weights(WT + 3 * H * H, H, H, BH)[0]
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     e1, ez, e2, ey = _inputs(E, T, rows, rmask, cols, cmask, T, H)
@@ -375,25 +388,27 @@ def _lem_backward_resident(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, B, T, H, 
 # 72 KB (64-row blocks would spill 15 KB: not used) --
 
 @triton.jit
-def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
-    """``grid.column_tile`` of W1, Wz, W2 and Wy."""
-    return (grid.column_tile(W1Z, H, cols, H, HP, TRANS), grid.column_tile(W1Z + H * H, H, cols, H, HP, TRANS),
-            grid.column_tile(W2, H, cols, H, HP, TRANS), grid.column_tile(WY, H, cols, H, HP, TRANS))
+def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr):
+    """``grid.column_tile`` of W1, Wz (W1Z = [W1; Wz]), W2 and Wy -- or of their transposes, given
+    :func:`transposed_weights`' blocks."""
+    return (grid.column_tile(W1Z, H, cols, H, HP, True), grid.column_tile(W1Z + H * H, H, cols, H, HP, True),
+            grid.column_tile(W2, H, cols, H, HP, True), grid.column_tile(WY, H, cols, H, HP, True))
 
 
 @triton.jit
-def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+def _lem_grid_forward(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
                       BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
                       PRE=None, STORE: tl.constexpr = False):
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
-    state buffers, the weights from registers, this program's own (z, y) columns stay in registers. With STORE its
+    state buffers, the weights (transposed, :func:`transposed_weights`) from on chip, this program's own (z, y)
+    columns stay in registers. With STORE its
     columns of the pre-activations [p1, q, p2, r] of each step into PRE (B, T, 4H), each stored after the barrier that
     follows it (drained while the next phase computes, not before the barrier's release)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
+    w1t, wzt, w2t, wyt = _weight_tiles(W1ZT, W2T, WYT, cols, H, HP)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     k = 0
@@ -425,19 +440,19 @@ def _lem_grid_forward(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constex
 
 
 @triton.jit
-def _z_tile_operands(W1Z, E, Z, n, rows, rmask, c0, sS, sE, H, HP: tl.constexpr, BH: tl.constexpr):
-    """What the z-step of the column tile from c0 reads: its W1 and Wz tiles, its two encoding tiles of step n and
-    its columns of z_{n−1} (zero beyond H)."""
+def _z_tile_operands(W1ZT, E, Z, n, rows, rmask, c0, sS, sE, H, HP: tl.constexpr, BH: tl.constexpr):
+    """What the z-step of the column tile from c0 reads: its W1 and Wz tiles (from W1ZT = [W1ᵀ; Wzᵀ]), its two
+    encoding tiles of step n and its columns of z_{n−1} (zero beyond H)."""
     tc = c0 + tl.arange(0, BH)
     tmask = tc < H
     e = E + (n - 1) * 4 * H
-    return (grid.column_tile(W1Z, H, tc, H, HP, False), grid.column_tile(W1Z + H * H, H, tc, H, HP, False),
+    return (grid.column_tile(W1ZT, H, tc, H, HP, True), grid.column_tile(W1ZT + H * H, H, tc, H, HP, True),
             tile(e, sE, rows, rmask, tc, tmask), tile(e + H, sE, rows, rmask, tc, tmask),
             tile(Z + (n - 1) * H, sS, rows, rmask, tc, tmask))
 
 
 @triton.jit
-def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+def _lem_grid_forward_one_barrier(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
                                   BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
                                   GAPS: tl.constexpr):
     """:func:`_lem_grid_forward` with one grid barrier a step instead of two: every column program of a batch block
@@ -450,17 +465,17 @@ def _lem_grid_forward_one_barrier(E, W1Z, W2, WY, Z, Y, C, HS, SYNC, B, T, H, HP
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w2t = grid.column_tile(W2, H, cols, H, HP, False)
-    wyt = grid.column_tile(WY, H, cols, H, HP, False)
+    w2t = grid.column_tile(W2T, H, cols, H, HP, True)
+    wyt = grid.column_tile(WYT, H, cols, H, HP, True)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     k = 0
     spins = LIMIT
     for n in range(1, T + 1):
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
-        w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1Z, E, Z, n, rows, rmask, 0, sS, sE, H, HP, BH)
+        w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1ZT, E, Z, n, rows, rmask, 0, sS, sE, H, HP, BH)
         for c0 in range(0, HP, BH):
             w1c, wzc, e1c, eqc, zp = w1n, wzn, e1n, eqn, zpn
-            w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1Z, E, Z, n, rows, rmask, c0 + BH, sS, sE, H, HP, BH)
+            w1n, wzn, e1n, eqn, zpn = _z_tile_operands(W1ZT, E, Z, n, rows, rmask, c0 + BH, sS, sE, H, HP, BH)
             y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)  # reloaded (L1): no operand held
             s1 = sigmoid(dot(y_row, w1c, e1c, PRECISION))
             tc = c0 + tl.arange(0, BH)
@@ -489,7 +504,7 @@ def _stored_gates(P, n, rows, rmask, cols, cmask, T, H):
 
 
 @triton.jit
-def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, DP, HP: tl.constexpr,
+def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, DP, HP: tl.constexpr,
                        BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
                        GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
     """Step n's backward on columns cols, 2 barriers a step: the y-step's g_p2, g_r (written, barrier), the z-step's
@@ -504,13 +519,13 @@ def _lem_grid_backward(E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w1, wz, w2, wy = _weight_tiles(W1Z, W2, WY, cols, H, HP, True)
+    w1, wz, w2, wy = _weight_tiles(W1Z, W2, WY, cols, H, HP)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     if STORED:
         a1, aq, a2, ar = _stored_gates(E, T, rows, rmask, cols, cmask, T, H)
     else:  # the forward's orientation as well, for the recomputed gates
-        w1t, wzt, w2t, wyt = _weight_tiles(W1Z, W2, WY, cols, H, HP, False)
+        w1t, wzt, w2t, wyt = _weight_tiles(WT, WT + 2 * H * H, WT + 3 * H * H, cols, H, HP)
     k = 0
     spins = LIMIT
     for i in range(0, T):
@@ -570,6 +585,22 @@ def grid_variant() -> str:
     return asked
 
 
+def transposed_weights(weight_y: torch.Tensor, W2: torch.Tensor, Wy: torch.Tensor) -> torch.Tensor:
+    """[W1ᵀ; Wzᵀ; W2ᵀ; Wyᵀ] (4H, H), contiguous, for the kernels' products S Wᵀ (the gates): their weight tiles are
+    then rows of Wᵀ, contiguous along the output columns, which Triton feeds to its FMA products through ldmatrix
+    with no shared-memory bank conflict. Read from W's own rows instead (contiguous along the sum), 8 lanes of each
+    16-byte shared-memory load fall on the same banks: LEM's grid forward at hidden 128 took 5.7× the wavefronts of
+    a conflict-free one a step (4352 against 768 a warp; sm_90 PTX of Triton 3.6 and 3.9, its lanes' addresses
+    evaluated), its backward 5.2×, which at one wavefront a cycle is most of the 19.8 and 23.9 µs a step they took
+    on the H200 (2026-12-04)."""
+    H = W2.shape[0]
+    WT = W2.new_empty(4, H, H)  # written in place: no concatenated copy beside it
+    WT[:2].copy_(weight_y.view(2, H, H).transpose(1, 2))
+    WT[2].copy_(W2.T)
+    WT[3].copy_(Wy.T)
+    return WT.view(4 * H, H)
+
+
 class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, train, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or
     each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where
@@ -582,6 +613,8 @@ class LEMSequence(torch.autograd.Function):
         B, T, _ = enc.shape
         H = z0.shape[1]
         enc, weight_y, W2, Wy = (t.contiguous() for t in (enc, weight_y, W2, Wy))
+        WT = transposed_weights(weight_y, W2, Wy)
+        transposed = (WT[: 2 * H], WT[2 * H: 3 * H], WT[3 * H:])  # the forward's products use these alone
         Z = enc.new_empty(B, T + 1, H)
         Y = enc.new_empty(B, T + 1, H)
         Z[:, 0] = z0
@@ -594,33 +627,33 @@ class LEMSequence(torch.autograd.Function):
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
             variant = grid_variant()
             if variant == "one-barrier":
-                grid.launch_resident(_lem_grid_forward_one_barrier, (enc, weight_y, W2, Wy, Z, Y, consts, hs), B, T,
-                                     H, ctx.precision, GAPS=gaps)
+                grid.launch_resident(_lem_grid_forward_one_barrier, (enc, *transposed, Z, Y, consts, hs), B, T, H,
+                                     ctx.precision, GAPS=gaps)
             else:
                 ctx.stored = variant == "stored-gates" and train and any(ctx.needs_input_grad)
                 pre = torch.empty_like(enc) if ctx.stored else None
-                grid.launch_resident(_lem_grid_forward, (enc, weight_y, W2, Wy, Z, Y, consts, hs), B, T, H,
-                                     ctx.precision, GAPS=gaps, PRE=pre, STORE=ctx.stored)
+                grid.launch_resident(_lem_grid_forward, (enc, *transposed, Z, Y, consts, hs), B, T, H, ctx.precision,
+                                     GAPS=gaps, PRE=pre, STORE=ctx.stored)
                 enc = pre if ctx.stored else enc
         elif schedule == "grid":
-            grid.launch(_lem_grid, [enc, weight_y, W2, Wy, Z, Y, consts, hs], consts, B, T, H, block_h,
+            grid.launch(_lem_grid, [enc, *transposed, Z, Y, consts, hs], consts, B, T, H, block_h,
                         ctx.precision, False, GAPS=gaps, DHS=False)
         elif schedule == "stepwise":
-            launch_steps([enc, weight_y, W2, Wy, Z, Y, consts, hs],
+            launch_steps([enc, *transposed, Z, Y, consts, hs],
                          step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision,
                                        GAPS=gaps))
         else:
             forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
-            forward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, consts, hs, B, T, H, BB=BB, BH=BH,
+            forward[(triton.cdiv(B, BB),)](enc, *transposed, Z, Y, consts, hs, B, T, H, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
-        ctx.save_for_backward(enc, weight_y, W2, Wy, Z, Y, consts, hs)
+        ctx.save_for_backward(enc, weight_y, W2, Wy, WT, Z, Y, consts, hs)
         ctx.block_h, ctx.schedule, ctx.gaps = block_h, schedule, gaps
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
-        enc, weight_y, W2, Wy, Z, Y, consts, hs = ctx.saved_tensors
+        enc, weight_y, W2, Wy, WT, Z, Y, consts, hs = ctx.saved_tensors
         B, T, _ = enc.shape
         H = Z.shape[2]
         grad_ys = grad_ys.contiguous()
@@ -636,12 +669,13 @@ class LEMSequence(torch.autograd.Function):
         DP = enc.new_empty(B, T, parts) if in_parts else consts  # each slot written by its program: no zeroing
         if on_chip:
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
-            grid.launch_resident(_lem_grid_backward, (enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs),
-                                 B, T, H, ctx.precision, DP=DP, GAPS=gaps, DHS=in_parts, STORED=ctx.stored)
+            grid.launch_resident(_lem_grid_backward,
+                                 (enc, weight_y, W2, Wy, WT, Z, Y, grad_ys, G, LZ, LY, consts, hs), B, T, H,
+                                 ctx.precision, DP=DP, GAPS=gaps, DHS=in_parts, STORED=ctx.stored)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
-            tensors = [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs]
+            tensors = [enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs, WT]
             table = tensors + ([DP] if in_parts else [])
             if ctx.schedule == "grid":
                 grid.launch(_lem_grid, table, consts, B, T, H, ctx.block_h, ctx.precision, True, GAPS=gaps,
@@ -650,13 +684,14 @@ class LEMSequence(torch.autograd.Function):
                 launch_steps(table, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
                                                   ctx.precision, GAPS=gaps, DHS=in_parts))
             else:
-                _lem_backward[(triton.cdiv(B, BB),)](*tensors, B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
+                _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, WT, Z, Y, grad_ys, G, LZ, LY, consts, hs,
+                                                     B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
                                                      GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
             LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
             LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
-            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, Z, Y, grad_ys, G, LZ, LY, consts, hs,
-                                                          B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
+            _lem_backward_resident[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, WT, Z, Y, grad_ys, G, LZ, LY, consts,
+                                                          hs, B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
                                                           GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
         if in_parts:
             torch.sum(DP, 2, out=dhs)
