@@ -605,7 +605,8 @@ class LEMSequence(torch.autograd.Function):
     """``apply(enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, train, schedule) -> (ys, z_T, y_T)``; ``hs``: None, or
     each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where
     they require one (every schedule); ``train``: whether autograd records the call (``torch.is_grad_enabled()`` at
-    the call: inside ``forward`` it is off); ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    the call: inside ``forward`` it is off); ``schedule``: "persistent", "stepwise" or "grid"
+    (``grid.schedule_for``)."""
 
     @staticmethod
     def forward(ctx, enc, weight_y, W2, Wy, z0, y0, dt, hs, block_h, train, schedule="persistent"):

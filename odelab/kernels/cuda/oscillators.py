@@ -39,21 +39,20 @@ OSCILLATOR, EXPLICIT, IMPLICIT = 0, 1, 2
 
 
 @triton.jit
-def _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
+def _preactivation(E, WRT, Z, Y, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
                    PRECISION: tl.constexpr):
-    """(a_n, columns, mask) on columns c0 : c0 + BH: a_n = 𝒲 z_{n−1} + W y_{n−1} + e_n (𝒲 = 0 for the oscillator)."""
+    """(a_n, columns, mask) on columns c0 : c0 + BH: a_n = 𝒲 z_{n−1} + W y_{n−1} + e_n (𝒲 = 0 for the oscillator);
+    WRT: W_recᵀ (:func:`transposed_weights`)."""
     sS = (T + 1) * H
-    sW = H
-    WY = WR
+    WYT = WRT
     if MODE != 0:
-        sW = 2 * H
-        WY = WR + H
+        WYT = WRT + H * H
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
     a = tl.load(E + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], mask=m, other=0.0)
     if MODE != 0:
-        a = mv(a, Z + (n - 1) * H, sS, rows, rmask, WR, sW, c0, H, H, False, BH, PRECISION)
-    a = mv(a, Y + (n - 1) * H, sS, rows, rmask, WY, sW, c0, H, H, False, BH, PRECISION)
+        a = mv(a, Z + (n - 1) * H, sS, rows, rmask, WRT, H, c0, H, H, True, BH, PRECISION)
+    a = mv(a, Y + (n - 1) * H, sS, rows, rmask, WYT, H, c0, H, H, True, BH, PRECISION)
     return a, cols, m
 
 
@@ -70,11 +69,11 @@ def _update(z, y, th, dt, gamma, eps, MODE: tl.constexpr):
 
 
 @triton.jit
-def _forward_tile(E, WR, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
+def _forward_tile(E, WRT, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr):
-    """Columns c0 : c0 + BH of (z_n, y_n) from (z_{n−1}, y_{n−1}) (the module docstring's step)."""
+    """Columns c0 : c0 + BH of (z_n, y_n) from (z_{n−1}, y_{n−1}) (the module docstring's step; WRT: W_recᵀ)."""
     sS = (T + 1) * H
-    a, cols, m = _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+    a, cols, m = _preactivation(E, WRT, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
     z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
@@ -113,14 +112,14 @@ def _length_gradient(lz, ly, th, z, y, zn, h, gamma, eps, MODE: tl.constexpr):
 
 
 @triton.jit
-def _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H,
+def _backward_gate_tile(E, WRT, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H,
                         MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DHS: tl.constexpr = False):
     """Step n's backward on columns c0 : c0 + BH, first part: g_a = ∂L/∂a_n into G, the γ, ε sums into AC, and
     λz_{n−1}, λy_{n−1} without the products through a_n into LZ/LY[(n − 1) % 2] (λ_n read from LZ/LY[n % 2]);
-    DHS: returns these columns' share of ∂L/∂h per row (:func:`_length_gradient`)."""
+    DHS: returns these columns' share of ∂L/∂h per row (:func:`_length_gradient`); WRT: W_recᵀ."""
     sS = (T + 1) * H
     cur = n % 2
-    a, cols, m = _preactivation(E, WR, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+    a, cols, m = _preactivation(E, WRT, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
     th = tanh(a)
     lz = tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -175,23 +174,23 @@ def _program(C, B, BB: tl.constexpr):
 
 
 @triton.jit
-def _forward(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+def _forward(E, WRT, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
              PRECISION: tl.constexpr, GAPS: tl.constexpr):
-    """HS: with GAPS, each row's step lengths (B, T) in place of Δt (``step_length``)."""
+    """HS: with GAPS, each row's step lengths (B, T) in place of Δt (``step_length``); WRT: W_recᵀ."""
     rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for n in range(1, T + 1):
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
         for c0 in range(0, H, BH):
-            _forward_tile(E, WR, Z, Y, h, gamma, eps, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+            _forward_tile(E, WRT, Z, Y, h, gamma, eps, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.constexpr, BB: tl.constexpr,
+def _backward(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.constexpr, BB: tl.constexpr,
               BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """λz, λy ping-pong in LZ/LY (2, B, H); AC (2, B, H) accumulates ∂L/∂γ, ∂L/∂ε per element (their terms with
     each row's own step, GAPS); DHS (with GAPS): ∂L/∂h of every row's step n into DH (B, T), summed over the
-    column tiles in registers."""
+    column tiles in registers. WR: W_rec, WRT: W_recᵀ (for the recomputed preactivations)."""
     rows, rmask, dt, gamma, eps = _program(C, B, BB)
     for i in range(0, T):
         n = T - i
@@ -199,10 +198,10 @@ def _backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.const
             dh = tl.zeros((BB,), dtype=DH.dtype.element_ty)
         for c0 in range(0, H, BH):  # GAPS: the row's step read per tile (held across them: 48 bytes spilled)
             if DHS:
-                dh += _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS),
+                dh += _backward_gate_tile(E, WRT, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS),
                                           gamma, eps, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION, True)
             else:
-                _backward_gate_tile(E, WR, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS), gamma,
+                _backward_gate_tile(E, WRT, Z, Y, G, LZ, LY, AC, step_length(dt, HS, rows, rmask, n, T, GAPS), gamma,
                                     eps, n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
         if DHS:
             tl.store(DH + rows * T + (n - 1), dh, mask=rmask)
@@ -216,7 +215,8 @@ def _backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.const
 def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
           PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """The stepwise schedule (stepwise.py): step n on one (batch block, column tile) program (one phase);
-    TABLE = the addresses of [E, W_rec, C, Z, Y, HS] (HS: the per-step lengths, with GAPS)."""
+    TABLE = the addresses of [E, W_recᵀ, C, Z, Y, HS] (:func:`transposed_weights`; HS: the per-step lengths, with
+    GAPS)."""
     rows, rmask = batch_rows(B, BB)
     C = address(TABLE, 2, REF)
     _forward_tile(address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 3, REF), address(TABLE, 4, REF),
@@ -228,8 +228,8 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: t
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr,
                    BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Phase PHASE of step n's backward (0: g_a and λ's direct parts, 1: the products through a_n) on one
-    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS] and, with DHS, DP: phase 0 writes
-    its columns' part of ∂L/∂h of step n (:func:`store_length_part`)."""
+    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS, W_recᵀ] and, with DHS, DP: phase 0
+    writes its columns' part of ∂L/∂h of step n (:func:`store_length_part`)."""
     rows, rmask = batch_rows(B, BB)
     c0 = tl.program_id(1) * BH
     WR = address(TABLE, 1, REF)
@@ -239,15 +239,16 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
     if PHASE == 0:
         C = address(TABLE, 2, REF)
         HS = address(TABLE, 10, REF)
+        WRT = address(TABLE, 11, REF)
         if DHS:
             h = step_length(tl.load(C), HS, rows, rmask, n, T, GAPS)
-            part = _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G,
-                                       LZ, LY, address(TABLE, 9, REF), h, tl.load(C + 1), tl.load(C + 2), n, c0, rows,
-                                       rmask, B, T, H, MODE, BH, PRECISION, True)
-            store_length_part(address(TABLE, 11, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
+            part = _backward_gate_tile(address(TABLE, 0, REF), WRT, address(TABLE, 3, REF), address(TABLE, 4, REF),
+                                       G, LZ, LY, address(TABLE, 9, REF), h, tl.load(C + 1), tl.load(C + 2), n, c0,
+                                       rows, rmask, B, T, H, MODE, BH, PRECISION, True)
+            store_length_part(address(TABLE, 12, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
         else:
-            _backward_gate_tile(address(TABLE, 0, REF), WR, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ, LY,
-                                address(TABLE, 9, REF), step_length(tl.load(C), HS, rows, rmask, n, T, GAPS),
+            _backward_gate_tile(address(TABLE, 0, REF), WRT, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ,
+                                LY, address(TABLE, 9, REF), step_length(tl.load(C), HS, rows, rmask, n, T, GAPS),
                                 tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
     else:
         _backward_adjoint_tile(WR, G, address(TABLE, 5, REF), LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH,
@@ -255,30 +256,34 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
 
 
 @triton.jit
-def _resident_weights(WR, H, MODE: tl.constexpr, BH: tl.constexpr):
-    """𝒲 (acting on z; coRNN only) and W (on y) as register tiles and their transposes: (𝒲, 𝒲ᵀ, W, Wᵀ). The
-    oscillator's one matrix stands for both; coRNN's W_rec is [𝒲 W] (H × 2H)."""
+def _resident_weights(WR, H, MODE: tl.constexpr, BH: tl.constexpr, TRANSPOSED: tl.constexpr = False):
+    """𝒲 (acting on z; coRNN only) and W (on y) as register tiles: (𝒲, W) from W_rec = [𝒲 W] (H × 2H; the
+    oscillator's one matrix stands for both), or with TRANSPOSED (𝒲ᵀ, Wᵀ) from W_recᵀ (:func:`transposed_weights`,
+    its rows read in order)."""
     if MODE == 0:
-        wy, wyt = weights(WR, H, H, BH)
-        wz, wzt = wy, wyt
+        wy = weights(WR, H, H, BH)[0]
+        wz = wy
+    elif TRANSPOSED:
+        wz = weights(WR, H, H, BH)[0]
+        wy = weights(WR + H * H, H, H, BH)[0]
     else:
-        wz, wzt = weights(WR, 2 * H, H, BH)
-        wy, wyt = weights(WR + H, 2 * H, H, BH)
-    return wz, wzt, wy, wyt
+        wz = weights(WR, 2 * H, H, BH)[0]
+        wy = weights(WR + H, 2 * H, H, BH)[0]
+    return wz, wy
 
 
 @triton.jit
-def _forward_resident(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+def _forward_resident(E, WRT, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                       PRECISION: tl.constexpr, GAPS: tl.constexpr):
-    """hidden ≤ BH: 𝒲, W and the state on chip for the whole sequence; step n's input (and, with GAPS, its
-    length) loaded one step ahead."""
+    """hidden ≤ BH: 𝒲, W (from WRT = W_recᵀ) and the state on chip for the whole sequence; step n's input (and,
+    with GAPS, its length) loaded one step ahead."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     gamma = tl.load(C + 1)
     eps = tl.load(C + 2)
     sE = T * H
     sS = (T + 1) * H
-    _, wzt, _, wyt = _resident_weights(WR, H, MODE, BH)
+    wzt, wyt = _resident_weights(WRT, H, MODE, BH, True)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     x = tile_at(E - H, 1, H, sE, rows, rmask, cols, cmask, 1, T)  # step n's input at E + (n − 1) H
@@ -297,7 +302,7 @@ def _forward_resident(E, WR, C, HS, Z, Y, B, T, H, MODE: tl.constexpr, BB: tl.co
 
 
 @triton.jit
-def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.constexpr, BB: tl.constexpr,
+def _backward_resident(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.constexpr, BB: tl.constexpr,
                        BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """hidden ≤ BH: weights, adjoints and the γ, ε sums in registers; LZ/LY (B, H): final-state adjoints in,
     initial-state adjoints out; AC (2, B, H) the γ, ε sums out (with GAPS each row's step h in place of Δt, loaded
@@ -308,7 +313,8 @@ def _backward_resident(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE:
     eps = tl.load(C + 2)
     sE = T * H
     sS = (T + 1) * H
-    wz, wzt, wy, wyt = _resident_weights(WR, H, MODE, BH)
+    wz, wy = _resident_weights(WR, H, MODE, BH)
+    wzt, wyt = _resident_weights(WRT, H, MODE, BH, True)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     acc_g = tl.zeros((BB, BH), dtype=lz.dtype)
@@ -386,11 +392,14 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
 # forward (a_n needs the whole rows of z_{n−1}, y_{n−1}) and one backward (λ_{n−1} needs the whole row of g_a) --
 
 @triton.jit
-def _recurrent_tiles(WR, cols, H, HP: tl.constexpr, MODE: tl.constexpr, TRANS: tl.constexpr):
-    """``grid.column_tile`` of 𝒲 and W (W_rec = [𝒲 | W], rows 2H apart; the oscillator: W alone, 𝒲's tile unused)."""
+def _recurrent_tiles(WR, cols, H, HP: tl.constexpr, MODE: tl.constexpr, TRANSPOSED: tl.constexpr = False):
+    """``grid.column_tile`` of 𝒲 and W (W_rec = [𝒲 | W], rows 2H apart; the oscillator: W alone, 𝒲's tile unused),
+    or with TRANSPOSED of 𝒲ᵀ and Wᵀ from W_recᵀ (:func:`transposed_weights`)."""
     if MODE == 0:
-        return grid.column_tile(WR, H, cols, H, HP, TRANS), grid.column_tile(WR, H, cols, H, HP, TRANS)
-    return grid.column_tile(WR, 2 * H, cols, H, HP, TRANS), grid.column_tile(WR + H, 2 * H, cols, H, HP, TRANS)
+        return grid.column_tile(WR, H, cols, H, HP, True), grid.column_tile(WR, H, cols, H, HP, True)
+    if TRANSPOSED:
+        return grid.column_tile(WR, H, cols, H, HP, True), grid.column_tile(WR + H * H, H, cols, H, HP, True)
+    return grid.column_tile(WR, 2 * H, cols, H, HP, True), grid.column_tile(WR + H, 2 * H, cols, H, HP, True)
 
 
 @triton.jit
@@ -405,14 +414,14 @@ def _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MO
 
 
 @triton.jit
-def _grid_forward(E, WR, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
+def _grid_forward(E, WRT, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
                   BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
     """(z_n, y_n) on this program's columns for every step, kept in registers, a barrier after each step (GAPS:
-    each row's own step, ``step_length``)."""
+    each row's own step, ``step_length``; WRT: W_recᵀ)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
-    wzt, wyt = _recurrent_tiles(WR, cols, H, HP, MODE, False)
+    wzt, wyt = _recurrent_tiles(WRT, cols, H, HP, MODE, True)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     k = 0
@@ -427,7 +436,7 @@ def _grid_forward(E, WR, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.
 
 
 @triton.jit
-def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
+def _grid_backward(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
                    BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
                    GAPS: tl.constexpr, DHS: tl.constexpr):
     """Step n's backward on this program's columns (:func:`_backward_gate_tile`, then g_a [𝒲 | W] over the whole row
@@ -437,8 +446,8 @@ def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H, MOD
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
-    wzt, wyt = _recurrent_tiles(WR, cols, H, HP, MODE, False)
-    wz, wy = _recurrent_tiles(WR, cols, H, HP, MODE, True)
+    wzt, wyt = _recurrent_tiles(WRT, cols, H, HP, MODE, True)
+    wz, wy = _recurrent_tiles(WR, cols, H, HP, MODE)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     acc_g = tl.zeros((BB, BH), dtype=ly.dtype)
@@ -471,6 +480,13 @@ def _grid_backward(E, WR, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H, MOD
     tl.store(AC + B * H + rows[:, None] * H + cols[None, :], acc_e, mask=m)
 
 
+def transposed_weights(W_rec: torch.Tensor) -> torch.Tensor:
+    """W_recᵀ, contiguous: [𝒲ᵀ; Wᵀ] (2H, H) for coRNN, Wᵀ for the oscillator -- the weights of the kernels'
+    products S Wᵀ, whose tiles are then read along their rows (Triton's FMA products load them with ldmatrix, free of
+    shared-memory bank conflicts; ``lem.transposed_weights`` says what reading W's rows cost)."""
+    return W_rec.t().contiguous()
+
+
 class SecondOrderSequence(torch.autograd.Function):
     """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule) -> (ys, z_T, y_T)``; W_rec =
     [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's step
@@ -490,6 +506,7 @@ class SecondOrderSequence(torch.autograd.Function):
             ctx.precision = "ieee"
         B, T, H = enc.shape
         enc, W_rec = enc.contiguous(), W_rec.contiguous()
+        WRT = transposed_weights(W_rec)  # the forward's products use it alone
         Z = enc.new_empty(B, T + 1, H)
         Y = enc.new_empty(B, T + 1, H)
         Z[:, 0] = z0
@@ -500,27 +517,27 @@ class SecondOrderSequence(torch.autograd.Function):
         hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, W_rec, consts, hs, Z, Y), B, T, H, ctx.precision, MODE=mode,
+            grid.launch_resident(_grid_forward, (enc, WRT, consts, hs, Z, Y), B, T, H, ctx.precision, MODE=mode,
                                  GAPS=gaps)
         elif schedule == "grid":
-            grid.launch(_grid, [enc, W_rec, consts, Z, Y, hs], consts, B, T, H, block_h, ctx.precision, False,
+            grid.launch(_grid, [enc, WRT, consts, Z, Y, hs], consts, B, T, H, block_h, ctx.precision, False,
                         MODE=mode, GAPS=gaps, DHS=False)
         elif schedule == "stepwise":
-            launch_steps([enc, W_rec, consts, Z, Y, hs],
+            launch_steps([enc, WRT, consts, Z, Y, hs],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode,
                                        GAPS=gaps))
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
-            forward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
+            forward[(triton.cdiv(B, BB),)](enc, WRT, consts, hs, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
-        ctx.save_for_backward(enc, W_rec, consts, hs, Z, Y)
+        ctx.save_for_backward(enc, W_rec, WRT, consts, hs, Z, Y)
         ctx.mode, ctx.block_h, ctx.schedule, ctx.gaps = mode, block_h, schedule, gaps
         return Y[:, 1:], Z[:, T].clone(), Y[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_ys, grad_z, grad_y):
-        enc, W_rec, consts, hs, Z, Y = ctx.saved_tensors
+        enc, W_rec, WRT, consts, hs, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape
         mode, gaps = ctx.mode, ctx.gaps
         grad_ys = grad_ys.contiguous()
@@ -535,12 +552,12 @@ class SecondOrderSequence(torch.autograd.Function):
         DP = enc.new_empty(B, T, triton.cdiv(H, grid.RESIDENT_BH if on_chip else BH)) if in_parts else consts
         if on_chip:
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
-            grid.launch_resident(_grid_backward, (enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, DP), B, T, H,
-                                 ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts)
+            grid.launch_resident(_grid_backward, (enc, W_rec, WRT, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, DP), B, T,
+                                 H, ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
-            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, hs] + ([DP] if in_parts else [])
+            tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, hs, WRT] + ([DP] if in_parts else [])
             if ctx.schedule == "grid":
                 grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode, GAPS=gaps,
                             DHS=in_parts)
@@ -548,15 +565,15 @@ class SecondOrderSequence(torch.autograd.Function):
                 launch_steps(tensors, step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH,
                                                     ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts))
             else:
-                _backward[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, DH,
+                _backward[(triton.cdiv(B, BB),)](enc, W_rec, WRT, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, DH,
                                                  MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                                  DHS=dhs is not None, num_warps=warps(BH))
             LZ, LY = LZ[0].clone(), LY[0].clone()
         else:
             LZ, LY = lz.clone(), ly  # as the grid's resident kernel: one buffer each
-            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H,
-                                                      DH, MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
-                                                      DHS=dhs is not None, num_warps=warps(BH))
+            _backward_resident[(triton.cdiv(B, BB),)](enc, W_rec, WRT, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T,
+                                                      H, DH, MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision,
+                                                      GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
         if in_parts:
             torch.sum(DP, 2, out=dhs)
         d_Wy = outer_sum(G, Y[:, :-1])
