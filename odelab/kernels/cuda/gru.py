@@ -29,54 +29,55 @@ from .stepwise import launch_steps
 
 
 @triton.jit
-def _reset(E, WH, S, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """r = W_r h_{n−1} + a_r of step n on columns c0 : c0 + BH."""
+def _reset(E, WHT, S, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.constexpr):
+    """r = W_r h_{n−1} + a_r of step n on columns c0 : c0 + BH (WHT: the transposed weights,
+    :func:`transposed_weights`)."""
     cols = c0 + tl.arange(0, BH)
     r = tile(E + (n - 1) * 3 * H, T * 3 * H, rows, rmask, cols, cols < H)
-    return mv(r, S + (n - 1) * H, (T + 1) * H, rows, rmask, WH, H, c0, H, H, False, BH, PRECISION)
+    return mv(r, S + (n - 1) * H, (T + 1) * H, rows, rmask, WHT, H, c0, H, H, True, BH, PRECISION)
 
 
 @triton.jit
-def _gates(E, WH, BHU, S, RS, sR, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+def _gates(E, WHT, BHU, S, RS, sR, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
            BH: tl.constexpr, PRECISION: tl.constexpr):
     """(f, c, σ(r), μ = W_u h_{n−1} + b_hu, h_{n−1}) of step n on columns c0 : c0 + BH; reset before, c reads
-    ρ = σ(r) ⊙ h_{n−1} from RS (row stride sR), and σ(r), μ are not computed (zeros)."""
+    ρ = σ(r) ⊙ h_{n−1} from RS (row stride sR), and σ(r), μ are not computed (zeros); WHT as :func:`_reset`'s."""
     sE = T * 3 * H
     sS = (T + 1) * H
     e = E + (n - 1) * 3 * H
     hp = S + (n - 1) * H
     cols = c0 + tl.arange(0, BH)
     cmask = cols < H
-    f = mv(tile(e + H, sE, rows, rmask, cols, cmask), hp, sS, rows, rmask, WH + H * H, H, c0, H, H, False, BH,
+    f = mv(tile(e + H, sE, rows, rmask, cols, cmask), hp, sS, rows, rmask, WHT + H * H, H, c0, H, H, True, BH,
            PRECISION)
     c = tile(e + 2 * H, sE, rows, rmask, cols, cmask)
     sr = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
     mu = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
     if RESET_AFTER:
-        sr = sigmoid(_reset(E, WH, S, n, c0, rows, rmask, T, H, BH, PRECISION))
-        mu = mv(mu, hp, sS, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
+        sr = sigmoid(_reset(E, WHT, S, n, c0, rows, rmask, T, H, BH, PRECISION))
+        mu = mv(mu, hp, sS, rows, rmask, WHT + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
         mu += tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
         c += sr * mu
     else:
-        c = mv(c, RS, sR, rows, rmask, WH + 2 * H * H, H, c0, H, H, False, BH, PRECISION)
+        c = mv(c, RS, sR, rows, rmask, WHT + 2 * H * H, H, c0, H, H, True, BH, PRECISION)
     return f, c, sr, mu, tile(hp, sS, rows, rmask, cols, cmask)
 
 
 @triton.jit
-def _reset_tile(E, WH, S, RS, sR, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.constexpr):
+def _reset_tile(E, WHT, S, RS, sR, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.constexpr):
     """Reset before: ρ = σ(r) ⊙ h_{n−1} of step n (W_u's input) on columns c0 : c0 + BH, into RS (row stride sR)."""
     cols = c0 + tl.arange(0, BH)
     cmask = cols < H
-    rho = sigmoid(_reset(E, WH, S, n, c0, rows, rmask, T, H, BH, PRECISION)) * tile(
+    rho = sigmoid(_reset(E, WHT, S, n, c0, rows, rmask, T, H, BH, PRECISION)) * tile(
         S + (n - 1) * H, (T + 1) * H, rows, rmask, cols, cmask)
     tl.store(RS + rows[:, None] * sR + cols[None, :], rho, mask=rmask[:, None] & cmask[None, :])
 
 
 @triton.jit
-def _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+def _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
                 BH: tl.constexpr, PRECISION: tl.constexpr):
     """h_n = h_{n−1} + Δt (σ(f) ⊙ tanh(c) − σ(f) ⊙ h_{n−1}) on columns c0 : c0 + BH (reset before: ρ in R (B, H))."""
-    f, c, _, _, h = _gates(E, WH, BHU, S, R, H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+    f, c, _, _, h = _gates(E, WHT, BHU, S, R, H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
     sf = sigmoid(f)
     h = h + dt * (sf * tanh(c) - sf * h)
@@ -96,7 +97,7 @@ def _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tc, mu, h, H, R
 
 
 @triton.jit
-def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr,
+def _backward_gates_tile(E, WHT, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr,
                          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
     """Step n on columns c0 : c0 + BH: g_f, g_c (and g_r, g_m, reset after) from λ_n in L[n % 2], and λ_{n−1}'s
     direct part λ_n ⊙ (1 − Δt σ(f)) into L[(n − 1) % 2] (L: (2, B, H); RS: ρ per step, reset before); returns the
@@ -106,8 +107,8 @@ def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, 
     g = G + (n - 1) * 4 * H
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
-    f, c, sr, mu, h = _gates(E, WH, BHU, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH,
-                             PRECISION)
+    f, c, sr, mu, h = _gates(E, WHT, BHU, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, RESET_AFTER, BB,
+                             BH, PRECISION)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     sf = sigmoid(f)
     tc = tanh(c)
@@ -117,10 +118,10 @@ def _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, 
 
 
 @triton.jit
-def _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
+def _backward_reset_tile(E, WH, WHT, S, G, L, n, c0, rows, rmask, B, T, H, BB: tl.constexpr, BH: tl.constexpr,
                          PRECISION: tl.constexpr):
     """Reset before, step n on columns c0 : c0 + BH: g_ρ = g_c W_u (a full row of g_c), g_r = g_ρ ⊙ h_{n−1} ⊙ σ'(r),
-    and λ_{n−1} += g_ρ ⊙ σ(r) in L[(n − 1) % 2]."""
+    and λ_{n−1} += g_ρ ⊙ σ(r) in L[(n − 1) % 2] (WH: the weights, WHT: their transposed copy)."""
     sG = T * 4 * H
     nxt = L + (1 - n % 2) * B * H
     g = G + (n - 1) * 4 * H
@@ -129,7 +130,7 @@ def _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB: tl.con
     m = rmask[:, None] & cmask[None, :]
     grho = mv(tl.zeros((BB, BH), dtype=S.dtype.element_ty), g + 2 * H, sG, rows, rmask, WH + 2 * H * H, H, c0, H, H,
               True, BH, PRECISION)
-    sr = sigmoid(_reset(E, WH, S, n, c0, rows, rmask, T, H, BH, PRECISION))
+    sr = sigmoid(_reset(E, WHT, S, n, c0, rows, rmask, T, H, BH, PRECISION))
     h = tile(S + (n - 1) * H, (T + 1) * H, rows, rmask, cols, cmask)
     tl.store(g + rows[:, None] * sG + cols[None, :], grho * h * sr * (1.0 - sr), mask=m)
     lam = tl.load(nxt + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -156,42 +157,43 @@ def _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER
 
 
 @triton.jit
-def _forward(E, WH, BHU, C, HS, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+def _forward(E, WHT, BHU, C, HS, S, R, B, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
              PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """S (B, T+1, H) states; R (B, H) scratch for ρ = σ(r) ⊙ h (reset before the matmul); HS (B, T): each row's
-    step lengths, with GAPS (eq. 54 stepped by the sample's own Δt)."""
+    step lengths, with GAPS (eq. 54 stepped by the sample's own Δt); WHT: the transposed weights."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for n in range(1, T + 1):
         if not RESET_AFTER:
             for c0 in range(0, H, BH):  # ρ from h_{n−1}
-                _reset_tile(E, WH, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
+                _reset_tile(E, WHT, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
         for c0 in range(0, H, BH):  # h_n from h_{n−1} (and ρ)
             ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
-            _state_tile(E, WH, BHU, S, R, ds, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+            _state_tile(E, WHT, BHU, S, R, ds, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(E, WH, BHU, C, HS, S, GO, G, RS, L, B, T, H, DH, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
+def _backward(E, WH, WHT, BHU, C, HS, S, GO, G, RS, L, B, T, H, DH, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
               BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """G (B, T, 4H) = [g_r, g_f, g_c, g_m]; RS (B, T, H) = σ(r) ⊙ h_{n−1} per step (reset before); the adjoint λ
     ping-pongs in L (2, B, H): step n reads L[n % 2] and writes L[(n − 1) % 2]; HS as in :func:`_forward`; with
-    DHS, DH[row, n − 1] = ∂L/∂HS[row, n − 1], summed over the column tiles in registers."""
+    DHS, DH[row, n − 1] = ∂L/∂HS[row, n − 1], summed over the column tiles in registers; WH: the weights, WHT:
+    their transposed copy (for the recomputed gates)."""
     rows, rmask = batch_rows(B, BB)
     dt = tl.load(C)
     for i in range(0, T):
         n = T - i
         if not RESET_AFTER:
             for c0 in range(0, H, BH):  # ρ of step n
-                _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
+                _reset_tile(E, WHT, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
             tl.debug_barrier()
         dh = tl.zeros((BB,), dtype=S.dtype.element_ty)
         for c0 in range(0, H, BH):  # g_f, g_c (g_r, g_m); λ_{n−1}'s direct part
             ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
-            part = _backward_gates_tile(E, WH, BHU, S, RS, G, L, ds, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
-                                        PRECISION)
+            part = _backward_gates_tile(E, WHT, BHU, S, RS, G, L, ds, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB,
+                                        BH, PRECISION)
             if DHS:
                 dh += part
         if DHS:
@@ -199,7 +201,7 @@ def _backward(E, WH, BHU, C, HS, S, GO, G, RS, L, B, T, H, DH, RESET_AFTER: tl.c
         tl.debug_barrier()
         if not RESET_AFTER:
             for c0 in range(0, H, BH):  # g_r (a full row of g_c needed)
-                _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+                _backward_reset_tile(E, WH, WHT, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
             tl.debug_barrier()
         for c0 in range(0, H, BH):  # λ_{n−1} (full rows of g needed)
             _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
@@ -219,62 +221,64 @@ def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
 def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
           BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
     """The stepwise schedule (stepwise.py): phase PHASE of step n on one (batch block, column tile) program (reset
-    before: 0 ρ, 1 h_n; reset after: 0 h_n); TABLE = the addresses of [E, WH, BHU, C, S, R, HS] (HS: the per-step
-    lengths, with GAPS)."""
-    rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
+    before: 0 ρ, 1 h_n; reset after: 0 h_n); TABLE = the addresses of [E, WHT, BHU, C, S, R, HS] (WHT: the
+    transposed weights, :func:`transposed_weights`; HS: the per-step lengths, with GAPS)."""
+    rows, rmask, c0, E, WHT, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(dt, address(TABLE, 6, REF), rows, rmask, n, T, GAPS)
     R = address(TABLE, 5, REF)
     if RESET_AFTER:
-        _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+        _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
     elif PHASE == 0:
-        _reset_tile(E, WH, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
+        _reset_tile(E, WHT, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
     else:
-        _state_tile(E, WH, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+        _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
                    BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
     """Phase PHASE of the backward of step n on one program (reset before: 0 ρ, 1 the gates, 2 g_r, 3 λ_{n−1};
-    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L, HS] and, with
-    DHS, DP: the gates phase writes its columns' part of ∂L/∂Δt_n (:func:`store_length_part`)."""
+    reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L, HS, WHT] (WHT:
+    the transposed weights, for the recomputed gates) and, with DHS, DP: the gates phase writes its columns' part of
+    ∂L/∂Δt_n (:func:`store_length_part`)."""
     rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(dt, address(TABLE, 9, REF), rows, rmask, n, T, GAPS)
     GO, G, RS, L = address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF), address(TABLE, 8, REF)
+    WHT = address(TABLE, 10, REF)
     if RESET_AFTER:
         if PHASE == 0:
-            part = _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
-                                        PRECISION)
+            part = _backward_gates_tile(E, WHT, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB,
+                                        BH, PRECISION)
             if DHS:
-                store_length_part(address(TABLE, 10, REF), part, rows, rmask, n, T, tl.program_id(1),
+                store_length_part(address(TABLE, 11, REF), part, rows, rmask, n, T, tl.program_id(1),
                                   tl.num_programs(1))
         else:
             _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
     elif PHASE == 0:
-        _reset_tile(E, WH, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
+        _reset_tile(E, WHT, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, BH, PRECISION)
     elif PHASE == 1:
-        part = _backward_gates_tile(E, WH, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
+        part = _backward_gates_tile(E, WHT, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB, BH,
                                     PRECISION)
         if DHS:
-            store_length_part(address(TABLE, 10, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
+            store_length_part(address(TABLE, 11, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
     elif PHASE == 2:
-        _backward_reset_tile(E, WH, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
+        _backward_reset_tile(E, WH, WHT, S, G, L, n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
     else:
         _backward_lambda_tile(WH, G, GO, L, n, c0, rows, rmask, B, T, H, RESET_AFTER, BH, PRECISION)
 
 
 @triton.jit
-def _forward_resident(E, WH, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+def _forward_resident(E, WHT, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
                       GAPS: tl.constexpr):
-    """reset_after and hidden ≤ BH: W_r, W_f, W_u and the state on chip for the whole sequence (with GAPS,
-    each step's length loaded one step ahead, as its input)."""
+    """reset_after and hidden ≤ BH: W_r, W_f, W_u (from their transposed copy WHT) and the state on chip for the
+    whole sequence (with GAPS, each step's length loaded one step ahead, as its input)."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 3 * H
     sS = (T + 1) * H
-    _, wrt = weights(WH, H, H, BH)
-    _, wft = weights(WH + H * H, H, H, BH)
-    _, wut = weights(WH + 2 * H * H, H, H, BH)
+    wrt = weights(WHT, H, H, BH)[0]
+    wft = weights(WHT + H * H, H, H, BH)[0]
+    wut = weights(WHT + 2 * H * H, H, H, BH)[0]
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     h = tile(S, sS, rows, rmask, cols, cmask)
     # step n's encoded input [r, f, c] at E + (n − 1) 3H, loaded one step ahead of its use
@@ -299,19 +303,19 @@ def _forward_resident(E, WH, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.co
 
 
 @triton.jit
-def _backward_resident(E, WH, BHU, C, HS, S, GO, G, L, B, T, H, DH, BB: tl.constexpr, BH: tl.constexpr,
+def _backward_resident(E, WH, WHT, BHU, C, HS, S, GO, G, L, B, T, H, DH, BB: tl.constexpr, BH: tl.constexpr,
                        PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
-    """reset_after and hidden ≤ BH: weights and adjoint in registers; L (B, H): final-state adjoint in,
-    initial-state adjoint out; with DHS, DH as :func:`_backward`'s."""
+    """reset_after and hidden ≤ BH: weights (both orientations: WH and its transposed copy WHT) and adjoint in
+    registers; L (B, H): final-state adjoint in, initial-state adjoint out; with DHS, DH as :func:`_backward`'s."""
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 3 * H
     sG = T * 4 * H
     sS = (T + 1) * H
     sO = T * H
-    wr, wrt = weights(WH, H, H, BH)
-    wf, wft = weights(WH + H * H, H, H, BH)
-    wu, wut = weights(WH + 2 * H * H, H, H, BH)
+    wr, wrt = weights(WH, H, H, BH)[0], weights(WHT, H, H, BH)[0]
+    wf, wft = weights(WH + H * H, H, H, BH)[0], weights(WHT + H * H, H, H, BH)[0]
+    wu, wut = weights(WH + 2 * H * H, H, H, BH)[0], weights(WHT + 2 * H * H, H, H, BH)[0]
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     lam = tile(L, H, rows, rmask, cols, cmask)
     # step n reads h_{n−1}, its encoded input, ∂L/∂h_{n−1} (and its length) from the outputs: loaded one step ahead
@@ -379,10 +383,11 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexp
 # or of the pre-activation gradients (backward); one barrier a step each way --
 
 @triton.jit
-def _gate_tiles(WH, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
-    """``grid.column_tile`` of W_r, W_f and W_u (``weight_hidden`` = [W_r; W_f; W_u])."""
-    return (grid.column_tile(WH, H, cols, H, HP, TRANS), grid.column_tile(WH + H * H, H, cols, H, HP, TRANS),
-            grid.column_tile(WH + 2 * H * H, H, cols, H, HP, TRANS))
+def _gate_tiles(WH, cols, H, HP: tl.constexpr):
+    """``grid.column_tile`` of W_r, W_f and W_u (``weight_hidden`` = [W_r; W_f; W_u]), or of their transposes from
+    :func:`transposed_weights`."""
+    return (grid.column_tile(WH, H, cols, H, HP, True), grid.column_tile(WH + H * H, H, cols, H, HP, True),
+            grid.column_tile(WH + 2 * H * H, H, cols, H, HP, True))
 
 
 @triton.jit
@@ -398,13 +403,14 @@ def _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP:
 
 
 @triton.jit
-def _grid_forward(E, WH, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
+def _grid_forward(E, WHT, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
-    """h_n on this program's columns for every step (reset_after), kept in registers, a barrier after each step."""
+    """h_n on this program's columns for every step (reset_after), kept in registers, a barrier after each step
+    (WHT: the transposed weights)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
-    wrt, wft, wut = _gate_tiles(WH, cols, H, HP, False)
+    wrt, wft, wut = _gate_tiles(WHT, cols, H, HP)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     h = tile(S, sS, rows, rmask, cols, cmask)
     k = 0
@@ -419,7 +425,7 @@ def _grid_forward(E, WH, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.
 
 
 @triton.jit
-def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
+def _grid_backward(E, WH, WHT, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
                    BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
                    DHS: tl.constexpr):
     """Step n's backward on this program's columns (reset_after): [g_r, g_f, g_c, g_m] written (with DHS, the
@@ -430,8 +436,8 @@ def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: tl.con
     dt = tl.load(C)
     sS = (T + 1) * H
     sG = T * 4 * H
-    wrt, wft, wut = _gate_tiles(WH, cols, H, HP, False)
-    wr, wf, wu = _gate_tiles(WH, cols, H, HP, True)
+    wrt, wft, wut = _gate_tiles(WHT, cols, H, HP)
+    wr, wf, wu = _gate_tiles(WH, cols, H, HP)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     lam = tile(L, H, rows, rmask, cols, cmask)
     k = 0
@@ -458,6 +464,14 @@ def _grid_backward(E, WH, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: tl.con
     tl.store(L + rows[:, None] * H + cols[None, :], lam, mask=m)
 
 
+def transposed_weights(weight_hidden: torch.Tensor) -> torch.Tensor:
+    """[W_rᵀ; W_fᵀ; W_uᵀ] (3H, H), contiguous, for the kernels' products S Wᵀ (the gates), whose tiles are then read
+    along their rows (Triton's FMA products load them with ldmatrix, free of shared-memory bank conflicts;
+    ``lem.transposed_weights`` says what reading W's rows cost)."""
+    H = weight_hidden.shape[1]
+    return weight_hidden.view(3, H, H).transpose(1, 2).contiguous().view(3 * H, H)
+
+
 class GRUSequence(torch.autograd.Function):
     """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule) -> (hs, h_T)``; ``hs``: None,
     or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient
@@ -470,6 +484,7 @@ class GRUSequence(torch.autograd.Function):
         B, T, _ = enc.shape
         H = h0.shape[1]
         enc, weight_hidden = enc.contiguous(), weight_hidden.contiguous()
+        WHT = transposed_weights(weight_hidden)  # the forward's products use it alone
         b_hu = enc.new_zeros(H) if b_hu is None else b_hu.contiguous()
         S = enc.new_empty(B, T + 1, H)
         S[:, 0] = h0
@@ -479,30 +494,30 @@ class GRUSequence(torch.autograd.Function):
         hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
         if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, weight_hidden, b_hu, consts, hs, S), B, T, H, ctx.precision,
+            grid.launch_resident(_grid_forward, (enc, WHT, b_hu, consts, hs, S), B, T, H, ctx.precision,
                                  GAPS=gaps)
         elif schedule == "grid":
-            grid.launch(_grid, [enc, weight_hidden, b_hu, consts, S, R, hs], consts, B, T, H, block_h, ctx.precision,
+            grid.launch(_grid, [enc, WHT, b_hu, consts, S, R, hs], consts, B, T, H, block_h, ctx.precision,
                         False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps, DHS=False)
         elif schedule == "stepwise":
-            launch_steps([enc, weight_hidden, b_hu, consts, S, R, hs],
+            launch_steps([enc, WHT, b_hu, consts, S, R, hs],
                          step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
                                        ctx.precision, RESET_AFTER=reset_after, GAPS=gaps))
         elif reset_after and resident(H, block_h):
-            _forward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, B, T, H, BB=BB, BH=BH,
+            _forward_resident[(triton.cdiv(B, BB),)](enc, WHT, b_hu, consts, hs, S, B, T, H, BB=BB, BH=BH,
                                                      PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
         else:
-            _forward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, R, B, T, H,
+            _forward[(triton.cdiv(B, BB),)](enc, WHT, b_hu, consts, hs, S, R, B, T, H,
                                             RESET_AFTER=reset_after, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                             num_warps=warps(BH))
-        ctx.save_for_backward(enc, weight_hidden, b_hu, consts, S, hs)
+        ctx.save_for_backward(enc, weight_hidden, WHT, b_hu, consts, S, hs)
         ctx.reset_after, ctx.block_h, ctx.schedule, ctx.gaps = reset_after, block_h, schedule, gaps
         return S[:, 1:], S[:, T].clone()
 
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
-        enc, weight_hidden, b_hu, consts, S, hs = ctx.saved_tensors
+        enc, weight_hidden, WHT, b_hu, consts, S, hs = ctx.saved_tensors
         B, T, _ = enc.shape
         H = S.shape[2]
         reset_after = ctx.reset_after
@@ -519,11 +534,11 @@ class GRUSequence(torch.autograd.Function):
                                                                            ctx.precision)
         in_parts = dhs is not None and ctx.schedule != "persistent"  # dhs from each column-tile program's part
         DP = enc.new_empty(B, T, triton.cdiv(H, grid.RESIDENT_BH if on_chip else BH)) if in_parts else consts
-        tensors = [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs] + ([DP] if in_parts else [])
+        tensors = [enc, weight_hidden, b_hu, consts, S, grad_hs, G, RS, L, hs, WHT] + ([DP] if in_parts else [])
         if on_chip:
             L[0] = L[T % 2]
-            grid.launch_resident(_grid_backward, (enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0], DP), B, T,
-                                 H, ctx.precision, GAPS=gaps, DHS=in_parts)
+            grid.launch_resident(_grid_backward, (enc, weight_hidden, WHT, b_hu, consts, hs, S, grad_hs, G, L[0], DP),
+                                 B, T, H, ctx.precision, GAPS=gaps, DHS=in_parts)
         elif ctx.schedule == "grid":
             grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True,
                         PHASES=2 if reset_after else 4, RESET_AFTER=reset_after, GAPS=gaps, DHS=in_parts)
@@ -533,12 +548,12 @@ class GRUSequence(torch.autograd.Function):
                                                 DHS=in_parts))
         elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
-            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, L[0], B, T,
-                                                      H, DH, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
+            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, WHT, b_hu, consts, hs, S, grad_hs, G, L[0],
+                                                      B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
                                                       DHS=dhs is not None, num_warps=warps(BH))
         else:
-            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, b_hu, consts, hs, S, grad_hs, G, RS, L, B, T, H, DH,
-                                             RESET_AFTER=reset_after, BB=BB, BH=BH, PRECISION=ctx.precision,
+            _backward[(triton.cdiv(B, BB),)](enc, weight_hidden, WHT, b_hu, consts, hs, S, grad_hs, G, RS, L, B, T, H,
+                                             DH, RESET_AFTER=reset_after, BB=BB, BH=BH, PRECISION=ctx.precision,
                                              GAPS=gaps, DHS=dhs is not None, num_warps=warps(BH))
         if in_parts:
             torch.sum(DP, 2, out=dhs)
