@@ -45,8 +45,9 @@ def _factors(D, n, rows, rmask, cols, cmask, T, H):
 @triton.jit
 def _mv_kept(acc, s_ptr, s_stride, k_ptr, k_stride, rows, rmask, w_ptr, c0, H, BH: tl.constexpr,
              PRECISION: tl.constexpr, DROP: tl.constexpr):
-    """acc + s @ Wᵀ[:, c0 : c0 + BH] (:func:`mv`) for an H × H map W and the state rows s at s_ptr; with DROP, s
-    multiplied by the factors at k_ptr (row stride k_stride) first: a branch's product with h̃ or q̃."""
+    """acc + s @ Wᵀ[:, c0 : c0 + BH] (:func:`mv`) for an H × H map W, given as Wᵀ at w_ptr (:func:`transposed`),
+    and the state rows s at s_ptr; with DROP, s multiplied by the factors at k_ptr (row stride k_stride) first: a
+    branch's product with h̃ or q̃."""
     if DROP:
         cols = c0 + tl.arange(0, BH)
         cmask = cols < H
@@ -56,22 +57,23 @@ def _mv_kept(acc, s_ptr, s_stride, k_ptr, k_stride, rows, rmask, w_ptr, c0, H, B
             m = rmask[:, None] & kmask[None, :]
             s = tl.load(s_ptr + rows[:, None] * s_stride + ks[None, :], mask=m, other=0.0)
             s = s * tl.load(k_ptr + rows[:, None] * k_stride + ks[None, :], mask=m, other=0.0)
-            w = tl.load(w_ptr + cols[None, :] * H + ks[:, None], mask=kmask[:, None] & cmask[None, :], other=0.0)
+            w = tl.load(w_ptr + ks[:, None] * H + cols[None, :], mask=kmask[:, None] & cmask[None, :], other=0.0)
             acc = dot(s, w, acc, PRECISION)
     else:
-        acc = mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, H, c0, H, H, False, BH, PRECISION)
+        acc = mv(acc, s_ptr, s_stride, rows, rmask, w_ptr, H, c0, H, H, True, BH, PRECISION)
     return acc
 
 
 @triton.jit
-def _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
+def _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
               PRECISION: tl.constexpr, DROP: tl.constexpr):
     """(target, u, z, a, g, h, mask) of step n on columns c0 : c0 + BH, from h = h_{n−1} and the delayed
     h_{n−1−m} (zero before the first state); absent branches give 0 (u, z) or 1 (a, g). With DROP (state dropout,
-    D the (B, T, 2, H) factors): from h̃ = K0 ⊙ h_{n−1} and q̃ = K1 ⊙ h_{n−1−m} (K = D[:, n − 1]), h = h̃."""
+    D the (B, T, 2, H) factors): from h̃ = K0 ⊙ h_{n−1} and q̃ = K1 ⊙ h_{n−1−m} (K = D[:, n − 1]), h = h̃. WHT, W2T:
+    the maps transposed (:func:`transposed`)."""
     sE = T * NE * H
     sS = (T + 1) * H
     sD = T * 2 * H
@@ -91,23 +93,23 @@ def _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.
     g = one
     if HAS_U:
         pu = tl.load(e + EU * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pu = _mv_kept(pu, hp, sS, k0, sD, rows, rmask, WH + WU * H * H, c0, H, BH, PRECISION, DROP)
+        pu = _mv_kept(pu, hp, sS, k0, sD, rows, rmask, WHT + WU * H * H, c0, H, BH, PRECISION, DROP)
         if U_DELAYED:
-            pu = _mv_kept(pu, hd, sS, k0 + H, sD, rows, dmask, W2, c0, H, BH, PRECISION, DROP)
+            pu = _mv_kept(pu, hd, sS, k0 + H, sD, rows, dmask, W2T, c0, H, BH, PRECISION, DROP)
         u = tanh(pu)
         target = beta * u
     if HAS_Z:
         pz = tl.load(e + EZ * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pz = _mv_kept(pz, hd, sS, k0 + H, sD, rows, dmask, W2, c0, H, BH, PRECISION, DROP)
+        pz = _mv_kept(pz, hd, sS, k0 + H, sD, rows, dmask, W2T, c0, H, BH, PRECISION, DROP)
         z = tanh(pz)
         if HAS_A:
             pa = tl.load(e + EA * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            pa = _mv_kept(pa, hp, sS, k0, sD, rows, rmask, WH + WA * H * H, c0, H, BH, PRECISION, DROP)
+            pa = _mv_kept(pa, hp, sS, k0, sD, rows, rmask, WHT + WA * H * H, c0, H, BH, PRECISION, DROP)
             a = sigmoid(pa)
         target += alpha * (a * z)
     if HAS_G:
         pg = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pg = _mv_kept(pg, hp, sS, k0, sD, rows, rmask, WH + WG * H * H, c0, H, BH, PRECISION, DROP)
+        pg = _mv_kept(pg, hp, sS, k0, sD, rows, rmask, WHT + WG * H * H, c0, H, BH, PRECISION, DROP)
         g = sigmoid(pg)
     h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     if DROP:
@@ -116,13 +118,13 @@ def _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.
 
 
 @triton.jit
-def _forward_tile(E, WH, W2, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
+def _forward_tile(E, WHT, W2T, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE: tl.constexpr,
                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr, DROP: tl.constexpr):
     """Columns c0 : c0 + BH of h_n = h + Δt (g ⊙ target − g ⊙ h) (eq. 14 / eq. 12; with DROP, h = h̃)."""
-    target, _, _, _, g, h, m = _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
+    target, _, _, _, g, h, m = _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
                                          HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH,
                                          PRECISION, DROP)
     cols = c0 + tl.arange(0, BH)
@@ -148,7 +150,7 @@ def _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt,
 
 
 @triton.jit
-def _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
+def _backward_gates_tile(E, WHT, W2T, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE: tl.constexpr,
                          HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                          U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                          EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
@@ -159,7 +161,7 @@ def _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rm
     cur = n % 2
     gp = G + (n - 1) * NE * H
     cols = c0 + tl.arange(0, BH)
-    target, u, z, a, g, h, m = _branches(E, WH, W2, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
+    target, u, z, a, g, h, m = _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
                                          HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH,
                                          PRECISION, DROP)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -209,7 +211,7 @@ def _backward_adjoint_tile(WH, W2, GO, G, L, LD, D, n, c0, rows, rmask, B, T, H,
 
 
 @triton.jit
-def _forward(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
+def _forward(E, WH, W2, WHT, W2T, C, S, B, T, H, M, D, NE: tl.constexpr,
              HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
              U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
              WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
@@ -220,13 +222,13 @@ def _forward(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
     beta = tl.load(C + 2)
     for n in range(1, T + 1):
         for c0 in range(0, H, BH):
-            _forward_tile(E, WH, W2, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G,
+            _forward_tile(E, WHT, W2T, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G,
                           HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
         tl.debug_barrier()
 
 
 @triton.jit
-def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
+def _backward(E, WH, W2, WHT, W2T, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
@@ -241,7 +243,7 @@ def _backward(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
     for i in range(0, T):
         n = T - i
         for c0 in range(0, H, BH):  # the gradients of step n's pre-activations; λ_{n−1}'s direct part
-            _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
+            _backward_gates_tile(E, WHT, W2T, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
                                  HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
         tl.debug_barrier()
         for c0 in range(0, H, BH):  # λ_{n−1} += Σ g_b W_b + dL/dh_{n−1} + delayed adjoints
@@ -267,14 +269,15 @@ def _step(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.constexpr,
           WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
           PRECISION: tl.constexpr, DROP: tl.constexpr):
     """The stepwise schedule (stepwise.py): step n (one phase, PHASE = 0) on one (batch block, column tile)
-    program; TABLE = the addresses of [E, WH, W2, C, S, D] (D: the dropout factors, read with DROP)."""
+    program; TABLE = the addresses of [E, WH, W2, C, S, D, WHT, W2T] (D: the dropout factors, read with DROP; WHT,
+    W2T: the maps transposed, :func:`transposed`, the only ones read forward)."""
     tl.static_assert(PHASE == 0)
     rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
     D = S  # not read without DROP
     if DROP:
         D = address(TABLE, 5, REF)
-    _forward_tile(E, WH, W2, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A,
-                  U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
+    _forward_tile(E, address(TABLE, 6, REF), address(TABLE, 7, REF), S, D, dt, alpha, beta, n, c0, rows, rmask, T, H,
+                  M, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -284,7 +287,8 @@ def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.conste
                    WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
                    BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
     """Phase PHASE of the backward of step n (0: the pre-activation gradients, 1: λ_{n−1}) on one program;
-    TABLE = the addresses of [E, WH, W2, C, S, GO, G, L, LD, D] (D read with DROP)."""
+    TABLE = the addresses of [E, WH, W2, C, S, GO, G, L, LD, D, WHT, W2T] (D read with DROP; WHT, W2T: the maps
+    transposed, for the recomputed pre-activations)."""
     rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 6, REF)
     L = address(TABLE, 7, REF)
@@ -292,8 +296,9 @@ def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.conste
     if DROP:
         D = address(TABLE, 9, REF)
     if PHASE == 0:
-        _backward_gates_tile(E, WH, W2, S, D, G, L, dt, alpha, beta, n, c0, rows, rmask, B, T, H, M, NE, HAS_U,
-                             HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
+        _backward_gates_tile(E, address(TABLE, 10, REF), address(TABLE, 11, REF), S, D, G, L, dt, alpha, beta, n, c0,
+                             rows, rmask, B, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU,
+                             WG, WA, BB, BH, PRECISION, DROP)
     else:
         _backward_adjoint_tile(WH, W2, address(TABLE, 5, REF), G, L, address(TABLE, 8, REF), D, n, c0, rows, rmask,
                                B, T, H, M, NE, HAS_U, HAS_G, HAS_A, EU, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH,
@@ -301,20 +306,21 @@ def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.conste
 
 
 @triton.jit
-def _weights_resident(WH, W2, H, HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
-                      U_DELAYED: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr,
-                      BH: tl.constexpr):
-    """(W, Wᵀ) register tiles of the present maps (u, g, a of h; W2 of the delayed state); zeros otherwise."""
+def _weights_resident(WH, W2, WHT, W2T, H, HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr,
+                      HAS_A: tl.constexpr, U_DELAYED: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr,
+                      WA: tl.constexpr, BH: tl.constexpr):
+    """(W, Wᵀ) register tiles of the present maps (u, g, a of h; W2 of the delayed state), Wᵀ read in order from
+    the transposed copies WHT, W2T; zeros otherwise."""
     none = tl.zeros((BH, BH), dtype=WH.dtype.element_ty)
     wu, wut, wg, wgt, wa, wat, w2, w2t = none, none, none, none, none, none, none, none
     if HAS_U:
-        wu, wut = weights(WH + WU * H * H, H, H, BH)
+        wu, wut = weights(WH + WU * H * H, H, H, BH)[0], weights(WHT + WU * H * H, H, H, BH)[0]
     if HAS_G:
-        wg, wgt = weights(WH + WG * H * H, H, H, BH)
+        wg, wgt = weights(WH + WG * H * H, H, H, BH)[0], weights(WHT + WG * H * H, H, H, BH)[0]
     if HAS_A:
-        wa, wat = weights(WH + WA * H * H, H, H, BH)
+        wa, wat = weights(WH + WA * H * H, H, H, BH)[0], weights(WHT + WA * H * H, H, H, BH)[0]
     if HAS_Z or U_DELAYED:
-        w2, w2t = weights(W2, H, H, BH)
+        w2, w2t = weights(W2, H, H, BH)[0], weights(W2T, H, H, BH)[0]
     return wu, wut, wg, wgt, wa, wat, w2, w2t
 
 
@@ -381,7 +387,7 @@ def _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta,
 
 
 @triton.jit
-def _forward_resident(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
+def _forward_resident(E, WH, W2, WHT, W2T, C, S, B, T, H, M, D, NE: tl.constexpr,
                       HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                       U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                       EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
@@ -393,8 +399,8 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
     alpha = tl.load(C + 1)
     beta = tl.load(C + 2)
     sS = (T + 1) * H
-    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, H, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
-                                                           WU, WG, WA, BH)
+    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, WHT, W2T, H, HAS_U, HAS_Z, HAS_G, HAS_A,
+                                                           U_DELAYED, WU, WG, WA, BH)
     h = tile(S, sS, rows, rmask, cols, cmask)
     eu, ez, ea, eg = _inputs_resident(E, 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
                                       EG, EA, BB, BH)
@@ -420,7 +426,7 @@ def _forward_resident(E, WH, W2, C, S, B, T, H, M, D, NE: tl.constexpr,
 
 
 @triton.jit
-def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
+def _backward_resident(E, WH, W2, WHT, W2T, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.constexpr,
                        HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                        U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                        EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr,
@@ -434,8 +440,8 @@ def _backward_resident(E, WH, W2, C, S, GO, G, L, LD, B, T, H, M, D, NE: tl.cons
     beta = tl.load(C + 2)
     sE = T * NE * H
     sS = (T + 1) * H
-    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, H, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
-                                                           WU, WG, WA, BH)
+    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_resident(WH, W2, WHT, W2T, H, HAS_U, HAS_Z, HAS_G, HAS_A,
+                                                           U_DELAYED, WU, WG, WA, BH)
     lam = tile(L, H, rows, rmask, cols, cmask)
     eu, ez, ea, eg = _inputs_resident(E, T, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
                                       EG, EA, BB, BH)
@@ -523,13 +529,14 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
 # g_delayed W2 of this program's columns goes to LD at those columns, read back by this program m steps later --
 
 @triton.jit
-def _column_pair(W, cols, H, HP: tl.constexpr):
-    """An H × H map's ``grid.column_tile``s for this program's columns: (for G @ it = G W, for S @ it = S Wᵀ)."""
-    return grid.column_tile(W, H, cols, H, HP, True), grid.column_tile(W, H, cols, H, HP, False)
+def _column_pair(W, WT, cols, H, HP: tl.constexpr):
+    """An H × H map's ``grid.column_tile``s for this program's columns: (for G @ it = G W, for S @ it = S Wᵀ), the
+    second from its transposed copy WT."""
+    return grid.column_tile(W, H, cols, H, HP, True), grid.column_tile(WT, H, cols, H, HP, True)
 
 
 @triton.jit
-def _weights_grid(WH, W2, cols, H, HP: tl.constexpr, HAS_U: tl.constexpr, HAS_Z: tl.constexpr,
+def _weights_grid(WH, W2, WHT, W2T, cols, H, HP: tl.constexpr, HAS_U: tl.constexpr, HAS_Z: tl.constexpr,
                   HAS_G: tl.constexpr, HAS_A: tl.constexpr, U_DELAYED: tl.constexpr, WU: tl.constexpr,
                   WG: tl.constexpr, WA: tl.constexpr):
     """:func:`_weights_resident`'s (W, Wᵀ) pairs as ``grid.column_tile``s (TRANS, and not) for this program's
@@ -537,13 +544,13 @@ def _weights_grid(WH, W2, cols, H, HP: tl.constexpr, HAS_U: tl.constexpr, HAS_Z:
     none = tl.zeros((HP, cols.shape[0]), dtype=WH.dtype.element_ty)
     wu, wut, wg, wgt, wa, wat, w2, w2t = none, none, none, none, none, none, none, none
     if HAS_U:
-        wu, wut = _column_pair(WH + WU * H * H, cols, H, HP)
+        wu, wut = _column_pair(WH + WU * H * H, WHT + WU * H * H, cols, H, HP)
     if HAS_G:
-        wg, wgt = _column_pair(WH + WG * H * H, cols, H, HP)
+        wg, wgt = _column_pair(WH + WG * H * H, WHT + WG * H * H, cols, H, HP)
     if HAS_A:
-        wa, wat = _column_pair(WH + WA * H * H, cols, H, HP)
+        wa, wat = _column_pair(WH + WA * H * H, WHT + WA * H * H, cols, H, HP)
     if HAS_Z or U_DELAYED:
-        w2, w2t = _column_pair(W2, cols, H, HP)
+        w2, w2t = _column_pair(W2, W2T, cols, H, HP)
     return wu, wut, wg, wgt, wa, wat, w2, w2t
 
 
@@ -567,7 +574,7 @@ def _grid_dropped(D, n, h_row, hd_row, h, rows, rmask, cols, cmask, T, H, HP: tl
 
 
 @triton.jit
-def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, D, NE: tl.constexpr,
+def _grid_forward(E, WH, W2, WHT, W2T, C, S, SYNC, B, T, H, M, D, NE: tl.constexpr,
                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
@@ -577,8 +584,8 @@ def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, D, NE: tl.constexpr,
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
-    _, wut, _, wgt, _, wat, _, w2t = _weights_grid(WH, W2, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, WU,
-                                                   WG, WA)
+    _, wut, _, wgt, _, wat, _, w2t = _weights_grid(WH, W2, WHT, W2T, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A,
+                                                   U_DELAYED, WU, WG, WA)
     h = tile(S, sS, rows, rmask, cols, cmask)
     k = 0
     spins = LIMIT
@@ -596,7 +603,7 @@ def _grid_forward(E, WH, W2, C, S, SYNC, B, T, H, M, D, NE: tl.constexpr,
 
 
 @triton.jit
-def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, D, NE: tl.constexpr,
+def _grid_backward(E, WH, W2, WHT, W2T, C, S, GO, G, L, LD, SYNC, B, T, H, M, D, NE: tl.constexpr,
                    HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                    U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                    WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
@@ -609,8 +616,8 @@ def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, D, NE: tl.co
     dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sE = T * NE * H
     sS = (T + 1) * H
-    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_grid(WH, W2, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED,
-                                                       WU, WG, WA)
+    wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_grid(WH, W2, WHT, W2T, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A,
+                                                       U_DELAYED, WU, WG, WA)
     lam = tile(L, H, rows, rmask, cols, cmask)
     k = 0
     spins = LIMIT
@@ -654,6 +661,16 @@ def _grid_backward(E, WH, W2, C, S, GO, G, L, LD, SYNC, B, T, H, M, D, NE: tl.co
 _FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA", "ED")
 
 
+def transposed(W: torch.Tensor) -> torch.Tensor:
+    """W's H × H blocks (W: (k·H, H)) each transposed, contiguous: the maps of the kernels' products S Wᵀ, whose
+    tiles are then read along their rows (Triton's FMA products load them with ldmatrix, free of shared-memory bank
+    conflicts; ``lem.transposed_weights`` says what reading W's rows cost). A one-element placeholder stays one."""
+    H = W.shape[-1]
+    if W.numel() < H * H:
+        return W
+    return W.view(-1, H, H).transpose(1, 2).contiguous().view(W.shape)
+
+
 class DelayGRUSequence(torch.autograd.Function):
     """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, schedule) -> (hs, h_T)``;
     ``layout`` = (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
@@ -668,6 +685,7 @@ class DelayGRUSequence(torch.autograd.Function):
         H = h0.shape[1]
         enc, weight_h = enc.contiguous(), weight_h.contiguous()
         W2c = enc.new_zeros(1) if W2 is None else W2.contiguous()
+        maps = (weight_h, W2c, transposed(weight_h), transposed(W2c))  # the forward reads the transposed ones
         S = enc.new_empty(B, T + 1, H)
         S[:, 0] = h0
         consts = on_device([dt, alpha, beta], enc.dtype, enc.device)
@@ -676,20 +694,19 @@ class DelayGRUSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]), DROP=dropped)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, weight_h, W2c, consts, S), B, T, H, ctx.precision, M=lag, D=D,
-                                 **flags)
+            grid.launch_resident(_grid_forward, (enc, *maps, consts, S), B, T, H, ctx.precision, M=lag, D=D, **flags)
         elif schedule == "grid":  # the backward's two flags, unused forward
-            grid.launch(_grid, [enc, weight_h, W2c, consts, S, D], consts, B, T, H, block_h, ctx.precision, False,
-                        M=lag, **flags, ED=0, HAS_D=False)
+            grid.launch(_grid, [enc, *maps[:2], consts, S, D, *maps[2:]], consts, B, T, H, block_h, ctx.precision,
+                        False, M=lag, **flags, ED=0, HAS_D=False)
         elif schedule == "stepwise":
-            launch_steps([enc, weight_h, W2c, consts, S, D],
+            launch_steps([enc, *maps[:2], consts, S, D, *maps[2:]],
                          step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, M=lag,
                                        **flags))
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
-            forward[(triton.cdiv(B, BB),)](enc, weight_h, W2c, consts, S, B, T, H, lag, D, **flags, BB=BB, BH=BH,
+            forward[(triton.cdiv(B, BB),)](enc, *maps, consts, S, B, T, H, lag, D, **flags, BB=BB, BH=BH,
                                            PRECISION=ctx.precision, num_warps=warps(BH))
-        ctx.save_for_backward(enc, weight_h, W2c, consts, S, D)
+        ctx.save_for_backward(enc, *maps, consts, S, D)
         ctx.lag, ctx.layout, ctx.block_h, ctx.has_w2, ctx.schedule = lag, layout, block_h, W2 is not None, schedule
         ctx.dropped = dropped
         return S[:, 1:], S[:, T].clone()
@@ -697,7 +714,7 @@ class DelayGRUSequence(torch.autograd.Function):
     @staticmethod
     @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
-        enc, weight_h, W2, consts, S, D = ctx.saved_tensors
+        enc, weight_h, W2, WHT, W2T, consts, S, D = ctx.saved_tensors
         B, T, _ = enc.shape
         H = S.shape[2]
         lag, layout = ctx.lag, ctx.layout
@@ -711,23 +728,23 @@ class DelayGRUSequence(torch.autograd.Function):
         flags["HAS_D"] = bool(flags["HAS_Z"] or flags["U_DELAYED"])
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
-            grid.launch_resident(_grid_backward, (enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD), B, T, H,
-                                 ctx.precision, M=lag, D=D, **flags)
+            grid.launch_resident(_grid_backward, (enc, weight_h, W2, WHT, W2T, consts, S, grad_hs, G, L[0], LD), B, T,
+                                 H, ctx.precision, M=lag, D=D, **flags)
         elif ctx.schedule == "grid":
-            grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D], consts, B, T, H, ctx.block_h,
-                        ctx.precision, True, M=lag, **flags)
+            grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D, WHT, W2T], consts, B, T, H,
+                        ctx.block_h, ctx.precision, True, M=lag, **flags)
         elif ctx.schedule == "stepwise":
-            launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D],
+            launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D, WHT, W2T],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
                                        M=lag, **flags))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
             L[0] = L[T % 2]
-            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L[0], LD, B, T, H, lag,
-                                                      D, **flags, BB=BB, BH=BH,
+            _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, WHT, W2T, consts, S, grad_hs, G, L[0], LD, B,
+                                                      T, H, lag, D, **flags, BB=BB, BH=BH,
                                                       PRECISION=ctx.precision, num_warps=warps(BH))
         else:
-            _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, consts, S, grad_hs, G, L, LD, B, T, H, lag, D, **flags,
-                                             BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
+            _backward[(triton.cdiv(B, BB),)](enc, weight_h, W2, WHT, W2T, consts, S, grad_hs, G, L, LD, B, T, H, lag, D,
+                                             **flags, BB=BB, BH=BH, PRECISION=ctx.precision, num_warps=warps(BH))
         del LD  # the delayed adjoints: not needed by the weight gradients, whose products then copy less at once
         blocks = sorted(layout[14], key=lambda pair: pair[1])  # in weight_h order
         # every encoding block against h_{n-1} (with dropout h̃_{n−1}); the maps of h are some of them
