@@ -19,6 +19,9 @@
 #                                                     #   products under the grid schedule, the FHN paper fit (then
 #                                                     #   quickfit, irregular, dropout, bf16)
 # 2026-12-04's lease ran tests cells liquid fit irregular dropout (479 s), then trace, tf32x3, bf16 and generic.
+# Since then the kernels read their weight tiles without shared-memory bank conflicts (benchmarks/shared_banks.py:
+# LEM's grid forward 5.7x fewer wavefronts a step in sm_90 PTX): the next `cells` run is the first to measure it,
+# `barrier` times the two layouts' products apart (grid_barrier.py: products, products-conflicted).
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests, 104 s on 2026-12-04's lease), 170 s, then
 #              the unmarked CUDA tests of test_cuda_kernels.py (tanh, UnICORNN's trips), 60 s; meanwhile one short

@@ -64,6 +64,16 @@ def _barriers(SYNC, STEPS, VARIANT: tl.constexpr, LIMIT: tl.constexpr):
 
 
 @triton.jit
+def _weight_tile(W, cols, H, HP: tl.constexpr, DOTS: tl.constexpr):
+    """DOTS 1: ``grid.column_tile`` of W, [k, i] = W[k, cols_i], as the kernels read their (transposed) weights; 2:
+    [k, i] = W[cols_i, k], read from W's own rows as the kernels' products S Wᵀ did until 2026-12-04."""
+    if DOTS == 1:
+        return grid.column_tile(W, H, cols, H, HP)
+    ks = tl.arange(0, HP)
+    return tl.load(W + cols[None, :] * H + ks[:, None], mask=(ks < H)[:, None] & (cols < H)[None, :], other=0.0)
+
+
+@triton.jit
 def _exchange(BUF, W, OUT, SYNC, B, H, STEPS, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
               BARRIER: tl.constexpr, DOTS: tl.constexpr, LIMIT: tl.constexpr):
     """Phase n: this program's tile of slot n % 2 stored, (the barrier,) the block's whole rows of that slot loaded
@@ -72,9 +82,9 @@ def _exchange(BUF, W, OUT, SYNC, B, H, STEPS, HP: tl.constexpr, BB: tl.constexpr
     reads any more (as LEM's state buffers)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     if DOTS:  # three H × H blocks of W (3H, H), their tiles for this program's columns
-        w1t = grid.column_tile(W, H, cols, H, HP, DOTS == 1)
-        w2t = grid.column_tile(W + H * H, H, cols, H, HP, DOTS == 1)
-        w3t = grid.column_tile(W + 2 * H * H, H, cols, H, HP, DOTS == 1)
+        w1t = _weight_tile(W, cols, H, HP, DOTS)
+        w2t = _weight_tile(W + H * H, cols, H, HP, DOTS)
+        w3t = _weight_tile(W + 2 * H * H, cols, H, HP, DOTS)
     acc = tl.zeros((BB, BH), dtype=tl.float32)
     k = 0
     spins = LIMIT

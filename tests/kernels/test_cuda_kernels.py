@@ -1116,6 +1116,7 @@ def test_full_size_cuda_products(name, products, size):
 # -- compilation for a GPU without one -----------------------------------------------------------------------
 
 COMPILE_CHECK = r"""
+import inspect
 import os
 os.environ.pop("TRITON_INTERPRET", None)
 import triton
@@ -1127,6 +1128,9 @@ from odelab.kernels.cuda._common import warps
 def compile_(fn, constexprs, dtype):
     constexprs = dict(constexprs)
     num_warps = constexprs.pop("num_warps", 4)
+    for p in fn.params:  # the defaults of the constexpr options not given (a pointer defaulting to None: a pointer)
+        if p.name not in constexprs and p.is_constexpr and p.default is not inspect._empty:
+            constexprs[p.name] = p.default
     ints = constexprs.pop("ints", {"B", "T", "H", "P", "NX", "M", "n"})
     sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*i64" if n == "TABLE" else
                                                    "*i32" if n == "SYNC" else "*" + dtype)

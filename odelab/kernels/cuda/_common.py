@@ -296,12 +296,12 @@ def store_length_part(DP, part, rows, rmask, n, T, slot, slots):
 
 @triton.jit
 def weights(W, stride, H, BH: tl.constexpr):
-    """An H × H matrix (row stride ``stride``) as a zero-padded (BH, BH) register tile, and its transpose."""
+    """An H × H matrix (row stride ``stride``) as a zero-padded (BH, BH) register tile, read along its rows (for
+    the products S Wᵀ, a transposed copy of W: a tile read down W's columns instead would be loaded against the
+    shared-memory banks by Triton's FMA products, ``benchmarks/shared_banks.py``)."""
     i = tl.arange(0, BH)
     m = (i < H)[:, None] & (i < H)[None, :]
-    w = tl.load(W + i[:, None] * stride + i[None, :], mask=m, other=0.0)
-    wt = tl.load(W + i[None, :] * stride + i[:, None], mask=m, other=0.0)
-    return w, wt
+    return tl.load(W + i[:, None] * stride + i[None, :], mask=m, other=0.0)
 
 
 # -- the stepwise schedule (stepwise.py): step kernels read their tensors through a device table of addresses --

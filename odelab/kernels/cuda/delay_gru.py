@@ -314,13 +314,13 @@ def _weights_resident(WH, W2, WHT, W2T, H, HAS_U: tl.constexpr, HAS_Z: tl.conste
     none = tl.zeros((BH, BH), dtype=WH.dtype.element_ty)
     wu, wut, wg, wgt, wa, wat, w2, w2t = none, none, none, none, none, none, none, none
     if HAS_U:
-        wu, wut = weights(WH + WU * H * H, H, H, BH)[0], weights(WHT + WU * H * H, H, H, BH)[0]
+        wu, wut = weights(WH + WU * H * H, H, H, BH), weights(WHT + WU * H * H, H, H, BH)
     if HAS_G:
-        wg, wgt = weights(WH + WG * H * H, H, H, BH)[0], weights(WHT + WG * H * H, H, H, BH)[0]
+        wg, wgt = weights(WH + WG * H * H, H, H, BH), weights(WHT + WG * H * H, H, H, BH)
     if HAS_A:
-        wa, wat = weights(WH + WA * H * H, H, H, BH)[0], weights(WHT + WA * H * H, H, H, BH)[0]
+        wa, wat = weights(WH + WA * H * H, H, H, BH), weights(WHT + WA * H * H, H, H, BH)
     if HAS_Z or U_DELAYED:
-        w2, w2t = weights(W2, H, H, BH)[0], weights(W2T, H, H, BH)[0]
+        w2, w2t = weights(W2, H, H, BH), weights(W2T, H, H, BH)
     return wu, wut, wg, wgt, wa, wat, w2, w2t
 
 
@@ -532,7 +532,7 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
 def _column_pair(W, WT, cols, H, HP: tl.constexpr):
     """An H × H map's ``grid.column_tile``s for this program's columns: (for G @ it = G W, for S @ it = S Wᵀ), the
     second from its transposed copy WT."""
-    return grid.column_tile(W, H, cols, H, HP, True), grid.column_tile(WT, H, cols, H, HP, True)
+    return grid.column_tile(W, H, cols, H, HP), grid.column_tile(WT, H, cols, H, HP)
 
 
 @triton.jit

@@ -26,7 +26,10 @@ further (:func:`resident`; ``_grid_forward`` / ``_grid_backward`` in each module
 program keeps its 16-wide column tiles of the weights (both orientations in the backward) on chip for the whole
 sequence and reads only the whole rows of the states (or of the pre-activation gradients) each phase, cuDNN's
 persistent-RNN layout. On chip means shared memory under the default IEEE float32 products, whose FMA products
-Triton feeds from shared memory (each thread reads its column of a tile, 128 floats, every phase), and registers
+Triton feeds from shared memory (each thread reads its column of a tile, 128 floats, every phase: with ldmatrix,
+free of bank conflicts, because every tile is a :func:`column_tile` of rows contiguous along its columns -- of W for
+the products G W, of a transposed copy of W for S Wᵀ; read from W's own rows, S Wᵀ's loads put 8 lanes on the same
+banks, ``benchmarks/shared_banks.py``), and registers
 under TF32 or BF16 products (sm_90, Triton 3.9: LEM's forward 76 registers and 40 KB of shared memory, 32 KB of it
 the weights, against 186 and 176 registers; the register-resident kernels up to hidden 32 likewise). Their
 backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1 instead of 2): the last phase
@@ -101,14 +104,13 @@ def rows_of(ptr, stride, rows, rmask, H, HP: tl.constexpr):
 
 
 @triton.jit
-def column_tile(W, stride, cols, H, HP: tl.constexpr, TRANS: tl.constexpr):
-    """An H × H block's (HP, BH) tile for this program's columns (W's rows ``stride`` apart): [j, i] = W[cols_i, j]
-    (S @ it = (S Wᵀ)[:, cols]), or with TRANS [k, i] = W[k, cols_i] (G @ it = (G W)[:, cols]); zero outside."""
+def column_tile(W, stride, cols, H, HP: tl.constexpr):
+    """An H × H block's (HP, BH) tile for this program's columns (W's rows ``stride`` apart): [k, i] = W[k, cols_i]
+    (G @ it = (G W)[:, cols]; given Wᵀ, S @ it = (S Wᵀ)[:, cols]), zero outside: rows contiguous along the columns,
+    which Triton's FMA products read with ldmatrix, free of bank conflicts."""
     ks = tl.arange(0, HP)
     m = (ks < H)[:, None] & (cols < H)[None, :]
-    if TRANS:
-        return tl.load(W + ks[:, None] * stride + cols[None, :], mask=m, other=0.0)
-    return tl.load(W + cols[None, :] * stride + ks[:, None], mask=m, other=0.0)
+    return tl.load(W + ks[:, None] * stride + cols[None, :], mask=m, other=0.0)
 
 
 def interpreting() -> bool:

@@ -276,9 +276,9 @@ def _forward_resident(E, WHT, BHU, C, HS, S, B, T, H, BB: tl.constexpr, BH: tl.c
     dt = tl.load(C)
     sE = T * 3 * H
     sS = (T + 1) * H
-    wrt = weights(WHT, H, H, BH)[0]
-    wft = weights(WHT + H * H, H, H, BH)[0]
-    wut = weights(WHT + 2 * H * H, H, H, BH)[0]
+    wrt = weights(WHT, H, H, BH)
+    wft = weights(WHT + H * H, H, H, BH)
+    wut = weights(WHT + 2 * H * H, H, H, BH)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     h = tile(S, sS, rows, rmask, cols, cmask)
     # step n's encoded input [r, f, c] at E + (n − 1) 3H, loaded one step ahead of its use
@@ -313,9 +313,9 @@ def _backward_resident(E, WH, WHT, BHU, C, HS, S, GO, G, L, B, T, H, DH, BB: tl.
     sG = T * 4 * H
     sS = (T + 1) * H
     sO = T * H
-    wr, wrt = weights(WH, H, H, BH)[0], weights(WHT, H, H, BH)[0]
-    wf, wft = weights(WH + H * H, H, H, BH)[0], weights(WHT + H * H, H, H, BH)[0]
-    wu, wut = weights(WH + 2 * H * H, H, H, BH)[0], weights(WHT + 2 * H * H, H, H, BH)[0]
+    wr, wrt = weights(WH, H, H, BH), weights(WHT, H, H, BH)
+    wf, wft = weights(WH + H * H, H, H, BH), weights(WHT + H * H, H, H, BH)
+    wu, wut = weights(WH + 2 * H * H, H, H, BH), weights(WHT + 2 * H * H, H, H, BH)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     lam = tile(L, H, rows, rmask, cols, cmask)
     # step n reads h_{n−1}, its encoded input, ∂L/∂h_{n−1} (and its length) from the outputs: loaded one step ahead
@@ -386,8 +386,8 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexp
 def _gate_tiles(WH, cols, H, HP: tl.constexpr):
     """``grid.column_tile`` of W_r, W_f and W_u (``weight_hidden`` = [W_r; W_f; W_u]), or of their transposes from
     :func:`transposed_weights`."""
-    return (grid.column_tile(WH, H, cols, H, HP, True), grid.column_tile(WH + H * H, H, cols, H, HP, True),
-            grid.column_tile(WH + 2 * H * H, H, cols, H, HP, True))
+    return (grid.column_tile(WH, H, cols, H, HP), grid.column_tile(WH + H * H, H, cols, H, HP),
+            grid.column_tile(WH + 2 * H * H, H, cols, H, HP))
 
 
 @triton.jit

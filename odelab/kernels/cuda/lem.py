@@ -294,10 +294,10 @@ def _lem_forward_resident(E, W1ZT, W2T, WYT, Z, Y, C, HS, B, T, H, BB: tl.conste
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
-    w1t = weights(W1ZT, H, H, BH)[0]
-    wzt = weights(W1ZT + H * H, H, H, BH)[0]
-    w2t = weights(W2T, H, H, BH)[0]
-    wyt = weights(WYT, H, H, BH)[0]
+    w1t = weights(W1ZT, H, H, BH)
+    wzt = weights(W1ZT + H * H, H, H, BH)
+    w2t = weights(W2T, H, H, BH)
+    wyt = weights(WYT, H, H, BH)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     e1, ez, e2, ey = _inputs(E, 1, rows, rmask, cols, cmask, T, H)
@@ -329,14 +329,14 @@ def _lem_backward_resident(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, B, T,
     rows, rmask, cols, cmask, m = resident_block(B, H, BB, BH)
     dt = tl.load(C)
     sE = T * 4 * H
-    w1 = weights(W1Z, H, H, BH)[0]
-    wz = weights(W1Z + H * H, H, H, BH)[0]
-    w2 = weights(W2, H, H, BH)[0]
-    wy = weights(WY, H, H, BH)[0]
-    w1t = weights(WT, H, H, BH)[0]
-    wzt = weights(WT + H * H, H, H, BH)[0]
-    w2t = weights(WT + 2 * H * H, H, H, BH)[0]
-    wyt = weights(WT + 3 * H * H, H, H, BH)[0]
+    w1 = weights(W1Z, H, H, BH)
+    wz = weights(W1Z + H * H, H, H, BH)
+    w2 = weights(W2, H, H, BH)
+    wy = weights(WY, H, H, BH)
+    w1t = weights(WT, H, H, BH)
+    wzt = weights(WT + H * H, H, H, BH)
+    w2t = weights(WT + 2 * H * H, H, H, BH)
+    wyt = weights(WT + 3 * H * H, H, H, BH)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     e1, ez, e2, ey = _inputs(E, T, rows, rmask, cols, cmask, T, H)
@@ -383,16 +383,17 @@ def _lem_backward_resident(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, B, T,
 
 # -- the grid schedule with weights on chip (grid.resident): a program keeps its column tile of the four weights (both
 # orientations in the backward) for the whole sequence and reads only the states' whole rows each phase; 2 barriers a
-# step. Compiled for sm_90 at hidden 128, 8 warps, float32, IEEE products (Triton 3.9): forward 76 registers, no
-# spills, 40 KB of shared memory (the weight tiles, :mod:`.grid`), backward 255 registers and 36 bytes of spills,
-# 72 KB (64-row blocks would spill 15 KB: not used) --
+# step. Compiled for sm_90 at hidden 128, 8 warps, float32, IEEE products (Triton 3.6 and 3.9): forward 76
+# registers, no spills, 40 KB of shared memory (the weight tiles, :mod:`.grid`), backward 255 registers and 28 bytes
+# of spills, 72 KB (with stored gates 100 registers, no spills, 40 KB; 64-row blocks would spill 15 KB: not used);
+# every weight tile a column tile of W or of Wᵀ (:func:`transposed_weights`), read by ldmatrix without conflict --
 
 @triton.jit
 def _weight_tiles(W1Z, W2, WY, cols, H, HP: tl.constexpr):
     """``grid.column_tile`` of W1, Wz (W1Z = [W1; Wz]), W2 and Wy -- or of their transposes, given
     :func:`transposed_weights`' blocks."""
-    return (grid.column_tile(W1Z, H, cols, H, HP, True), grid.column_tile(W1Z + H * H, H, cols, H, HP, True),
-            grid.column_tile(W2, H, cols, H, HP, True), grid.column_tile(WY, H, cols, H, HP, True))
+    return (grid.column_tile(W1Z, H, cols, H, HP), grid.column_tile(W1Z + H * H, H, cols, H, HP),
+            grid.column_tile(W2, H, cols, H, HP), grid.column_tile(WY, H, cols, H, HP))
 
 
 @triton.jit
@@ -446,7 +447,7 @@ def _z_tile_operands(W1ZT, E, Z, n, rows, rmask, c0, sS, sE, H, HP: tl.constexpr
     tc = c0 + tl.arange(0, BH)
     tmask = tc < H
     e = E + (n - 1) * 4 * H
-    return (grid.column_tile(W1ZT, H, tc, H, HP, True), grid.column_tile(W1ZT + H * H, H, tc, H, HP, True),
+    return (grid.column_tile(W1ZT, H, tc, H, HP), grid.column_tile(W1ZT + H * H, H, tc, H, HP),
             tile(e, sE, rows, rmask, tc, tmask), tile(e + H, sE, rows, rmask, tc, tmask),
             tile(Z + (n - 1) * H, sS, rows, rmask, tc, tmask))
 
@@ -465,8 +466,8 @@ def _lem_grid_forward_one_barrier(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H,
     dt = tl.load(C)
     sS = (T + 1) * H
     sE = T * 4 * H
-    w2t = grid.column_tile(W2T, H, cols, H, HP, True)
-    wyt = grid.column_tile(WYT, H, cols, H, HP, True)
+    w2t = grid.column_tile(W2T, H, cols, H, HP)
+    wyt = grid.column_tile(WYT, H, cols, H, HP)
     y = tile(Y, sS, rows, rmask, cols, cmask)
     k = 0
     spins = LIMIT

@@ -261,14 +261,14 @@ def _resident_weights(WR, H, MODE: tl.constexpr, BH: tl.constexpr, TRANSPOSED: t
     oscillator's one matrix stands for both), or with TRANSPOSED (𝒲ᵀ, Wᵀ) from W_recᵀ (:func:`transposed_weights`,
     its rows read in order)."""
     if MODE == 0:
-        wy = weights(WR, H, H, BH)[0]
+        wy = weights(WR, H, H, BH)
         wz = wy
     elif TRANSPOSED:
-        wz = weights(WR, H, H, BH)[0]
-        wy = weights(WR + H * H, H, H, BH)[0]
+        wz = weights(WR, H, H, BH)
+        wy = weights(WR + H * H, H, H, BH)
     else:
-        wz = weights(WR, 2 * H, H, BH)[0]
-        wy = weights(WR + H, 2 * H, H, BH)[0]
+        wz = weights(WR, 2 * H, H, BH)
+        wy = weights(WR + H, 2 * H, H, BH)
     return wz, wy
 
 
@@ -396,10 +396,10 @@ def _recurrent_tiles(WR, cols, H, HP: tl.constexpr, MODE: tl.constexpr, TRANSPOS
     """``grid.column_tile`` of 𝒲 and W (W_rec = [𝒲 | W], rows 2H apart; the oscillator: W alone, 𝒲's tile unused),
     or with TRANSPOSED of 𝒲ᵀ and Wᵀ from W_recᵀ (:func:`transposed_weights`)."""
     if MODE == 0:
-        return grid.column_tile(WR, H, cols, H, HP, True), grid.column_tile(WR, H, cols, H, HP, True)
+        return grid.column_tile(WR, H, cols, H, HP), grid.column_tile(WR, H, cols, H, HP)
     if TRANSPOSED:
-        return grid.column_tile(WR, H, cols, H, HP, True), grid.column_tile(WR + H * H, H, cols, H, HP, True)
-    return grid.column_tile(WR, 2 * H, cols, H, HP, True), grid.column_tile(WR + H, 2 * H, cols, H, HP, True)
+        return grid.column_tile(WR, H, cols, H, HP), grid.column_tile(WR + H * H, H, cols, H, HP)
+    return grid.column_tile(WR, 2 * H, cols, H, HP), grid.column_tile(WR + H, 2 * H, cols, H, HP)
 
 
 @triton.jit
