@@ -8,11 +8,11 @@ add, shl, and, or, xor, bfe, mad, ...; the shared-memory base taken as 0). Every
 (``ld.shared`` of 4, 8 or 16 bytes, ``ldmatrix`` x4) is then counted in wavefronts the way the hardware serves
 them: a 16-byte load eight lanes at a time, an 8-byte one sixteen, a 4-byte one all 32, ``ldmatrix`` one 8 × 16-byte
 matrix at a time, each group taking as many wavefronts as the most distinct 4-byte words one of the 32 banks holds.
-The report gives, per kernel and kind of load, the wavefronts of one pass over its code (a loop body counted once)
-against the fewest the same loads could take. Why it matters: LEM's grid forward at hidden 128 took 19.8 µs a step
+The report gives, per kernel and kind of load, the wavefronts of one pass over its loops' code (a loop body counted
+once; the JSON has the whole kernel's too) against the fewest the same loads could take. Why it matters: LEM's grid forward at hidden 128 took 19.8 µs a step
 on an H200 (2026-12-04) while its PTX made 4352 wavefronts a warp a step, 5.7× a conflict-free 768 -- at one
 wavefront a cycle for the multiprocessor's 8 warps, 17.6 µs. ``--check`` exits 1 if a kernel's 16-byte loads or
-``ldmatrix`` take more than the fewest (their weight tiles read against the banks).
+``ldmatrix`` in its loops take more than the fewest (their weight tiles read against the banks).
 """
 from __future__ import annotations
 
@@ -33,9 +33,21 @@ def _operands(text: str) -> list[str]:
     return [a.strip() for a in re.split(r",(?![^{]*})", text)] if text else []
 
 
-def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int]]:
-    """(instruction, byte address) of every shared-memory load whose address the evaluator can form, in program
-    order, for thread ``lane`` of the first warp (%tid.x = lane, %ctaid = 0, shared base 0)."""
+def loop_lines(ptx: str) -> set[int]:
+    """The line numbers inside a loop: between a label and a later branch back to it."""
+    lines = ptx.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\$L__\w+):", line))}
+    inside: set[int] = set()
+    for i, line in enumerate(lines):
+        m = re.search(r"\bbra(?:\.uni)?\s+(\$L__\w+)", line)
+        if m and labels.get(m.group(1), i) < i:
+            inside.update(range(labels[m.group(1)], i + 1))
+    return inside
+
+
+def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int, int]]:
+    """(instruction, byte address, line number) of every shared-memory load whose address the evaluator can form,
+    in program order, for thread ``lane`` of the first warp (%tid.x = lane, %ctaid = 0, shared base 0)."""
     env: dict[str, int] = {"%tid.x": lane}
     out = []
 
@@ -49,7 +61,7 @@ def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int]]:
             return int(a, 16)
         raise KeyError(a)
 
-    for raw in ptx.splitlines():
+    for number, raw in enumerate(ptx.splitlines()):
         line = raw.split("//")[0].strip().rstrip(";")
         if not line or line[0] in ".${}":
             continue
@@ -62,7 +74,7 @@ def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int]]:
             if base == "ldmatrix" or (base == "ld" and ".shared" in op):
                 m = re.search(r"\[(%r\d+)(?:\+(-?\d+))?\]", line)
                 if m and m.group(1) in env:
-                    out.append((op, env[m.group(1)] + int(m.group(2) or 0)))
+                    out.append((op, env[m.group(1)] + int(m.group(2) or 0), number))
                 continue
             if not args:
                 continue
@@ -108,14 +120,18 @@ def _wavefronts(addresses: list[int], width: int) -> int:
     return max(len(v) for v in words.values())
 
 
-def wavefronts(ptx: str) -> dict[str, tuple[int, int]]:
+def wavefronts(ptx: str, in_loops: bool = False) -> dict[str, tuple[int, int]]:
     """Per kind of shared-memory load ("ld.v4", "ld.v2", "ld", "ldmatrix"): (wavefronts of warp 0 over one pass of
-    the code, the fewest those loads could take)."""
+    the code, the fewest those loads could take); ``in_loops``: the loads inside a loop only (a kernel's time
+    step), not those before or after it."""
     lanes = [lane_accesses(ptx, lane) for lane in range(32)]
     count = min(len(a) for a in lanes)
+    inside = loop_lines(ptx) if in_loops else None
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for i in range(count):
         op = lanes[0][i][0]
+        if inside is not None and lanes[0][i][2] not in inside:
+            continue
         addresses = [a[i][1] for a in lanes]
         if op.startswith("ldmatrix"):  # x4: lanes 8j … 8j + 7 give matrix j's eight 16-byte rows
             kind, groups, width = "ldmatrix", [addresses[8 * j: 8 * j + 8] for j in range(4)], 16
@@ -189,11 +205,13 @@ def main() -> None:
     rows, conflicted = [], []
     for name in names:
         fn, constexprs = jobs[name]
-        counts = wavefronts(compile_ptx(fn, constexprs))
-        rows.append({"kernel": name, "wavefronts": {k: {"taken": t, "fewest": f} for k, (t, f) in counts.items()}})
-        shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(counts.items()))
-        print(f"{name:34s} {shown}", flush=True)
-        if any(t > f for k, (t, f) in counts.items() if k in ("ld.v4", "ldmatrix")):
+        ptx = compile_ptx(fn, constexprs)
+        counts, looped = wavefronts(ptx), wavefronts(ptx, in_loops=True)
+        rows.append({"kernel": name, "wavefronts": {k: {"taken": t, "fewest": f} for k, (t, f) in counts.items()},
+                     "in_loops": {k: {"taken": t, "fewest": f} for k, (t, f) in looped.items()}})
+        shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items()))
+        print(f"{name:34s} in loops: {shown}", flush=True)
+        if any(t > f for k, (t, f) in looped.items() if k in ("ld.v4", "ldmatrix")):
             conflicted.append(name)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -73,3 +73,13 @@ def test_cells_kernels_read_their_weight_tiles_without_conflicts():
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.count("(1.0×)") >= 10, result.stdout
+
+
+def test_loads_in_loops_apart(banks):
+    """``in_loops``: only the loads between a label and a later branch back to it (a kernel's time loop), not the
+    conflicted one after it."""
+    ptx = "\n".join(["\tmov.u32 \t%r1, %tid.x;", "\tshl.b32 \t%r2, %r1, 4;", "$L__BB0_1:",
+                     "\tld.shared.v4.b32 \t{%r3, %r4, %r5, %r6}, [%r2];", "\t@%p1 bra \t$L__BB0_1;",
+                     "\tshl.b32 \t%r7, %r1, 9;", "\tld.shared.v4.b32 \t{%r3, %r4, %r5, %r6}, [%r7];"])
+    assert banks.wavefronts(ptx) == {"ld.v4": (4 + 32, 4 + 4)}
+    assert banks.wavefronts(ptx, in_loops=True) == {"ld.v4": (4, 4)}
