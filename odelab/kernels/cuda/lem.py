@@ -595,11 +595,7 @@ def transposed_weights(weight_y: torch.Tensor, W2: torch.Tensor, Wy: torch.Tenso
     evaluated), its backward 5.2×, which at one wavefront a cycle is most of the 19.8 and 23.9 µs a step they took
     on the H200 (2026-12-04)."""
     H = W2.shape[0]
-    WT = W2.new_empty(4, H, H)  # written in place: no concatenated copy beside it
-    WT[:2].copy_(weight_y.view(2, H, H).transpose(1, 2))
-    WT[2].copy_(W2.T)
-    WT[3].copy_(Wy.T)
-    return WT.view(4 * H, H)
+    return torch.stack([weight_y[:H].T, weight_y[H:].T, W2.T, Wy.T]).view(4 * H, H)  # one copy, no intermediate
 
 
 class LEMSequence(torch.autograd.Function):
