@@ -9,9 +9,10 @@ add, shl, and, or, xor, bfe, mad, ...; the shared-memory base taken as 0). Every
 them: a 16-byte load eight lanes at a time, an 8-byte one sixteen, a 4-byte one all 32, ``ldmatrix`` one 8 × 16-byte
 matrix at a time, each group taking as many wavefronts as the most distinct 4-byte words one of the 32 banks holds.
 The report gives, per kernel and kind of load, the wavefronts of one pass over its loops' code (a loop body counted
-once; the JSON has the whole kernel's too) against the fewest the same loads could take. Why it matters: LEM's grid forward at hidden 128 took 19.8 µs a step
-on an H200 (2026-12-04) while its PTX made 4352 wavefronts a warp a step, 5.7× a conflict-free 768 -- at one
-wavefront a cycle for the multiprocessor's 8 warps, 17.6 µs. ``--check`` exits 1 if a kernel's 16-byte loads or
+once; the JSON has the whole kernel's too) against the fewest the same loads could take. Why it matters: LEM's grid
+forward at hidden 128 took 19.8 µs a step on an H200 (2026-12-04) while its PTX made 4352 wavefronts a warp a step,
+5.7× a conflict-free 768 -- at one wavefront a cycle for the multiprocessor's 8 warps, 17.6 µs. The counts of
+today's kernels (Triton 3.6, the GPU image's): ``benchmarks/results/shared_banks.json``. ``--check`` exits 1 if a kernel's 16-byte loads or
 ``ldmatrix`` in its loops take more than the fewest (their weight tiles read against the banks).
 """
 from __future__ import annotations
@@ -149,14 +150,22 @@ def wavefronts(ptx: str, in_loops: bool = False) -> dict[str, tuple[int, int]]:
 
 def _jobs() -> dict[str, tuple]:
     """name -> (kernel, constexprs): the weights-on-chip grid kernels at hidden 128 (the issue's (128, 1000, 128)),
-    the streamed grid drivers (hidden > 128) and the one-launch resident kernels (hidden ≤ 32), IEEE float32."""
-    from odelab.kernels.cuda import delay_gru, gru, lem, oscillators
+    the streamed grid drivers (hidden > 128) and the one-launch resident kernels (hidden ≤ 32), IEEE float32; the
+    liquid cells' synapse tiles and resident kernels; UnICORNN's (elementwise)."""
+    from odelab.kernels.cuda import delay_gru, gru, lem, liquid, oscillators, unicornn
 
     on_chip = dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, PRECISION="ieee", num_warps=8)
     streamed = dict(BB=16, BH=32, LIMIT=1 << 22, PRECISION="ieee", num_warps=8)
     resident = dict(BB=16, BH=32, PRECISION="ieee", num_warps=8)
     names = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA")
     tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)), DROP=False)
+    bj, bi = liquid.SYNAPSE_TILES[-1]  # the liquid cells' synapse tiles (their CUDA default from hidden 17)
+    ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
+    tiles = dict(BJ=bj, BI=bi, RA=ra, RC=rc, E=liquid.ELEMENTS, LIMIT=1 << 22, num_warps=liquid.THREADS // 32)
+    ltc = dict(MODE=0, L=6, GAPS=False, DHS=False)
+    rows = 16  # the one-launch register-resident liquid kernels (hidden ≤ 16)
+    liquid_resident = dict(BB=rows, BH=liquid.RESIDENT_H, BJ=liquid.block_j(liquid.RESIDENT_H), PRECISION="ieee",
+                           num_warps=liquid.resident_warps(rows))
     return {
         "lem-grid-forward": (lem._lem_grid_forward, dict(on_chip, GAPS=False)),
         "lem-grid-backward": (lem._lem_grid_backward, dict(on_chip, GAPS=False, DHS=False)),
@@ -169,6 +178,12 @@ def _jobs() -> dict[str, tuple]:
         "gru-ode-grid-backward": (gru._grid_backward, dict(on_chip, GAPS=False, DHS=False)),
         "taugru-grid-forward": (delay_gru._grid_forward, dict(on_chip, **tau)),
         "taugru-grid-backward": (delay_gru._grid_backward, dict(on_chip, **tau, ED=1, HAS_D=True)),
+        "ltc-synapse-tiles-forward": (liquid._grid, dict(tiles, BACKWARD=False, **ltc)),
+        "ltc-synapse-tiles-backward": (liquid._grid, dict(tiles, BACKWARD=True, **ltc)),
+        "ltc-resident-forward": (liquid._forward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False)),
+        "ltc-resident-backward": (liquid._backward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False, DHS=False)),
+        "unicornn-forward": (unicornn._forward, dict(BLOCK=unicornn.BLOCK)),
+        "unicornn-backward": (unicornn._backward, dict(BLOCK=unicornn.BLOCK)),
     }
 
 
@@ -209,13 +224,16 @@ def main() -> None:
         counts, looped = wavefronts(ptx), wavefronts(ptx, in_loops=True)
         rows.append({"kernel": name, "wavefronts": {k: {"taken": t, "fewest": f} for k, (t, f) in counts.items()},
                      "in_loops": {k: {"taken": t, "fewest": f} for k, (t, f) in looped.items()}})
-        shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items()))
+        shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items())) or "no shared loads"
         print(f"{name:34s} in loops: {shown}", flush=True)
         if any(t > f for k, (t, f) in looped.items() if k in ("ld.v4", "ldmatrix")):
             conflicted.append(name)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"rows": rows}, indent=2))
+        import triton
+
+        meta = {"triton": triton.__version__, "target": "cuda sm_90 (PTX, warp 0)", "unit": "wavefronts a pass"}
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     if args.check and conflicted:
         print(f"bank conflicts in: {', '.join(conflicted)}", file=sys.stderr)
         sys.exit(1)
