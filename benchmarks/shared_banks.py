@@ -4,16 +4,17 @@
 
 Each kernel is compiled for sm_90 by Triton (``triton.compile``; ``TRITON_INTERPRET`` is ignored here) and its PTX
 run, for the 32 lanes of warp 0, through a small integer evaluator of the instructions that form addresses (mov,
-add, shl, and, or, xor, bfe, mad, ...; the shared-memory base taken as 0). Every shared-memory load it can place
-(``ld.shared`` of 4, 8 or 16 bytes, ``ldmatrix`` x4) is then counted in wavefronts the way the hardware serves
-them: a 16-byte load eight lanes at a time, an 8-byte one sixteen, a 4-byte one all 32, ``ldmatrix`` one 8 × 16-byte
-matrix at a time, each group taking as many wavefronts as the most distinct 4-byte words one of the 32 banks holds.
-The report gives, per kernel and kind of load, the wavefronts of one pass over its loops' code (a loop body counted
-once; the JSON has the whole kernel's too) against the fewest the same loads could take. Why it matters: LEM's grid
+add, shl, and, or, xor, bfe, mad, ...; the shared-memory base taken as 0). Every shared-memory access it can place
+(``ld.shared`` / ``st.shared`` of 4, 8 or 16 bytes, ``ldmatrix`` / ``stmatrix`` x4) is then counted in wavefronts
+the way the hardware serves them: 16 bytes a lane eight lanes at a time, 8 bytes sixteen, 4 bytes all 32, a matrix
+instruction one 8 × 16-byte matrix at a time, each group taking as many wavefronts as the most distinct 4-byte
+words one of the 32 banks holds. The report gives, per kernel and kind of access, the wavefronts of one pass over its
+loops' code (a loop body counted once; the JSON has the whole kernel's too) against the fewest the same accesses could
+take. Why it matters: LEM's grid
 forward at hidden 128 took 19.8 µs a step on an H200 (2026-12-04) while its PTX made 4352 wavefronts a warp a step,
 5.7× a conflict-free 768 -- at one wavefront a cycle for the multiprocessor's 8 warps, 17.6 µs. The counts of
-today's kernels (Triton 3.6, the GPU image's): ``benchmarks/results/shared_banks.json``. ``--check`` exits 1 if a kernel's 16-byte loads or
-``ldmatrix`` in its loops take more than the fewest (their weight tiles read against the banks).
+today's kernels (Triton 3.6, the GPU image's): ``benchmarks/results/shared_banks.json``. ``--check`` exits 1 if a
+kernel's 16-byte or matrix accesses in its loops take more than the fewest (a tile read against the banks).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def loop_lines(ptx: str) -> set[int]:
 
 
 def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int, int]]:
-    """(instruction, byte address, line number) of every shared-memory load whose address the evaluator can form,
+    """(instruction, byte address, line number) of every shared-memory access whose address the evaluator can form,
     in program order, for thread ``lane`` of the first warp (%tid.x = lane, %ctaid = 0, shared base 0)."""
     env: dict[str, int] = {"%tid.x": lane}
     out = []
@@ -72,8 +73,8 @@ def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int, int]]:
         args = _operands(rest)
         base = op.split(".")[0]
         try:
-            if base == "ldmatrix" or (base == "ld" and ".shared" in op):
-                m = re.search(r"\[(%r\d+)(?:\+(-?\d+))?\]", line)
+            if base in ("ldmatrix", "stmatrix") or (base in ("ld", "st") and ".shared" in op):
+                m = re.search(r"\[\s*(%r\d+)\s*(?:\+\s*(-?\d+)\s*)?\]", line)
                 if m and m.group(1) in env:
                     out.append((op, env[m.group(1)] + int(m.group(2) or 0), number))
                 continue
@@ -113,7 +114,7 @@ def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int, int]]:
 
 
 def _wavefronts(addresses: list[int], width: int) -> int:
-    """Wavefronts of one group of lanes' loads of ``width`` bytes each: the most distinct words one bank holds."""
+    """Wavefronts of one group of lanes' accesses of ``width`` bytes each: the most distinct words one bank holds."""
     words = defaultdict(set)
     for a in addresses:
         for w in range(a // 4, a // 4 + width // 4):
@@ -122,9 +123,9 @@ def _wavefronts(addresses: list[int], width: int) -> int:
 
 
 def wavefronts(ptx: str, in_loops: bool = False) -> dict[str, tuple[int, int]]:
-    """Per kind of shared-memory load ("ld.v4", "ld.v2", "ld", "ldmatrix"): (wavefronts of warp 0 over one pass of
-    the code, the fewest those loads could take); ``in_loops``: the loads inside a loop only (a kernel's time
-    step), not those before or after it."""
+    """Per kind of shared-memory access ("ld.v4", "ld.v2", "ld", "ldmatrix", the same for "st", "stmatrix"):
+    (wavefronts of warp 0 over one pass of the code, the fewest those accesses could take); ``in_loops``: those
+    inside a loop only (a kernel's time step), not those before or after it."""
     lanes = [lane_accesses(ptx, lane) for lane in range(32)]
     count = min(len(a) for a in lanes)
     inside = loop_lines(ptx) if in_loops else None
@@ -134,12 +135,13 @@ def wavefronts(ptx: str, in_loops: bool = False) -> dict[str, tuple[int, int]]:
         if inside is not None and lanes[0][i][2] not in inside:
             continue
         addresses = [a[i][1] for a in lanes]
-        if op.startswith("ldmatrix"):  # x4: lanes 8j … 8j + 7 give matrix j's eight 16-byte rows
-            kind, groups, width = "ldmatrix", [addresses[8 * j: 8 * j + 8] for j in range(4)], 16
+        if op.startswith(("ldmatrix", "stmatrix")):  # x4: lanes 8j … 8j + 7 give matrix j's eight 16-byte rows
+            kind, groups, width = op.split(".")[0], [addresses[8 * j: 8 * j + 8] for j in range(4)], 16
         else:
-            width = 16 if ".v4" in op else 8 if ".v2" in op else 4
+            width = (16 if ".v4" in op else 8 if ".v2" in op else 4) * (2 if ".b64" in op or ".f64" in op else 1)
+            width = min(width, 16)
             per = 128 // width  # lanes one wavefront can serve
-            kind = "ld.v4" if width == 16 else "ld.v2" if width == 8 else "ld"
+            kind = op.split(".")[0] + (".v4" if width == 16 else ".v2" if width == 8 else "")
             groups = [addresses[p: p + per] for p in range(0, 32, per)]
         totals[kind][0] += sum(_wavefronts(g, width) for g in groups)
         totals[kind][1] += len(groups)
@@ -211,7 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", default=",".join(jobs), help=f"comma separated, of: {', '.join(jobs)}")
     parser.add_argument("--out", default=None, help="a JSON of the counts")
-    parser.add_argument("--check", action="store_true", help="exit 1 where 16-byte loads or ldmatrix conflict")
+    parser.add_argument("--check", action="store_true", help="exit 1 where 16-byte or matrix accesses conflict")
     args = parser.parse_args()
     names = [n.strip() for n in args.kernels.split(",") if n.strip()]
     unknown = [n for n in names if n not in jobs]
@@ -224,9 +226,9 @@ def main() -> None:
         counts, looped = wavefronts(ptx), wavefronts(ptx, in_loops=True)
         rows.append({"kernel": name, "wavefronts": {k: {"taken": t, "fewest": f} for k, (t, f) in counts.items()},
                      "in_loops": {k: {"taken": t, "fewest": f} for k, (t, f) in looped.items()}})
-        shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items())) or "no shared loads"
+        shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items())) or "no shared access"
         print(f"{name:34s} in loops: {shown}", flush=True)
-        if any(t > f for k, (t, f) in looped.items() if k in ("ld.v4", "ldmatrix")):
+        if any(t > f for k, (t, f) in looped.items() if k in ("ld.v4", "ldmatrix", "st.v4", "stmatrix")):
             conflicted.append(name)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -83,3 +83,10 @@ def test_loads_in_loops_apart(banks):
                      "\tshl.b32 \t%r7, %r1, 9;", "\tld.shared.v4.b32 \t{%r3, %r4, %r5, %r6}, [%r7];"])
     assert banks.wavefronts(ptx) == {"ld.v4": (4 + 32, 4 + 4)}
     assert banks.wavefronts(ptx, in_loops=True) == {"ld.v4": (4, 4)}
+
+
+def test_stores_and_their_address_syntax(banks):
+    """``st.shared::cta`` with a spaced address and ``stmatrix`` count as their loads do."""
+    ptx = _ptx("shl.b32 \t%r2, %r1, 7", "st.shared::cta.b32 [ %r2 + 0 ], %r3",
+               "shl.b32 \t%r4, %r1, 4", "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%r4], {%r5, %r6, %r7, %r8}")
+    assert banks.wavefronts(ptx) == {"st": (32, 1), "stmatrix": (4, 4)}
