@@ -51,7 +51,7 @@
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
 #              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
 #              step under each ODELAB_LEM_GRID variant (two-barriers, one-barrier, stored-gates) at hidden 128, each
-#              kernel's time apart (kernel_trace.py), 60 s
+#              kernel's time apart (kernel_trace.py), 90 s (the tests step's warm-up compiles the variants' kernels)
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
@@ -155,12 +155,18 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
         timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused --tf32 \
             --sizes "$spec" --repeats 1 --no-forward --out "/tmp/warm_tf32_$spec.json" >/dev/null 2>&1 &
     done
+    local variant  # LEM's opt-in grid kernels, which the barrier step traces
+    for variant in one-barrier stored-gates; do
+        ODELAB_LEM_GRID=$variant timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem \
+            --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" --repeats 1 --no-forward \
+            --out "/tmp/warm_$variant.json" >/dev/null 2>&1 &
+    done
     wait
     echo "== warm: done after $SECONDS s of the session" | tee -a "$RESULTS/gpu_session.log"
 }
 
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
-[ "$SMOKE" = 1 ] && SIZES=4x20x8 && ONE_BARRIER_SIZES=4x20x8
+[ "$SMOKE" = 1 ] && SIZES=4x20x8 && LEM_GRID_SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
 # (NAME: the CUDA default, the grid-synchronised schedule from hidden 33 since 2026-11-26's seventh session;
 # NAME-stepwise: the stepwise schedule, the default before; NAME-persistent, the one-launch kernels)
@@ -240,10 +246,9 @@ barrier() {  # where a grid phase's time goes: the barrier alone, with the state
     # LEM's training step under each variant of its weights-on-chip grid kernels (ODELAB_LEM_GRID; the two others
     # opt-in): one barrier a step forward; the forward's pre-activations stored, so that the backward computes four
     # products a step instead of eight -- each kernel's time apart, against nn.LSTM
-    local sizes=${LEM_GRID_SIZES:-128x1000x128}
-    [ "$SMOKE" = 1 ] && sizes=4x20x8
-    step lemgrid 60 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "$sizes" --steps 5 --models lem,lstm \
-        --lem-grid two-barriers,one-barrier,stored-gates --out "$RESULTS/kernel_trace_${DEVICE}_lem_grid.json"
+    step lemgrid 90 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
+        --steps 5 --models lem,lstm --lem-grid two-barriers,one-barrier,stored-gates \
+        --out "$RESULTS/kernel_trace_${DEVICE}_lem_grid.json"
 }
 
 tf32() {
