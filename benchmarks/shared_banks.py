@@ -190,7 +190,9 @@ def _jobs() -> dict[str, tuple]:
 
 
 def compile_ptx(fn, constexprs: dict, dtype: str = "fp32") -> str:
-    """``fn``'s PTX for sm_90 (Triton's bundled compiler; no GPU)."""
+    """``fn``'s PTX for sm_90 (Triton's bundled compiler; no GPU): ``constexprs`` its compile-time arguments, with
+    ``num_warps`` and, optionally, ``ints`` (the names of its int32 arguments, by default the kernels' B, T, H, ...);
+    the others are pointers to ``dtype`` (TABLE to int64, SYNC to int32). The sm_90 compile test uses it too."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -200,7 +202,7 @@ def compile_ptx(fn, constexprs: dict, dtype: str = "fp32") -> str:
     for p in fn.params:  # the defaults of the constexpr options not given (a pointer defaulting to None: a pointer)
         if p.name not in constexprs and p.is_constexpr and p.default is not inspect._empty:
             constexprs[p.name] = p.default
-    ints = {"B", "T", "H", "M", "n", "STEPS"}
+    ints = constexprs.pop("ints", {"B", "T", "H", "P", "NX", "M", "n", "STEPS"})
     signature = {a: "constexpr" if a in constexprs else "i32" if a in ints else "*i64" if a == "TABLE" else
                  "*i32" if a == "SYNC" else "*" + dtype for a in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+from pathlib import Path
 
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parents[2]  # the compile checks' working directory: benchmarks/shared_banks.py
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -1116,27 +1119,13 @@ def test_full_size_cuda_products(name, products, size):
 # -- compilation for a GPU without one -----------------------------------------------------------------------
 
 COMPILE_CHECK = r"""
-import inspect
 import os
+import sys
 os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+sys.path.insert(0, "benchmarks")
+from shared_banks import compile_ptx as compile_  # the sm_90 compile (fn, constexprs, dtype)
 from odelab.kernels.cuda import lem, oscillators, unicornn, gru, delay_gru, liquid
 from odelab.kernels.cuda._common import warps
-
-def compile_(fn, constexprs, dtype):
-    constexprs = dict(constexprs)
-    num_warps = constexprs.pop("num_warps", 4)
-    for p in fn.params:  # the defaults of the constexpr options not given (a pointer defaulting to None: a pointer)
-        if p.name not in constexprs and p.is_constexpr and p.default is not inspect._empty:
-            constexprs[p.name] = p.default
-    ints = constexprs.pop("ints", {"B", "T", "H", "P", "NX", "M", "n"})
-    sig = {n: "constexpr" if n in constexprs else ("i32" if n in ints else "*i64" if n == "TABLE" else
-                                                   "*i32" if n == "SYNC" else "*" + dtype)
-           for n in fn.arg_names}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 names = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG", "EA", "WU", "WG", "WA")
 tau = dict(zip(names, (4, True, True, True, True, False, 0, 1, 2, 3, 0, 1, 2)))
@@ -1258,29 +1247,25 @@ def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     code = "DTYPES = ('fp32', 'fp64')\n" + COMPILE_CHECK
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=2400)
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                            timeout=2400)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compiled" in result.stdout
 
 
 LIQUID_PTX = r"""
 import os
+import sys
 os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+sys.path.insert(0, "benchmarks")
+from shared_banks import compile_ptx
 from odelab.kernels.cuda import liquid
 
 fn = liquid._synapse_step
 for bj, bi in liquid.SYNAPSE_TILES + (liquid.STEPWISE_TILE,):
     ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
     for mode in (0, 2):
-        constexprs = dict(BACKWARD=False, MODE=mode, BJ=bj, BI=bi, RA=ra, RC=rc, RS=max(ra, rc))
-        sig = {n: "constexpr" if n in constexprs else "i32" if n in ("n", "B", "T", "H") else
-               "*i64" if n == "TABLE" else "*fp32" for n in fn.arg_names}
-        src = ASTSource(fn=fn, signature=sig,
-                        constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+        ptx = compile_ptx(fn, dict(BACKWARD=False, MODE=mode, BJ=bj, BI=bi, RA=ra, RC=rc, RS=max(ra, rc), num_warps=8))
         print(bj, bi, mode, ptx.count("shfl"), ptx.count("ex2.approx"))
 """
 
@@ -1296,7 +1281,8 @@ def test_liquid_forward_sums_stay_in_threads():
     from odelab.kernels.cuda import liquid
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", LIQUID_PTX], env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", LIQUID_PTX], env=env, cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [tuple(map(int, line.split())) for line in result.stdout.split("\n") if line.strip()]
     assert len(rows) == 2 * (len(liquid.SYNAPSE_TILES) + 1)

@@ -664,10 +664,8 @@ _FLAGS = ("NE", "HAS_U", "HAS_Z", "HAS_G", "HAS_A", "U_DELAYED", "EU", "EZ", "EG
 def transposed(W: torch.Tensor) -> torch.Tensor:
     """W's H × H blocks (W: (k·H, H)) each transposed, contiguous: the maps of the kernels' products S Wᵀ, whose
     tiles are then read along their rows (Triton's FMA products load them with ldmatrix, free of shared-memory bank
-    conflicts; ``lem.transposed_weights`` says what reading W's rows cost). A one-element placeholder stays one."""
+    conflicts; ``lem.transposed_weights`` says what reading W's rows cost)."""
     H = W.shape[-1]
-    if W.numel() < H * H:
-        return W
     return W.view(-1, H, H).transpose(1, 2).contiguous().view(W.shape)
 
 

@@ -402,9 +402,9 @@ def _lem_grid_forward(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H, HP: tl.cons
                       PRE=None, STORE: tl.constexpr = False):
     """Columns cols of z_n, then of y_n (eq. 3), a barrier after each: the whole rows y_{n−1}, z_n come from the
     state buffers, the weights (transposed, :func:`transposed_weights`) from on chip, this program's own (z, y)
-    columns stay in registers. With STORE its
-    columns of the pre-activations [p1, q, p2, r] of each step into PRE (B, T, 4H), each stored after the barrier that
-    follows it (drained while the next phase computes, not before the barrier's release)."""
+    columns stay in registers. With STORE its columns of the pre-activations [p1, q, p2, r] of each step into PRE
+    (B, T, 4H, the encodings' layout), each stored after the barrier that follows it (drained while the next phase
+    computes, not before the barrier's release)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -496,15 +496,6 @@ def _lem_grid_forward_one_barrier(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H,
 
 
 @triton.jit
-def _stored_gates(P, n, rows, rmask, cols, cmask, T, H):
-    """This program's tiles of step n's stored pre-activations p1, q, p2, r (P: (B, T, 4H)), zero unless 1 ≤ n ≤ T."""
-    return (tile_at(P, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
-            tile_at(P + H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
-            tile_at(P + 2 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
-            tile_at(P + 3 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1))
-
-
-@triton.jit
 def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, T, H, DP, HP: tl.constexpr,
                        BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
                        GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
@@ -524,7 +515,7 @@ def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, 
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     if STORED:
-        a1, aq, a2, ar = _stored_gates(E, T, rows, rmask, cols, cmask, T, H)
+        a1, aq, a2, ar = _inputs(E, T, rows, rmask, cols, cmask, T, H)  # step T's p1, q, p2, r (E's layout)
     else:  # the forward's orientation as well, for the recomputed gates
         w1t, wzt, w2t, wyt = _weight_tiles(WT, WT + 2 * H * H, WT + 3 * H * H, cols, H, HP)
     k = 0
@@ -537,7 +528,7 @@ def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, 
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
         if STORED:
             p1, q, p2, r = a1, aq, a2, ar
-            a1, aq, a2, ar = _stored_gates(E, n - 1, rows, rmask, cols, cmask, T, H)
+            a1, aq, a2, ar = _inputs(E, n - 1, rows, rmask, cols, cmask, T, H)
         else:
             e = E + (n - 1) * 4 * H
             y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
