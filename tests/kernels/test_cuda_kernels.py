@@ -1137,7 +1137,7 @@ jobs = [(k, dict(BLOCK=128)) for k in (unicornn._forward, unicornn._backward, un
 jobs += [(k, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # LEM's weights-on-chip grid kernels
          for k in (lem._lem_grid_forward, lem._lem_grid_forward_one_barrier) for gaps in (False, True)]
 jobs += [(lem._lem_grid_forward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, STORE=True, num_warps=8))
-         for gaps in (False, True)]  # ODELAB_LEM_GRID=stored-gates
+         for gaps in (False, True)]  # ODELAB_GRID_GATES=stored
 jobs += [(lem._lem_grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, STORED=stored,
                                        num_warps=8)) for gaps, dhs in gap_grads for stored in (False, True)]
 jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
@@ -1490,10 +1490,11 @@ def test_grid_with_weights_on_chip(name, size, dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_lem_grid_variants_give_the_same_bits(dtype, monkeypatch):
-    """``ODELAB_LEM_GRID``: LEM's weights-on-chip grid kernels with one barrier a step forward (every column program
-    computes z_n's whole rows) or with the forward's pre-activations stored for the backward (which then computes
-    no gate) give the two-barrier kernels' bits -- outputs, final state and every gradient -- and their counters
-    count one barrier a step forward (two otherwise) and two backward."""
+    """``ODELAB_LEM_GRID`` and ``ODELAB_GRID_GATES``: LEM's weights-on-chip grid kernels with one barrier a step
+    forward (every column program computes z_n's whole rows) or with the forward's pre-activations stored for the
+    backward (which then computes no gate) give the two-barrier kernels' bits -- outputs, final state and every
+    gradient -- and their counters count one barrier a step forward (two otherwise) and two backward; the one-barrier
+    forward does not store, so both asked at once is an error."""
     from odelab.kernels.cuda import grid, lem
 
     made = recorded_counters(monkeypatch)
@@ -1507,14 +1508,15 @@ def test_lem_grid_variants_give_the_same_bits(dtype, monkeypatch):
 
     monkeypatch.setattr(grid, "launch_resident", recorded)
     results = {}
-    for choice in ("", "One-Barrier", " stored-gates"):
+    for choice, gates in (("", ""), ("One-Barrier", ""), ("", " Stored")):
         monkeypatch.setenv(lem.GRID_ENV, choice)
+        monkeypatch.setenv(grid.GATES_ENV, gates)
         assert lem.grid_variant() == (choice.strip().lower() or "two-barriers")
-        results[choice], _ = _grid_and_stepwise("lem", 19, 5, 13, dtype, None)
+        results[choice + gates], _ = _grid_and_stepwise("lem", 19, 5, 13, dtype, None)
     assert launched == [("_lem_grid_forward", False), ("_lem_grid_backward", False),
                         ("_lem_grid_forward_one_barrier", False), ("_lem_grid_backward", False),
                         ("_lem_grid_forward", True), ("_lem_grid_backward", True)]
-    for choice in ("One-Barrier", " stored-gates"):
+    for choice in ("One-Barrier", " Stored"):
         for a, b in zip(results[""]["grid"], results[choice]["grid"], strict=True):
             assert torch.equal(a, b)
     blocks = 2  # 19 rows: two 16-row batch blocks; each choice's grid forward and backward
@@ -1526,15 +1528,64 @@ def test_lem_grid_variants_give_the_same_bits(dtype, monkeypatch):
         kernel(PRESETS["lem"][1])(model.system, torch.randn(19, 5, 3, device=DEVICE, dtype=dtype),
                                   model.system.initial_state(19), model.dt, schedule="grid")
     assert launched[-1] == ("_lem_grid_forward", False)
+    monkeypatch.setenv(lem.GRID_ENV, "one-barrier")
+    with pytest.raises(ValueError, match="does not store"):
+        _grid_and_stepwise("lem", 19, 5, 13, dtype, None)
 
 
-def test_lem_grid_variant_is_checked(monkeypatch):
-    """A misspelt ``ODELAB_LEM_GRID`` is an error that names the choices, not a silent default."""
-    from odelab.kernels.cuda import lem
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", [n for n in WEIGHTS_ON_CHIP if n != "lem"])
+def test_stored_gates_give_the_same_bits(name, dtype, monkeypatch):
+    """``ODELAB_GRID_GATES=stored`` (LEM above): a weights-on-chip grid forward that stores what its backward would
+    recompute from the states (coRNN's and the oscillator's tanh(a_n), the GRUs' gates) gives the default's bits --
+    outputs, final state and every gradient, the gaps' too -- with the same barriers; the forward is told to store,
+    the backward to read, and under no_grad nothing is stored."""
+    from odelab.kernels.cuda import grid
 
-    monkeypatch.setenv(lem.GRID_ENV, "one_barrier")
-    with pytest.raises(ValueError, match="two-barriers, one-barrier, stored-gates"):
-        lem.grid_variant()
+    made = recorded_counters(monkeypatch)
+    monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)  # hidden ≤ 16 forced onto the grid
+    launched = []
+    launch = grid.launch_resident
+
+    def recorded(kernel, *args, **meta):
+        launched.append(bool(meta.get("STORE") or meta.get("STORED")))
+        return launch(kernel, *args, **meta)
+
+    monkeypatch.setattr(grid, "launch_resident", recorded)
+    results = {}
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        results[gates], _ = _grid_and_stepwise(name, 19, 5, 13, dtype, None)
+    assert launched == [False, False, True, True]
+    for a, b in zip(results[""]["grid"], results["stored"]["grid"], strict=True):
+        assert torch.equal(a, b)
+    assert [m.tolist() for m in made[:2]] == [m.tolist() for m in made[2:]]
+    build, target = PRESETS[name]
+    model = build(3, 13).to(device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        kernel(target)(model.system, torch.randn(19, 5, 3, device=DEVICE, dtype=dtype),
+                       model.system.initial_state(19), model.dt, model.unfolds, lags_of(model), schedule="grid")
+    assert launched[-1] is False
+
+
+def test_grid_knobs_are_checked(monkeypatch):
+    """A misspelt ``ODELAB_LEM_GRID``, ``ODELAB_GRID_GATES`` or ``ODELAB_GRID_WARPS`` is an error that names the
+    choices, not a silent default; unset, each gives the default."""
+    from odelab.kernels.cuda import grid, lem
+
+    for env in (lem.GRID_ENV, grid.GATES_ENV, grid.WARPS_ENV):
+        monkeypatch.delenv(env, raising=False)
+    assert (lem.grid_variant(), grid.stored_gates(True), grid.resident_warps()) == ("two-barriers", False, 8)
+    monkeypatch.setenv(grid.GATES_ENV, "stored")
+    assert grid.stored_gates(True) and not grid.stored_gates(False)  # only where a backward follows
+    monkeypatch.setenv(grid.WARPS_ENV, " 4")
+    assert grid.resident_warps() == 4
+    for env, value, choices, call in ((lem.GRID_ENV, "one_barrier", "two-barriers, one-barrier", lem.grid_variant),
+                                      (grid.GATES_ENV, "store", "recomputed or stored", lambda: grid.stored_gates(True)),
+                                      (grid.WARPS_ENV, "2", "4 or 8", grid.resident_warps)):
+        monkeypatch.setenv(env, value)
+        with pytest.raises(ValueError, match=choices):
+            call()
 
 
 def test_lem_stored_gates_forward_stores_eq3_pre_activations():

@@ -53,7 +53,7 @@ from ._common import batch_rows, block_sizes, capturing, warps
 from .stepwise import chosen_schedule, device_table, use_stepwise
 
 RESIDENT_H = 128  # hidden sizes up to this (padded to a power of two) may keep their weight tiles on chip
-RESIDENT_BH = 16  # the column tiles of those kernels (8 warps)
+RESIDENT_BH = 16  # the column tiles of those kernels (8 warps unless $ODELAB_GRID_WARPS asks for 4)
 SPIN_LIMIT = 1 << 22  # reads of a barrier's counter before it is declared failed (≈ 1 µs each on an H100: seconds)
 ROWS = (16, 32, 64)  # batch rows per program tried, smallest first (tl.dot needs ≥ 16)
 
@@ -166,14 +166,43 @@ def resident(batch: int, hidden: int, block_h: int | None, device: torch.device,
             and rows_per_block(batch, hidden, RESIDENT_BH, device) == ROWS[0])
 
 
+WARPS_ENV = "ODELAB_GRID_WARPS"
+GATES_ENV = "ODELAB_GRID_GATES"
+
+
+def resident_warps() -> int:
+    """Warps a program of the weights-on-chip grid kernels: ``$ODELAB_GRID_WARPS`` (read at each launch), 8 (unset:
+    the default, a thread per element of the 16 × 16 tile) or 4 (two elements a thread: their FMA products read
+    fewer operands from shared memory a multiprocessor -- in sm_90 PTX at hidden 128, LEM's forward 4240
+    wavefronts a step instead of 6304, its backward 10640 instead of 14752, but 612 bytes a thread spilled there;
+    coRNN's and GRU-ODE's kernels spill nothing). Opt-in until a GPU measures it; anything else is an error."""
+    asked = os.environ.get(WARPS_ENV, "").strip() or "8"
+    if asked not in ("4", "8"):
+        raise ValueError(f"${WARPS_ENV}: expected 4 or 8 warps a program, got {asked!r}")
+    return int(asked)
+
+
+def stored_gates(train: bool) -> bool:
+    """Whether a weights-on-chip grid forward stores its pre-activations (LEM's [p1, q, p2, r], coRNN's and the
+    oscillator's tanh(a), GRU-ODE's and the delay GRUs' gates) for its backward, which then reads them instead of
+    recomputing them from the stored states (the same bits, fewer products a step): ``$ODELAB_GRID_GATES`` (read at
+    each forward) = "stored", and only where a backward follows (``train``); "recomputed" (unset: the default)
+    otherwise. Opt-in until a GPU measures it; anything else is an error."""
+    asked = os.environ.get(GATES_ENV, "").strip().lower() or "recomputed"
+    if asked not in ("recomputed", "stored"):
+        raise ValueError(f"${GATES_ENV}: expected recomputed or stored, got {asked!r}")
+    return asked == "stored" and train
+
+
 def launch_resident(kernel, args, B: int, T: int, H: int, precision: str, **meta) -> None:
     """One launch of a weights-on-chip grid kernel, ``kernel(*args, SYNC, B, T, H, HP=…, BB=16, BH=16,
-    PRECISION=…, LIMIT=…, **meta)``, over (⌈B/16⌉, ⌈H/16⌉) programs of 8 warps; raises if a barrier was not met."""
+    PRECISION=…, LIMIT=…, **meta)``, over (⌈B/16⌉, ⌈H/16⌉) programs of :func:`resident_warps` warps; raises if a
+    barrier was not met."""
     device = args[0].device
     sync = counters(B, ROWS[0], device)
     kernel[(triton.cdiv(B, ROWS[0]), triton.cdiv(H, RESIDENT_BH))](
         *args, sync, B, T, H, HP=max(16, triton.next_power_of_2(H)), BB=ROWS[0], BH=RESIDENT_BH, PRECISION=precision,
-        LIMIT=SPIN_LIMIT, num_warps=8, **meta)
+        LIMIT=SPIN_LIMIT, num_warps=resident_warps(), **meta)
     check(sync)
 
 

@@ -5,7 +5,8 @@
     c = a_u + W_u (σ(r) ⊙ h)            (reset before the matmul, eq. 53)
 
 one Triton launch forward and one backward (or, with the stepwise schedule of stepwise.py, one launch per phase
-of a step). The backward recomputes the gates from the stored states and writes per step the pre-activation
+of a step). The backward recomputes the gates from the stored states (or, on the weights-on-chip grid with
+``ODELAB_GRID_GATES=stored``, reads the gates the forward stored) and writes per step the pre-activation
 gradients [g_r, g_f, g_c, g_m] (g_m: of W_u h + b_hu, or of σ(r) ⊙ h's matmul input); the weight gradients are
 GEMMs over all steps in torch. With per-sample steps requiring grad (constexpr DHS), every backward also gives ∂L/∂Δt
 of each row and step, Σ λ_n ⊙ σ(f) ⊙ (tanh(c) − h_{n−1}): the persistent kernels sum it over their column tiles in
@@ -403,10 +404,21 @@ def _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP:
 
 
 @triton.jit
+def _stored_gates(P, n, rows, rmask, cols, cmask, T, H):
+    """This program's tiles of step n's stored (r, f, W_u h + b_hu, c) (P: (B, T, 4H)), zero unless 1 ≤ n ≤ T."""
+    return (tile_at(P, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
+            tile_at(P + H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
+            tile_at(P + 2 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
+            tile_at(P + 3 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1))
+
+
+@triton.jit
 def _grid_forward(E, WHT, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+                  PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, PRE=None,
+                  STORE: tl.constexpr = False):
     """h_n on this program's columns for every step (reset_after), kept in registers, a barrier after each step
-    (WHT: the transposed weights)."""
+    (WHT: the transposed weights). With STORE its columns of each step's (r, f, W_u h + b_hu, c) into PRE (B, T,
+    4H), stored after the step's barrier (drained while the next step computes)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -422,21 +434,32 @@ def _grid_forward(E, WHT, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl
         h = h + ds * (sf * tanh(c) - sf * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
+        if STORE:
+            at = PRE + (n - 1) * 4 * H + rows[:, None] * (T * 4 * H) + cols[None, :]
+            tl.store(at, r, mask=m)
+            tl.store(at + H, f, mask=m)
+            tl.store(at + 2 * H, mu, mask=m)
+            tl.store(at + 3 * H, c, mask=m)
 
 
 @triton.jit
 def _grid_backward(E, WH, WHT, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr,
                    BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
-                   DHS: tl.constexpr):
+                   DHS: tl.constexpr, STORED: tl.constexpr = False):
     """Step n's backward on this program's columns (reset_after): [g_r, g_f, g_c, g_m] written (with DHS, the
     columns' part of ∂L/∂Δt_n into DP, :func:`store_length_part`), a barrier, then λ_{n−1} = λ (1 − Δt σ(f)) +
     [g_r, g_f, g_m] [W_r; W_f; W_u] over their whole rows + ∂L/∂h_{n−1}; λ in registers, L (B, H): the final
-    state's adjoint in, the initial state's out."""
+    state's adjoint in, the initial state's out. E: the encodings, whose gates it recomputes from the stored states
+    (three products a step), or with STORED the (r, f, W_u h + b_hu, c) that :func:`_grid_forward` stored (STORE),
+    each step's loaded one step ahead: then only the adjoints' products, and one orientation of the weight tiles."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
     sG = T * 4 * H
-    wrt, wft, wut = _gate_tiles(WHT, cols, H, HP)
+    if STORED:
+        stored = _stored_gates(E, T, rows, rmask, cols, cmask, T, H)
+    else:  # the forward's orientation as well, for the recomputed gates
+        wrt, wft, wut = _gate_tiles(WHT, cols, H, HP)
     wr, wf, wu = _gate_tiles(WH, cols, H, HP)
     bhu = tl.load(BHU + cols, mask=cmask, other=0.0)[None, :]
     lam = tile(L, H, rows, rmask, cols, cmask)
@@ -446,7 +469,11 @@ def _grid_backward(E, WH, WHT, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: t
         n = T - i
         g = G + (n - 1) * 4 * H
         ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
-        r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
+        if STORED:
+            r, f, mu, c = stored
+            stored = _stored_gates(E, n - 1, rows, rmask, cols, cmask, T, H)
+        else:
+            r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
         sf = sigmoid(f)
         sr = sigmoid(r)
         tc = tanh(c)
@@ -473,13 +500,14 @@ def transposed_weights(weight_hidden: torch.Tensor) -> torch.Tensor:
 
 
 class GRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule) -> (hs, h_T)``; ``hs``: None,
-    or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient
-    where they require one (every schedule); ``schedule``: "persistent", "stepwise" or "grid"
+    """``apply(enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, train, schedule) -> (hs, h_T)``; ``hs``:
+    None, or each row's step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their
+    gradient where they require one (every schedule); ``train``: whether autograd records the call
+    (``torch.is_grad_enabled()`` at the call); ``schedule``: "persistent", "stepwise" or "grid"
     (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, schedule="persistent"):
+    def forward(ctx, enc, weight_hidden, b_hu, h0, dt, reset_after, hs, block_h, train, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -493,9 +521,13 @@ class GRUSequence(torch.autograd.Function):
         gaps = hs is not None
         hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
+        ctx.stored = False  # the gates (B, T, 4H) stored in place of the encodings (saved as enc)
         if schedule == "grid" and reset_after and grid.resident(B, H, block_h, enc.device, ctx.precision):
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            pre = enc.new_empty(B, T, 4 * H) if ctx.stored else None
             grid.launch_resident(_grid_forward, (enc, WHT, b_hu, consts, hs, S), B, T, H, ctx.precision,
-                                 GAPS=gaps)
+                                 GAPS=gaps, PRE=pre, STORE=ctx.stored)
+            enc = pre if ctx.stored else enc
         elif schedule == "grid":
             grid.launch(_grid, [enc, WHT, b_hu, consts, S, R, hs], consts, B, T, H, block_h, ctx.precision,
                         False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps, DHS=False)
@@ -538,7 +570,7 @@ class GRUSequence(torch.autograd.Function):
         if on_chip:
             L[0] = L[T % 2]
             grid.launch_resident(_grid_backward, (enc, weight_hidden, WHT, b_hu, consts, hs, S, grad_hs, G, L[0], DP),
-                                 B, T, H, ctx.precision, GAPS=gaps, DHS=in_parts)
+                                 B, T, H, ctx.precision, GAPS=gaps, DHS=in_parts, STORED=ctx.stored)
         elif ctx.schedule == "grid":
             grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True,
                         PHASES=2 if reset_after else 4, RESET_AFTER=reset_after, GAPS=gaps, DHS=in_parts)
@@ -566,7 +598,7 @@ class GRUSequence(torch.autograd.Function):
             d_rf = outer_sum(G[..., : 2 * H], h_prev)
             d_u = outer_sum(G[..., 2 * H: 3 * H], RS)
             d_b_hu = None
-        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, dhs, None, None
+        return G[..., : 3 * H], torch.cat((d_rf, d_u)), d_b_hu, L[0].clone(), None, None, dhs, None, None, None
 
 
 @in_chunks
@@ -584,7 +616,7 @@ def run(system, x, state, dt, unfolds=1, lags=(), *, block_h=None, schedule=None
         enc = enc.repeat_interleave(unfolds, dim=1)
     b_hu = system.bias_hidden_candidate if system.reset_after else None
     hs, hT = grid.apply(GRUSequence, enc, system.weight_hidden, b_hu, state[0], h, system.reset_after,
-                        steps, block_h, chosen)
+                        steps, block_h, torch.is_grad_enabled(), chosen)
     if unfolds != 1:
         hs = hs[:, unfolds - 1::unfolds]
     return hs, (hT,)

@@ -5,7 +5,7 @@
 
 with [a1, az, a2, ay] = ``system.encode(x)`` (one GEMM in torch, its backward by autograd). The forward keeps
 the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them (or, on the weights-on-chip grid with
-``ODELAB_LEM_GRID=stored-gates``, reads the pre-activations the forward stored) and writes the gradient of every
+``ODELAB_GRID_GATES=stored``, reads the pre-activations the forward stored) and writes the gradient of every
 pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
 GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n. With the constexpr
 GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``); with DHS as well
@@ -461,7 +461,7 @@ def _lem_grid_forward_one_barrier(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H,
     bits), and writes them (the programs write equal values to the same addresses); a CTA barrier then lets it read
     them back for its columns of y_n, and only y_n crosses programs. A program does the W1, Wz products of every
     column tile (their tiles read from memory every step, the next tile's while the current one multiplies) for
-    half the grid barriers. Opt-in (``ODELAB_LEM_GRID=one-barrier``), its GPU speed not measured yet."""
+    half the grid barriers. Opt-in (``ODELAB_LEM_GRID=one-barrier``; not with ``ODELAB_GRID_GATES=stored``), its GPU speed not measured yet."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
@@ -562,15 +562,14 @@ def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, 
 
 
 GRID_ENV = "ODELAB_LEM_GRID"
-GRID_VARIANTS = ("two-barriers", "one-barrier", "stored-gates")
+GRID_VARIANTS = ("two-barriers", "one-barrier")
 
 
 def grid_variant() -> str:
-    """LEM's weights-on-chip grid kernels as ``$ODELAB_LEM_GRID`` asks (read at each forward; the others opt-in until
-    a GPU measures them): "two-barriers" (unset: the default), "one-barrier" (the forward with one grid barrier a
-    step, :func:`_lem_grid_forward_one_barrier`) or "stored-gates" (the forward stores its pre-activations, in place
-    of the encodings it then no longer keeps, and the backward reads them instead of recomputing its four products a
-    step: the same bits)."""
+    """LEM's weights-on-chip grid forward as ``$ODELAB_LEM_GRID`` asks (read at each forward): "two-barriers"
+    (unset: the default) or "one-barrier" (one grid barrier a step, :func:`_lem_grid_forward_one_barrier`; opt-in
+    until a GPU measures it). Whether it stores its pre-activations for the backward is ``$ODELAB_GRID_GATES``
+    (``grid.stored_gates``), which the one-barrier kernel does not do."""
     asked = os.environ.get(GRID_ENV, "").strip().lower() or GRID_VARIANTS[0]
     if asked not in GRID_VARIANTS:
         raise ValueError(f"${GRID_ENV}: expected one of {', '.join(GRID_VARIANTS)}, got {asked!r}")
@@ -614,12 +613,14 @@ class LEMSequence(torch.autograd.Function):
         BB, BH = block_sizes(B, H, block_h)
         ctx.stored = False  # the pre-activations stored in place of the encodings (saved as enc)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            variant = grid_variant()
-            if variant == "one-barrier":
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            if grid_variant() == "one-barrier":
+                if ctx.stored:
+                    raise ValueError(f"${GRID_ENV}=one-barrier does not store its pre-activations: unset "
+                                     f"${grid.GATES_ENV} or ${GRID_ENV}")
                 grid.launch_resident(_lem_grid_forward_one_barrier, (enc, *transposed, Z, Y, consts, hs), B, T, H,
                                      ctx.precision, GAPS=gaps)
             else:
-                ctx.stored = variant == "stored-gates" and train and any(ctx.needs_input_grad)
                 pre = torch.empty_like(enc) if ctx.stored else None
                 grid.launch_resident(_lem_grid_forward, (enc, *transposed, Z, Y, consts, hs), B, T, H, ctx.precision,
                                      GAPS=gaps, PRE=pre, STORE=ctx.stored)

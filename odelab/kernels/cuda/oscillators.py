@@ -415,9 +415,11 @@ def _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MO
 
 @triton.jit
 def _grid_forward(E, WRT, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
-                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr):
+                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, PRE=None,
+                  STORE: tl.constexpr = False):
     """(z_n, y_n) on this program's columns for every step, kept in registers, a barrier after each step (GAPS:
-    each row's own step, ``step_length``; WRT: W_recᵀ)."""
+    each row's own step, ``step_length``; WRT: W_recᵀ). With STORE its columns of each step's tanh(a_n) into PRE
+    (B, T, H, the encodings' layout), stored after the step's barrier (drained while the next step computes)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
@@ -428,25 +430,32 @@ def _grid_forward(E, WRT, C, HS, Z, Y, SYNC, B, T, H, MODE: tl.constexpr, HP: tl
     spins = LIMIT
     for n in range(1, T + 1):
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
-        a = _grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION)
-        z, y = _update(z, y, tanh(a), h, gamma, eps, MODE)
+        th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
+        z, y = _update(z, y, th, h, gamma, eps, MODE)
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
+        if STORE:
+            tl.store(PRE + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], th, mask=m)
 
 
 @triton.jit
 def _grid_backward(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H, MODE: tl.constexpr, HP: tl.constexpr,
                    BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr,
-                   GAPS: tl.constexpr, DHS: tl.constexpr):
+                   GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
     """Step n's backward on this program's columns (:func:`_backward_gate_tile`, then g_a [𝒲 | W] over the whole row
     of g_a after one barrier); λz, λy and the γ, ε sums stay in registers. LZ, LY (B, H): the final state's adjoints
     in, the initial state's out; AC (2, B, H): the γ, ε sums out; DHS: the columns' part of ∂L/∂h of every step into
-    DP (:func:`store_length_part`)."""
+    DP (:func:`store_length_part`). E: the encodings, whose tanh(a_n) it recomputes from the stored states (one or two
+    products a step), or with STORED the tanh(a_n) that :func:`_grid_forward` stored (STORE), each step's loaded one
+    step ahead: then only the adjoints' products, and one orientation of the weight tiles on chip."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, gamma, eps = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
-    wzt, wyt = _recurrent_tiles(WRT, cols, H, HP, MODE, True)
+    if STORED:
+        th_next = tile_at(E, T - 1, H, T * H, rows, rmask, cols, cmask, 0, T - 1)
+    else:  # the forward's orientation as well, for the recomputed pre-activations
+        wzt, wyt = _recurrent_tiles(WRT, cols, H, HP, MODE, True)
     wz, wy = _recurrent_tiles(WR, cols, H, HP, MODE)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
@@ -457,7 +466,11 @@ def _grid_backward(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, DP, SYNC, B, T, H
     for i in range(0, T):
         n = T - i
         h = step_length(dt, HS, rows, rmask, n, T, GAPS)
-        th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
+        if STORED:
+            th = th_next
+            th_next = tile_at(E, n - 2, H, T * H, rows, rmask, cols, cmask, 0, T - 1)
+        else:
+            th = tanh(_grid_preactivation(E, wzt, wyt, Z, Y, n, rows, rmask, cols, cmask, T, H, MODE, HP, PRECISION))
         if DHS:  # against λ_n, before this step's backward
             zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
             yp = tile(Y + (n - 1) * H, sS, rows, rmask, cols, cmask)
@@ -488,13 +501,14 @@ def transposed_weights(W_rec: torch.Tensor) -> torch.Tensor:
 
 
 class SecondOrderSequence(torch.autograd.Function):
-    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule) -> (ys, z_T, y_T)``; W_rec =
-    [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's step
-    lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they require
-    one (every schedule); schedule: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    """``apply(enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, train, schedule) -> (ys, z_T, y_T)``; W_rec
+    = [𝒲 | W] (H, 2H) for coRNN, W (H, H) for the oscillator; coefficients = (γ, ε); ``hs``: None, or each row's
+    step lengths (B, T) (``kernels.gaps.per_step_lengths``), which replace ``dt``, with their gradient where they
+    require one (every schedule); ``train``: whether autograd records the call (``torch.is_grad_enabled()`` at the
+    call); schedule: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, schedule="persistent"):
+    def forward(ctx, enc, W_rec, coefficients, z0, y0, dt, mode, hs, block_h, train, schedule="persistent"):
         # fixed at the forward (the backward recomputes with it); the neural oscillator takes IEEE products where
         # TF32 was asked for: it has no damping, and with TF32's 10-bit mantissas its gradients over 1000 steps lost
         # every digit (an H200: 3.4 relative on the initial state's; the interpreter's emulation: 1.0) -- measured on
@@ -516,9 +530,13 @@ class SecondOrderSequence(torch.autograd.Function):
         gaps = hs is not None
         hs = hs if gaps else consts  # read only with GAPS
         BB, BH = block_sizes(B, H, block_h)
+        ctx.stored = False  # tanh(a_n) stored in place of the encodings (saved as enc)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            pre = torch.empty_like(enc) if ctx.stored else None
             grid.launch_resident(_grid_forward, (enc, WRT, consts, hs, Z, Y), B, T, H, ctx.precision, MODE=mode,
-                                 GAPS=gaps)
+                                 GAPS=gaps, PRE=pre, STORE=ctx.stored)
+            enc = pre if ctx.stored else enc
         elif schedule == "grid":
             grid.launch(_grid, [enc, WRT, consts, Z, Y, hs], consts, B, T, H, block_h, ctx.precision, False,
                         MODE=mode, GAPS=gaps, DHS=False)
@@ -553,7 +571,7 @@ class SecondOrderSequence(torch.autograd.Function):
         if on_chip:
             LZ, LY = lz.clone(), ly  # one buffer each: the final state's adjoints in, the initial state's out
             grid.launch_resident(_grid_backward, (enc, W_rec, WRT, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, DP), B, T,
-                                 H, ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts)
+                                 H, ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts, STORED=ctx.stored)
         elif ctx.schedule in ("grid", "stepwise") or not resident(H, ctx.block_h):
             LZ, LY = enc.new_empty(2, B, H), enc.new_empty(2, B, H)  # two buffers: step n's and step n − 1's
             LZ[T % 2], LY[T % 2] = lz, ly
@@ -582,7 +600,7 @@ class SecondOrderSequence(torch.autograd.Function):
         else:
             d_W = torch.cat((outer_sum(G, Z[:, :-1]), d_Wy), dim=1)
         d_coefficients = AC.sum((1, 2)) if ctx.needs_input_grad[2] else None
-        return G, d_W, d_coefficients, LZ, LY, None, None, dhs, None, None
+        return G, d_W, d_coefficients, LZ, LY, None, None, dhs, None, None, None
 
 
 def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, schedule):
@@ -597,7 +615,7 @@ def _run(system, x, state, dt, unfolds, mode, W_rec, coefficients, block_h, sche
     if unfolds != 1:  # L sub-steps of dt/L with the input held (x encoded once)
         enc = enc.repeat_interleave(unfolds, dim=1)
     ys, z, y = grid.apply(SecondOrderSequence, enc, W_rec, coefficients, state[0], state[1], h, mode,
-                          hs, block_h, chosen)
+                          hs, block_h, torch.is_grad_enabled(), chosen)
     if unfolds != 1:
         ys = ys[:, unfolds - 1::unfolds]
     return ys, (z, y)
