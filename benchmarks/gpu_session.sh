@@ -8,10 +8,10 @@
 #   bash benchmarks/gpu_session.sh tests cells barrier trace liquidrows
 #                                                     # THERE (carry .whl; timeout_s 600): the gpu tests, every
 #                                                     #   cell under the default schedule, then what no lease has
-#                                                     #   measured yet (the grid barrier's cost a phase; LEM's
-#                                                     #   one-barrier forward and stored-gates backward; LEM's
-#                                                     #   kernels under BF16 and TF32 products; the liquid cells'
-#                                                     #   rows a program); about 5
+#                                                     #   measured yet (the grid barrier's cost a phase; the grid
+#                                                     #   kernels' variants: LEM's one-barrier forward, stored
+#                                                     #   gates, 4 warps; LEM's kernels under BF16 and TF32
+#                                                     #   products; the liquid cells' rows a program); about 5
 #                                                     #   minutes (2026-12-04: tests 104 s, cells 42 s, trace 14 s),
 #                                                     #   a cut drops the last; 8 files, the most a call returns
 #   bash benchmarks/gpu_session.sh profile tf32 fit   # a second command if the lease has 4 minutes left: where
@@ -49,9 +49,10 @@
 #              program (2: one warp, a thread per (row, neuron); LIQUID_ROWS="1 2 4 8" for more), at (32, 1000, 16),
 #              60 s each
 #   barrier    benchmarks/grid_barrier.py: µs a grid phase of the barrier alone, with the state's exchange, the
-#              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then LEM's training
-#              step under each ODELAB_LEM_GRID variant (two-barriers, one-barrier, stored-gates) at hidden 128, each
-#              kernel's time apart (kernel_trace.py), 90 s (the tests step's warm-up compiles the variants' kernels)
+#              loads alone and LEM's forward, over 2 … 16 column programs a batch block, 60 s; then the training
+#              step of LEM, coRNN and τ-GRU under each opt-in variant of the weights-on-chip grid kernels (LEM's one
+#              barrier a step, ODELAB_GRID_GATES=stored, ODELAB_GRID_WARPS=4, both) at hidden 128, each kernel's time
+#              apart (kernel_trace.py --grid), 120 s (the tests step's warm-up compiles the variants' kernels)
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
@@ -155,11 +156,12 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
         timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused --tf32 \
             --sizes "$spec" --repeats 1 --no-forward --out "/tmp/warm_tf32_$spec.json" >/dev/null 2>&1 &
     done
-    local variant  # LEM's opt-in grid kernels, which the barrier step traces
-    for variant in one-barrier stored-gates; do
-        ODELAB_LEM_GRID=$variant timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem \
-            --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" --repeats 1 --no-forward \
-            --out "/tmp/warm_$variant.json" >/dev/null 2>&1 &
+    local variant  # the opt-in grid kernels, which the barrier step traces (ODELAB_LEM_GRID, _GRID_GATES, _GRID_WARPS)
+    for variant in one-barrier,, ,stored, ,,4 ,stored,4; do
+        IFS=, read -r lem gates warps <<< "$variant"
+        ODELAB_LEM_GRID=$lem ODELAB_GRID_GATES=$gates ODELAB_GRID_WARPS=$warps timeout 130 $PY benchmarks/cell_speed.py \
+            --device "$DEVICE" --models lem,cornn,taugru --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
+            --repeats 1 --no-forward --out "/tmp/warm_grid_${lem}_${gates}_$warps.json" >/dev/null 2>&1 &
     done
     wait
     echo "== warm: done after $SECONDS s of the session" | tee -a "$RESULTS/gpu_session.log"
@@ -243,12 +245,13 @@ barrier() {  # where a grid phase's time goes: the barrier alone, with the state
     local smoke=()
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
     step barrier 60 $PY benchmarks/grid_barrier.py "${smoke[@]}" --out "$RESULTS/grid_barrier_$DEVICE.json"
-    # LEM's training step under each variant of its weights-on-chip grid kernels (ODELAB_LEM_GRID; the two others
-    # opt-in): one barrier a step forward; the forward's pre-activations stored, so that the backward computes four
-    # products a step instead of eight -- each kernel's time apart, against nn.LSTM
-    step lemgrid 90 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
-        --steps 5 --models lem,lstm --lem-grid two-barriers,one-barrier,stored-gates \
-        --out "$RESULTS/kernel_trace_${DEVICE}_lem_grid.json"
+    # the training step under each opt-in variant of the weights-on-chip grid kernels: LEM's forward with one
+    # barrier a step; the forwards' pre-activations stored, so that the backwards compute only the adjoints'
+    # products (LEM four a step instead of eight); 4 warps a program instead of 8 (fewer shared-memory wavefronts a
+    # multiprocessor in sm_90 PTX); both -- each kernel's time apart, against nn.LSTM
+    step gridvariants 120 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
+        --steps 5 --models lem,cornn,taugru,lstm --grid default,one-barrier,stored,4-warps,stored-4-warps \
+        --out "$RESULTS/kernel_trace_${DEVICE}_grid_variants.json"
 }
 
 tf32() {

@@ -1,7 +1,7 @@
 """Where a fused training step's time goes on the GPU: every kernel's device time, against the step's wall time.
 
     python benchmarks/kernel_trace.py [--models unicornn,lem,ltc] [--sizes 32x1000x16,128x1000x128]
-                                      [--steps 5] [--products ieee,bf16] [--lem-grid two-barriers,stored-gates]
+                                      [--steps 5] [--products ieee,bf16] [--grid default,stored,4-warps]
                                       [--out FILE] [--device cuda|cpu]
 
 For each model × size (the names of ``cell_speed.py``, so "lem-stepwise" runs that schedule): warm-up steps, the
@@ -11,9 +11,10 @@ sum (the GPU's busy time), and the host operators that took the most CPU time. A
 its kernels' sum waits on the host (launches, Python, allocations); one near it waits on its kernels, and the
 kernel list says which. JSON into ``--out`` (default benchmarks/results/kernel_trace.json), written after every
 row. ``--products`` runs every row once per float32 product setting of the CUDA kernels (``ODELAB_FLOAT32_PRODUCTS``,
-read at each forward; default: the environment's), each row naming its own; ``--lem-grid`` likewise once per
-variant of LEM's weights-on-chip grid kernels (``ODELAB_LEM_GRID``; rows of other models once). ``--device cpu``
-checks the script without a GPU (host operators only).
+read at each forward; default: the environment's), each row naming its own; ``--grid`` likewise once per setting
+of the opt-in variants of the weights-on-chip grid kernels (:data:`GRID_SETTINGS`: their environment variables;
+"one-barrier" is LEM's alone, so other models' rows skip it). ``--device cpu`` checks the script without a GPU (host
+operators only).
 """
 from __future__ import annotations
 
@@ -31,6 +32,24 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cell_speed import ANCHORS, MODELS, build, scheduled, set_engine, sync, training_step  # noqa: E402
+
+
+GRID_SETTINGS = {  # --grid: the environment of each variant of the weights-on-chip grid kernels (odelab.kernels.cuda)
+    "default": {},
+    "one-barrier": {"ODELAB_LEM_GRID": "one-barrier"},  # LEM only
+    "stored": {"ODELAB_GRID_GATES": "stored"},
+    "4-warps": {"ODELAB_GRID_WARPS": "4"},
+    "stored-4-warps": {"ODELAB_GRID_GATES": "stored", "ODELAB_GRID_WARPS": "4"},
+}
+GRID_VARIABLES = ("ODELAB_LEM_GRID", "ODELAB_GRID_GATES", "ODELAB_GRID_WARPS")
+
+
+def uses_grid_setting(name: str, variant: str) -> bool:
+    """Whether ``--grid``'s ``variant`` changes model ``name``'s kernels: not an anchor's, nor a named schedule's
+    ("lem-stepwise"), and "one-barrier" LEM's alone."""
+    if name in ANCHORS or name.endswith(("-stepwise", "-persistent")):
+        return False
+    return variant != "one-barrier" or name == "lem"
 
 
 def device_time_ms(event) -> float:
@@ -95,9 +114,9 @@ def main() -> None:
     parser.add_argument("--products", default=None,
                         help="comma separated ODELAB_FLOAT32_PRODUCTS settings (ieee, tf32, tf32x3, bf16), each row "
                              "once under each; default: the environment's")
-    parser.add_argument("--lem-grid", default=None,
-                        help="comma separated ODELAB_LEM_GRID variants (two-barriers, one-barrier, stored-gates), each "
-                             "LEM row once under each; default: the environment's")
+    parser.add_argument("--grid", default=None,
+                        help=f"comma separated settings of the grid kernels ({', '.join(GRID_SETTINGS)}), each row "
+                             "once under each; default: the environment's")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kernel_trace.json"))
     args = parser.parse_args()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -116,22 +135,21 @@ def main() -> None:
         unknown = [p for p in settings if p not in FLOAT32_PRODUCTS]
         if unknown:
             parser.error(f"--products: unknown {unknown}; choose from {', '.join(FLOAT32_PRODUCTS)}")
-    if args.lem_grid:
-        from odelab.kernels.cuda.lem import GRID_ENV, GRID_VARIANTS
-
-        variants = [v.strip() for v in args.lem_grid.split(",")]
-        unknown = [v for v in variants if v not in GRID_VARIANTS]
+    if args.grid:
+        variants = [v.strip() for v in args.grid.split(",")]
+        unknown = [v for v in variants if v not in GRID_SETTINGS]
         if unknown:
-            parser.error(f"--lem-grid: unknown {unknown}; choose from {', '.join(GRID_VARIANTS)}")
+            parser.error(f"--grid: unknown {unknown}; choose from {', '.join(GRID_SETTINGS)}")
     for spec in args.sizes.split(","):
         size = tuple(map(int, spec.split("x")))
         for products, variant, name in itertools.product(settings, variants, names):
-            if variant is not None and not name.startswith("lem") and variant != variants[0]:
-                continue  # another model: one row
+            if variant != variants[0] and not uses_grid_setting(name, variant):
+                continue  # one row
             if products is not None:
                 os.environ[PRODUCTS_ENV] = products
             if variant is not None:
-                os.environ[GRID_ENV] = variant
+                for key in GRID_VARIABLES:
+                    os.environ[key] = GRID_SETTINGS[variant].get(key, "")
             try:
                 row = trace(name, size, args.device, args.steps)
             except Exception as err:  # a model that cannot run here (FlashRNN's limits): reported, the rest go on
@@ -139,8 +157,8 @@ def main() -> None:
                 print(f"\n{name} {size}: {err!r}")
             else:
                 row["products"] = products  # None: the environment's
-                row["lem_grid"] = variant if name.startswith("lem") else None
-                for what, value in (("float32 products", products), ("LEM's grid kernels", row["lem_grid"])):
+                row["grid"] = variant if variant is None or uses_grid_setting(name, variant) else None
+                for what, value in (("float32 products", products), ("grid kernels", row["grid"])):
                     if value is not None:
                         print(f"\n  ({what}: {value})")
                 show(row)

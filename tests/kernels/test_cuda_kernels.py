@@ -1142,27 +1142,33 @@ jobs += [(lem._lem_grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS
                                        num_warps=8)) for gaps, dhs in gap_grads for stored in (False, True)]
 jobs += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
          for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs]
-jobs += [(oscillators._grid_forward, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))
-         for mode in (0, 1, 2) for gaps in (False, True)]  # oscillators' on chip
+jobs += [(oscillators._grid_forward, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, STORE=store,
+                                          num_warps=8))
+         for mode in (0, 1, 2) for gaps in (False, True) for store in (False, True)]  # oscillators' on chip
 jobs += [(oscillators._grid_backward, dict(MODE=mode, HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs,
-                                           num_warps=8)) for mode in (0, 1, 2) for gaps, dhs in gap_grads]
+                                           STORED=stored, num_warps=8))
+         for mode in (0, 1, 2) for gaps, dhs in gap_grads for stored in (False, True)]
 jobs += [(oscillators._grid, dict(BACKWARD=bw, MODE=mode, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=dhs,
                                   num_warps=8))
          for bw in (False, True) for mode in (0, 1, 2) for gaps, dhs in gap_grads if bw or not dhs]
-jobs += [(delay_gru._grid_forward, dict(c, HP=128, BB=16, BH=16, LIMIT=1 << 22, DROP=drop, num_warps=8))  # on chip
-         for c in (tau, dgru) for drop in (False, True)]
+jobs += [(delay_gru._grid_forward, dict(c, HP=128, BB=16, BH=16, LIMIT=1 << 22, DROP=drop, STORE=store,
+                                        num_warps=8))  # on chip
+         for c in (tau, dgru) for drop in (False, True) for store in (False, True)]
 jobs += [(delay_gru._grid_backward, dict(c, ED=ed, HAS_D=True, HP=128, BB=16, BH=16, LIMIT=1 << 22, DROP=drop,
-                                         num_warps=8)) for c, ed in ((tau, 1), (dgru, 0)) for drop in (False, True)]
+                                         STORED=stored, num_warps=8))
+         for c, ed in ((tau, 1), (dgru, 0)) for drop in (False, True) for stored in (False, True)]
 jobs += [(delay_gru._grid, dict(c, BACKWARD=bw, ED=ed, HAS_D=True, BB=16, BH=32, LIMIT=1 << 22, DROP=drop,
                                 num_warps=8))
          for c, ed in ((tau, 1), (dgru, 0)) for bw in (False, True) for drop in (False, True)]
-jobs += [(gru._grid_forward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, num_warps=8))  # GRU-ODE's on chip
-         for gaps in (False, True)]
-jobs += [(gru._grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
-         for gaps, dhs in gap_grads]
+jobs += [(gru._grid_forward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, STORE=store, num_warps=8))
+         for gaps in (False, True) for store in (False, True)]  # GRU-ODE's on chip
+jobs += [(gru._grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gaps, DHS=dhs, STORED=stored,
+                                   num_warps=8)) for gaps, dhs in gap_grads for stored in (False, True)]
 jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2), RESET_AFTER=ra, BB=16, BH=32,
                           LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
          for bw in (False, True) for ra in (True, False) for gaps, dhs in gap_grads if bw or not dhs]
+four_warps = [(fn, dict(c, num_warps=4)) for fn, c in jobs  # ODELAB_GRID_WARPS=4: the on-chip kernels, IEEE float32
+              if c.get("HP") == 128 and not any(c.get(k) for k in ("GAPS", "DROP"))]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)
@@ -1232,6 +1238,9 @@ for fn, constexprs in jobs:
         for precision in precisions if "PRECISION" in fn.arg_names else (None,):
             compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)
             count += 1
+for fn, constexprs in four_warps:
+    compile_(fn, dict(constexprs, PRECISION="ieee"), "fp32")
+    count += 1
 print("compiled", count)
 """
 
@@ -1785,18 +1794,25 @@ def test_liquid_grid_on_the_gpu(name, size):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", [(128, 60, 128), (40, 200, 96)], ids=lambda s: "x".join(map(str, s)))
-def test_lem_grid_variants_on_the_gpu(size, monkeypatch):
-    """``ODELAB_LEM_GRID=one-barrier`` and ``stored-gates`` with real concurrent programs (8 × 8 and 3 × 6), float64:
-    the two-barrier grid kernels' bits, outputs and gradients."""
-    from odelab.kernels.cuda import lem
+@pytest.mark.parametrize("name", list(WEIGHTS_ON_CHIP))
+def test_grid_variants_on_the_gpu(name, size, monkeypatch):
+    """The opt-in variants of the weights-on-chip grid kernels with real concurrent programs (8 × 8 and 3 × 6),
+    float64: ``ODELAB_GRID_GATES=stored``, ``ODELAB_GRID_WARPS=4`` and (LEM) ``ODELAB_LEM_GRID=one-barrier`` give
+    the default kernels' outputs and gradients to 1e-12 (the same sums; the interpreter gives the same bits, a
+    compiler may contract a product into an FMA in one kernel and not in another)."""
+    from odelab.kernels.cuda import grid, lem
 
+    variants = {"": {}, "stored": {grid.GATES_ENV: "stored"}, "4 warps": {grid.WARPS_ENV: "4"}}
+    if name == "lem":
+        variants["one-barrier"] = {lem.GRID_ENV: "one-barrier"}
     results = {}
-    for choice in ("", "one-barrier", "stored-gates"):
-        monkeypatch.setenv(lem.GRID_ENV, choice)
-        results[choice], _ = _grid_and_stepwise("lem", *size, torch.float64, None)
-    for choice in ("one-barrier", "stored-gates"):
-        for a, b in zip(results[""]["grid"], results[choice]["grid"], strict=True):
-            assert torch.equal(a, b)
+    for variant, env in variants.items():
+        for key in (grid.GATES_ENV, grid.WARPS_ENV, lem.GRID_ENV):
+            monkeypatch.setenv(key, env.get(key, ""))
+        results[variant], _ = _grid_and_stepwise(name, *size, torch.float64, None)
+    for variant in variants:
+        for a, b in zip(results[""]["grid"], results[variant]["grid"], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=variant)
 
 
 # -- inside a caller's CUDA graph capture (torch.cuda.graph) ---------------------------------------------------

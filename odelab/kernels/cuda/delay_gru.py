@@ -365,7 +365,6 @@ def _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta,
     """:func:`_branches` with the weights, h and the step's encoded input (:func:`_inputs_resident`) in
     registers (h, hd: this program's columns, or the whole rows against column tiles of the weights)."""
     zero = eu * 0.0
-    target = zero
     u = zero
     z = zero
     a = zero + 1.0
@@ -375,15 +374,24 @@ def _branches_resident(eu, ez, ea, eg, h, hd, wut, wgt, wat, w2t, alpha, beta,
         if U_DELAYED:
             pu = dot(hd, w2t, pu, PRECISION)
         u = tanh(pu)
-        target = beta * u
     if HAS_Z:
         z = tanh(dot(hd, w2t, ez, PRECISION))
         if HAS_A:
             a = sigmoid(dot(h, wat, ea, PRECISION))
-        target += alpha * (a * z)
     if HAS_G:
         g = sigmoid(dot(h, wgt, eg, PRECISION))
-    return target, u, z, a, g
+    return _target(u, z, a, alpha, beta, HAS_U, HAS_Z), u, z, a, g
+
+
+@triton.jit
+def _target(u, z, a, alpha, beta, HAS_U: tl.constexpr, HAS_Z: tl.constexpr):
+    """β u + α a ⊙ z of the present branches (u = tanh(·), z = tanh(·), a = σ̂(·) or 1)."""
+    target = u * 0.0
+    if HAS_U:
+        target = beta * u
+    if HAS_Z:
+        target += alpha * (a * z)
+    return target
 
 
 @triton.jit
@@ -578,9 +586,11 @@ def _grid_forward(E, WH, W2, WHT, W2T, C, S, SYNC, B, T, H, M, D, NE: tl.constex
                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, HP: tl.constexpr, BB: tl.constexpr,
-                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, DROP: tl.constexpr):
+                  BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, DROP: tl.constexpr, PRE=None,
+                  STORE: tl.constexpr = False):
     """h_n on this program's columns for every step, kept in registers, a barrier after each step; DROP: from h̃,
-    q̃."""
+    q̃. With STORE its columns of each step's branches u, z, a, g (those present) into PRE (B, T, NE·H) at their
+    encodings' blocks, stored after the step's barrier (drained while the next step computes)."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sS = (T + 1) * H
@@ -600,6 +610,16 @@ def _grid_forward(E, WH, W2, WHT, W2T, C, S, SYNC, B, T, H, M, D, NE: tl.constex
         h = h + dt * (g * target - g * h)
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
+        if STORE:
+            at = PRE + (n - 1) * NE * H + rows[:, None] * (T * NE * H) + cols[None, :]
+            if HAS_U:
+                tl.store(at + EU * H, u, mask=m)
+            if HAS_Z:
+                tl.store(at + EZ * H, z, mask=m)
+                if HAS_A:
+                    tl.store(at + EA * H, a, mask=m)
+            if HAS_G:
+                tl.store(at + EG * H, g, mask=m)
 
 
 @triton.jit
@@ -608,10 +628,12 @@ def _grid_backward(E, WH, W2, WHT, W2T, C, S, GO, G, L, LD, SYNC, B, T, H, M, D,
                    U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                    WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
                    HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
-                   LIMIT: tl.constexpr, DROP: tl.constexpr):
+                   LIMIT: tl.constexpr, DROP: tl.constexpr, STORED: tl.constexpr = False):
     """Step n's backward on this program's columns (:func:`_backward_resident`'s, the products over the whole rows
     of the pre-activation gradients after one barrier); λ in registers, L (B, H): the final state's adjoint in,
-    the initial state's out; DROP as there."""
+    the initial state's out; DROP as there. E: the encodings, whose branches it recomputes from the stored states,
+    or with STORED the branches u, z, a, g that :func:`_grid_forward` stored (STORE), each step's loaded one step
+    ahead: then only the adjoints' products, and one orientation of the weight tiles."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt, alpha, beta = tl.load(C), tl.load(C + 1), tl.load(C + 2)
     sE = T * NE * H
@@ -619,19 +641,28 @@ def _grid_backward(E, WH, W2, WHT, W2T, C, S, GO, G, L, LD, SYNC, B, T, H, M, D,
     wu, wut, wg, wgt, wa, wat, w2, w2t = _weights_grid(WH, W2, WHT, W2T, cols, H, HP, HAS_U, HAS_Z, HAS_G, HAS_A,
                                                        U_DELAYED, WU, WG, WA)
     lam = tile(L, H, rows, rmask, cols, cmask)
+    stored = _inputs_resident(E, T, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ, EG, EA,
+                              BB, BH)
     k = 0
     spins = LIMIT
     for i in range(0, T):
         n = T - i
         gp = G + (n - 1) * NE * H
-        eu, ez, ea, eg = _inputs_resident(E, n, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU,
-                                          EZ, EG, EA, BB, BH)
+        eu, ez, ea, eg = stored
+        stored = _inputs_resident(E, n - 1, rows, rmask, cols, cmask, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ,
+                                  EG, EA, BB, BH)  # loaded while step n computes (the encodings, or STORED)
         h_row, hd_row = _grid_rows(S, n, M, rows, rmask, T, H, HP)
         h, _, go = _stored_resident(S, GO, n, M, rows, rmask, cols, cmask, T, H)
         if DROP:
             h_row, hd_row, h, k0, k1 = _grid_dropped(D, n, h_row, hd_row, h, rows, rmask, cols, cmask, T, H, HP)
-        target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
-                                                HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
+        if STORED:  # the branches themselves (a, g: 1 where absent)
+            u, z = eu, ez
+            a = ea if HAS_A else ea * 0.0 + 1.0
+            g = eg if HAS_G else eg * 0.0 + 1.0
+            target = _target(u, z, a, alpha, beta, HAS_U, HAS_Z)
+        else:
+            target, u, z, a, g = _branches_resident(eu, ez, ea, eg, h_row, hd_row, wut, wgt, wat, w2t, alpha, beta,
+                                                    HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, PRECISION)
         _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U, HAS_Z,
                               HAS_G, HAS_A, EU, EZ, EG, EA)
         k, spins = grid.barrier(SYNC, k, spins)  # also orders LD's columns, written by this program m steps ago
@@ -670,14 +701,16 @@ def transposed(W: torch.Tensor) -> torch.Tensor:
 
 
 class DelayGRUSequence(torch.autograd.Function):
-    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, schedule) -> (hs, h_T)``;
+    """``apply(enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, train, schedule) -> (hs,
+    h_T)``;
     ``layout`` = (NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, ED, h_rows) with h_rows the
     (encoding block, weight_h block) pairs of the maps of h; ``drop``: None or the state-dropout factors (B, T, 2, H)
     (no gradient): step n runs from h̃ = drop[:, n − 1, 0] ⊙ h_{n−1} and q̃ = drop[:, n − 1, 1] ⊙ h_{n−1−m};
-    ``schedule``: "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
+    ``train``: whether autograd records the call (``torch.is_grad_enabled()`` at the call); ``schedule``:
+    "persistent", "stepwise" or "grid" (``grid.schedule_for``)."""
 
     @staticmethod
-    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, schedule="persistent"):
+    def forward(ctx, enc, weight_h, W2, h0, dt, alpha, beta, lag, layout, block_h, drop, train, schedule="persistent"):
         ctx.precision = dot_precision(enc.dtype)  # fixed at the forward: the backward recomputes with it
         B, T, _ = enc.shape
         H = h0.shape[1]
@@ -691,8 +724,13 @@ class DelayGRUSequence(torch.autograd.Function):
         D = drop.to(enc.dtype).contiguous() if dropped else consts  # read only with DROP
         BB, BH = block_sizes(B, H, block_h)
         flags = dict(zip(_FLAGS[:13], layout[:13]), DROP=dropped)
+        ctx.stored = False  # the branches stored in place of the encodings (saved as enc)
         if schedule == "grid" and grid.resident(B, H, block_h, enc.device, ctx.precision):
-            grid.launch_resident(_grid_forward, (enc, *maps, consts, S), B, T, H, ctx.precision, M=lag, D=D, **flags)
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            pre = torch.empty_like(enc) if ctx.stored else None
+            grid.launch_resident(_grid_forward, (enc, *maps, consts, S), B, T, H, ctx.precision, M=lag, D=D, **flags,
+                                 PRE=pre, STORE=ctx.stored)
+            enc = pre if ctx.stored else enc
         elif schedule == "grid":  # the backward's two flags, unused forward
             grid.launch(_grid, [enc, *maps[:2], consts, S, D, *maps[2:]], consts, B, T, H, block_h, ctx.precision,
                         False, M=lag, **flags, ED=0, HAS_D=False)
@@ -727,7 +765,7 @@ class DelayGRUSequence(torch.autograd.Function):
         if ctx.schedule == "grid" and grid.resident(B, H, ctx.block_h, enc.device, ctx.precision):
             L[0] = L[T % 2]
             grid.launch_resident(_grid_backward, (enc, weight_h, W2, WHT, W2T, consts, S, grad_hs, G, L[0], LD), B, T,
-                                 H, ctx.precision, M=lag, D=D, **flags)
+                                 H, ctx.precision, M=lag, D=D, **flags, STORED=ctx.stored)
         elif ctx.schedule == "grid":
             grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D, WHT, W2T], consts, B, T, H,
                         ctx.block_h, ctx.precision, True, M=lag, **flags)
@@ -755,7 +793,7 @@ class DelayGRUSequence(torch.autograd.Function):
             if T > lag:  # step n's delayed pre-activation against h_{n−1−m} (with dropout q̃)
                 delayed = D[:, lag:, 1] * S[:, : T - lag] if ctx.dropped else S[:, : T - lag]
                 d_W2 = outer_sum(G[:, lag:, ed * H:(ed + 1) * H], delayed)
-        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None, None, None
+        return G, d_weight_h, d_W2, L[0].clone(), None, None, None, None, None, None, None, None, None
 
 
 def _lag(lags) -> int:
@@ -784,7 +822,7 @@ def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chos
             enc = enc.repeat_interleave(unfolds, dim=1)  # sub-steps of dt/L, input held; lags count sub-steps
         chunks.add_history(enc, before, lag, system.W2, branch, keep=drop)
         hs, hT = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h0, float(dt) / unfolds, alpha, beta,
-                            lag, layout, block_h, drop, chosen)
+                            lag, layout, block_h, drop, torch.is_grad_enabled(), chosen)
         return hs[:, unfolds - 1::unfolds], _final(lags, hT, before, h0, hs)
     B, T = x.shape[:2]
     out, h = None, h0
@@ -795,7 +833,7 @@ def _run(system, x, state, dt, unfolds, lags, layout, alpha, beta, block_h, chos
         chunks.add_history(enc, before if t0 == 0 else carried_history(before, h0, out[:, :t0], lag), lag,
                            system.W2, branch, keep=keep)
         hs, h = grid.apply(DelayGRUSequence, enc, system.weight_h, system.W2, h, float(dt), alpha, beta, lag, layout,
-                           block_h, keep, chosen)
+                           block_h, keep, torch.is_grad_enabled(), chosen)
         if out is None:
             out = hs.new_empty(B, T, H)
         out[:, t0:t0 + hs.shape[1]] = hs

@@ -23,19 +23,19 @@ runs again with the stepwise schedule (:func:`apply`), which its device keeps fr
 
 LEM, coRNN, the neural oscillator, GRU-ODE (reset after), τ-GRU and Delay GRU from hidden 33 to 128 go one step
 further (:func:`resident`; ``_grid_forward`` / ``_grid_backward`` in each module, ``_lem_grid_…`` for LEM): a
-program keeps its 16-wide column tiles of the weights (both orientations in the backward) on chip for the whole
-sequence and reads only the whole rows of the states (or of the pre-activation gradients) each phase, cuDNN's
-persistent-RNN layout. On chip means shared memory under the default IEEE float32 products, whose FMA products
-Triton feeds from shared memory (each thread reads its column of a tile, 128 floats, every phase: with ldmatrix,
-free of bank conflicts, because every tile is a :func:`column_tile` of rows contiguous along its columns -- of W for
-the products G W, of a transposed copy of W for S Wᵀ; read from W's own rows, S Wᵀ's loads put 8 lanes on the same
-banks, ``benchmarks/shared_banks.py``), and registers
-under TF32 or BF16 products (sm_90, Triton 3.9: LEM's forward 76 registers and 40 KB of shared memory, 32 KB of it
-the weights, against 186 and 176 registers; the register-resident kernels up to hidden 32 likewise). Their
+program keeps its 16-wide column tiles of the weights (both orientations in the backward, one where the forward
+stored its gates: :func:`stored_gates`) on chip for the whole sequence and reads only the whole rows of the states
+(or of the pre-activation gradients) each phase, cuDNN's persistent-RNN layout. On chip means shared memory under
+the default IEEE float32 products, whose FMA products Triton feeds from shared memory (each thread reads its column
+of a tile, 128 floats, every phase: with ldmatrix, free of bank conflicts, because every tile is a
+:func:`column_tile` of rows contiguous along its columns -- of W for the products G W, of a transposed copy of W for
+S Wᵀ; read from W's own rows, S Wᵀ's loads put 8 lanes on the same banks, ``benchmarks/shared_banks.py``), and
+registers under TF32 or BF16 products (sm_90, Triton 3.9: LEM's forward 76 registers and 40 KB of shared memory, 32
+KB of it the weights, against 186 and 176 registers; the register-resident kernels up to hidden 32 likewise). Their
 backwards need fewer barriers than phases (LEM 2 a step instead of 3, the others 1 instead of 2): the last phase
 writes only this program's λ columns, which no other program reads. The liquid cells' synapses are not a matrix
-product (a sigmoid per (batch, j, i)): their grid driver runs the step kernels, whose
-parameter tiles a program re-reads every sub-step from its L1.
+product (a sigmoid per (batch, j, i)): their grid driver runs the step kernels, whose parameter tiles a program
+re-reads every sub-step from its L1.
 
 Triton's interpreter runs a grid's programs one after another, so there a barrier can only be met by a batch
 block of one column tile (``block_h`` ≥ hidden); :func:`rows_per_block` refuses more.

@@ -461,7 +461,8 @@ def _lem_grid_forward_one_barrier(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H,
     bits), and writes them (the programs write equal values to the same addresses); a CTA barrier then lets it read
     them back for its columns of y_n, and only y_n crosses programs. A program does the W1, Wz products of every
     column tile (their tiles read from memory every step, the next tile's while the current one multiplies) for
-    half the grid barriers. Opt-in (``ODELAB_LEM_GRID=one-barrier``; not with ``ODELAB_GRID_GATES=stored``), its GPU speed not measured yet."""
+    half the grid barriers. Opt-in (``ODELAB_LEM_GRID=one-barrier``; not with ``ODELAB_GRID_GATES=stored``), its GPU
+    speed not measured yet."""
     rows, rmask, cols, cmask, m = grid.block(B, H, BB, BH)
     dt = tl.load(C)
     sS = (T + 1) * H
