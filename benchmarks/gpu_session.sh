@@ -14,8 +14,10 @@
 #                                                     #   products; the liquid cells' rows a program); about 5
 #                                                     #   minutes (2026-12-04: tests 104 s, cells 42 s, trace 14 s),
 #                                                     #   a cut drops the last; 8 files, the most a call returns
-#   bash benchmarks/gpu_session.sh profile tf32 fit   # a second command if the lease has 4 minutes left: where
-#                                                     #   LEM's and UnICORNN's kernels stall (Nsight Compute), TF32
+#   bash benchmarks/gpu_session.sh captured profile tf32 fit
+#                                                     # a second command if the lease has 4 minutes left: the
+#                                                     #   steps replayed from CUDA graphs, where LEM's and
+#                                                     #   UnICORNN's kernels stall (Nsight Compute), TF32
 #                                                     #   products under the grid schedule, the FHN paper fit (then
 #                                                     #   quickfit, irregular, dropout, bf16)
 # 2026-12-04's lease ran tests cells liquid fit irregular dropout (479 s), then trace, tf32x3, bf16 and generic.
@@ -67,6 +69,9 @@
 #              LRCU-A and nn.LSTM at the two smaller sizes, 90 s; then LEM and coRNN at hidden 128 with BF16 and with
 #              TF32 products (their grid kernels' forward and backward apart; one JSON), 60 s
 #   generic    LEM's generic engine and the hand-written loop, 60 s
+#   captured   the training step replayed from a CUDA graph (cell_speed.py --captured): UnICORNN, LEM, coRNN,
+#              GRU-ODE, τ-GRU, LTC, LRCU-A and cuDNN's LSTM captured alike at (32, 1000, 16) and (128, 1000, 128),
+#              where a step's host side (Python, autograd, launches) weighs most, 90 s
 #   quickfit   the quick FHN preset's test RMSE with either engine, 2 × 90 s (the generic engine takes about a
 #              second a training step on the GPU: FIT_EPOCHS=10 fits both in a lease)
 #   profile    Nsight Compute on LEM's grid kernels at hidden 128 (100 s) and UnICORNN's at hidden 16 (60 s)
@@ -168,13 +173,14 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
 }
 
 SIZES=${SIZES:-32x1000x16,128x1000x128,1024x1000x256}
-[ "$SMOKE" = 1 ] && SIZES=4x20x8 && LEM_GRID_SIZES=4x20x8
+[ "$SMOKE" = 1 ] && SIZES=4x20x8 && LEM_GRID_SIZES=4x20x8 && CAPTURED_SIZES=4x20x8
 # CELLS=... narrows the presets; flashrnn: FlashRNN's LSTM (carried as a wheel), the issue's second anchor
 # (NAME: the CUDA default, the grid-synchronised schedule from hidden 33 since 2026-11-26's seventh session;
 # NAME-stepwise: the stepwise schedule, the default before; NAME-persistent, the one-launch kernels)
 ALL_CELLS=lem,lem-stepwise,cornn,cornn-stepwise,oscillator,oscillator-stepwise,gru-ode,gru-ode-stepwise
 ALL_CELLS=$ALL_CELLS,taugru,taugru-stepwise,delaygru,delaygru-stepwise,cornn-implicit,unicornn,unicornn-reversible
 CELLS=${CELLS:-$ALL_CELLS,lstm,lstm-ieee,gru,flashrnn}
+CAPTURED_CELLS=${CAPTURED_CELLS:-unicornn,unicornn-reversible,lem,cornn,gru-ode,taugru,ltc,lrcu-a,lstm,lstm-ieee}
 # the liquid cells: their own step, one repeat (NAME: the CUDA default, synapse tiles from hidden 17 under the
 # grid schedule; NAME-stepwise: the same tiles a launch per phase)
 LIQUID_CELLS=${LIQUID_CELLS:-ltc,ltc-stepwise,lrcu-a,lrcu-a-stepwise,lrcu-s,stc,lstm,lstm-ieee}
@@ -252,6 +258,12 @@ barrier() {  # where a grid phase's time goes: the barrier alone, with the state
     step gridvariants 120 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
         --steps 5 --models lem,cornn,taugru,lstm --grid default,one-barrier,stored,4-warps,stored-4-warps \
         --out "$RESULTS/kernel_trace_${DEVICE}_grid_variants.json"
+}
+
+captured() {  # the training step replayed from a CUDA graph, odelab's kernels and cuDNN's LSTM alike
+    step captured 90 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CAPTURED_CELLS" --engines fused \
+        --sizes "${CAPTURED_SIZES:-32x1000x16,128x1000x128}" --repeats 3 --no-forward --captured \
+        --out "$RESULTS/cell_speed_${DEVICE}_captured.json"
 }
 
 tf32() {
@@ -390,7 +402,7 @@ quickfit() {
 for name in "$@"; do
     case "$name" in
         wheels) wheels ;;
-        tests|grid|cells|liquid|irregular|dropout|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
-        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, irregular, dropout, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart)"; exit 2 ;;
+        tests|grid|cells|liquid|irregular|dropout|liquidrows|barrier|fit|solvers|enso|tf32|tf32x3|bf16|trace|generic|quickfit|profile|coldstart|captured) [ -n "${SETUP_DONE:-}" ] || { setup; SETUP_DONE=1; }; "$name" ;;
+        *) echo "unknown step: $name (wheels, tests, grid, cells, liquid, irregular, dropout, liquidrows, barrier, fit, solvers, enso, tf32, tf32x3, bf16, trace, generic, quickfit, profile, coldstart, captured)"; exit 2 ;;
     esac
 done

@@ -6,7 +6,8 @@
 Folders newest first: the newest that measured a figure gives it (older ones are marked). Reads
 cell_speed_cuda*.json (fused cells against cuDNN's nn.LSTM/nn.GRU, torch's default and with IEEE products; the
 kernels' IEEE and, in *_tf32.json, TF32 products, in
-*_tf32x3.json three TF32 products, in *_bf16.json bfloat16-rounded operands),
+*_tf32x3.json three TF32 products, in *_bf16.json bfloat16-rounded operands; with ``--captured``, each step
+replayed from a CUDA graph too),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
 the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs), irregular_cuda_16.json and
@@ -61,6 +62,12 @@ LABELS = {"lstm": "nn.LSTM (cuDNN)", "gru": "nn.GRU (cuDNN)", "lstm-ieee": "nn.L
           "gru-ieee": "nn.GRU (cuDNN, IEEE products)", "flashrnn": "FlashRNN LSTM (Triton)"}
 
 
+def captured_row(folders: list[Path], model: str, size: tuple) -> dict | None:
+    """The newest IEEE row of ``model`` at ``size`` with a captured step (``cell_speed.py --captured``), if any."""
+    return next((r for r in cell_rows(folders, "ieee") if r["model"] == model and r.get("fwd_bwd_captured_median_s")
+                 and (r["batch"], r["time"], r["hidden"]) == size), None)
+
+
 def label(model: str) -> str:
     if model.endswith("-grid"):
         return f"{model[:-5]}, grid-synchronised (the CUDA default)"
@@ -104,6 +111,11 @@ def cells_table(folders: list[Path]) -> str:
                 if r.get("fwd_peak_memory_bytes") is not None:
                     cell += f" (forward {r['fwd_peak_memory_bytes'] / 2**20:.0f} MiB)"
                 cell += mark(r["folder"])
+            c = captured_row(folders, model, size)
+            if c is not None:  # the step replayed from a CUDA graph (cell_speed.py --captured)
+                ratio = c.get("fwd_bwd_captured_over_lstm_captured")
+                cell += (f"; captured {1e3 * c['fwd_bwd_captured_median_s']:.2f} ms"
+                         + (f" ({ratio:.2f}× the captured LSTM)" if ratio and model != "lstm" else "") + mark(c["folder"]))
             for name, rows in others:
                 t = find(rows, model, size)
                 if t is not None and model != "lstm":
@@ -296,7 +308,7 @@ ratio to cuDNN's nn.LSTM measured in the same run with torch's default, which le
 cores for float32 (`torch.backends.cudnn.rnn.fp32_precision = "tf32"`), and, from the folders that ran it, to the
 same nn.LSTM with IEEE products ("IEEE", as odelab's kernels compute by default); peak memory of one step (and
 of one forward under `torch.no_grad()`, where measured);
-"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`), "BF16" with bfloat16-rounded operands (`ODELAB_FLOAT32_PRODUCTS=bf16`). Up to hidden 32 every schedule runs the same register-resident
+"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`), "BF16" with bfloat16-rounded operands (`ODELAB_FLOAT32_PRODUCTS=bf16`), "captured" the same step recorded once as a CUDA graph and replayed (`cell_speed.py --captured`; against cuDNN's LSTM captured alike). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
 seventh session) for every preset but UnICORNN. The liquid cells (LTC, STC, LRCU) keep theirs up to hidden 16 and
 from 17 run over synapse tiles since 2026-11-27 (the rows of older folders: their batch-block kernels):
