@@ -1793,11 +1793,11 @@ def test_liquid_grid_on_the_gpu(name, size):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("size", [(128, 60, 128), (40, 200, 96)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", list(WEIGHTS_ON_CHIP))
+@pytest.mark.parametrize("name, size", [(name, (128, 60, 128)) for name in WEIGHTS_ON_CHIP] + [("lem", (40, 200, 96))],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
 def test_grid_variants_on_the_gpu(name, size, monkeypatch):
-    """The opt-in variants of the weights-on-chip grid kernels with real concurrent programs (8 × 8 and 3 × 6),
-    float64: ``ODELAB_GRID_GATES=stored``, ``ODELAB_GRID_WARPS=4`` and (LEM) ``ODELAB_LEM_GRID=one-barrier`` give
+    """The opt-in variants of the weights-on-chip grid kernels with real concurrent programs (8 × 8, and 3 × 6 for
+    LEM), float64: ``ODELAB_GRID_GATES=stored``, ``ODELAB_GRID_WARPS=4`` and (LEM) ``ODELAB_LEM_GRID=one-barrier`` give
     the default kernels' outputs and gradients to 1e-12 (the same sums; the interpreter gives the same bits, a
     compiler may contract a product into an FMA in one kernel and not in another)."""
     from odelab.kernels.cuda import grid, lem
