@@ -2,7 +2,7 @@
 
     python benchmarks/kernel_trace.py [--models unicornn,lem,ltc] [--sizes 32x1000x16,128x1000x128]
                                       [--steps 5] [--products ieee,bf16] [--grid default,stored,4-warps]
-                                      [--out FILE] [--device cuda|cpu]
+                                      [--out FILE] [--append] [--device cuda|cpu]
 
 For each model × size (the names of ``cell_speed.py``, so "lem-stepwise" runs that schedule): warm-up steps, the
 median wall time of ``--steps`` plain training steps (forward + backward of a mean loss, synchronised), then the same
@@ -118,6 +118,7 @@ def main() -> None:
                         help=f"comma separated settings of the grid kernels ({', '.join(GRID_SETTINGS)}), each row "
                              "once under each; default: the environment's")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kernel_trace.json"))
+    parser.add_argument("--append", action="store_true", help="keep the rows already in --out and add these")
     args = parser.parse_args()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in MODELS and n not in ANCHORS]
@@ -125,7 +126,7 @@ def main() -> None:
         parser.error(f"--models: unknown {unknown}; choose from {', '.join([*MODELS, *ANCHORS])}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch.cuda.is_available() is False")
-    rows = []
+    rows = json.loads(Path(args.out).read_text())["rows"] if args.append and Path(args.out).exists() else []
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     settings, variants = [None], [None]
     if args.products:  # the CUDA kernels' settings (Triton's modules, imported only here)

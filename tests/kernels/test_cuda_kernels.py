@@ -1577,6 +1577,50 @@ def test_stored_gates_give_the_same_bits(name, dtype, monkeypatch):
     assert launched[-1] is False
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_lem_stored_gates_where_the_weights_stream(dtype, monkeypatch):
+    """``ODELAB_GRID_GATES=stored`` on LEM's step kernels (the stepwise schedule, and the grid's where the weights do
+    not stay on chip: a tile width asked for here, hidden > 128 on a GPU): the forward's phases store [p1, q, p2, r]
+    and the backward's y- and z-steps read them (three products a step instead of seven), with the default's bits,
+    the gaps' gradient included."""
+    from odelab.kernels.cuda import grid, lem
+
+    monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)
+    flags = []
+    launch, steps = grid.launch, lem.step_launches
+
+    def launched(driver, *args, **meta):
+        flags.append(("grid", meta.get("BACKWARD", args[-1] if args else None), meta.get("STORED")))
+        return launch(driver, *args, **meta)
+
+    def stepped(kernel, *args, **meta):
+        flags.append(("stepwise", kernel.fn.__name__, meta.get("STORE", meta.get("STORED"))))
+        return steps(kernel, *args, **meta)
+
+    monkeypatch.setattr(grid, "launch", launched)
+    monkeypatch.setattr(lem, "step_launches", stepped)
+    results = {}
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        results[gates], _ = _grid_and_stepwise("lem", 19, 5, 13, dtype, 16)
+    for schedule in ("grid", "stepwise"):
+        for a, b in zip(results[""][schedule], results["stored"][schedule], strict=True):
+            assert torch.equal(a, b), schedule
+    assert [f[2] for f in flags] == [False] * 4 + [True] * 4
+    torch.manual_seed(1)
+    model = cells.LEM(3, 13).to(device=DEVICE, dtype=dtype)
+    x = torch.randn(4, 6, 3, device=DEVICE, dtype=dtype)
+    gaps = (0.2 + torch.rand(4, 6, device=DEVICE, dtype=dtype)).requires_grad_()
+    grads = {}
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        out, _ = kernel(PRESETS["lem"][1])(model.system, x, model.system.initial_state(4), gaps, block_h=16,
+                                           schedule="stepwise")
+        grads[gates] = torch.autograd.grad(out.sum(), [gaps, *model.parameters()])
+    for a, b in zip(grads[""], grads["stored"], strict=True):
+        assert torch.equal(a, b)
+
+
 def test_grid_knobs_are_checked(monkeypatch):
     """A misspelt ``ODELAB_LEM_GRID``, ``ODELAB_GRID_GATES`` or ``ODELAB_GRID_WARPS`` is an error that names the
     choices, not a silent default; unset, each gives the default."""

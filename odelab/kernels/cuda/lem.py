@@ -4,8 +4,8 @@
     y_n = y_{n−1} + Δt (σ̂(p2) ⊙ tanh(r) − σ̂(p2) ⊙ y_{n−1}),  p2 = W2 y_{n−1} + a2,  r = Wy z_n + ay
 
 with [a1, az, a2, ay] = ``system.encode(x)`` (one GEMM in torch, its backward by autograd). The forward keeps
-the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them (or, on the weights-on-chip grid with
-``ODELAB_GRID_GATES=stored``, reads the pre-activations the forward stored) and writes the gradient of every
+the states z_0..z_T, y_0..y_T; the backward recomputes the gates from them (or, with ``ODELAB_GRID_GATES=stored``
+on the grid and stepwise schedules, reads the pre-activations the forward stored) and writes the gradient of every
 pre-activation [p1, q, p2, r] per step (= the gradient of the encoding); the weight gradients are then three
 GEMMs over all steps: dW1z = Σ [g_p1, g_q]ᵀ y_{n−1}, dW2 = Σ g_p2ᵀ y_{n−1}, dWy = Σ g_rᵀ z_n. With the constexpr
 GAPS (irregular sampling), Δt is each row's own step n, HS[row, n − 1] (``_common.step_length``); with DHS as well
@@ -34,70 +34,88 @@ from .stepwise import launch_steps
 
 @triton.jit
 def _gate_pair(E, k, WAT, SA, WBT, SB, PREV, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
-               PRECISION: tl.constexpr):
+               PRECISION: tl.constexpr, STORED: tl.constexpr = False):
     """On columns c0 : c0 + BH of step n: (SA WAᵀ + e_k, SB WBᵀ + e_{k+1}, PREV[n − 1], mask), with SA, SB rows
     of the state buffers, e_k the k-th H-wide block of the encoded input [a1, az, a2, ay] and WAT, WBT the
-    transposed weights (:func:`transposed_weights`)."""
+    transposed weights (:func:`transposed_weights`); with STORED, E holds the pre-activations [p1, q, p2, r]
+    themselves (stored by the forward, :func:`_store_pair`): no product."""
     sE = T * 4 * H
     sS = (T + 1) * H
     e = E + (n - 1) * 4 * H + k * H
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
-    zero = tl.zeros((BB, BH), dtype=PREV.dtype.element_ty)
-    a = mv(zero, SA, sS, rows, rmask, WAT, H, c0, H, H, True, BH, PRECISION)
-    a += tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-    b = mv(zero, SB, sS, rows, rmask, WBT, H, c0, H, H, True, BH, PRECISION)
-    b += tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    a = tl.load(e + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    b = tl.load(e + H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+    if not STORED:
+        zero = tl.zeros((BB, BH), dtype=PREV.dtype.element_ty)
+        a = mv(zero, SA, sS, rows, rmask, WAT, H, c0, H, H, True, BH, PRECISION) + a
+        b = mv(zero, SB, sS, rows, rmask, WBT, H, c0, H, H, True, BH, PRECISION) + b
     prev = tl.load(PREV + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     return a, b, prev, m
 
 
 @triton.jit
-def _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
-    """(p1, q, z_{n−1}, mask) of step n on columns c0 : c0 + BH (W1ZT: [W1ᵀ; Wzᵀ])."""
+def _store_pair(PRE, k, a, b, n, c0, rows, m, T, H, BH: tl.constexpr):
+    """Step n's pre-activations a, b of columns c0 : c0 + BH into blocks k, k + 1 of PRE (B, T, 4H, the encodings'
+    layout), for a backward that reads them (:func:`_gate_pair` with STORED)."""
+    at = PRE + (n - 1) * 4 * H + k * H + rows[:, None] * (T * 4 * H) + (c0 + tl.arange(0, BH))[None, :]
+    tl.store(at, a, mask=m)
+    tl.store(at + H, b, mask=m)
+
+
+@triton.jit
+def _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr,
+             STORED: tl.constexpr = False):
+    """(p1, q, z_{n−1}, mask) of step n on columns c0 : c0 + BH (W1ZT: [W1ᵀ; Wzᵀ]; STORED: read, not computed)."""
     yp = Y + (n - 1) * H
-    return _gate_pair(E, 0, W1ZT, yp, W1ZT + H * H, yp, Z, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    return _gate_pair(E, 0, W1ZT, yp, W1ZT + H * H, yp, Z, n, c0, rows, rmask, T, H, BB, BH, PRECISION, STORED)
 
 
 @triton.jit
 def _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
-             PRECISION: tl.constexpr):
-    """(p2, r, y_{n−1}, mask) of step n on columns c0 : c0 + BH (z_n written; W2T, WYT: W2ᵀ, Wyᵀ)."""
-    return _gate_pair(E, 2, W2T, Y + (n - 1) * H, WYT, Z + n * H, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+             PRECISION: tl.constexpr, STORED: tl.constexpr = False):
+    """(p2, r, y_{n−1}, mask) of step n on columns c0 : c0 + BH (z_n written; W2T, WYT: W2ᵀ, Wyᵀ; STORED: read)."""
+    return _gate_pair(E, 2, W2T, Y + (n - 1) * H, WYT, Z + n * H, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION,
+                      STORED)
 
 
 @triton.jit
 def _z_tile(E, W1ZT, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
-            PRECISION: tl.constexpr):
-    """Columns c0 : c0 + BH of z_n from (z_{n−1}, y_{n−1})."""
+            PRECISION: tl.constexpr, PRE=None, STORE: tl.constexpr = False):
+    """Columns c0 : c0 + BH of z_n from (z_{n−1}, y_{n−1}); with STORE, p1 and q into PRE."""
     p1, q, z, m = _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
     s1 = sigmoid(p1)
     z = z + dt * (s1 * tanh(q) - s1 * z)
     tl.store(Z + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], z, mask=m)
+    if STORE:
+        _store_pair(PRE, 0, p1, q, n, c0, rows, m, T, H, BH)
 
 
 @triton.jit
 def _y_tile(E, W2T, WYT, Z, Y, dt, n, c0, rows, rmask, T, H, BB: tl.constexpr, BH: tl.constexpr,
-            PRECISION: tl.constexpr):
-    """Columns c0 : c0 + BH of y_n from (y_{n−1}, z_n)."""
+            PRECISION: tl.constexpr, PRE=None, STORE: tl.constexpr = False):
+    """Columns c0 : c0 + BH of y_n from (y_{n−1}, z_n); with STORE, p2 and r into PRE."""
     p2, r, y, m = _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
     s2 = sigmoid(p2)
     y = y + dt * (s2 * tanh(r) - s2 * y)
     tl.store(Y + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], y, mask=m)
+    if STORE:
+        _store_pair(PRE, 2, p2, r, n, c0, rows, m, T, H, BH)
 
 
 @triton.jit
 def _backward_y_tile(E, W2T, WYT, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr,
-                     BH: tl.constexpr, PRECISION: tl.constexpr):
+                     BH: tl.constexpr, PRECISION: tl.constexpr, STORED: tl.constexpr = False):
     """The y-step of step n on columns c0 : c0 + BH: g_p2, g_r and λy's direct part, λy read from LY[n % 2] and
-    written to LY[(n − 1) % 2] (LY: (2, B, H)); returns the rows' part of ∂L/∂Δt from these columns."""
+    written to LY[(n − 1) % 2] (LY: (2, B, H)); returns the rows' part of ∂L/∂Δt from these columns (STORED: p2,
+    r read from E, the forward's pre-activations)."""
     sE = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
     cols = c0 + tl.arange(0, BH)
-    p2, r, y, m = _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    p2, r, y, m = _y_gates(E, W2T, WYT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION, STORED)
     ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     s2 = sigmoid(p2)
     tr = tanh(r)
@@ -111,15 +129,15 @@ def _backward_y_tile(E, W2T, WYT, Z, Y, G, LY, dt, n, c0, rows, rmask, B, T, H, 
 
 @triton.jit
 def _backward_z_tile(E, W1ZT, WY, Z, Y, G, LZ, dt, n, c0, rows, rmask, B, T, H, BB: tl.constexpr,
-                     BH: tl.constexpr, PRECISION: tl.constexpr):
+                     BH: tl.constexpr, PRECISION: tl.constexpr, STORED: tl.constexpr = False):
     """The z-step of step n on columns c0 : c0 + BH: λz_n in full (+ g_r Wy of every column), g_p1, g_q, and
     λz_{n−1} into LZ[(n − 1) % 2]; returns the rows' part of ∂L/∂Δt from these columns (W1ZT: [W1ᵀ; Wzᵀ], WY:
-    Wy itself)."""
+    Wy itself; STORED: p1, q read from E, the forward's pre-activations)."""
     sE = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
     cols = c0 + tl.arange(0, BH)
-    p1, q, z, m = _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+    p1, q, z, m = _z_gates(E, W1ZT, Z, Y, n, c0, rows, rmask, T, H, BB, BH, PRECISION, STORED)
     lz = mv(tl.zeros((BB, BH), dtype=Z.dtype.element_ty), g + 3 * H, sE, rows, rmask, WY, H, c0, H, H, True, BH,
             PRECISION)
     lz += tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
@@ -206,36 +224,40 @@ def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n"])
 def _lem_step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr, GAPS: tl.constexpr):
+              PRECISION: tl.constexpr, GAPS: tl.constexpr, STORE: tl.constexpr = False):
     """The stepwise schedule (stepwise.py): phase PHASE of step n (0: z_n, 1: y_n) on one (batch block, column
     tile) program; TABLE = the addresses of [E, W1ZT, W2T, WYT, Z, Y, C, HS] (the transposed weights,
-    :func:`transposed_weights`; HS: the per-step lengths, with GAPS)."""
+    :func:`transposed_weights`; HS: the per-step lengths, with GAPS) and, with STORE, PRE (B, T, 4H): the
+    pre-activations [p1, q, p2, r] of every step, for a backward with STORED."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(tl.load(address(TABLE, 6, REF)), address(TABLE, 7, REF), rows, rmask, n, T, GAPS)
+    PRE = address(TABLE, 8, REF) if STORE else E
     if PHASE == 0:
-        _z_tile(E, address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION)
+        _z_tile(E, address(TABLE, 1, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH, PRECISION, PRE, STORE)
     else:
         _y_tile(E, address(TABLE, 2, REF), address(TABLE, 3, REF), Z, Y, dt, n, c0, rows, rmask, T, H, BB, BH,
-                PRECISION)
+                PRECISION, PRE, STORE)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                       PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+                       PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
     TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, WT] (WT: the transposed weights, for the
-    recomputed gates) and, with DHS, DP (B, T, 2 · column tiles): the y- and z-steps write their columns' parts of
-    ∂L/∂Δt_n, λy_n ∂y_n/∂Δt and λz_n ∂z_n/∂Δt, into slot PHASE · tiles + tile (:func:`store_length_part`)."""
+    recomputed gates; with STORED, E is the pre-activations the forward stored, and they are read instead: three
+    products a step instead of seven) and, with DHS, DP (B, T, 2 · column tiles): the y- and z-steps write their
+    columns' parts of ∂L/∂Δt_n, λy_n ∂y_n/∂Δt and λz_n ∂z_n/∂Δt, into slot PHASE · tiles + tile
+    (:func:`store_length_part`)."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 7, REF)
     dt = step_length(tl.load(address(TABLE, 10, REF)), address(TABLE, 11, REF), rows, rmask, n, T, GAPS)
     WT = address(TABLE, 12, REF)
     if PHASE == 0:
         part = _backward_y_tile(E, WT + 2 * H * H, WT + 3 * H * H, Z, Y, G, address(TABLE, 9, REF), dt, n, c0, rows,
-                                rmask, B, T, H, BB, BH, PRECISION)
+                                rmask, B, T, H, BB, BH, PRECISION, STORED)
     elif PHASE == 1:
         part = _backward_z_tile(E, WT, address(TABLE, 3, REF), Z, Y, G, address(TABLE, 8, REF), dt, n, c0, rows,
-                                rmask, B, T, H, BB, BH, PRECISION)
+                                rmask, B, T, H, BB, BH, PRECISION, STORED)
     else:
         _backward_ly_tile(address(TABLE, 1, REF), address(TABLE, 2, REF), G, address(TABLE, 6, REF),
                           address(TABLE, 9, REF), n, c0, rows, rmask, B, T, H, BB, BH, PRECISION)
@@ -247,20 +269,22 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
 
 @triton.jit
 def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+              PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+              STORED: tl.constexpr = False):
     """The grid-synchronised schedule (grid.py): the phases of :func:`_lem_step` (or, BACKWARD, of
     :func:`_lem_step_backward`, steps T … 1, DHS as its) for every step in one launch, a barrier of the batch
-    block's column programs after each; TABLE as theirs."""
+    block's column programs after each; TABLE as theirs; STORED: the forward stores its pre-activations (STORE),
+    the backward reads them."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(3):
-                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, GAPS, DHS)
+                _lem_step_backward(TABLE, REF, T - i, B, T, H, phase, BB, BH, PRECISION, GAPS, DHS, STORED)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
             for phase in tl.static_range(2):
-                _lem_step(TABLE, REF, i + 1, B, T, H, phase, BB, BH, PRECISION, GAPS)
+                _lem_step(TABLE, REF, i + 1, B, T, H, phase, BB, BH, PRECISION, GAPS, STORED)
                 k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -626,13 +650,16 @@ class LEMSequence(torch.autograd.Function):
                 grid.launch_resident(_lem_grid_forward, (enc, *transposed, Z, Y, consts, hs), B, T, H, ctx.precision,
                                      GAPS=gaps, PRE=pre, STORE=ctx.stored)
                 enc = pre if ctx.stored else enc
-        elif schedule == "grid":
-            grid.launch(_lem_grid, [enc, *transposed, Z, Y, consts, hs], consts, B, T, H, block_h,
-                        ctx.precision, False, GAPS=gaps, DHS=False)
-        elif schedule == "stepwise":
-            launch_steps([enc, *transposed, Z, Y, consts, hs],
-                         step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision,
-                                       GAPS=gaps))
+        elif schedule in ("grid", "stepwise"):  # the weights streamed through the step kernels' phases
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            table = [enc, *transposed, Z, Y, consts, hs] + ([torch.empty_like(enc)] if ctx.stored else [])
+            if schedule == "grid":
+                grid.launch(_lem_grid, table, consts, B, T, H, block_h, ctx.precision, False, GAPS=gaps, DHS=False,
+                            STORED=ctx.stored)
+            else:
+                launch_steps(table, step_launches(_lem_step, 2, range(1, T + 1), consts, B, T, H, BB, BH,
+                                                  ctx.precision, GAPS=gaps, STORE=ctx.stored))
+            enc = table[-1] if ctx.stored else enc
         else:
             forward = _lem_forward_resident if resident(H, block_h) else _lem_forward
             forward[(triton.cdiv(B, BB),)](enc, *transposed, Z, Y, consts, hs, B, T, H, BB=BB, BH=BH,
@@ -670,10 +697,10 @@ class LEMSequence(torch.autograd.Function):
             table = tensors + ([DP] if in_parts else [])
             if ctx.schedule == "grid":
                 grid.launch(_lem_grid, table, consts, B, T, H, ctx.block_h, ctx.precision, True, GAPS=gaps,
-                            DHS=in_parts)
+                            DHS=in_parts, STORED=ctx.stored)
             elif ctx.schedule == "stepwise":
                 launch_steps(table, step_launches(_lem_step_backward, 3, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                                  ctx.precision, GAPS=gaps, DHS=in_parts))
+                                                  ctx.precision, GAPS=gaps, DHS=in_parts, STORED=ctx.stored))
             else:
                 _lem_backward[(triton.cdiv(B, BB),)](enc, weight_y, W2, Wy, WT, Z, Y, grad_ys, G, LZ, LY, consts, hs,
                                                      B, T, H, DH, BB=BB, BH=BH, PRECISION=ctx.precision,
