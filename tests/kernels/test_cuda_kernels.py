@@ -1581,7 +1581,7 @@ def test_stored_gates_give_the_same_bits(name, dtype, monkeypatch):
 def test_lem_stored_gates_where_the_weights_stream(dtype, monkeypatch):
     """``ODELAB_GRID_GATES=stored`` on LEM's step kernels (the stepwise schedule, and the grid's where the weights do
     not stay on chip: a tile width asked for here, hidden > 128 on a GPU): the forward's phases store [p1, q, p2, r]
-    and the backward's y- and z-steps read them (three products a step instead of seven), with the default's bits,
+    and the backward's y- and z-steps read them (four products a step instead of eight), with the default's bits,
     the gaps' gradient included."""
     from odelab.kernels.cuda import grid, lem
 

@@ -244,8 +244,8 @@ def _lem_step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, BB: tl.const
                        PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
     """Phase PHASE of the backward of step n (0: the y-step, 1: the z-step, 2: λy_{n−1}) on one program;
     TABLE = the addresses of [E, W1Z, W2, WY, Z, Y, GO, G, LZ, LY, C, HS, WT] (WT: the transposed weights, for the
-    recomputed gates; with STORED, E is the pre-activations the forward stored, and they are read instead: three
-    products a step instead of seven) and, with DHS, DP (B, T, 2 · column tiles): the y- and z-steps write their
+    recomputed gates; with STORED, E is the pre-activations the forward stored, and they are read instead: four
+    products a step instead of eight) and, with DHS, DP (B, T, 2 · column tiles): the y- and z-steps write their
     columns' parts of ∂L/∂Δt_n, λy_n ∂y_n/∂Δt and λz_n ∂z_n/∂Δt, into slot PHASE · tiles + tile
     (:func:`store_length_part`)."""
     rows, rmask, c0, E, Z, Y = _step_program(TABLE, REF, B, BB, BH)
