@@ -189,13 +189,14 @@ def test_dropout_lags_and_ablations(name, where, launched, monkeypatch):
     assert launched == kernels
 
 
+@pytest.mark.parametrize("where", ["stepwise", "grid", "grid-weights-on-chip"])
 @pytest.mark.parametrize("name", list(CELLS))
-def test_dropout_with_stored_branches(name, launched, monkeypatch):
-    """``ODELAB_GRID_GATES=stored``: the grid kernels with weights on chip whose backward reads the branches the
-    forward stored, with dropout, lags 0, 1 and beyond T, no delay, the ablations and sub-steps, float64, against the
-    generic loop."""
+def test_dropout_with_stored_branches(name, where, launched, monkeypatch):
+    """``ODELAB_GRID_GATES=stored``: the stepwise and grid kernels whose backward reads the branches the forward
+    stored (the maps streamed, or on chip), with dropout, lags 0, 1 and beyond T, no delay, the ablations and
+    sub-steps, float64, against the generic loop."""
     monkeypatch.setenv(grid.GATES_ENV, "stored")
-    batch, time, hidden, block_h, schedule, kernels = SCHEDULES["grid-weights-on-chip"]
+    batch, time, hidden, block_h, schedule, kernels = SCHEDULES[where]
     run = runner(name, schedule, block_h, monkeypatch)
     assert_within(dropout_errors(CELLS[name](3, hidden), run, batch, time, hidden, torch.float64), torch.float64)
     assert launched == kernels

@@ -1167,8 +1167,23 @@ jobs += [(gru._grid_backward, dict(HP=128, BB=16, BH=16, LIMIT=1 << 22, GAPS=gap
 jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2), RESET_AFTER=ra, BB=16, BH=32,
                           LIMIT=1 << 22, GAPS=gaps, DHS=dhs, num_warps=8))
          for bw in (False, True) for ra in (True, False) for gaps, dhs in gap_grads if bw or not dhs]
-four_warps = [(fn, dict(c, num_warps=4)) for fn, c in jobs  # ODELAB_GRID_WARPS=4: the on-chip kernels, IEEE float32
-              if c.get("HP") == 128 and not any(c.get(k) for k in ("GAPS", "DROP"))]
+# compiled with IEEE float32 products only: ODELAB_GRID_WARPS=4 on chip, and
+ieee_only = [(fn, dict(c, num_warps=4)) for fn, c in jobs
+             if c.get("HP") == 128 and not any(c.get(k) for k in ("GAPS", "DROP"))]
+# ODELAB_GRID_GATES=stored where the weights stream (LEM's and the delay cells' step kernels and grid drivers)
+ieee_only += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=gaps and bw, STORED=True,
+                                   num_warps=8)) for bw in (False, True) for gaps in (False, True)]
+ieee_only += [(lem._lem_step, dict(PHASE=phase, BB=16, BH=bh, GAPS=False, STORE=True, num_warps=warps(bh)))
+              for phase in (0, 1) for bh in (16, 32)]
+ieee_only += [(lem._lem_step_backward, dict(PHASE=phase, BB=16, BH=bh, GAPS=False, DHS=False, STORED=True,
+                                            num_warps=warps(bh))) for phase in (0, 1) for bh in (16, 32)]
+ieee_only += [(delay_gru._grid, dict(c, BACKWARD=bw, ED=ed, HAS_D=True, BB=16, BH=32, LIMIT=1 << 22, DROP=drop,
+                                     STORED=True, num_warps=8))
+              for c, ed in ((tau, 1), (dgru, 0)) for bw in (False, True) for drop in (False, True)]
+ieee_only += [(delay_gru._step, dict(c, PHASE=0, BB=16, BH=16, DROP=False, STORE=True, num_warps=warps(16)))
+              for c in (tau, dgru)]
+ieee_only += [(delay_gru._step_backward, dict(c, ED=ed, HAS_D=True, PHASE=0, BB=16, BH=16, DROP=False, STORED=True,
+                                              num_warps=warps(16))) for c, ed in ((tau, 1), (dgru, 0))]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)
@@ -1238,7 +1253,7 @@ for fn, constexprs in jobs:
         for precision in precisions if "PRECISION" in fn.arg_names else (None,):
             compile_(fn, constexprs if precision is None else dict(constexprs, PRECISION=precision), dtype)
             count += 1
-for fn, constexprs in four_warps:
+for fn, constexprs in ieee_only:
     compile_(fn, dict(constexprs, PRECISION="ieee"), "fp32")
     count += 1
 print("compiled", count)
@@ -1575,6 +1590,24 @@ def test_stored_gates_give_the_same_bits(name, dtype, monkeypatch):
         kernel(target)(model.system, torch.randn(19, 5, 3, device=DEVICE, dtype=dtype),
                        model.system.initial_state(19), model.dt, model.unfolds, lags_of(model), schedule="grid")
     assert launched[-1] is False
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["taugru", "delaygru"])
+def test_delay_stored_branches_where_the_maps_stream(name, dtype, monkeypatch):
+    """``ODELAB_GRID_GATES=stored`` on τ-GRU's and the Delay GRU's step kernels (stepwise, and the grid's where the
+    maps stream): the forward stores the branches u, z, a, g, the backward's gate phase reads them, with the
+    default's bits."""
+    from odelab.kernels.cuda import grid
+
+    monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)
+    results = {}
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        results[gates], _ = _grid_and_stepwise(name, 19, 5, 13, dtype, 16)
+    for schedule in ("grid", "stepwise"):
+        for a, b in zip(results[""][schedule], results["stored"][schedule], strict=True):
+            assert torch.equal(a, b), schedule
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])

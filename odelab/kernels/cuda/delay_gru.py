@@ -69,11 +69,12 @@ def _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: t
               HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
               U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
               WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-              PRECISION: tl.constexpr, DROP: tl.constexpr):
+              PRECISION: tl.constexpr, DROP: tl.constexpr, STORED: tl.constexpr = False):
     """(target, u, z, a, g, h, mask) of step n on columns c0 : c0 + BH, from h = h_{n−1} and the delayed
     h_{n−1−m} (zero before the first state); absent branches give 0 (u, z) or 1 (a, g). With DROP (state dropout,
     D the (B, T, 2, H) factors): from h̃ = K0 ⊙ h_{n−1} and q̃ = K1 ⊙ h_{n−1−m} (K = D[:, n − 1]), h = h̃. WHT, W2T:
-    the maps transposed (:func:`transposed`)."""
+    the maps transposed (:func:`transposed`). With STORED, E holds the branches u, z, a, g that the forward stored
+    (:func:`_store_branches`), read instead of computed."""
     sE = T * NE * H
     sS = (T + 1) * H
     sD = T * 2 * H
@@ -85,36 +86,50 @@ def _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE: t
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
     zero = tl.zeros((BB, BH), dtype=S.dtype.element_ty)
-    one = zero + 1.0
-    target = zero
     u = zero
     z = zero
-    a = one
-    g = one
+    a = zero + 1.0
+    g = zero + 1.0
     if HAS_U:
-        pu = tl.load(e + EU * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pu = _mv_kept(pu, hp, sS, k0, sD, rows, rmask, WHT + WU * H * H, c0, H, BH, PRECISION, DROP)
-        if U_DELAYED:
-            pu = _mv_kept(pu, hd, sS, k0 + H, sD, rows, dmask, W2T, c0, H, BH, PRECISION, DROP)
-        u = tanh(pu)
-        target = beta * u
+        u = tl.load(e + EU * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+        if not STORED:
+            pu = _mv_kept(u, hp, sS, k0, sD, rows, rmask, WHT + WU * H * H, c0, H, BH, PRECISION, DROP)
+            if U_DELAYED:
+                pu = _mv_kept(pu, hd, sS, k0 + H, sD, rows, dmask, W2T, c0, H, BH, PRECISION, DROP)
+            u = tanh(pu)
     if HAS_Z:
-        pz = tl.load(e + EZ * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pz = _mv_kept(pz, hd, sS, k0 + H, sD, rows, dmask, W2T, c0, H, BH, PRECISION, DROP)
-        z = tanh(pz)
+        z = tl.load(e + EZ * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+        if not STORED:
+            z = tanh(_mv_kept(z, hd, sS, k0 + H, sD, rows, dmask, W2T, c0, H, BH, PRECISION, DROP))
         if HAS_A:
-            pa = tl.load(e + EA * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-            pa = _mv_kept(pa, hp, sS, k0, sD, rows, rmask, WHT + WA * H * H, c0, H, BH, PRECISION, DROP)
-            a = sigmoid(pa)
-        target += alpha * (a * z)
+            a = tl.load(e + EA * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+            if not STORED:
+                a = sigmoid(_mv_kept(a, hp, sS, k0, sD, rows, rmask, WHT + WA * H * H, c0, H, BH, PRECISION, DROP))
     if HAS_G:
-        pg = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
-        pg = _mv_kept(pg, hp, sS, k0, sD, rows, rmask, WHT + WG * H * H, c0, H, BH, PRECISION, DROP)
-        g = sigmoid(pg)
+        g = tl.load(e + EG * H + rows[:, None] * sE + cols[None, :], mask=m, other=0.0)
+        if not STORED:
+            g = sigmoid(_mv_kept(g, hp, sS, k0, sD, rows, rmask, WHT + WG * H * H, c0, H, BH, PRECISION, DROP))
     h = tl.load(hp + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     if DROP:
         h = h * tl.load(k0 + rows[:, None] * sD + cols[None, :], mask=m, other=0.0)
-    return target, u, z, a, g, h, m
+    return _target(u, z, a, alpha, beta, HAS_U, HAS_Z), u, z, a, g, h, m
+
+
+@triton.jit
+def _store_branches(PRE, n, rows, cols, m, u, z, a, g, T, H, NE: tl.constexpr, HAS_U: tl.constexpr,
+                    HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr, EU: tl.constexpr,
+                    EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr):
+    """Step n's branches u, z, a, g (those present) of columns ``cols`` into PRE (B, T, NE·H) at their encodings'
+    blocks, for a backward that reads them (STORED)."""
+    at = PRE + (n - 1) * NE * H + rows[:, None] * (T * NE * H) + cols[None, :]
+    if HAS_U:
+        tl.store(at + EU * H, u, mask=m)
+    if HAS_Z:
+        tl.store(at + EZ * H, z, mask=m)
+        if HAS_A:
+            tl.store(at + EA * H, a, mask=m)
+    if HAS_G:
+        tl.store(at + EG * H, g, mask=m)
 
 
 @triton.jit
@@ -122,14 +137,17 @@ def _forward_tile(E, WHT, W2T, S, D, dt, alpha, beta, n, c0, rows, rmask, T, H, 
                   HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                   U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                   WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr, DROP: tl.constexpr):
-    """Columns c0 : c0 + BH of h_n = h + Δt (g ⊙ target − g ⊙ h) (eq. 14 / eq. 12; with DROP, h = h̃)."""
-    target, _, _, _, g, h, m = _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
+                  PRECISION: tl.constexpr, DROP: tl.constexpr, PRE=None, STORE: tl.constexpr = False):
+    """Columns c0 : c0 + BH of h_n = h + Δt (g ⊙ target − g ⊙ h) (eq. 14 / eq. 12; with DROP, h = h̃); with STORE,
+    the branches into PRE (:func:`_store_branches`)."""
+    target, u, z, a, g, h, m = _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
                                          HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH,
                                          PRECISION, DROP)
     cols = c0 + tl.arange(0, BH)
     h = h + dt * (g * target - g * h)
     tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=m)
+    if STORE:
+        _store_branches(PRE, n, rows, cols, m, u, z, a, g, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ, EG, EA)
 
 
 @triton.jit
@@ -154,16 +172,16 @@ def _backward_gates_tile(E, WHT, W2T, S, D, G, L, dt, alpha, beta, n, c0, rows, 
                          HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                          U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr,
                          EA: tl.constexpr, WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr,
-                         BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
+                         BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr, STORED: tl.constexpr = False):
     """The pre-activation gradients of step n on columns c0 : c0 + BH from λ_n = L[n % 2], and λ_{n−1}'s direct
-    part λ_n (1 − Δt g) into L[(n − 1) % 2] (L: (2, B, H))."""
+    part λ_n (1 − Δt g) into L[(n − 1) % 2] (L: (2, B, H)); STORED: the branches read (:func:`_branches`)."""
     sE = T * NE * H
     cur = n % 2
     gp = G + (n - 1) * NE * H
     cols = c0 + tl.arange(0, BH)
     target, u, z, a, g, h, m = _branches(E, WHT, W2T, S, D, alpha, beta, n, c0, rows, rmask, T, H, M, NE, HAS_U,
                                          HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH,
-                                         PRECISION, DROP)
+                                         PRECISION, DROP, STORED)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     _store_gate_gradients(gp, sE, rows, cols, m, lam, target, h, u, z, a, g, dt, alpha, beta, H, HAS_U, HAS_Z, HAS_G,
                           HAS_A, EU, EZ, EG, EA)
@@ -267,17 +285,20 @@ def _step(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.constexpr,
           HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
           U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
           WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr, DROP: tl.constexpr):
+          PRECISION: tl.constexpr, DROP: tl.constexpr, STORE: tl.constexpr = False):
     """The stepwise schedule (stepwise.py): step n (one phase, PHASE = 0) on one (batch block, column tile)
     program; TABLE = the addresses of [E, WH, W2, C, S, D, WHT, W2T] (D: the dropout factors, read with DROP; WHT,
-    W2T: the maps transposed, :func:`transposed`, the only ones read forward)."""
+    W2T: the maps transposed, :func:`transposed`, the only ones read forward) and, with STORE, PRE (B, T, NE·H): the
+    branches of every step, for a backward with STORED."""
     tl.static_assert(PHASE == 0)
     rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
     D = S  # not read without DROP
     if DROP:
         D = address(TABLE, 5, REF)
+    PRE = address(TABLE, 8, REF) if STORE else E
     _forward_tile(E, address(TABLE, 6, REF), address(TABLE, 7, REF), S, D, dt, alpha, beta, n, c0, rows, rmask, T, H,
-                  M, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP)
+                  M, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG, WA, BB, BH, PRECISION, DROP,
+                  PRE, STORE)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -285,10 +306,12 @@ def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.conste
                    HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
                    U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
                    WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
-                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr):
+                   BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DROP: tl.constexpr,
+                   STORED: tl.constexpr = False):
     """Phase PHASE of the backward of step n (0: the pre-activation gradients, 1: λ_{n−1}) on one program;
     TABLE = the addresses of [E, WH, W2, C, S, GO, G, L, LD, D, WHT, W2T] (D read with DROP; WHT, W2T: the maps
-    transposed, for the recomputed pre-activations)."""
+    transposed, for the recomputed pre-activations; with STORED, E is the branches the forward stored, read
+    instead)."""
     rows, rmask, c0, E, WH, W2, S, dt, alpha, beta = _step_program(TABLE, REF, B, BB, BH)
     G = address(TABLE, 6, REF)
     L = address(TABLE, 7, REF)
@@ -298,7 +321,7 @@ def _step_backward(TABLE, REF, n, B, T, H, M, PHASE: tl.constexpr, NE: tl.conste
     if PHASE == 0:
         _backward_gates_tile(E, address(TABLE, 10, REF), address(TABLE, 11, REF), S, D, G, L, dt, alpha, beta, n, c0,
                              rows, rmask, B, T, H, M, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU,
-                             WG, WA, BB, BH, PRECISION, DROP)
+                             WG, WA, BB, BH, PRECISION, DROP, STORED)
     else:
         _backward_adjoint_tile(WH, W2, address(TABLE, 5, REF), G, L, address(TABLE, 8, REF), D, n, c0, rows, rmask,
                                B, T, H, M, NE, HAS_U, HAS_G, HAS_A, EU, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH,
@@ -514,20 +537,22 @@ def _grid(TABLE, REF, SYNC, B, T, H, M, BACKWARD: tl.constexpr, NE: tl.constexpr
           HAS_U: tl.constexpr, HAS_Z: tl.constexpr, HAS_G: tl.constexpr, HAS_A: tl.constexpr,
           U_DELAYED: tl.constexpr, EU: tl.constexpr, EZ: tl.constexpr, EG: tl.constexpr, EA: tl.constexpr,
           WU: tl.constexpr, WG: tl.constexpr, WA: tl.constexpr, ED: tl.constexpr, HAS_D: tl.constexpr,
-          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, DROP: tl.constexpr):
+          BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, DROP: tl.constexpr,
+          STORED: tl.constexpr = False):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
-    :func:`_step_backward`, steps T … 1) in one launch, a barrier after each phase; TABLE as theirs."""
+    :func:`_step_backward`, steps T … 1) in one launch, a barrier after each phase; TABLE as theirs; STORED: the
+    forward stores its branches (STORE), the backward reads them."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(2):
                 _step_backward(TABLE, REF, T - i, B, T, H, M, phase, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU,
-                               EZ, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION, DROP)
+                               EZ, EG, EA, WU, WG, WA, ED, HAS_D, BB, BH, PRECISION, DROP, STORED)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
             _step(TABLE, REF, i + 1, B, T, H, M, 0, NE, HAS_U, HAS_Z, HAS_G, HAS_A, U_DELAYED, EU, EZ, EG, EA, WU, WG,
-                  WA, BB, BH, PRECISION, DROP)
+                  WA, BB, BH, PRECISION, DROP, STORED)
             k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -611,15 +636,7 @@ def _grid_forward(E, WH, W2, WHT, W2T, C, S, SYNC, B, T, H, M, D, NE: tl.constex
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         if STORE:
-            at = PRE + (n - 1) * NE * H + rows[:, None] * (T * NE * H) + cols[None, :]
-            if HAS_U:
-                tl.store(at + EU * H, u, mask=m)
-            if HAS_Z:
-                tl.store(at + EZ * H, z, mask=m)
-                if HAS_A:
-                    tl.store(at + EA * H, a, mask=m)
-            if HAS_G:
-                tl.store(at + EG * H, g, mask=m)
+            _store_branches(PRE, n, rows, cols, m, u, z, a, g, T, H, NE, HAS_U, HAS_Z, HAS_G, HAS_A, EU, EZ, EG, EA)
 
 
 @triton.jit
@@ -731,13 +748,16 @@ class DelayGRUSequence(torch.autograd.Function):
             grid.launch_resident(_grid_forward, (enc, *maps, consts, S), B, T, H, ctx.precision, M=lag, D=D, **flags,
                                  PRE=pre, STORE=ctx.stored)
             enc = pre if ctx.stored else enc
-        elif schedule == "grid":  # the backward's two flags, unused forward
-            grid.launch(_grid, [enc, *maps[:2], consts, S, D, *maps[2:]], consts, B, T, H, block_h, ctx.precision,
-                        False, M=lag, **flags, ED=0, HAS_D=False)
-        elif schedule == "stepwise":
-            launch_steps([enc, *maps[:2], consts, S, D, *maps[2:]],
-                         step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, M=lag,
-                                       **flags))
+        elif schedule in ("grid", "stepwise"):  # the maps streamed through the step kernels
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            table = [enc, *maps[:2], consts, S, D, *maps[2:]] + ([torch.empty_like(enc)] if ctx.stored else [])
+            if schedule == "grid":  # the backward's two flags, unused forward
+                grid.launch(_grid, table, consts, B, T, H, block_h, ctx.precision, False, M=lag, **flags, ED=0,
+                            HAS_D=False, STORED=ctx.stored)
+            else:
+                launch_steps(table, step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision,
+                                                  M=lag, **flags, STORE=ctx.stored))
+            enc = table[-1] if ctx.stored else enc
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
             forward[(triton.cdiv(B, BB),)](enc, *maps, consts, S, B, T, H, lag, D, **flags, BB=BB, BH=BH,
@@ -768,11 +788,11 @@ class DelayGRUSequence(torch.autograd.Function):
                                  H, ctx.precision, M=lag, D=D, **flags, STORED=ctx.stored)
         elif ctx.schedule == "grid":
             grid.launch(_grid, [enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D, WHT, W2T], consts, B, T, H,
-                        ctx.block_h, ctx.precision, True, M=lag, **flags)
+                        ctx.block_h, ctx.precision, True, M=lag, **flags, STORED=ctx.stored)
         elif ctx.schedule == "stepwise":
             launch_steps([enc, weight_h, W2, consts, S, grad_hs, G, L, LD, D, WHT, W2T],
                          step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH, ctx.precision,
-                                       M=lag, **flags))
+                                       M=lag, **flags, STORED=ctx.stored))
         elif resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial-state adjoint out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_h, W2, WHT, W2T, consts, S, grad_hs, G, L[0], LD, B,
