@@ -1170,7 +1170,7 @@ jobs += [(gru._grid, dict(BACKWARD=bw, PHASES=(2 if bw else 1) * (1 if ra else 2
 # compiled with IEEE float32 products only: ODELAB_GRID_WARPS=4 on chip, and
 ieee_only = [(fn, dict(c, num_warps=4)) for fn, c in jobs
              if c.get("HP") == 128 and not any(c.get(k) for k in ("GAPS", "DROP"))]
-# ODELAB_GRID_GATES=stored where the weights stream (LEM's and the delay cells' step kernels and grid drivers)
+# ODELAB_GRID_GATES=stored where the weights stream (the step kernels and grid drivers)
 ieee_only += [(lem._lem_grid, dict(BACKWARD=bw, BB=16, BH=32, LIMIT=1 << 22, GAPS=gaps, DHS=gaps and bw, STORED=True,
                                    num_warps=8)) for bw in (False, True) for gaps in (False, True)]
 ieee_only += [(lem._lem_step, dict(PHASE=phase, BB=16, BH=bh, GAPS=False, STORE=True, num_warps=warps(bh)))
@@ -1184,6 +1184,10 @@ ieee_only += [(delay_gru._step, dict(c, PHASE=0, BB=16, BH=16, DROP=False, STORE
               for c in (tau, dgru)]
 ieee_only += [(delay_gru._step_backward, dict(c, ED=ed, HAS_D=True, PHASE=0, BB=16, BH=16, DROP=False, STORED=True,
                                               num_warps=warps(16))) for c, ed in ((tau, 1), (dgru, 0))]
+ieee_only += [(oscillators._grid, dict(BACKWARD=bw, MODE=mode, BB=16, BH=32, LIMIT=1 << 22, GAPS=False, DHS=False,
+                                       STORED=True, num_warps=8)) for bw in (False, True) for mode in (0, 1, 2)]
+ieee_only += [(gru._grid, dict(BACKWARD=bw, PHASES=2 if bw else 1, RESET_AFTER=True, BB=16, BH=32, LIMIT=1 << 22,
+                               GAPS=False, DHS=False, STORED=True, num_warps=8)) for bw in (False, True)]
 for bh in (16, 32):
     tile = dict(BB=16, BH=bh)
     dense = [(k, dict(GAPS=gaps, **tile)) for gaps in (False, True)
@@ -1593,11 +1597,12 @@ def test_stored_gates_give_the_same_bits(name, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("name", ["taugru", "delaygru"])
-def test_delay_stored_branches_where_the_maps_stream(name, dtype, monkeypatch):
-    """``ODELAB_GRID_GATES=stored`` on τ-GRU's and the Delay GRU's step kernels (stepwise, and the grid's where the
-    maps stream): the forward stores the branches u, z, a, g, the backward's gate phase reads them, with the
-    default's bits."""
+@pytest.mark.parametrize("name", [n for n in WEIGHTS_ON_CHIP if n != "lem"] + ["gru-ode-reset-before"])
+def test_stored_gates_where_the_weights_stream(name, dtype, monkeypatch):
+    """``ODELAB_GRID_GATES=stored`` on the step kernels (stepwise, and the grid's where the weights stream; LEM
+    below): the forward stores what the backward's gate phase reads (coRNN's and the oscillator's tanh(a_n), GRU-ODE's
+    gates, reset after; the delay cells' branches), with the default's bits; GRU-ODE with the reset before its
+    product stores nothing and gives the same bits too."""
     from odelab.kernels.cuda import grid
 
     monkeypatch.setattr(grid, "schedule_for", lambda schedule, *args: schedule)

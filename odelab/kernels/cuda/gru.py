@@ -40,15 +40,23 @@ def _reset(E, WHT, S, n, c0, rows, rmask, T, H, BH: tl.constexpr, PRECISION: tl.
 
 @triton.jit
 def _gates(E, WHT, BHU, S, RS, sR, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-           BH: tl.constexpr, PRECISION: tl.constexpr):
+           BH: tl.constexpr, PRECISION: tl.constexpr, STORED: tl.constexpr = False):
     """(f, c, σ(r), μ = W_u h_{n−1} + b_hu, h_{n−1}) of step n on columns c0 : c0 + BH; reset before, c reads
-    ρ = σ(r) ⊙ h_{n−1} from RS (row stride sR), and σ(r), μ are not computed (zeros); WHT as :func:`_reset`'s."""
-    sE = T * 3 * H
+    ρ = σ(r) ⊙ h_{n−1} from RS (row stride sR), and σ(r), μ are not computed (zeros); WHT as :func:`_reset`'s.
+    With STORED (reset after), E holds (f, c, σ(r), μ) of every step (B, T, 4H), stored by the forward
+    (:func:`_state_tile` with STORE), read instead of computed."""
     sS = (T + 1) * H
-    e = E + (n - 1) * 3 * H
     hp = S + (n - 1) * H
     cols = c0 + tl.arange(0, BH)
     cmask = cols < H
+    if STORED:
+        sP = T * 4 * H
+        p = E + (n - 1) * 4 * H
+        return (tile(p, sP, rows, rmask, cols, cmask), tile(p + H, sP, rows, rmask, cols, cmask),
+                tile(p + 2 * H, sP, rows, rmask, cols, cmask), tile(p + 3 * H, sP, rows, rmask, cols, cmask),
+                tile(hp, sS, rows, rmask, cols, cmask))
+    sE = T * 3 * H
+    e = E + (n - 1) * 3 * H
     f = mv(tile(e + H, sE, rows, rmask, cols, cmask), hp, sS, rows, rmask, WHT + H * H, H, c0, H, H, True, BH,
            PRECISION)
     c = tile(e + 2 * H, sE, rows, rmask, cols, cmask)
@@ -76,13 +84,21 @@ def _reset_tile(E, WHT, S, RS, sR, n, c0, rows, rmask, T, H, BH: tl.constexpr, P
 
 @triton.jit
 def _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-                BH: tl.constexpr, PRECISION: tl.constexpr):
-    """h_n = h_{n−1} + Δt (σ(f) ⊙ tanh(c) − σ(f) ⊙ h_{n−1}) on columns c0 : c0 + BH (reset before: ρ in R (B, H))."""
-    f, c, _, _, h = _gates(E, WHT, BHU, S, R, H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+                BH: tl.constexpr, PRECISION: tl.constexpr, PRE=None, STORE: tl.constexpr = False):
+    """h_n = h_{n−1} + Δt (σ(f) ⊙ tanh(c) − σ(f) ⊙ h_{n−1}) on columns c0 : c0 + BH (reset before: ρ in R (B, H));
+    with STORE (reset after), (f, c, σ(r), μ) into PRE (B, T, 4H) for a backward that reads them."""
+    f, c, sr, mu, h = _gates(E, WHT, BHU, S, R, H, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
     cols = c0 + tl.arange(0, BH)
+    m = rmask[:, None] & (cols < H)[None, :]
     sf = sigmoid(f)
     h = h + dt * (sf * tanh(c) - sf * h)
-    tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=rmask[:, None] & (cols < H)[None, :])
+    tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=m)
+    if STORE:
+        at = PRE + (n - 1) * 4 * H + rows[:, None] * (T * 4 * H) + cols[None, :]
+        tl.store(at, f, mask=m)
+        tl.store(at + H, c, mask=m)
+        tl.store(at + 2 * H, sr, mask=m)
+        tl.store(at + 3 * H, mu, mask=m)
 
 
 @triton.jit
@@ -99,17 +115,17 @@ def _store_gate_gradients(g, sG, rows, cols, m, lam, dt, sr, sf, tc, mu, h, H, R
 
 @triton.jit
 def _backward_gates_tile(E, WHT, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER: tl.constexpr,
-                         BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr):
+                         BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, STORED: tl.constexpr = False):
     """Step n on columns c0 : c0 + BH: g_f, g_c (and g_r, g_m, reset after) from λ_n in L[n % 2], and λ_{n−1}'s
     direct part λ_n ⊙ (1 − Δt σ(f)) into L[(n − 1) % 2] (L: (2, B, H); RS: ρ per step, reset before); returns the
-    rows' part of ∂L/∂Δt from these columns."""
+    rows' part of ∂L/∂Δt from these columns (STORED: the gates read, :func:`_gates`)."""
     sG = T * 4 * H
     cur = n % 2
     g = G + (n - 1) * 4 * H
     cols = c0 + tl.arange(0, BH)
     m = rmask[:, None] & (cols < H)[None, :]
     f, c, sr, mu, h = _gates(E, WHT, BHU, S, RS + (n - 1) * H, T * H, n, c0, rows, rmask, T, H, RESET_AFTER, BB,
-                             BH, PRECISION)
+                             BH, PRECISION, STORED)
     lam = tl.load(L + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     sf = sigmoid(f)
     tc = tanh(c)
@@ -220,15 +236,17 @@ def _step_program(TABLE, REF, B, BB: tl.constexpr, BH: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n"])
 def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-          BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr):
+          BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, STORE: tl.constexpr = False):
     """The stepwise schedule (stepwise.py): phase PHASE of step n on one (batch block, column tile) program (reset
     before: 0 ρ, 1 h_n; reset after: 0 h_n); TABLE = the addresses of [E, WHT, BHU, C, S, R, HS] (WHT: the
-    transposed weights, :func:`transposed_weights`; HS: the per-step lengths, with GAPS)."""
+    transposed weights, :func:`transposed_weights`; HS: the per-step lengths, with GAPS) and, with STORE (reset
+    after), PRE (B, T, 4H): the gates of every step, for a backward with STORED."""
     rows, rmask, c0, E, WHT, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(dt, address(TABLE, 6, REF), rows, rmask, n, T, GAPS)
     R = address(TABLE, 5, REF)
     if RESET_AFTER:
-        _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION)
+        PRE = address(TABLE, 7, REF) if STORE else E
+        _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER, BB, BH, PRECISION, PRE, STORE)
     elif PHASE == 0:
         _reset_tile(E, WHT, S, R, H, n, c0, rows, rmask, T, H, BH, PRECISION)
     else:
@@ -237,11 +255,13 @@ def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+                   STORED: tl.constexpr = False):
     """Phase PHASE of the backward of step n on one program (reset before: 0 ρ, 1 the gates, 2 g_r, 3 λ_{n−1};
     reset after: 0 the gates, 1 λ_{n−1}); TABLE = the addresses of [E, WH, BHU, C, S, GO, G, RS, L, HS, WHT] (WHT:
-    the transposed weights, for the recomputed gates) and, with DHS, DP: the gates phase writes its columns' part of
-    ∂L/∂Δt_n (:func:`store_length_part`)."""
+    the transposed weights, for the recomputed gates; with STORED, reset after, E is the gates the forward stored,
+    read instead) and, with DHS, DP: the gates phase writes its columns' part of ∂L/∂Δt_n
+    (:func:`store_length_part`)."""
     rows, rmask, c0, E, WH, BHU, dt, S = _step_program(TABLE, REF, B, BB, BH)
     dt = step_length(dt, address(TABLE, 9, REF), rows, rmask, n, T, GAPS)
     GO, G, RS, L = address(TABLE, 5, REF), address(TABLE, 6, REF), address(TABLE, 7, REF), address(TABLE, 8, REF)
@@ -249,7 +269,7 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, RESET_AFTER: tl.
     if RESET_AFTER:
         if PHASE == 0:
             part = _backward_gates_tile(E, WHT, BHU, S, RS, G, L, dt, n, c0, rows, rmask, B, T, H, RESET_AFTER, BB,
-                                        BH, PRECISION)
+                                        BH, PRECISION, STORED)
             if DHS:
                 store_length_part(address(TABLE, 11, REF), part, rows, rmask, n, T, tl.program_id(1),
                                   tl.num_programs(1))
@@ -364,18 +384,18 @@ def _backward_resident(E, WH, WHT, BHU, C, HS, S, GO, G, L, B, T, H, DH, BB: tl.
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, PHASES: tl.constexpr, RESET_AFTER: tl.constexpr,
           BB: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
-          DHS: tl.constexpr):
+          DHS: tl.constexpr, STORED: tl.constexpr = False):
     """The grid-synchronised schedule (grid.py): the PHASES phases of :func:`_step` (or, BACKWARD, of
     :func:`_step_backward`, steps T … 1, DHS as its) for every step in one launch, a barrier after each; TABLE as
-    theirs."""
+    theirs; STORED (reset after): the forward stores its gates (STORE), the backward reads them."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         for phase in tl.static_range(PHASES):
             if BACKWARD:
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS, DHS)
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS, DHS, STORED)
             else:
-                _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS)
+                _step(TABLE, REF, i + 1, B, T, H, phase, RESET_AFTER, BB, BH, PRECISION, GAPS, STORED)
             k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -528,13 +548,18 @@ class GRUSequence(torch.autograd.Function):
             grid.launch_resident(_grid_forward, (enc, WHT, b_hu, consts, hs, S), B, T, H, ctx.precision,
                                  GAPS=gaps, PRE=pre, STORE=ctx.stored)
             enc = pre if ctx.stored else enc
-        elif schedule == "grid":
-            grid.launch(_grid, [enc, WHT, b_hu, consts, S, R, hs], consts, B, T, H, block_h, ctx.precision,
-                        False, PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps, DHS=False)
-        elif schedule == "stepwise":
-            launch_steps([enc, WHT, b_hu, consts, S, R, hs],
-                         step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H, BB, BH,
-                                       ctx.precision, RESET_AFTER=reset_after, GAPS=gaps))
+        elif schedule in ("grid", "stepwise"):  # the weights streamed through the step kernels
+            ctx.stored = reset_after and grid.stored_gates(train and any(ctx.needs_input_grad))
+            table = [enc, WHT, b_hu, consts, S, R, hs] + ([enc.new_empty(B, T, 4 * H)] if ctx.stored else [])
+            if schedule == "grid":
+                grid.launch(_grid, table, consts, B, T, H, block_h, ctx.precision, False,
+                            PHASES=1 if reset_after else 2, RESET_AFTER=reset_after, GAPS=gaps, DHS=False,
+                            STORED=ctx.stored)
+            else:
+                launch_steps(table, step_launches(_step, 1 if reset_after else 2, range(1, T + 1), consts, B, T, H,
+                                                  BB, BH, ctx.precision, RESET_AFTER=reset_after, GAPS=gaps,
+                                                  STORE=ctx.stored))
+            enc = table[-1] if ctx.stored else enc
         elif reset_after and resident(H, block_h):
             _forward_resident[(triton.cdiv(B, BB),)](enc, WHT, b_hu, consts, hs, S, B, T, H, BB=BB, BH=BH,
                                                      PRECISION=ctx.precision, GAPS=gaps, num_warps=warps(BH))
@@ -573,11 +598,12 @@ class GRUSequence(torch.autograd.Function):
                                  B, T, H, ctx.precision, GAPS=gaps, DHS=in_parts, STORED=ctx.stored)
         elif ctx.schedule == "grid":
             grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True,
-                        PHASES=2 if reset_after else 4, RESET_AFTER=reset_after, GAPS=gaps, DHS=in_parts)
+                        PHASES=2 if reset_after else 4, RESET_AFTER=reset_after, GAPS=gaps, DHS=in_parts,
+                        STORED=ctx.stored)
         elif ctx.schedule == "stepwise":
             launch_steps(tensors, step_launches(_step_backward, 2 if reset_after else 4, range(T, 0, -1), consts, B, T,
                                                 H, BB, BH, ctx.precision, RESET_AFTER=reset_after, GAPS=gaps,
-                                                DHS=in_parts))
+                                                DHS=in_parts, STORED=ctx.stored))
         elif reset_after and resident(H, ctx.block_h):  # one buffer: final-state adjoint in, initial out
             L[0] = L[T % 2]
             _backward_resident[(triton.cdiv(B, BB),)](enc, weight_hidden, WHT, b_hu, consts, hs, S, grad_hs, G, L[0],

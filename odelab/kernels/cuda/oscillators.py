@@ -70,15 +70,19 @@ def _update(z, y, th, dt, gamma, eps, MODE: tl.constexpr):
 
 @triton.jit
 def _forward_tile(E, WRT, Z, Y, dt, gamma, eps, n, c0, rows, rmask, T, H, MODE: tl.constexpr, BH: tl.constexpr,
-                  PRECISION: tl.constexpr):
-    """Columns c0 : c0 + BH of (z_n, y_n) from (z_{n−1}, y_{n−1}) (the module docstring's step; WRT: W_recᵀ)."""
+                  PRECISION: tl.constexpr, PRE=None, STORE: tl.constexpr = False):
+    """Columns c0 : c0 + BH of (z_n, y_n) from (z_{n−1}, y_{n−1}) (the module docstring's step; WRT: W_recᵀ); with
+    STORE, tanh(a_n) into PRE (B, T, H, the encodings' layout)."""
     sS = (T + 1) * H
     a, cols, m = _preactivation(E, WRT, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
     z = tl.load(Z + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
     y = tl.load(Y + (n - 1) * H + rows[:, None] * sS + cols[None, :], mask=m, other=0.0)
-    z, y = _update(z, y, tanh(a), dt, gamma, eps, MODE)
+    th = tanh(a)
+    z, y = _update(z, y, th, dt, gamma, eps, MODE)
     tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
     tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
+    if STORE:
+        tl.store(PRE + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], th, mask=m)
 
 
 @triton.jit
@@ -113,14 +117,21 @@ def _length_gradient(lz, ly, th, z, y, zn, h, gamma, eps, MODE: tl.constexpr):
 
 @triton.jit
 def _backward_gate_tile(E, WRT, Z, Y, G, LZ, LY, AC, dt, gamma, eps, n, c0, rows, rmask, B, T, H,
-                        MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DHS: tl.constexpr = False):
+                        MODE: tl.constexpr, BH: tl.constexpr, PRECISION: tl.constexpr, DHS: tl.constexpr = False,
+                        STORED: tl.constexpr = False):
     """Step n's backward on columns c0 : c0 + BH, first part: g_a = ∂L/∂a_n into G, the γ, ε sums into AC, and
     λz_{n−1}, λy_{n−1} without the products through a_n into LZ/LY[(n − 1) % 2] (λ_n read from LZ/LY[n % 2]);
-    DHS: returns these columns' share of ∂L/∂h per row (:func:`_length_gradient`); WRT: W_recᵀ."""
+    DHS: returns these columns' share of ∂L/∂h per row (:func:`_length_gradient`); WRT: W_recᵀ; STORED: E holds
+    tanh(a_n), stored by the forward (:func:`_forward_tile` with STORE), read instead of recomputed."""
     sS = (T + 1) * H
     cur = n % 2
-    a, cols, m = _preactivation(E, WRT, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
-    th = tanh(a)
+    if STORED:
+        cols = c0 + tl.arange(0, BH)
+        m = rmask[:, None] & (cols < H)[None, :]
+        th = tl.load(E + (n - 1) * H + rows[:, None] * (T * H) + cols[None, :], mask=m, other=0.0)
+    else:
+        a, cols, m = _preactivation(E, WRT, Z, Y, n, c0, rows, rmask, T, H, MODE, BH, PRECISION)
+        th = tanh(a)
     lz = tl.load(LZ + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     ly = tl.load(LY + cur * B * H + rows[:, None] * H + cols[None, :], mask=m, other=0.0)
     ga, lz_part, ly_part, d_gamma, d_eps = _update_adjoint(lz, ly, th, Z, Y, n, sS, rows, cols, m, dt, gamma, eps, H,
@@ -213,23 +224,27 @@ def _backward(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, MODE: tl.
 
 @triton.jit(do_not_specialize=["n"])
 def _step(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr, GAPS: tl.constexpr):
+          PRECISION: tl.constexpr, GAPS: tl.constexpr, STORE: tl.constexpr = False):
     """The stepwise schedule (stepwise.py): step n on one (batch block, column tile) program (one phase);
     TABLE = the addresses of [E, W_recᵀ, C, Z, Y, HS] (:func:`transposed_weights`; HS: the per-step lengths, with
-    GAPS)."""
+    GAPS) and, with STORE, PRE (B, T, H): tanh(a_n) of every step, for a backward with STORED."""
     rows, rmask = batch_rows(B, BB)
     C = address(TABLE, 2, REF)
-    _forward_tile(address(TABLE, 0, REF), address(TABLE, 1, REF), address(TABLE, 3, REF), address(TABLE, 4, REF),
+    E = address(TABLE, 0, REF)
+    PRE = address(TABLE, 6, REF) if STORE else E
+    _forward_tile(E, address(TABLE, 1, REF), address(TABLE, 3, REF), address(TABLE, 4, REF),
                   step_length(tl.load(C), address(TABLE, 5, REF), rows, rmask, n, T, GAPS), tl.load(C + 1),
-                  tl.load(C + 2), n, tl.program_id(1) * BH, rows, rmask, T, H, MODE, BH, PRECISION)
+                  tl.load(C + 2), n, tl.program_id(1) * BH, rows, rmask, T, H, MODE, BH, PRECISION, PRE, STORE)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr,
-                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+                   BH: tl.constexpr, PRECISION: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+                   STORED: tl.constexpr = False):
     """Phase PHASE of step n's backward (0: g_a and λ's direct parts, 1: the products through a_n) on one
-    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS, W_recᵀ] and, with DHS, DP: phase 0
-    writes its columns' part of ∂L/∂h of step n (:func:`store_length_part`)."""
+    program; TABLE = the addresses of [E, W_rec, C, Z, Y, GO, G, LZ, LY, AC, HS, W_recᵀ] (with STORED, E is the
+    tanh(a_n) the forward stored) and, with DHS, DP: phase 0 writes its columns' part of ∂L/∂h of step n
+    (:func:`store_length_part`)."""
     rows, rmask = batch_rows(B, BB)
     c0 = tl.program_id(1) * BH
     WR = address(TABLE, 1, REF)
@@ -244,12 +259,13 @@ def _step_backward(TABLE, REF, n, B, T, H, PHASE: tl.constexpr, MODE: tl.constex
             h = step_length(tl.load(C), HS, rows, rmask, n, T, GAPS)
             part = _backward_gate_tile(address(TABLE, 0, REF), WRT, address(TABLE, 3, REF), address(TABLE, 4, REF),
                                        G, LZ, LY, address(TABLE, 9, REF), h, tl.load(C + 1), tl.load(C + 2), n, c0,
-                                       rows, rmask, B, T, H, MODE, BH, PRECISION, True)
+                                       rows, rmask, B, T, H, MODE, BH, PRECISION, True, STORED)
             store_length_part(address(TABLE, 12, REF), part, rows, rmask, n, T, tl.program_id(1), tl.num_programs(1))
         else:
             _backward_gate_tile(address(TABLE, 0, REF), WRT, address(TABLE, 3, REF), address(TABLE, 4, REF), G, LZ,
                                 LY, address(TABLE, 9, REF), step_length(tl.load(C), HS, rows, rmask, n, T, GAPS),
-                                tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION)
+                                tl.load(C + 1), tl.load(C + 2), n, c0, rows, rmask, B, T, H, MODE, BH, PRECISION,
+                                False, STORED)
     else:
         _backward_adjoint_tile(WR, G, address(TABLE, 5, REF), LZ, LY, n, c0, rows, rmask, B, T, H, MODE, BH,
                                PRECISION)
@@ -371,19 +387,20 @@ def _backward_resident(E, WR, WRT, C, HS, Z, Y, GO, G, LZ, LY, AC, B, T, H, DH, 
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-          PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+          PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+          STORED: tl.constexpr = False):
     """The grid-synchronised schedule (grid.py): :func:`_step` for every step (or, BACKWARD, the two phases of
     :func:`_step_backward`, steps T … 1, DHS as its) in one launch, a barrier of the batch block's column programs
-    after each phase; TABLE as theirs."""
+    after each phase; TABLE as theirs; STORED: the forward stores tanh(a_n) (STORE), the backward reads it."""
     k = 0
     spins = LIMIT
     for i in range(0, T):
         if BACKWARD:
             for phase in tl.static_range(2):
-                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION, GAPS, DHS)
+                _step_backward(TABLE, REF, T - i, B, T, H, phase, MODE, BB, BH, PRECISION, GAPS, DHS, STORED)
                 k, spins = grid.barrier(SYNC, k, spins)
         else:
-            _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION, GAPS)
+            _step(TABLE, REF, i + 1, B, T, H, 0, MODE, BB, BH, PRECISION, GAPS, STORED)
             k, spins = grid.barrier(SYNC, k, spins)
 
 
@@ -537,13 +554,16 @@ class SecondOrderSequence(torch.autograd.Function):
             grid.launch_resident(_grid_forward, (enc, WRT, consts, hs, Z, Y), B, T, H, ctx.precision, MODE=mode,
                                  GAPS=gaps, PRE=pre, STORE=ctx.stored)
             enc = pre if ctx.stored else enc
-        elif schedule == "grid":
-            grid.launch(_grid, [enc, WRT, consts, Z, Y, hs], consts, B, T, H, block_h, ctx.precision, False,
-                        MODE=mode, GAPS=gaps, DHS=False)
-        elif schedule == "stepwise":
-            launch_steps([enc, WRT, consts, Z, Y, hs],
-                         step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision, MODE=mode,
-                                       GAPS=gaps))
+        elif schedule in ("grid", "stepwise"):  # the weights streamed through the step kernels
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
+            table = [enc, WRT, consts, Z, Y, hs] + ([torch.empty_like(enc)] if ctx.stored else [])
+            if schedule == "grid":
+                grid.launch(_grid, table, consts, B, T, H, block_h, ctx.precision, False, MODE=mode, GAPS=gaps,
+                            DHS=False, STORED=ctx.stored)
+            else:
+                launch_steps(table, step_launches(_step, 1, range(1, T + 1), consts, B, T, H, BB, BH, ctx.precision,
+                                                  MODE=mode, GAPS=gaps, STORE=ctx.stored))
+            enc = table[-1] if ctx.stored else enc
         else:
             forward = _forward_resident if resident(H, block_h) else _forward
             forward[(triton.cdiv(B, BB),)](enc, WRT, consts, hs, Z, Y, B, T, H, MODE=mode, BB=BB, BH=BH,
@@ -578,10 +598,11 @@ class SecondOrderSequence(torch.autograd.Function):
             tensors = [enc, W_rec, consts, Z, Y, grad_ys, G, LZ, LY, AC, hs, WRT] + ([DP] if in_parts else [])
             if ctx.schedule == "grid":
                 grid.launch(_grid, tensors, consts, B, T, H, ctx.block_h, ctx.precision, True, MODE=mode, GAPS=gaps,
-                            DHS=in_parts)
+                            DHS=in_parts, STORED=ctx.stored)
             elif ctx.schedule == "stepwise":
                 launch_steps(tensors, step_launches(_step_backward, 2, range(T, 0, -1), consts, B, T, H, BB, BH,
-                                                    ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts))
+                                                    ctx.precision, MODE=mode, GAPS=gaps, DHS=in_parts,
+                                                    STORED=ctx.stored))
             else:
                 _backward[(triton.cdiv(B, BB),)](enc, W_rec, WRT, consts, hs, Z, Y, grad_ys, G, LZ, LY, AC, B, T, H, DH,
                                                  MODE=mode, BB=BB, BH=BH, PRECISION=ctx.precision, GAPS=gaps,
