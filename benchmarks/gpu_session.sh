@@ -23,7 +23,9 @@
 # 2026-12-04's lease ran tests cells liquid fit irregular dropout (479 s), then trace, tf32x3, bf16 and generic.
 # Since then the kernels read their weight tiles without shared-memory bank conflicts (benchmarks/shared_banks.py:
 # LEM's grid forward 5.7x fewer wavefronts a step in sm_90 PTX): the next `cells` run is the first to measure it,
-# `barrier` times the two layouts' products apart (grid_barrier.py: products, products-conflicted).
+# `barrier` times the two layouts' products apart (grid_barrier.py: products, products-conflicted) and traces the
+# opt-in variants added since (ODELAB_GRID_GATES=stored, ODELAB_GRID_WARPS=4; LEM's one-barrier forward);
+# `captured` times the steps replayed from CUDA graphs. Where a variant is faster, make it the default.
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests, 104 s on 2026-12-04's lease), 170 s, then
 #              the unmarked CUDA tests of test_cuda_kernels.py (tanh, UnICORNN's trips), 60 s; meanwhile one short
