@@ -7,14 +7,17 @@ run, for the 32 lanes of warp 0, through a small integer evaluator of the instru
 add, shl, and, or, xor, bfe, mad, ...; the shared-memory base taken as 0). Every shared-memory access it can place
 (``ld.shared`` / ``st.shared`` of 4, 8 or 16 bytes, ``ldmatrix`` / ``stmatrix`` x4) is then counted in wavefronts
 the way the hardware serves them: 16 bytes a lane eight lanes at a time, 8 bytes sixteen, 4 bytes all 32, a matrix
-instruction one 8 × 16-byte matrix at a time, each group taking as many wavefronts as the most distinct 4-byte
-words one of the 32 banks holds. The report gives, per kernel and kind of access, the wavefronts of one pass over its
-loops' code (a loop body counted once; the JSON has the whole kernel's too) against the fewest the same accesses could
-take. Why it matters: LEM's grid
-forward at hidden 128 took 19.8 µs a step on an H200 (2026-12-04) while its PTX made 4352 wavefronts a warp a step,
-5.7× a conflict-free 768 -- at one wavefront a cycle for the multiprocessor's 8 warps, 17.6 µs. The counts of
-today's kernels (Triton 3.6, the GPU image's): ``benchmarks/results/shared_banks.json``. ``--check`` exits 1 if a
-kernel's 16-byte or matrix accesses in its loops take more than the fewest (a tile read against the banks).
+instruction one 8 × 16-byte matrix at a time, each group taking as many wavefronts as the most distinct 4-byte words
+one of the 32 banks holds. The report gives, per kernel and kind of access, the wavefronts of one pass over its
+loops' code (a loop body counted once; the JSON has the whole kernel's too) against the fewest the same accesses
+could take, their sum over the program's warps (one program a multiprocessor in the grid schedule: at one wavefront
+a cycle, the cycles a step's shared-memory accesses take) and the registers and spills of a thread (``ptxas -v``).
+The kernels include the opt-in variants (``-stored-gates``: ``ODELAB_GRID_GATES=stored``; ``-4-warps``:
+``ODELAB_GRID_WARPS=4``) and LEM's and τ-GRU's streamed backward at (1024, ·, 256)'s 64-row blocks. Why it matters:
+LEM's grid forward at hidden 128 took 19.8 µs a step on an H200 (2026-12-04) while its PTX made 4352 wavefronts a
+warp a step, 5.7× a conflict-free 768 -- at one wavefront a cycle for the multiprocessor's 8 warps, 17.6 µs. The
+counts of today's kernels (Triton 3.6, the GPU image's): ``benchmarks/results/shared_banks.json``. ``--check`` exits
+1 if a kernel's 16-byte or matrix accesses in its loops take more than the fewest (a tile read against the banks).
 """
 from __future__ import annotations
 
@@ -168,7 +171,7 @@ def _jobs() -> dict[str, tuple]:
     rows = 16  # the one-launch register-resident liquid kernels (hidden ≤ 16)
     liquid_resident = dict(BB=rows, BH=liquid.RESIDENT_H, BJ=liquid.block_j(liquid.RESIDENT_H), PRECISION="ieee",
                            num_warps=liquid.resident_warps(rows))
-    return {
+    jobs = {
         "lem-grid-forward": (lem._lem_grid_forward, dict(on_chip, GAPS=False)),
         "lem-grid-backward": (lem._lem_grid_backward, dict(on_chip, GAPS=False, DHS=False)),
         "lem-grid-backward-stored-gates": (lem._lem_grid_backward, dict(on_chip, GAPS=False, DHS=False, STORED=True)),
@@ -185,6 +188,13 @@ def _jobs() -> dict[str, tuple]:
         "taugru-grid-backward": (delay_gru._grid_backward, dict(on_chip, **tau, ED=1, HAS_D=True)),
         "taugru-grid-backward-stored-gates": (delay_gru._grid_backward,
                                               dict(on_chip, **tau, ED=1, HAS_D=True, STORED=True)),
+        # LEM's and τ-GRU's step kernels where the weights stream (hidden 256 at batch 1024: 64-row blocks, 32 wide)
+        "lem-streamed-backward": (lem._lem_grid, dict(streamed, BB=64, BACKWARD=True, GAPS=False, DHS=False)),
+        "lem-streamed-backward-stored-gates": (lem._lem_grid, dict(streamed, BB=64, BACKWARD=True, GAPS=False,
+                                                                   DHS=False, STORED=True)),
+        "taugru-streamed-backward": (delay_gru._grid, dict(streamed, BB=64, BACKWARD=True, **tau, ED=1, HAS_D=True)),
+        "taugru-streamed-backward-stored-gates": (delay_gru._grid, dict(streamed, BB=64, BACKWARD=True, **tau, ED=1,
+                                                                        HAS_D=True, STORED=True)),
         "ltc-synapse-tiles-forward": (liquid._grid, dict(tiles, BACKWARD=False, **ltc)),
         "ltc-synapse-tiles-backward": (liquid._grid, dict(tiles, BACKWARD=True, **ltc)),
         "ltc-resident-forward": (liquid._forward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False)),
@@ -192,6 +202,37 @@ def _jobs() -> dict[str, tuple]:
         "unicornn-forward": (unicornn._forward, dict(BLOCK=unicornn.BLOCK)),
         "unicornn-backward": (unicornn._backward, dict(BLOCK=unicornn.BLOCK)),
     }
+    for name in ("lem-grid-forward", "lem-grid-backward", "lem-grid-backward-stored-gates", "cornn-grid-forward",
+                 "cornn-grid-backward", "cornn-grid-backward-stored-gates", "gru-ode-grid-forward",
+                 "gru-ode-grid-backward", "gru-ode-grid-backward-stored-gates", "taugru-grid-forward",
+                 "taugru-grid-backward", "taugru-grid-backward-stored-gates"):  # ODELAB_GRID_WARPS=4
+        fn, constexprs = jobs[name]
+        jobs[name + "-4-warps"] = (fn, dict(constexprs, num_warps=4))
+    return jobs
+
+
+def usage(ptx: str) -> dict | None:
+    """Registers a thread and bytes it spills (stores to local memory) of a kernel's PTX, from ``ptxas -v`` of
+    Triton's bundled compiler for the PTX's own target; None where that ptxas is not found."""
+    import subprocess
+    import tempfile
+
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
+    if not ptxas.exists() or target is None:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "kernel.ptx"
+        source.write_text(ptx)
+        report = subprocess.run([str(ptxas), f"-arch={target.group(1)}", "-v", str(source), "-o",
+                                 str(Path(folder) / "kernel.cubin")], capture_output=True, text=True)
+    text = report.stdout + report.stderr
+    registers, spilled = re.search(r"Used (\d+) registers", text), re.search(r"(\d+) bytes spill stores", text)
+    if registers is None:
+        return None
+    return {"registers": int(registers.group(1)), "spill_bytes": int(spilled.group(1)) if spilled else 0}
 
 
 def compile_ptx(fn, constexprs: dict, dtype: str = "fp32") -> str:
@@ -231,17 +272,26 @@ def main() -> None:
         fn, constexprs = jobs[name]
         ptx = compile_ptx(fn, constexprs)
         counts, looped = wavefronts(ptx), wavefronts(ptx, in_loops=True)
+        warps = constexprs.get("num_warps", 4)
+        used = usage(ptx)
         rows.append({"kernel": name, "wavefronts": {k: {"taken": t, "fewest": f} for k, (t, f) in counts.items()},
-                     "in_loops": {k: {"taken": t, "fewest": f} for k, (t, f) in looped.items()}})
+                     "in_loops": {k: {"taken": t, "fewest": f} for k, (t, f) in looped.items()}, "warps": warps,
+                     "in_loops_per_multiprocessor": warps * sum(t for t, _ in looped.values()), **(used or {})})
         shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items())) or "no shared access"
-        print(f"{name:34s} in loops: {shown}", flush=True)
+        extra = f"; {warps} warps: {rows[-1]['in_loops_per_multiprocessor']} a multiprocessor"
+        if used:
+            extra += f", {used['registers']} registers, {used['spill_bytes']} bytes spilled"
+        print(f"{name:38s} in loops: {shown}{extra}", flush=True)
         if any(t > f for k, (t, f) in looped.items() if k in ("ld.v4", "ldmatrix", "st.v4", "stmatrix")):
             conflicted.append(name)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         import triton
 
-        meta = {"triton": triton.__version__, "target": "cuda sm_90 (PTX, warp 0)", "unit": "wavefronts a pass"}
+        meta = {"triton": triton.__version__, "target": "cuda sm_90 (PTX, warp 0)", "unit": "wavefronts a pass",
+                "in_loops_per_multiprocessor": "the loops' wavefronts of every warp of a program (one program a "
+                                               "multiprocessor in the grid schedule), all kinds",
+                "registers": "ptxas -v of Triton's bundled ptxas, a thread"}
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     if args.check and conflicted:
         print(f"bank conflicts in: {', '.join(conflicted)}", file=sys.stderr)

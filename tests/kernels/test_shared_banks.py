@@ -73,6 +73,7 @@ def test_cells_kernels_read_their_weight_tiles_without_conflicts():
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.count("(1.0×)") >= 10, result.stdout
+    assert result.stdout.count("8 warps: ") == 5 and result.stdout.count(" registers, ") == 5, result.stdout
 
 
 def test_loads_in_loops_apart(banks):
