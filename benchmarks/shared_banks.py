@@ -217,16 +217,18 @@ def usage(ptx: str) -> dict | None:
     import subprocess
     import tempfile
 
-    import triton
+    from triton.backends.nvidia.compiler import get_ptxas
 
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
-    if not ptxas.exists() or target is None:
+    target = re.search(r"^\.target\s+sm_(\d+)\w*", ptx, re.M)
+    if target is None:
+        return None
+    ptxas = Path(get_ptxas(int(target.group(1))).path)  # the one Triton compiles that target with
+    if not ptxas.exists():
         return None
     with tempfile.TemporaryDirectory() as folder:
         source = Path(folder) / "kernel.ptx"
         source.write_text(ptx)
-        report = subprocess.run([str(ptxas), f"-arch={target.group(1)}", "-v", str(source), "-o",
+        report = subprocess.run([str(ptxas), f"-arch={target.group(0).split()[-1]}", "-v", str(source), "-o",
                                  str(Path(folder) / "kernel.cubin")], capture_output=True, text=True)
     text = report.stdout + report.stderr
     registers, spilled = re.search(r"Used (\d+) registers", text), re.search(r"(\d+) bytes spill stores", text)
