@@ -83,6 +83,17 @@ def _reset_tile(E, WHT, S, RS, sR, n, c0, rows, rmask, T, H, BH: tl.constexpr, P
 
 
 @triton.jit
+def _store_blocks(PRE, n, rows, cols, m, a, b, c, d, T, H):
+    """Step n's four tiles a, b, c, d on columns ``cols`` into blocks 0 … 3 of PRE (B, T, 4H): the gates a forward
+    stores for a backward that reads them (STORE / STORED)."""
+    at = PRE + (n - 1) * 4 * H + rows[:, None] * (T * 4 * H) + cols[None, :]
+    tl.store(at, a, mask=m)
+    tl.store(at + H, b, mask=m)
+    tl.store(at + 2 * H, c, mask=m)
+    tl.store(at + 3 * H, d, mask=m)
+
+
+@triton.jit
 def _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl.constexpr, BB: tl.constexpr,
                 BH: tl.constexpr, PRECISION: tl.constexpr, PRE=None, STORE: tl.constexpr = False):
     """h_n = h_{n−1} + Δt (σ(f) ⊙ tanh(c) − σ(f) ⊙ h_{n−1}) on columns c0 : c0 + BH (reset before: ρ in R (B, H));
@@ -94,11 +105,7 @@ def _state_tile(E, WHT, BHU, S, R, dt, n, c0, rows, rmask, T, H, RESET_AFTER: tl
     h = h + dt * (sf * tanh(c) - sf * h)
     tl.store(S + n * H + rows[:, None] * ((T + 1) * H) + cols[None, :], h, mask=m)
     if STORE:
-        at = PRE + (n - 1) * 4 * H + rows[:, None] * (T * 4 * H) + cols[None, :]
-        tl.store(at, f, mask=m)
-        tl.store(at + H, c, mask=m)
-        tl.store(at + 2 * H, sr, mask=m)
-        tl.store(at + 3 * H, mu, mask=m)
+        _store_blocks(PRE, n, rows, cols, m, f, c, sr, mu, T, H)
 
 
 @triton.jit
@@ -455,11 +462,7 @@ def _grid_forward(E, WHT, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl
         tl.store(S + n * H + rows[:, None] * sS + cols[None, :], h, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         if STORE:
-            at = PRE + (n - 1) * 4 * H + rows[:, None] * (T * 4 * H) + cols[None, :]
-            tl.store(at, r, mask=m)
-            tl.store(at + H, f, mask=m)
-            tl.store(at + 2 * H, mu, mask=m)
-            tl.store(at + 3 * H, c, mask=m)
+            _store_blocks(PRE, n, rows, cols, m, r, f, mu, c, T, H)
 
 
 @triton.jit
