@@ -11,7 +11,8 @@ replayed from a CUDA graph too),
 solvers_cuda.json (FitzHugh–Nagumo dopri5 against diffrax, torchdiffeq and torchode per batch size),
 solvers_cuda_cold.json (first calls from empty caches), solvers_cuda_newconfig.json (a new batch size in a new process,
 the caches warm), fit_cuda.json and fit_quick_cuda.json (FHN training runs), irregular_cuda_16.json and
-irregular_cuda_128.json (per-sample gaps), dropout_cuda.json (the delay cells' state dropout) and the newest
+irregular_cuda_128.json (per-sample gaps), dropout_cuda.json (the delay cells' state dropout),
+kernel_trace_cuda_grid_variants.json (the grid kernels' opt-in variants) and the newest
 gpu_session.log (the gpu tests' summary). With --readme,
 replaces the text between ``<!-- gpu-figures:start -->`` and ``<!-- gpu-figures:end -->``; otherwise prints it.
 """
@@ -286,6 +287,28 @@ def dropout_summary(folders: list[Path]) -> str:
         mark(found[0])
 
 
+def grid_variants(folders: list[Path]) -> str:
+    """The newest kernel_trace_cuda_grid_variants.json (``gpu_session.sh barrier``: ``kernel_trace.py --grid``): per
+    model and size, each variant's training step and its grid kernels' device time, against the default's."""
+    found = first(folders, "kernel_trace_cuda_grid_variants.json")
+    if found is None:
+        return "not measured"
+    rows = [r for r in json.loads(found[1].read_text())["rows"] if "wall_ms_median" in r]
+    parts = []
+    for key in dict.fromkeys((r["model"], r["batch"], r["time"], r["hidden"]) for r in rows if r.get("grid")):
+        mine = {r["grid"]: r for r in rows if (r["model"], r["batch"], r["time"], r["hidden"]) == key and r.get("grid")}
+        base = mine.get("default")
+        kernels = lambda r: sum(k["ms_per_step"] for k in r["kernels"] if "_grid" in k["name"])
+        cells = []
+        for variant, r in mine.items():
+            text = f"{variant} {r['wall_ms_median']:.1f} ms (grid kernels {kernels(r):.1f} ms"
+            if base is not None and variant != "default" and kernels(base):
+                text += f", {kernels(r) / kernels(base):.2f}× the default's"
+            cells.append(text + ")")
+        parts.append(f"{key[0]} ({key[1]}, {key[2]}, {key[3]}): " + "; ".join(cells))
+    return "; ".join(parts) + mark(found[0]) if parts else "not measured"
+
+
 def render(folders: list[Path]) -> str:
     meta = json.loads((folders[0] / "cell_speed_cuda.json").read_text())["meta"]
     legend = "; ".join(f"{mark(i).strip()} from `{f.as_posix()}`" for i, f in enumerate(folders) if i)
@@ -314,6 +337,9 @@ seventh session) for every preset but UnICORNN. The liquid cells (LTC, STC, LRCU
 from 17 run over synapse tiles since 2026-11-27 (the rows of older folders: their batch-block kernels):
 
 {cells_table(folders)}
+
+The grid kernels' opt-in variants (`kernel_trace.py --grid`, median of its steps; `ODELAB_GRID_GATES=stored`,
+`ODELAB_GRID_WARPS=4`, LEM's `ODELAB_LEM_GRID=one-barrier`): {grid_variants(folders)}.
 
 FitzHugh–Nagumo, float64 dopri5, [0, 400], 1001 outputs, max error against DOP853 (1e-12) over 128 trajectories,
 odelab and diffrax each at the loosest tolerance that reaches the torch anchors' error; in brackets the ratio to
