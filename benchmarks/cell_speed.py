@@ -269,12 +269,9 @@ def captured_step(model: nn.Module, x: torch.Tensor) -> torch.cuda.CUDAGraph:
     stream (the CUDA graph recipe; the stepwise schedule records its own graphs at its second call); the gradients
     are set to None first, so that the graph's backward creates them in its own memory pool and every replay
     writes them again there."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            training_step(model, x)
-    torch.cuda.current_stream().wait_stream(side)
+    from odelab.solvers.cuda_graph import warm_up
+
+    warm_up(lambda: [training_step(model, x) for _ in range(3)])
     model.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -275,6 +275,17 @@ def tile_at(ptr, n, step, stride, rows, rmask, cols, cmask, lo, hi):
 
 
 @triton.jit
+def four_blocks(E, n, rows, rmask, cols, cmask, T, H):
+    """Step n's four H-wide blocks of a (B, T, 4H) buffer (LEM's encoded input [a1, az, a2, ay], or the gates a
+    forward stored) as :func:`tile_at` tiles, zero outside 1 ≤ n ≤ T."""
+    sE = T * 4 * H
+    return (tile_at(E - 4 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
+            tile_at(E - 3 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
+            tile_at(E - 2 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
+            tile_at(E - H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T))
+
+
+@triton.jit
 def step_length(dt, HS, rows, rmask, n, T, GAPS: tl.constexpr):
     """The length of step n for this program's rows: the shared ``dt``, or with GAPS each row's own, HS[row, n − 1]
     of the (B, T) per-step lengths (irregular sampling, ``Recurrent.forward(x, dt=gaps)``), as a (BB, 1) column --

@@ -24,8 +24,8 @@ from ..chunks import in_chunks
 from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    sigmoid, step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, four_blocks, mv, on_device, outer_sum, resident,
+    resident_block, sigmoid, step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -50,11 +50,8 @@ def _gates(E, WHT, BHU, S, RS, sR, n, c0, rows, rmask, T, H, RESET_AFTER: tl.con
     cols = c0 + tl.arange(0, BH)
     cmask = cols < H
     if STORED:
-        sP = T * 4 * H
-        p = E + (n - 1) * 4 * H
-        return (tile(p, sP, rows, rmask, cols, cmask), tile(p + H, sP, rows, rmask, cols, cmask),
-                tile(p + 2 * H, sP, rows, rmask, cols, cmask), tile(p + 3 * H, sP, rows, rmask, cols, cmask),
-                tile(hp, sS, rows, rmask, cols, cmask))
+        f, c, sr, mu = four_blocks(E, n, rows, rmask, cols, cmask, T, H)
+        return f, c, sr, mu, tile(hp, sS, rows, rmask, cols, cmask)
     sE = T * 3 * H
     e = E + (n - 1) * 3 * H
     f = mv(tile(e + H, sE, rows, rmask, cols, cmask), hp, sS, rows, rmask, WHT + H * H, H, c0, H, H, True, BH,
@@ -431,15 +428,6 @@ def _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP:
 
 
 @triton.jit
-def _stored_gates(P, n, rows, rmask, cols, cmask, T, H):
-    """This program's tiles of step n's stored (r, f, W_u h + b_hu, c) (P: (B, T, 4H)), zero unless 1 ≤ n ≤ T."""
-    return (tile_at(P, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
-            tile_at(P + H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
-            tile_at(P + 2 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1),
-            tile_at(P + 3 * H, n - 1, 4 * H, T * 4 * H, rows, rmask, cols, cmask, 0, T - 1))
-
-
-@triton.jit
 def _grid_forward(E, WHT, BHU, C, HS, S, SYNC, B, T, H, HP: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
                   PRECISION: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr, PRE=None,
                   STORE: tl.constexpr = False):
@@ -480,7 +468,7 @@ def _grid_backward(E, WH, WHT, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: t
     sS = (T + 1) * H
     sG = T * 4 * H
     if STORED:
-        stored = _stored_gates(E, T, rows, rmask, cols, cmask, T, H)
+        stored = four_blocks(E, T, rows, rmask, cols, cmask, T, H)
     else:  # the forward's orientation as well, for the recomputed gates
         wrt, wft, wut = _gate_tiles(WHT, cols, H, HP)
     wr, wf, wu = _gate_tiles(WH, cols, H, HP)
@@ -494,7 +482,7 @@ def _grid_backward(E, WH, WHT, BHU, C, HS, S, GO, G, L, DP, SYNC, B, T, H, HP: t
         ds = step_length(dt, HS, rows, rmask, n, T, GAPS)
         if STORED:
             r, f, mu, c = stored
-            stored = _stored_gates(E, n - 1, rows, rmask, cols, cmask, T, H)
+            stored = four_blocks(E, n - 1, rows, rmask, cols, cmask, T, H)  # (r, f, W_u h + b_hu, c)
         else:
             r, f, mu, c = _grid_gates(E, S, bhu, wrt, wft, wut, n, rows, rmask, cols, cmask, T, H, HP, PRECISION)
         sf = sigmoid(f)

@@ -27,8 +27,8 @@ from ..chunks import in_chunks
 from ..gaps import per_step_lengths
 from . import grid
 from ._common import (  # noqa: F401
-    address, available, batch_rows, block_sizes, dot, dot_precision, mv, on_device, outer_sum, resident, resident_block,
-    sigmoid, step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
+    address, available, batch_rows, block_sizes, dot, dot_precision, four_blocks, mv, on_device, outer_sum, resident,
+    resident_block, sigmoid, step_launches, step_length, store_length_part, tanh, tile, tile_at, warps, weights)
 from .stepwise import launch_steps
 
 
@@ -289,16 +289,6 @@ def _lem_grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, BB: tl.constexp
 
 
 @triton.jit
-def _inputs(E, n, rows, rmask, cols, cmask, T, H):
-    """Step n's encoded input [a1, az, a2, ay] as four (BB, BH) tiles (zero outside 1 ≤ n ≤ T)."""
-    sE = T * 4 * H
-    return (tile_at(E - 4 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
-            tile_at(E - 3 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
-            tile_at(E - 2 * H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T),
-            tile_at(E - H, n, 4 * H, sE, rows, rmask, cols, cmask, 1, T))
-
-
-@triton.jit
 def _stored(Y, Z, GO, n, rows, rmask, cols, cmask, T, H):
     """What the backward of step n reads besides the weights and the input: (y_{n−1}, z_{n−1}, z_n, ∂L/∂y_{n−1}
     from the outputs), zero outside 1 ≤ n ≤ T (the output gradient outside 2 ≤ n ≤ T)."""
@@ -324,11 +314,11 @@ def _lem_forward_resident(E, W1ZT, W2T, WYT, Z, Y, C, HS, B, T, H, BB: tl.conste
     wyt = weights(WYT, H, H, BH)
     z = tile(Z, sS, rows, rmask, cols, cmask)
     y = tile(Y, sS, rows, rmask, cols, cmask)
-    e1, ez, e2, ey = _inputs(E, 1, rows, rmask, cols, cmask, T, H)
+    e1, ez, e2, ey = four_blocks(E, 1, rows, rmask, cols, cmask, T, H)
     h = step_length(dt, HS, rows, rmask, 1, T, GAPS)
     for n in range(1, T + 1):
         # step n + 1's encoded input, loaded while step n computes: no memory round trip on the recurrence's path
-        f1, fz, f2, fy = _inputs(E, n + 1, rows, rmask, cols, cmask, T, H)
+        f1, fz, f2, fy = four_blocks(E, n + 1, rows, rmask, cols, cmask, T, H)
         h_next = step_length(dt, HS, rows, rmask, n + 1, T, GAPS)
         p1 = dot(y, w1t, e1, PRECISION)
         q = dot(y, wzt, ez, PRECISION)
@@ -363,14 +353,14 @@ def _lem_backward_resident(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, B, T,
     wyt = weights(WT + 3 * H * H, H, H, BH)
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
-    e1, ez, e2, ey = _inputs(E, T, rows, rmask, cols, cmask, T, H)
+    e1, ez, e2, ey = four_blocks(E, T, rows, rmask, cols, cmask, T, H)
     yp, zp, zn, go = _stored(Y, Z, GO, T, rows, rmask, cols, cmask, T, H)
     h = step_length(dt, HS, rows, rmask, T, T, GAPS)
     for i in range(0, T):
         n = T - i
         g = G + (n - 1) * 4 * H
         # step n − 1's stored states, encoded input, output gradient (and length), loaded while step n computes
-        f1, fz, f2, fy = _inputs(E, n - 1, rows, rmask, cols, cmask, T, H)
+        f1, fz, f2, fy = four_blocks(E, n - 1, rows, rmask, cols, cmask, T, H)
         yq, zq, _, gq_out = _stored(Y, Z, GO, n - 1, rows, rmask, cols, cmask, T, H)
         h_next = step_length(dt, HS, rows, rmask, n - 1, T, GAPS)
         p2 = dot(yp, w2t, e2, PRECISION)
@@ -451,17 +441,14 @@ def _lem_grid_forward(E, W1ZT, W2T, WYT, Z, Y, C, HS, SYNC, B, T, H, HP: tl.cons
         tl.store(Z + n * H + rows[:, None] * sS + cols[None, :], z, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         if STORE:
-            at = PRE + (n - 1) * 4 * H + rows[:, None] * sE + cols[None, :]
-            tl.store(at, p1, mask=m)
-            tl.store(at + H, q, mask=m)
-            tl.store(at + 2 * H, p2, mask=m)
+            _store_pair(PRE, 0, p1, q, n, tl.program_id(1) * BH, rows, m, T, H, BH)
         r = dot(grid.rows_of(Z + n * H, sS, rows, rmask, H, HP), wyt, ey, PRECISION)
         s2 = sigmoid(p2)
         y = y + h * (s2 * tanh(r) - s2 * y)
         tl.store(Y + n * H + rows[:, None] * sS + cols[None, :], y, mask=m)
         k, spins = grid.barrier(SYNC, k, spins)
         if STORE:
-            tl.store(PRE + (n - 1) * 4 * H + 3 * H + rows[:, None] * sE + cols[None, :], r, mask=m)
+            _store_pair(PRE, 2, p2, r, n, tl.program_id(1) * BH, rows, m, T, H, BH)
 
 
 @triton.jit
@@ -540,7 +527,7 @@ def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, 
     lz = tile(LZ, H, rows, rmask, cols, cmask)
     ly = tile(LY, H, rows, rmask, cols, cmask)
     if STORED:
-        a1, aq, a2, ar = _inputs(E, T, rows, rmask, cols, cmask, T, H)  # step T's p1, q, p2, r (E's layout)
+        a1, aq, a2, ar = four_blocks(E, T, rows, rmask, cols, cmask, T, H)  # step T's p1, q, p2, r (E's layout)
     else:  # the forward's orientation as well, for the recomputed gates
         w1t, wzt, w2t, wyt = _weight_tiles(WT, WT + 2 * H * H, WT + 3 * H * H, cols, H, HP)
     k = 0
@@ -553,7 +540,7 @@ def _lem_grid_backward(E, W1Z, W2, WY, WT, Z, Y, GO, G, LZ, LY, C, HS, SYNC, B, 
         zp = tile(Z + (n - 1) * H, sS, rows, rmask, cols, cmask)
         if STORED:
             p1, q, p2, r = a1, aq, a2, ar
-            a1, aq, a2, ar = _inputs(E, n - 1, rows, rmask, cols, cmask, T, H)
+            a1, aq, a2, ar = four_blocks(E, n - 1, rows, rmask, cols, cmask, T, H)
         else:
             e = E + (n - 1) * 4 * H
             y_row = grid.rows_of(Y + (n - 1) * H, sS, rows, rmask, H, HP)
