@@ -44,11 +44,16 @@ GRID_SETTINGS = {  # --grid: the environment of each variant of the weights-on-c
 GRID_VARIABLES = ("ODELAB_LEM_GRID", "ODELAB_GRID_GATES", "ODELAB_GRID_WARPS")
 
 
+LIQUID = ("ltc", "stc", "lrcu-a", "lrcu-s")  # their synapse tiles: stored conductances, no weights on chip
+
+
 def uses_grid_setting(name: str, variant: str) -> bool:
     """Whether ``--grid``'s ``variant`` changes model ``name``'s kernels: not an anchor's, nor a named schedule's
-    ("lem-stepwise"), and "one-barrier" LEM's alone."""
+    ("lem-stepwise"), "one-barrier" LEM's alone, and of the liquid cells' only "stored"."""
     if name in ANCHORS or name.endswith(("-stepwise", "-persistent")):
         return False
+    if name in LIQUID:
+        return variant == "stored"
     return variant != "one-barrier" or name == "lem"
 
 

@@ -11,7 +11,8 @@ instruction one 8 × 16-byte matrix at a time, each group taking as many wavefro
 one of the 32 banks holds. The report gives, per kernel and kind of access, the wavefronts of one pass over its
 loops' code (a loop body counted once; the JSON has the whole kernel's too) against the fewest the same accesses
 could take, their sum over the program's warps (one program a multiprocessor in the grid schedule: at one wavefront
-a cycle, the cycles a step's shared-memory accesses take) and the registers and spills of a thread (``ptxas -v``).
+a cycle, the cycles a step's shared-memory accesses take), the registers and spills of a thread (``ptxas -v``) and
+how many exponentials (``ex2``), divisions, reciprocals and FMAs its loops' code holds (each loop body once).
 The kernels include the opt-in variants (``-stored-gates``: ``ODELAB_GRID_GATES=stored``; ``-4-warps``:
 ``ODELAB_GRID_WARPS=4``) and LEM's and τ-GRU's streamed backward at (1024, ·, 256)'s 64-row blocks. Why it matters:
 LEM's grid forward at hidden 128 took 19.8 µs a step on an H200 (2026-12-04) while its PTX made 4352 wavefronts a
@@ -48,6 +49,22 @@ def loop_lines(ptx: str) -> set[int]:
         if m and labels.get(m.group(1), i) < i:
             inside.update(range(labels[m.group(1)], i + 1))
     return inside
+
+
+ARITHMETIC = {"ex2": ("ex2.",), "div": ("div.",), "rcp": ("rcp.",), "fma": ("fma.",)}  # counted in loops' code
+
+
+def loop_instructions(ptx: str) -> dict[str, int]:
+    """How many instructions of each kind of :data:`ARITHMETIC` the loops' lines of ``ptx`` hold (a body once;
+    the special-function unit's ex2 and the divisions' and reciprocals' sequences, against the FMAs)."""
+    lines = ptx.splitlines()
+    counts = dict.fromkeys(ARITHMETIC, 0)
+    for i in sorted(loop_lines(ptx)):
+        words = [w for w in lines[i].split() if not w.startswith("@")]  # a predicate guard before the opcode
+        opcode = words[0] if words else ""
+        for kind, prefixes in ARITHMETIC.items():
+            counts[kind] += opcode.startswith(prefixes)
+    return counts
 
 
 def lane_accesses(ptx: str, lane: int) -> list[tuple[str, int, int]]:
@@ -168,6 +185,7 @@ def _jobs() -> dict[str, tuple]:
     ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
     tiles = dict(BJ=bj, BI=bi, RA=ra, RC=rc, E=liquid.ELEMENTS, LIMIT=1 << 22, num_warps=liquid.THREADS // 32)
     ltc = dict(MODE=0, L=6, GAPS=False, DHS=False)
+    lrc = dict(MODE=2, L=1, GAPS=False, DHS=False)  # LRCU-A
     rows = 16  # the one-launch register-resident liquid kernels (hidden ≤ 16)
     liquid_resident = dict(BB=rows, BH=liquid.RESIDENT_H, BJ=liquid.block_j(liquid.RESIDENT_H), PRECISION="ieee",
                            num_warps=liquid.resident_warps(rows))
@@ -197,6 +215,9 @@ def _jobs() -> dict[str, tuple]:
                                                                         HAS_D=True, STORED=True)),
         "ltc-synapse-tiles-forward": (liquid._grid, dict(tiles, BACKWARD=False, **ltc)),
         "ltc-synapse-tiles-backward": (liquid._grid, dict(tiles, BACKWARD=True, **ltc)),
+        "ltc-synapse-tiles-backward-stored-gates": (liquid._grid, dict(tiles, BACKWARD=True, **ltc, STORED=True)),
+        "lrcu-synapse-tiles-backward": (liquid._grid, dict(tiles, BACKWARD=True, **lrc)),
+        "lrcu-synapse-tiles-backward-stored-gates": (liquid._grid, dict(tiles, BACKWARD=True, **lrc, STORED=True)),
         "ltc-resident-forward": (liquid._forward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False)),
         "ltc-resident-backward": (liquid._backward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False, DHS=False)),
         "unicornn-forward": (unicornn._forward, dict(BLOCK=unicornn.BLOCK)),
@@ -276,13 +297,16 @@ def main() -> None:
         counts, looped = wavefronts(ptx), wavefronts(ptx, in_loops=True)
         warps = constexprs.get("num_warps", 4)
         used = usage(ptx)
+        arithmetic = loop_instructions(ptx)
         rows.append({"kernel": name, "wavefronts": {k: {"taken": t, "fewest": f} for k, (t, f) in counts.items()},
                      "in_loops": {k: {"taken": t, "fewest": f} for k, (t, f) in looped.items()}, "warps": warps,
-                     "in_loops_per_multiprocessor": warps * sum(t for t, _ in looped.values()), **(used or {})})
+                     "in_loops_per_multiprocessor": warps * sum(t for t, _ in looped.values()),
+                     "in_loops_instructions": arithmetic, **(used or {})})
         shown = ", ".join(f"{k} {t} / {f} ({t / f:.1f}×)" for k, (t, f) in sorted(looped.items())) or "no shared access"
         extra = f"; {warps} warps: {rows[-1]['in_loops_per_multiprocessor']} a multiprocessor"
         if used:
             extra += f", {used['registers']} registers, {used['spill_bytes']} bytes spilled"
+        extra += "; in loops " + " ".join(f"{k} {v}" for k, v in arithmetic.items())
         print(f"{name:38s} in loops: {shown}{extra}", flush=True)
         if any(t > f for k, (t, f) in looped.items() if k in ("ld.v4", "ldmatrix", "st.v4", "stmatrix")):
             conflicted.append(name)
@@ -293,7 +317,9 @@ def main() -> None:
         meta = {"triton": triton.__version__, "target": "cuda sm_90 (PTX, warp 0)", "unit": "wavefronts a pass",
                 "in_loops_per_multiprocessor": "the loops' wavefronts of every warp of a program (one program a "
                                                "multiprocessor in the grid schedule), all kinds",
-                "registers": "ptxas -v of Triton's bundled ptxas, a thread"}
+                "registers": "ptxas -v of Triton's bundled ptxas, a thread",
+                "in_loops_instructions": "instructions of the loops' code, each body once (PTX opcodes ex2.*, "
+                                         "div.*, rcp.*, fma.*)"}
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     if args.check and conflicted:
         print(f"bank conflicts in: {', '.join(conflicted)}", file=sys.stderr)

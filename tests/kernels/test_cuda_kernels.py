@@ -1236,15 +1236,20 @@ for bj, bi in liquid.SYNAPSE_TILES:  # the synapse-tile phases, every mode, forw
     ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
     tiles = dict(BJ=bj, BI=bi, num_warps=liquid.THREADS // 32)
     jobs += [(liquid._grid, dict(tiles, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, L=6, E=e, LIMIT=1 << 22, GAPS=gaps,
-                                 DHS=dhs))
+                                 DHS=dhs, STORED=stored))
              for mode in (0, 1, 2, 3) for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs
-             for e in (liquid.ELEMENTS,) + ((4 * liquid.ELEMENTS,) if (bj, bi) == liquid.SYNAPSE_TILES[-1] else ())]
+             for e in (liquid.ELEMENTS,) + ((4 * liquid.ELEMENTS,) if (bj, bi) == liquid.SYNAPSE_TILES[-1] else ())
+             for stored in ((False, True) if not gaps and e == liquid.ELEMENTS else (False,))]  # the conductances
+    # stored (ODELAB_GRID_GATES=stored), without per-sample steps: they only change which lengths the elements read
 bj, bi = liquid.STEPWISE_TILE
 ra, rc = liquid.phase_rows(bj, bi, 1 << 20)
 jobs += [(liquid._synapse_step, dict(BJ=bj, BI=bi, BACKWARD=bw, MODE=mode, RA=ra, RC=rc, RS=max(ra, rc),
-                                     num_warps=liquid.THREADS // 32)) for mode in (0, 1, 2, 3) for bw in (False, True)]
-jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS, GAPS=gaps, DHS=dhs))
-         for mode in (0, 1, 2, 3) for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs]
+                                     STORED=stored, num_warps=liquid.THREADS // 32))
+         for mode in (0, 1, 2, 3) for bw in (False, True) for stored in (False, True)]
+jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, E=liquid.ELEMENTS, GAPS=gaps, DHS=dhs,
+                                     STORED=stored))
+         for mode in (0, 1, 2, 3) for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs
+         for stored in ((False, True) if not gaps else (False,))]
 jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N", "M", "J0"}))
          for k in (liquid._input_forward, liquid._input_backward)]
 count = 0
@@ -1485,6 +1490,102 @@ def test_liquid_grid_barrier_never_met_reruns_the_forward_stepwise(monkeypatch):
     ref, ref_final = liquid.run_ltc(model.system, x, state, model.dt, model.unfolds, schedule="stepwise")
     assert torch.equal(out, ref) and torch.equal(final[0], ref_final[0])
     assert liquid.liquid_schedule("grid", x, 17, None) == "stepwise"
+
+
+def _liquid_training_step(name, schedule, dtype, gaps, size=(5, 4, 20)):
+    """A liquid preset's outputs, final state and every gradient (input, initial state, trained parameters and,
+    with ``gaps``, the per-sample gaps') at ``size`` (batch, time, hidden; hidden 20: 2 × 2 stepwise tiles of 16),
+    and the bytes its autograd Function saved (each storage once)."""
+    batch, time, hidden = size
+    torch.manual_seed(3)
+    model = PRESETS[name][0](3, hidden).to(device=DEVICE, dtype=dtype)
+    x = torch.randn(batch, time, 3, device=DEVICE, dtype=dtype, requires_grad=True)
+    state = ((0.5 * torch.randn(batch, hidden, device=DEVICE, dtype=dtype)).requires_grad_(),)
+    dt = (0.4 + torch.rand(batch, time, device=DEVICE, dtype=dtype)).requires_grad_() if gaps else model.dt
+    inputs = [x, *state, *(p for p in model.parameters() if p.requires_grad)] + ([dt] if gaps else [])
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out, final = kernel(PRESETS[name][1])(model.system, x, state, dt, model.unfolds, (), schedule=schedule)
+    weights = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weights).sum() + 0.3 * final[0].sum(), inputs)
+    return [out, final[0], *grads], sum(saved.values())
+
+
+@pytest.mark.parametrize("gaps", [False, True], ids=["dt", "gaps"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("schedule", ["grid", "stepwise"])
+@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+def test_liquid_stored_conductances_give_the_same_bits(name, schedule, dtype, gaps, monkeypatch):
+    """``ODELAB_GRID_GATES=stored`` on the liquid cells' synapse tiles: the forward stores every sub-step's
+    conductances (f, u; LRC's w too) and the backward's synapse phases compute only the adjoints' openings; outputs,
+    final state and every gradient (the gaps' too) are the default's bits. Saved: LRCU (one sub-step a sample) as
+    many bytes as the default, LTC and STC (2 sub-steps here) 2 (L − 1) = 2 (B, T, H) sequences more; the forward is
+    told to store and the backward to read, and under no_grad nothing is stored."""
+    from odelab.kernels.cuda import grid, liquid
+
+    flags = []
+    launch = liquid._launch_phases
+
+    def recorded(*args, **kw):
+        flags.append(kw.get("stored", False))
+        return launch(*args, **kw)
+
+    monkeypatch.setattr(liquid, "_launch_phases", recorded)
+    results, saved = {}, {}
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        results[gates], saved[gates] = _liquid_training_step(name, schedule, dtype, gaps)
+    assert flags == [False, False, True, True]
+    for a, b in zip(results[""], results["stored"], strict=True):
+        assert torch.equal(a, b)
+    unfolds = PRESETS[name][0](3, 20).unfolds
+    sequence = 5 * 4 * 20 * torch.finfo(dtype).bits // 8  # one (B, T, H) sequence
+    extra = saved["stored"] - saved[""] - 2 * (unfolds - 1) * sequence
+    assert 0 <= extra <= torch.finfo(dtype).bits // 8  # up to one element: the inputs' conductances' placeholder
+    with torch.no_grad():
+        kernel(PRESETS[name][1])(PRESETS[name][0](3, 20).to(device=DEVICE, dtype=dtype).system,
+                                 torch.randn(5, 4, 3, device=DEVICE, dtype=dtype),
+                                 (torch.zeros(5, 20, device=DEVICE, dtype=dtype),), 1.0, unfolds, (),
+                                 schedule=schedule)
+    assert flags[-1] is False
+
+
+def test_liquid_stored_conductances_are_eq1(monkeypatch):
+    """What the LTC forward stores under ``ODELAB_GRID_GATES=stored``: for every sub-step n and batch row, eq. 1
+    over y = [h_{n−1}, x of the sample], f_i = Σ_j g_ji σ(a_ji y_j + b_ji) + g_l and u_i with k_ji, written out
+    here (g = softplus(raw g), g_l = softplus(raw g_l)), 1e-12; 2 sub-steps a sample."""
+    from odelab.kernels.cuda import grid, liquid
+
+    kept = []
+    launch = liquid._launch_phases
+
+    def recorded(tensors, backward, *args, **kw):
+        launch(tensors, backward, *args, **kw)
+        if not backward:
+            kept.append((tensors[11].clone(), tensors[14].clone()))  # S (B, TS + 1, H) and CS (2, B, TS, H)
+
+    monkeypatch.setattr(liquid, "_launch_phases", recorded)
+    monkeypatch.setenv(grid.GATES_ENV, "stored")
+    torch.manual_seed(5)
+    model = PRESETS["ltc"][0](3, 20).to(device=DEVICE, dtype=torch.float64)
+    x = torch.randn(4, 3, 3, device=DEVICE, dtype=torch.float64, requires_grad=True)
+    kernel(PRESETS["ltc"][1])(model.system, x, (torch.zeros(4, 20, device=DEVICE, dtype=torch.float64),), model.dt,
+                              model.unfolds, (), schedule="grid")
+    (S, CS), = kept
+    p = model.system
+    with torch.no_grad():
+        g, k, g_l = torch.nn.functional.softplus(p.raw_g), p.k, torch.nn.functional.softplus(p.raw_g_leak)
+        for n in range(1, 3 * model.unfolds + 1):
+            y = torch.cat((S[:, n - 1], x[:, (n - 1) // model.unfolds]), dim=1)  # (B, m + n)
+            opening = 1.0 / (1.0 + torch.exp(-(p.a[None] * y[:, :, None] + p.b[None])))
+            f = (opening * g[None]).sum(1) + g_l
+            u = (opening * k[None]).sum(1) + g_l
+            assert (CS[0, :, n - 1] - f).abs().max() < 1e-12 and (CS[1, :, n - 1] - u).abs().max() < 1e-12
 
 
 # the presets with grid kernels that keep their weights on chip -> barriers a step (forward, backward)
@@ -1895,6 +1996,25 @@ def test_grid_variants_on_the_gpu(name, size, monkeypatch):
     for variant in variants:
         for a, b in zip(results[""]["grid"], results[variant]["grid"], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=variant)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+def test_liquid_stored_conductances_on_the_gpu(name, monkeypatch):
+    """``ODELAB_GRID_GATES=stored`` on the liquid cells' synapse tiles with real concurrent programs (hidden 128:
+    16 × 8 tiles, 128 programs on an H100/H200), float32 at (64, 40, 128) and both schedules: the default's outputs
+    and gradients to 1e-6 relative (the same sums; a compiler may contract a product into an FMA in one kernel and
+    not in another)."""
+    from odelab.kernels.cuda import grid
+
+    results = {}
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        results[gates] = {schedule: _liquid_training_step(name, schedule, torch.float32, False, (64, 40, 128))[0]
+                          for schedule in ("grid", "stepwise")}
+    for schedule in ("grid", "stepwise"):
+        for a, b in zip(results[""][schedule], results["stored"][schedule], strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6 * a.abs().max().item(), msg=schedule)
 
 
 # -- inside a caller's CUDA graph capture (torch.cuda.graph) ---------------------------------------------------

@@ -86,6 +86,15 @@ def test_loads_in_loops_apart(banks):
     assert banks.wavefronts(ptx, in_loops=True) == {"ld.v4": (4, 4)}
 
 
+def test_arithmetic_in_loops(banks):
+    """``loop_instructions``: the exponentials, divisions, reciprocals and FMAs of the loops' lines only (a guarded
+    one too), each body once."""
+    ptx = "\n".join(["\tex2.approx.f32 \t%f1, %f2;", "$L__BB0_1:", "\tex2.approx.ftz.f32 \t%f3, %f1;",
+                     "\t@%p2 div.rn.f32 \t%f4, %f3, %f1;", "\tfma.rn.f32 \t%f5, %f4, %f3, %f1;",
+                     "\tfma.rn.f32 \t%f6, %f5, %f3, %f1;", "\t@%p1 bra \t$L__BB0_1;", "\trcp.rn.f32 \t%f7, %f6;"])
+    assert banks.loop_instructions(ptx) == {"ex2": 1, "div": 1, "rcp": 0, "fma": 2}
+
+
 def test_stores_and_their_address_syntax(banks):
     """``st.shared::cta`` with a spaced address and ``stmatrix`` count as their loads do."""
     ptx = _ptx("shl.b32 \t%r2, %r1, 7", "st.shared::cta.b32 [ %r2 + 0 ], %r3",

@@ -184,11 +184,11 @@ def resident_warps() -> int:
 
 def stored_gates(train: bool) -> bool:
     """Whether a grid or stepwise forward stores its pre-activations (LEM's [p1, q, p2, r], coRNN's and the
-    oscillator's tanh(a), GRU-ODE's gates (reset after), the delay GRUs' branches) for its backward, which then reads
-    them instead of recomputing them from the stored states (the same bits, fewer products a step; the weights on
-    chip or streamed): ``$ODELAB_GRID_GATES`` (read at each forward) = "stored", and only where a backward follows
-    (``train``); "recomputed" (unset: the default) otherwise. Opt-in until a GPU measures it; anything else is an
-    error."""
+    oscillator's tanh(a), GRU-ODE's gates (reset after), the delay GRUs' branches; the liquid cells' conductances of
+    every sub-step) for its backward, which then reads them instead of recomputing them from the stored states (the
+    same bits, fewer products or openings a step; the weights on chip or streamed): ``$ODELAB_GRID_GATES`` (read at
+    each forward) = "stored", and only where a backward follows (``train``); "recomputed" (unset: the default)
+    otherwise. Opt-in until a GPU measures it; anything else is an error."""
     asked = os.environ.get(GATES_ENV, "").strip().lower() or "recomputed"
     if asked not in ("recomputed", "stored"):
         raise ValueError(f"${GATES_ENV}: expected recomputed or stored, got {asked!r}")

@@ -14,11 +14,12 @@ The input synapses with the leak (f_in, u_in: the sums of (1) over the inputs j,
 not depend on h: they are computed for the whole sequence, once per sample (:func:`input_conductances`, one launch whose
 openings stay in registers, recomputed by :func:`input_gradients` in the backward; O_xᵀ x + p by torch), and the
 kernels add the hidden synapses, B × m × m sigmoids per sub-step, which are not a matrix product (σ acts on every
-(batch, j, i)). What is stored for the backward: the states of every sub-step. The backward recomputes the openings
-from them; it writes ∂L/∂f_in, ∂L/∂u_in per sample (summed over its sub-steps) and ∂L/∂w per sub-step (LRC: the
-O_h gradient is one GEMM over them), and sums the hidden synapses' parameter gradients (g, k, a, b: one (m, m)
-matrix each) in the kernel per batch block or row slab (summed over those in torch); e_l and the elastance shift
-per element.
+(batch, j, i)). What is stored for the backward: the states of every sub-step (with ``ODELAB_GRID_GATES=stored``,
+the synapse-tile schedules' conductances of every sub-step too: :class:`LiquidSequence`). The backward recomputes
+the openings from them; it writes ∂L/∂f_in, ∂L/∂u_in per sample (summed over its sub-steps) and ∂L/∂w per sub-step
+(LRC: the O_h gradient is one GEMM over them), and sums the hidden synapses' parameter gradients (g, k, a, b: one
+(m, m) matrix each) in the kernel per batch block or row slab (summed over those in torch); e_l and the elastance
+shift per element.
 
 Two layouts of that work:
 
@@ -634,25 +635,34 @@ def _add_parameter_sums(ACC, slot, tile, d_g, d_k, d_a, d_b, H, BJ: tl.constexpr
 
 @triton.jit
 def _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr,
-              E: tl.constexpr):
+              E: tl.constexpr, STORED: tl.constexpr = False):
     """Elements e0 … e0 + E − 1 of the (B, H) rows: their offsets, mask, sample offsets, e_l, shift, h_{n−1} and the
-    conductances (f, u, w) of sub-step n: the input ones plus the partials of every j-tile."""
+    conductances (f, u, w) of sub-step n: the input ones plus the partials of every j-tile, or (STORED, a backward)
+    those the forward stored, P = CS (:func:`_update_elements`)."""
     e = (e0 + tl.arange(0, E)).to(tl.int64)
     em = e < B * H
     row = e // H
     i = e % H
     sS = (T + 1) * H
     io = row * (T // L) * H + ((n - 1) // L) * H + i
-    f = tl.load(FIN + io, mask=em, other=0.0)
-    u = tl.load(UIN + io, mask=em, other=0.0)
-    w = f * 0.0
-    if MODE >= 2:
-        w = tl.load(WIN + io, mask=em, other=0.0)
-    for jt in range(0, tl.cdiv(H, BJ)):
-        f += tl.load(P + jt * 3 * B * H + e, mask=em, other=0.0)
-        u += tl.load(P + jt * 3 * B * H + B * H + e, mask=em, other=0.0)
+    if STORED:
+        cs = P + row * T * H + (n - 1) * H + i
+        f = tl.load(cs, mask=em, other=0.0)
+        u = tl.load(cs + B * T * H, mask=em, other=0.0)
+        w = f * 0.0
         if MODE >= 2:
-            w += tl.load(P + jt * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+            w = tl.load(cs + 2 * B * T * H, mask=em, other=0.0)
+    else:
+        f = tl.load(FIN + io, mask=em, other=0.0)
+        u = tl.load(UIN + io, mask=em, other=0.0)
+        w = f * 0.0
+        if MODE >= 2:
+            w = tl.load(WIN + io, mask=em, other=0.0)
+        for jt in range(0, tl.cdiv(H, BJ)):
+            f += tl.load(P + jt * 3 * B * H + e, mask=em, other=0.0)
+            u += tl.load(P + jt * 3 * B * H + B * H + e, mask=em, other=0.0)
+            if MODE >= 2:
+                w += tl.load(P + jt * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
     el = tl.load(EL + i, mask=em, other=0.0)
     shift = tl.load(KSH + i, mask=em, other=0.0)
     h = tl.load(S + row * sS + (n - 1) * H + i, mask=em, other=0.0)
@@ -670,24 +680,31 @@ def _element_lengths(dt, HS, row, em, n, T, L: tl.constexpr, GAPS: tl.constexpr)
 
 
 @triton.jit
-def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, HS, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
-                     L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr):
-    """Forward element phase of sub-step n: h_n = the update of h_{n−1} (the module docstring's step)."""
+def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, HS, CS, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
+                     L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, STORED: tl.constexpr):
+    """Forward element phase of sub-step n: h_n = the update of h_{n−1} (the module docstring's step); with STORED,
+    its conductances (f, u; w for LRC) also into CS (C, B, T, H) at [·, row, n − 1, i] for the backward."""
     e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ, L,
                                                          E)
     delta = _element_lengths(dt, HS, row, em, n, T, L, GAPS)
     tl.store(S + row * (T + 1) * H + n * H + i, _update(h, f, u, w, el, shift, delta, MODE), mask=em)
+    if STORED:
+        cs = CS + row * T * H + (n - 1) * H + i
+        tl.store(cs, f, mask=em)
+        tl.store(cs + B * T * H, u, mask=em)
+        if MODE >= 2:
+            tl.store(cs + 2 * B * T * H, w, mask=em)
 
 
 @triton.jit
 def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, HS, DE, n, e0, B, T,
                       H, MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-                      GAPS: tl.constexpr, DHS: tl.constexpr):
+                      GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr):
     """Backward element phase of sub-step n (T … 1, then 0): λ_n (LAM at n = T; otherwise λ_{n}'s direct part PART,
     the partials LP of every i-tile and the output gradient where h_n is an output), then, for n ≥ 1, the adjoint of
     the update: ∂L/∂f, ∂L/∂u into FU and the sample's GF, GU, ∂L/∂w into GW (LRC), λ_{n−1}'s direct part into PART,
     the e_l and shift terms into AE (with DHS, λ_n ∂h_n/∂δ into the sample's DE, (B, T // L, H)); for n = 0, λ_0
-    into LAM."""
+    into LAM. The conductances of sub-step n: summed from P, or with STORED read from it (:func:`_elements`)."""
     e = (e0 + tl.arange(0, E)).to(tl.int64)
     em = e < B * H
     if n == T:
@@ -703,7 +720,7 @@ def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, F
         tl.store(LAM + e, lam, mask=em)
     else:
         e, em, row, i, io, el, shift, h, f, u, w = _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE, BJ,
-                                                             L, E)
+                                                             L, E, STORED)
         hn = tl.load(S + row * (T + 1) * H + n * H + i, mask=em, other=0.0)
         delta = _element_lengths(dt, HS, row, em, n, T, L, GAPS)
         lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
@@ -744,11 +761,13 @@ def _zeros(BI: tl.constexpr, RC: tl.constexpr, BJ: tl.constexpr, REF):
 
 @triton.jit
 def _synapse_phase(TABLE, REF, n, tile, r_lo, r_hi, d_g, d_k, d_a, d_b, B, T, H, BACKWARD: tl.constexpr,
-                   MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr):
+                   MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr,
+                   STORED: tl.constexpr):
     """The synapse phase of sub-step n on one tile and rows r_lo … r_hi − 1: the partial conductances of sub-step n
-    (n ≥ 1), and backward the partial adjoints of sub-step n + 1 (n < T); returns the parameter sums."""
+    (n ≥ 1; not in a backward whose forward stored the conductances, STORED), and backward the partial adjoints of
+    sub-step n + 1 (n < T); returns the parameter sums."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
-    if n >= 1:
+    if n >= 1 and not (BACKWARD and STORED):
         _partial_conductances(GS, AS, BS, KS, OH, S, P, n, tile, r_lo, r_hi, B, T, H, MODE, BJ, BI, RA)
     if BACKWARD:
         GO, GF, GU, GW, LAM, PART, FU, LP, AE, ACC = _gradients(TABLE, REF)
@@ -760,9 +779,10 @@ def _synapse_phase(TABLE, REF, n, tile, r_lo, r_hi, d_g, d_k, d_a, d_b, B, T, H,
 
 @triton.jit
 def _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+                   BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+                   STORED: tl.constexpr):
     """The element phase of sub-step n on elements e0 … e0 + E − 1 (HS: the table's entry 23 or 13; DE, with DHS:
-    24)."""
+    24; with STORED the forward's CS, entry 14, and the backward's P is CS)."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
     dt = tl.load(C)
     if BACKWARD:
@@ -771,21 +791,25 @@ def _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD: tl.constexpr, MODE: tl.
         if DHS:
             DE = address(TABLE, 24, REF)
         _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt,
-                          address(TABLE, 23, REF), DE, n, e0, B, T, H, MODE, BJ, BI, L, E, GAPS, DHS)
+                          address(TABLE, 23, REF), DE, n, e0, B, T, H, MODE, BJ, BI, L, E, GAPS, DHS, STORED)
     else:
-        _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, address(TABLE, 13, REF), n, e0, B, T, H, MODE, BJ, L, E,
-                         GAPS)
+        CS = REF
+        if STORED:
+            CS = address(TABLE, 14, REF)
+        _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, address(TABLE, 13, REF), CS, n, e0, B, T, H, MODE, BJ, L,
+                         E, GAPS, STORED)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _synapse_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                  BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, RS: tl.constexpr):
+                  BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, RS: tl.constexpr,
+                  STORED: tl.constexpr = False):
     """Stepwise: the synapse phase of sub-step n on tile program_id(0) and the RS-row slab program_id(1); backward,
     the slab's parameter sums added to ACC[slab]."""
     r_lo = tl.program_id(1) * RS
     d_g, d_k, d_a, d_b = _zeros(BI, RC, BJ, REF)
     d_g, d_k, d_a, d_b = _synapse_phase(TABLE, REF, n, tl.program_id(0), r_lo, tl.minimum(r_lo + RS, B), d_g, d_k,
-                                        d_a, d_b, B, T, H, BACKWARD, MODE, BJ, BI, RA, RC)
+                                        d_a, d_b, B, T, H, BACKWARD, MODE, BJ, BI, RA, RC, STORED)
     if BACKWARD:
         if n < T:
             _add_parameter_sums(address(TABLE, 22, REF), tl.program_id(1), tl.program_id(0), d_g, d_k, d_a, d_b, H,
@@ -794,19 +818,21 @@ def _synapse_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.const
 
 @triton.jit(do_not_specialize=["n"])
 def _element_step(TABLE, REF, n, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
-                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+                  BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+                  STORED: tl.constexpr = False):
     """Stepwise: the element phase of sub-step n on element block program_id(0)."""
-    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS, DHS)
+    _element_phase(TABLE, REF, n, tl.program_id(0) * E, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS, DHS, STORED)
 
 
 @triton.jit
 def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
           BI: tl.constexpr, RA: tl.constexpr, RC: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-          LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr):
+          LIMIT: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr = False):
     """The grid-synchronised schedule: one program per synapse tile (axis 1; one counter, axis 0 has one block), all
     rows; every sub-step's synapse phase, a barrier, its element phase (elements spread over the programs), a
     barrier -- forward sub-steps 1 … T, backward T … 0; the backward's parameter sums stay in registers until the
-    end (ACC[0])."""
+    end (ACC[0]). STORED: the forward stores every sub-step's conductances, which the backward reads instead of
+    recomputing their openings (:func:`_synapse_phase`)."""
     tile = tl.program_id(1)
     programs = tl.num_programs(1)
     k = 0
@@ -815,24 +841,25 @@ def _grid(TABLE, REF, SYNC, B, T, H, BACKWARD: tl.constexpr, MODE: tl.constexpr,
     for q in range(0, T + 1 if BACKWARD else T):
         n = T - q if BACKWARD else q + 1
         d_g, d_k, d_a, d_b = _synapse_phase(TABLE, REF, n, tile, 0, B, d_g, d_k, d_a, d_b, B, T, H, BACKWARD, MODE,
-                                            BJ, BI, RA, RC)
+                                            BJ, BI, RA, RC, STORED)
         k, spins = grid.barrier(SYNC, k, spins)
         for e0 in range(tile * E, B * H, programs * E):
-            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS, DHS)
+            _element_phase(TABLE, REF, n, e0, B, T, H, BACKWARD, MODE, BJ, BI, L, E, GAPS, DHS, STORED)
         k, spins = grid.barrier(SYNC, k, spins)
     if BACKWARD:
         _add_parameter_sums(address(TABLE, 22, REF), 0, tile, d_g, d_k, d_a, d_b, H, BJ, BI)
 
 
 def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tuple[int, int], mode: int,
-                   unfolds: int, schedule: str, gaps: bool, dhs: bool = False):
+                   unfolds: int, schedule: str, gaps: bool, dhs: bool = False, stored: bool = False):
     """Run the phases of every sub-step: "grid" one launch (:func:`_grid`), "stepwise" a launch per phase
     (recorded as a CUDA graph, :func:`.stepwise.launch_steps`); ``gaps``: the element phases read HS (the table's
-    entry 23 or 13); ``dhs`` (backward): they add the sub-step lengths' gradient to DE (entry 24)."""
+    entry 23 or 13); ``dhs`` (backward): they add the sub-step lengths' gradient to DE (entry 24); ``stored``: the
+    forward stores the conductances into CS (entry 14), the backward reads them from its P (entry 12)."""
     BJ, BI = tiles
     RA, RC = phase_rows(BJ, BI, B)
     count = triton.cdiv(H, BJ) * triton.cdiv(H, BI)
-    meta = dict(BACKWARD=backward, MODE=mode, BJ=BJ, BI=BI)
+    meta = dict(BACKWARD=backward, MODE=mode, BJ=BJ, BI=BI, STORED=stored)
     ref = tensors[10]
     if schedule == "grid":  # a program's share of the elements in one block where it fits in 4 × ELEMENTS
         E = min(4 * ELEMENTS, max(ELEMENTS, triton.next_power_of_2(triton.cdiv(B * H, count))))
@@ -852,7 +879,7 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
             _element_step[elements](table, ref, n, B, TS, H, L=unfolds, E=ELEMENTS, GAPS=gaps, DHS=dhs, num_warps=4,
                                     **meta)
 
-    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, gaps, dhs, ref.dtype, ref.device)
+    launch.key = ("liquid", backward, B, TS, H, tiles, mode, unfolds, gaps, dhs, stored, ref.dtype, ref.device)
     launch_steps(tensors, launch)
 
 
@@ -979,17 +1006,22 @@ def input_gradients(x, a, b, g, k, grad_f, grad_u, d_synapses):
 
 
 class LiquidSequence(torch.autograd.Function):
-    """``apply(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, hs, unfolds, mode, block_h, schedule)
-    -> (states, h_T)``: x (B, T, n) the inputs, w_in (B, T, H) the input part of w (LRC; None otherwise), g, a, b, k
-    the synapses ((H + n) × H: the neurons' rows, then the inputs'), their input rows summed once a sample with the
-    leak g_leak (:func:`input_conductances`); ``unfolds`` sub-steps of ``dt`` per sample -- or, hs (B, T) not None,
-    of hs[b, t] (each sample's gap / unfolds; its gradient where it requires one, from every schedule's backward) --,
-    states those at the samples' ends. One Function for
-    both kinds of synapse: each parameter's gradient is written whole (no slices of it added up by autograd)."""
+    """``apply(x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, hs, unfolds, mode, block_h, train,
+    schedule) -> (states, h_T)``: x (B, T, n) the inputs, w_in (B, T, H) the input part of w (LRC; None otherwise),
+    g, a, b, k the synapses ((H + n) × H: the neurons' rows, then the inputs'), their input rows summed once a sample
+    with the leak g_leak (:func:`input_conductances`); ``unfolds`` sub-steps of ``dt`` per sample -- or, hs (B, T)
+    not None, of hs[b, t] (each sample's gap / unfolds; its gradient where it requires one, from every schedule's
+    backward) --, states those at the samples' ends; ``train``: whether autograd records the call. One Function for
+    both kinds of synapse: each parameter's gradient is written whole (no slices of it added up by autograd).
+
+    With ``ODELAB_GRID_GATES=stored`` (``grid.stored_gates``) the synapse-tile schedules' forward stores every
+    sub-step's conductances (f, u; LRC also w) for the backward, whose synapse phases then compute each opening once
+    a sub-step instead of twice (the same bits); saved in place of the inputs' conductances: LRC with one sub-step a
+    sample saves as much as without, LTC and STC 2 (L − 1) more (B, T, H) sequences for L sub-steps a sample."""
 
     @staticmethod
     def forward(ctx, x, w_in, g, a, b, k, g_leak, e_leak, o_hidden, shift, h0, dt, hs, unfolds, mode, block_h,
-                schedule="persistent"):
+                train=False, schedule="persistent"):
         ctx.precision = dot_precision(x.dtype)  # fixed at the forward: the backward recomputes with it
         (B, T, n), H = x.shape, h0.shape[1]
         TS = T * unfolds
@@ -1006,10 +1038,18 @@ class LiquidSequence(torch.autograd.Function):
         hs = hs if gaps else consts  # read only with GAPS
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
         BB = None  # the persistent kernels' rows a program (the backward's too)
+        ctx.stored = False
         if schedule in ("grid", "stepwise"):
+            ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
             tiles = synapse_tiles(H, schedule, like.device)
             P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
-            _launch_phases([*tensors, P, hs], False, B, TS, H, tiles, mode, unfolds, schedule, gaps)
+            CS = [like.new_empty(3 if mode >= LRC_ASYMMETRIC else 2, B, TS, H)] if ctx.stored else []
+            _launch_phases([*tensors, P, hs, *CS], False, B, TS, H, tiles, mode, unfolds, schedule, gaps,
+                           stored=ctx.stored)
+            del P
+            if ctx.stored:  # the backward reads CS instead of the inputs' conductances
+                placeholder = like.new_zeros(1)
+                tensors = [placeholder, placeholder, placeholder, *tensors[3:], CS[0]]
         else:
             on_chip = resident(H, block_h)
             BH = block_sizes(B, H, block_h)[1]
@@ -1027,10 +1067,14 @@ class LiquidSequence(torch.autograd.Function):
     @kernel_backward("cuda")
     def backward(ctx, grad_hs, grad_h):
         *tensors, hs, x = ctx.saved_tensors
-        (f_in, _, _, g, a, b, k), S = tensors[:7], tensors[-1]  # the forward's [f_in, u_in, w_in, g, a, b, k, ...]
-        B, T, H = f_in.shape
+        if ctx.stored:  # [·, ·, ·, g, …, S, CS]: CS takes the phases' P
+            *tensors, CS = tensors
+        g, a, b, k = tensors[3:7]  # the forward's [f_in, u_in, w_in, g, a, b, k, ...]
+        S = tensors[-1]
+        B, T, H = S.shape[0], x.shape[1], S.shape[2]
         dhs = S.new_empty(B, T) if ctx.needs_input_grad[12] else None
-        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, hs, grad_hs.contiguous(), grad_h, dhs)
+        GF, GU, GW, AE, ACC, lam0 = LiquidSequence._sweep(ctx, tensors, hs, grad_hs.contiguous(), grad_h, dhs,
+                                                          CS if ctx.stored else None)
         d_synapses = S.new_empty(4, *g.shape)  # ∂L/∂(g, k, a, b): the neurons' rows from ACC, the inputs' below
         torch.sum(ACC, 0, out=d_synapses[:, :H])
         d_x, d_g_leak = input_gradients(x.view(B * T, x.shape[2]), a, b, g, k, GF.view(B * T, H), GU.view(B * T, H),
@@ -1043,31 +1087,32 @@ class LiquidSequence(torch.autograd.Function):
         d_o_hidden = outer_sum(S[:, :-1], GW) if lrc else None  # Σ h_{n-1,j} ∂L/∂w_{n,i}: [j, i]
         d_shift = d_shift if ctx.mode == LRC_SYMMETRIC else None
         return (d_x.view(x.shape), d_w_in, d_g, d_a, d_b, d_k, d_g_leak, d_e_leak, d_o_hidden, d_shift, lam0,
-                None, dhs, None, None, None, None)
+                None, dhs, None, None, None, None, None)
 
     @staticmethod
-    def _sweep(ctx, tensors, hs, grad_hs, grad_h, dhs):
+    def _sweep(ctx, tensors, hs, grad_hs, grad_h, dhs, CS=None):
         """The kernels' backward over the sub-steps T … 1: (∂L/∂f_in, ∂L/∂u_in, ∂L/∂w (LRC), the e_l and shift
         sums, the neurons' synapse gradient sums ACC (slots, 4, H, H), λ_0), and into ``dhs`` (B, T) where it is
-        not None the sub-step lengths' gradient; the phase buffers end with the call."""
-        f_in, S = tensors[0], tensors[-1]
-        B, T, H = f_in.shape
+        not None the sub-step lengths' gradient; CS: the conductances the forward stored (or None); the phase
+        buffers end with the call."""
+        S = tensors[-1]
         unfolds, mode = ctx.unfolds, ctx.mode
-        TS = T * unfolds
-        GF, GU = torch.zeros_like(f_in), torch.zeros_like(f_in)
+        B, TS, H = S.shape[0], S.shape[1] - 1, S.shape[2]
+        T = TS // unfolds
+        GF, GU = S.new_zeros(B, T, H), S.new_zeros(B, T, H)
         GW = S.new_zeros(B, TS, H) if mode >= LRC_ASYMMETRIC else S.new_zeros(1)
         AE = S.new_zeros(2, B, H)
         if ctx.schedule in ("grid", "stepwise"):
             tiles = synapse_tiles(H, ctx.schedule, S.device)
             slots = 1 if ctx.schedule == "grid" else triton.cdiv(B, slab_rows(*tiles, B))
             LAM = grad_h + grad_hs[:, T - 1]  # λ at the last sub-step in, λ_0 out
-            P = S.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)
+            P = S.new_empty(triton.cdiv(H, tiles[0]), 3, B, H) if CS is None else CS
             LP = S.new_empty(triton.cdiv(H, tiles[1]), B, H)  # the partial adjoints of every i-tile
             ACC = S.new_zeros(slots, 4, H, H)
             grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(B, H), S.new_empty(2, B, H), LP, AE, ACC]
-            DE = [] if dhs is None else [torch.zeros_like(f_in)]  # λ ∂h/∂δ by element, each sample's sum
+            DE = [] if dhs is None else [torch.zeros_like(GF)]  # λ ∂h/∂δ by element, each sample's sum
             _launch_phases([*tensors, P, *grads, hs, *DE], True, B, TS, H, tiles, mode, unfolds, ctx.schedule,
-                           ctx.gaps, dhs is not None)
+                           ctx.gaps, dhs is not None, stored=CS is not None)
             if dhs is not None:
                 torch.sum(DE[0], 2, out=dhs)
             return GF, GU, GW, AE, ACC, LAM
@@ -1102,7 +1147,8 @@ def _run(system, x, state, dt, unfolds, mode, block_h, schedule):
     hs = sample_lengths(dt, unfolds, x.dtype, keep_grad=True) if gaps else None
     states, hT = grid.apply(LiquidSequence, x, w_in, F.softplus(system.raw_g), system.a,
                             system.b, system.k, F.softplus(system.raw_g_leak), system.e_leak, o_hidden, shift,
-                            state[0], 0.0 if gaps else float(dt) / unfolds, hs, unfolds, mode, block_h, chosen)
+                            state[0], 0.0 if gaps else float(dt) / unfolds, hs, unfolds, mode, block_h,
+                            torch.is_grad_enabled(), chosen)
     return states, (hT,)
 
 
