@@ -58,7 +58,8 @@
 #              barrier a step, ODELAB_GRID_GATES=stored, ODELAB_GRID_WARPS=4, both) at hidden 128, each kernel's time
 #              apart (kernel_trace.py --grid), 120 s (the tests step's warm-up compiles the variants' kernels);
 #              then LEM and τ-GRU at (1024, 1000, 256), their weights streamed, with and without stored gates, 60 s;
-#              then LTC and LRCU-A at (128, 1000, 128) with and without their conductances stored, 60 s
+#              then LTC and LRCU-A at (128, 1000, 128): synapse tiles or row slabs (ODELAB_LIQUID_LAYOUT), their
+#              conductances stored or not, 60 s
 #   fit        odelab fit fhn --preset paper, its 400 epochs timed, 60 s
 #   solvers    benchmarks/solvers.py at batches 1280, 16384 and 131072 against diffrax on the GPU, 115 s
 #   enso       ENSO with 131072 trajectories, eager and compile=True (24 steps per inductor call; the eager loop is
@@ -175,10 +176,11 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
     ODELAB_GRID_GATES=stored timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,taugru \
         --engines fused --sizes "${STREAMED_SIZES:-1024x1000x256}" --repeats 1 --no-forward \
         --out /tmp/warm_streamed.json >/dev/null 2>&1 &
-    for gates in "" stored; do  # the liquid cells' synapse tiles, their conductances recomputed or stored
-        ODELAB_GRID_GATES=$gates timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models ltc,lrcu-a \
-            --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" --repeats 1 --no-forward \
-            --out "/tmp/warm_liquid_$gates.json" >/dev/null 2>&1 &
+    for variant in tiles, tiles,stored rows, rows,stored; do  # the liquid cells' layouts, conductances stored or not
+        IFS=, read -r layout gates <<< "$variant"
+        ODELAB_LIQUID_LAYOUT=$layout ODELAB_GRID_GATES=$gates timeout 130 $PY benchmarks/cell_speed.py \
+            --device "$DEVICE" --models ltc,lrcu-a --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
+            --repeats 1 --no-forward --out "/tmp/warm_liquid_${layout}_$gates.json" >/dev/null 2>&1 &
     done
     wait
     echo "== warm: done after $SECONDS s of the session" | tee -a "$RESULTS/gpu_session.log"
@@ -274,10 +276,11 @@ barrier() {  # where a grid phase's time goes: the barrier alone, with the state
     step gridstreamed 60 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${STREAMED_SIZES:-1024x1000x256}" \
         --steps 3 --models lem,taugru --grid default,stored --out "$RESULTS/kernel_trace_${DEVICE}_grid_variants.json" \
         --append
-    # LTC and LRCU-A over synapse tiles with their conductances stored: the backward's openings once a sub-step
+    # LTC and LRCU-A: the synapse tiles with their conductances stored (the backward's openings once a sub-step),
+    # and the row slabs (one barrier a sub-step, a slab's programs alone), with and without
     step gridliquid 60 $PY benchmarks/kernel_trace.py --device "$DEVICE" --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
-        --steps 3 --models ltc,lrcu-a --grid default,stored --out "$RESULTS/kernel_trace_${DEVICE}_grid_variants.json" \
-        --append
+        --steps 3 --models ltc,lrcu-a --grid default,stored,rows,rows-stored \
+        --out "$RESULTS/kernel_trace_${DEVICE}_grid_variants.json" --append
 }
 
 captured() {  # the training step replayed from a CUDA graph, odelab's kernels and cuDNN's LSTM alike

@@ -40,8 +40,10 @@ GRID_SETTINGS = {  # --grid: the environment of each variant of the weights-on-c
     "stored": {"ODELAB_GRID_GATES": "stored"},
     "4-warps": {"ODELAB_GRID_WARPS": "4"},
     "stored-4-warps": {"ODELAB_GRID_GATES": "stored", "ODELAB_GRID_WARPS": "4"},
+    "rows": {"ODELAB_LIQUID_LAYOUT": "rows"},  # the liquid cells only
+    "rows-stored": {"ODELAB_LIQUID_LAYOUT": "rows", "ODELAB_GRID_GATES": "stored"},
 }
-GRID_VARIABLES = ("ODELAB_LEM_GRID", "ODELAB_GRID_GATES", "ODELAB_GRID_WARPS")
+GRID_VARIABLES = ("ODELAB_LEM_GRID", "ODELAB_GRID_GATES", "ODELAB_GRID_WARPS", "ODELAB_LIQUID_LAYOUT")
 
 
 LIQUID = ("ltc", "stc", "lrcu-a", "lrcu-s")  # their synapse tiles: stored conductances, no weights on chip
@@ -49,12 +51,13 @@ LIQUID = ("ltc", "stc", "lrcu-a", "lrcu-s")  # their synapse tiles: stored condu
 
 def uses_grid_setting(name: str, variant: str) -> bool:
     """Whether ``--grid``'s ``variant`` changes model ``name``'s kernels: not an anchor's, nor a named schedule's
-    ("lem-stepwise"), "one-barrier" LEM's alone, and of the liquid cells' only "stored"."""
+    ("lem-stepwise"), "one-barrier" LEM's alone, of the liquid cells' "stored" and the row slabs ("rows",
+    "rows-stored"), which are theirs alone."""
     if name in ANCHORS or name.endswith(("-stepwise", "-persistent")):
         return False
     if name in LIQUID:
-        return variant == "stored"
-    return variant != "one-barrier" or name == "lem"
+        return variant in ("stored", "rows", "rows-stored")
+    return variant not in ("rows", "rows-stored") and (variant != "one-barrier" or name == "lem")
 
 
 def device_time_ms(event) -> float:

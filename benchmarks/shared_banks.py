@@ -186,6 +186,10 @@ def _jobs() -> dict[str, tuple]:
     tiles = dict(BJ=bj, BI=bi, RA=ra, RC=rc, E=liquid.ELEMENTS, LIMIT=1 << 22, num_warps=liquid.THREADS // 32)
     ltc = dict(MODE=0, L=6, GAPS=False, DHS=False)
     lrc = dict(MODE=2, L=1, GAPS=False, DHS=False)  # LRCU-A
+    hb, rc, re_ = liquid.slab_chunks(32, 256, 64)
+    slabs = dict(BJ=32, HB=hb, RC=rc, RE=re_, LIMIT=1 << 22, num_warps=liquid.THREADS // 32,
+                 ints={"B", "T", "H", "RS", "n"})
+    ltc_slab = dict(MODE=0, L=6, GAPS=False, STORED=False)
     rows = 16  # the one-launch register-resident liquid kernels (hidden ≤ 16)
     liquid_resident = dict(BB=rows, BH=liquid.RESIDENT_H, BJ=liquid.block_j(liquid.RESIDENT_H), PRECISION="ieee",
                            num_warps=liquid.resident_warps(rows))
@@ -218,6 +222,11 @@ def _jobs() -> dict[str, tuple]:
         "ltc-synapse-tiles-backward-stored-gates": (liquid._grid, dict(tiles, BACKWARD=True, **ltc, STORED=True)),
         "lrcu-synapse-tiles-backward": (liquid._grid, dict(tiles, BACKWARD=True, **lrc)),
         "lrcu-synapse-tiles-backward-stored-gates": (liquid._grid, dict(tiles, BACKWARD=True, **lrc, STORED=True)),
+        # the row slabs (ODELAB_LIQUID_LAYOUT=rows) at (1024, ·, 256): 32 presynaptic neurons, 64 rows a slab
+        "ltc-row-slabs-forward": (liquid._slab_grid, dict(slabs, **ltc_slab)),
+        "ltc-row-slabs-backward": (liquid._slab_backward_grid, dict(slabs, **ltc_slab, RD=1, DHS=False, KEEP=False)),
+        "ltc-row-slabs-backward-stored-gates": (liquid._slab_backward_grid,
+                                                dict(slabs, **dict(ltc_slab, STORED=True), RD=1, DHS=False, KEEP=False)),
         "ltc-resident-forward": (liquid._forward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False)),
         "ltc-resident-backward": (liquid._backward_resident, dict(liquid_resident, MODE=0, L=6, GAPS=False, DHS=False)),
         "unicornn-forward": (unicornn._forward, dict(BLOCK=unicornn.BLOCK)),

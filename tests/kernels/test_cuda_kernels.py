@@ -1250,6 +1250,19 @@ jobs += [(liquid._element_step, dict(BACKWARD=bw, MODE=mode, BJ=bj, BI=bi, L=6, 
                                      STORED=stored))
          for mode in (0, 1, 2, 3) for bw in (False, True) for gaps, dhs in gap_grads if bw or not dhs
          for stored in ((False, True) if not gaps else (False,))]
+for bj, rs in ((16, 8), (32, 64)):  # the row slabs (ODELAB_LIQUID_LAYOUT=rows) at hidden 128 and 256
+    hb, rc, re_ = liquid.slab_chunks(bj, 8 * bj, rs)
+    rd = min(rs, max(1, liquid.THREADS * 8 // (bj * hb)))
+    slab = dict(BJ=bj, HB=hb, RC=rc, RE=re_, num_warps=liquid.THREADS // 32, ints={"B", "T", "H", "RS", "n"})
+    jobs += [(liquid._slab_grid, dict(slab, MODE=mode, L=6, LIMIT=1 << 22, GAPS=gaps, STORED=stored))
+             for mode in (0, 1, 2, 3) for gaps in (False, True) for stored in (False, True)]
+    jobs += [(liquid._slab_backward_grid, dict(slab, MODE=mode, RD=rd, L=6, LIMIT=1 << 22, GAPS=gaps, DHS=dhs,
+                                               STORED=stored, KEEP=bj == 16))
+             for mode in (0, 1, 2, 3) for gaps, dhs in gap_grads for stored in (False, True)]
+    jobs += [(liquid._slab_step, dict(slab, PHASE=phase, MODE=mode, L=6, GAPS=False, STORED=False))
+             for phase in (0, 1) for mode in (0, 2)]
+    jobs += [(liquid._slab_backward_step, dict(slab, PHASE=phase, MODE=mode, RD=rd, L=6, GAPS=False, DHS=False,
+                                               STORED=False)) for phase in (0, 1, 2) for mode in (0, 2)]
 jobs += [(k, dict(BR=liquid.INPUT_ROWS, BM=liquid.INPUT_COLUMNS, ints={"R", "N", "M", "J0"}))
          for k in (liquid._input_forward, liquid._input_backward)]
 count = 0
@@ -1555,6 +1568,79 @@ def test_liquid_stored_conductances_give_the_same_bits(name, schedule, dtype, ga
     assert flags[-1] is False
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["recomputed", "stored"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("schedule", ["grid", "stepwise"])
+@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+def test_liquid_row_slabs_equal_generic(name, schedule, dtype, stored, monkeypatch):
+    """``ODELAB_LIQUID_LAYOUT=rows``: the row slabs, forward and backward, with the conductances recomputed or
+    stored, against the generic loop, 1e-10 / 1e-5; batch 37 (3 slabs of 16 rows, the last partly masked), hidden 20
+    (stepwise: 2 j-tiles of 16, masked; grid under the interpreter: one j-tile, each slab's barrier group one
+    program). Grid: each slab's counter ends at one barrier a sub-step forward and one a sub-step backward, one more
+    where the backward recomputes the conductances (its first sub-step's partials)."""
+    from odelab.kernels.cuda import grid, liquid
+
+    made = recorded_counters(monkeypatch)
+    launched = []
+    launch = liquid._launch_slabs
+    monkeypatch.setattr(liquid, "_launch_slabs", lambda *args, **kw: launched.append(args[1]) or launch(*args, **kw))
+    monkeypatch.setenv(liquid.LAYOUT_ENV, "rows")
+    monkeypatch.setenv(grid.GATES_ENV, "stored" if stored else "")
+    model = PRESETS[name][0](3, 20)
+    errors = relative_errors(model, _liquid_run(name, schedule), 37, 3, 20, dtype)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[dtype], (worst, errors[worst])
+    assert launched == [False, True]  # the forward and the backward both on the row slabs
+    steps = 3 * model.unfolds
+    if schedule == "grid":
+        assert [m.tolist() for m in made] == [[steps] * 3 + [0], [steps + (not stored)] * 3 + [0]]
+
+
+def test_liquid_row_slabs_with_per_sample_gaps(monkeypatch):
+    """The row slabs (stepwise: 2 j-tiles, 3 slabs) with per-sample gaps that require grad: their gradient (DE) and
+    every other one as the generic loop's, float64, 1e-10; LTC with 2 sub-steps a sample and LRCU-S."""
+    from odelab.kernels.cuda import liquid
+
+    monkeypatch.setenv(liquid.LAYOUT_ENV, "rows")
+    for name in ("ltc", "lrcu-s"):
+        model = generic(PRESETS[name][0](3, 20)).double()
+        torch.manual_seed(2)
+        x = torch.randn(37, 3, 3, dtype=torch.float64, device=DEVICE)
+        state = ((0.5 * torch.randn(37, 20, dtype=torch.float64, device=DEVICE)).requires_grad_(),)
+        gaps = (1.5 * torch.rand(37, 3, dtype=torch.float64, device=DEVICE)).requires_grad_()
+        out, final = _liquid_run(name, "stepwise")(model.system, x, state, gaps, model.unfolds, ())
+        ref, ref_final = model(x, state, dt=gaps)
+        w = torch.randn_like(ref)
+        got = torch.autograd.grad((out * w).sum() + final[0].sum(), [gaps, state[0]])
+        want = torch.autograd.grad((ref * w).sum() + ref_final[0].sum(), [gaps, state[0]])
+        assert (out - ref).abs().max() < 1e-10 * ref.abs().max()
+        for a, b in zip(got, want):
+            assert (a - b).abs().max() <= 1e-10 * b.abs().max(), name
+
+
+def test_liquid_row_slabs_choice(monkeypatch):
+    """The row slabs' programs on a GPU of 132 multiprocessors: 16 presynaptic neurons a program up to hidden 128
+    (32 above), the fewest rows a slab that fit; stepwise 16 × 16; a misspelt layout is an error."""
+    from odelab.kernels.cuda import grid, liquid
+
+    class H200:
+        multi_processor_count = 132
+
+    monkeypatch.setattr(grid, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: H200)
+    cuda = torch.device("cuda")
+    got = {(m, b): liquid.row_slabs(m, b, "grid", cuda) for m, b in ((128, 128), (256, 1024), (128, 32), (17, 5))}
+    assert got == {(128, 128): (16, 8), (256, 1024): (32, 64), (128, 32): (16, 2), (17, 5): (16, 1)}
+    assert liquid.row_slabs(8000, 4, "grid", cuda) is None
+    assert liquid.row_slabs(300, 4, "stepwise", cuda) == (16, 16)
+    assert liquid.slab_chunks(16, 128, 8) == (128, 4, 8) and liquid.slab_chunks(32, 256, 64) == (128, 2, 8)
+    monkeypatch.delenv(liquid.LAYOUT_ENV, raising=False)
+    assert liquid.liquid_layout() == "tiles"
+    monkeypatch.setenv(liquid.LAYOUT_ENV, "row")
+    with pytest.raises(ValueError, match="tiles or rows"):
+        liquid.liquid_layout()
+
+
 def test_liquid_stored_conductances_are_eq1(monkeypatch):
     """What the LTC forward stores under ``ODELAB_GRID_GATES=stored``: for every sub-step n and batch row, eq. 1
     over y = [h_{n−1}, x of the sample], f_i = Σ_j g_ji σ(a_ji y_j + b_ji) + g_l and u_i with k_ji, written out
@@ -1762,7 +1848,8 @@ def test_lem_stored_gates_where_the_weights_stream(dtype, monkeypatch):
 
 def test_grid_knobs_are_checked(monkeypatch):
     """A misspelt ``ODELAB_LEM_GRID``, ``ODELAB_GRID_GATES`` or ``ODELAB_GRID_WARPS`` is an error that names the
-    choices, not a silent default; unset, each gives the default."""
+    choices, not a silent default; unset, each gives the default (``ODELAB_LIQUID_LAYOUT``: in
+    ``test_liquid_row_slabs_choice``)."""
     from odelab.kernels.cuda import grid, lem
 
     for env in (lem.GRID_ENV, grid.GATES_ENV, grid.WARPS_ENV):
@@ -2016,6 +2103,28 @@ def test_liquid_stored_conductances_on_the_gpu(name, monkeypatch):
         for a, b in zip(results[""][schedule], results["stored"][schedule], strict=True):
             torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6 * a.abs().max().item(), msg=schedule)
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [(64, 40, 128), (200, 8, 256)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+def test_liquid_row_slabs_on_the_gpu(name, size, monkeypatch):
+    """``ODELAB_LIQUID_LAYOUT=rows`` with real concurrent programs (hidden 128: 8 j-tiles a slab, 8 rows a slab at
+    batch 64; 256: 8 j-tiles of 32), float32, both schedules, conductances recomputed and stored: the synapse
+    tiles' outputs and gradients to 1e-5 relative (the sums over j and i in other orders)."""
+    from odelab.kernels.cuda import grid, liquid
+
+    monkeypatch.setenv(grid.GATES_ENV, "")
+    monkeypatch.setenv(liquid.LAYOUT_ENV, "tiles")
+    want = {schedule: _liquid_training_step(name, schedule, torch.float32, False, size)[0]
+            for schedule in ("grid", "stepwise")}
+    monkeypatch.setenv(liquid.LAYOUT_ENV, "rows")
+    for gates in ("", "stored"):
+        monkeypatch.setenv(grid.GATES_ENV, gates)
+        for schedule in ("grid", "stepwise"):
+            got = _liquid_training_step(name, schedule, torch.float32, False, size)[0]
+            for a, b in zip(want[schedule], got, strict=True):
+                assert (a - b).abs().max() <= 1e-5 * a.abs().max(), (schedule, gates)
 
 # -- inside a caller's CUDA graph capture (torch.cuda.graph) ---------------------------------------------------
 

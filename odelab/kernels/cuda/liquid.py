@@ -37,6 +37,9 @@ Two layouts of that work:
   program owns a (BJ, BI) tile of synapses for a range of batch rows, sums each opening inside one thread, and the
   tiles' partial sums meet in small buffers between phases: 128 programs at hidden 128 and 256. GPU speed: not
   measured yet.
+* **row slabs** (the same schedules with ``ODELAB_LIQUID_LAYOUT=rows``, opt-in; section below): a program owns the
+  synapses from a few presynaptic neurons to every neuron for a slab of batch rows, so that a sub-step takes one
+  barrier of the slab's programs instead of two of all.
 """
 from __future__ import annotations
 
@@ -883,6 +886,402 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
     launch_steps(tensors, launch)
 
 
+# -- the row-slab layout of the same schedules (``ODELAB_LIQUID_LAYOUT=rows``; forward) -------------------------------
+#
+# A program owns the synapses from BJ presynaptic neurons js to every neuron i for a slab of RS batch rows, and the
+# ⌈m/BJ⌉ programs of a slab (one per j-tile) form one barrier group (axis 0 of the grid: the slab, axis 1: the
+# j-tile). Forward sub-step n: the synapse phase sums the slab's openings from h_{n−1} over the program's js into
+# P[n % 2, jt] for every i; the slab's programs meet at a barrier; the element phase updates the slab's rows at the
+# program's own js -- exactly the states its next synapse phase reads -- from every j-tile's partials. So a
+# sub-step takes one barrier, shared by ⌈m/BJ⌉ programs, where the synapse tiles take two shared by all (their
+# element phase spreads the elements over every program, and a tile's next synapse phase reads every row). P is
+# double: a program rewrites sub-step n + 2's partials only after its whole slab passed the barrier of n + 1, so
+# after every program finished reading those of n. Stepwise: a launch per phase (the barrier a launch boundary).
+# The backward is the synapse tiles' (it reads the same states and, stored, the same conductances).
+
+LAYOUT_ENV = "ODELAB_LIQUID_LAYOUT"
+SLAB_BJ = 16  # presynaptic neurons a program of the row slabs (32 from hidden 129: at most 8 j-tiles a slab)
+SLAB_ROWS_STEPWISE = 16  # rows a slab of the stepwise schedule (any number of programs)
+
+
+def liquid_layout() -> str:
+    """The synapse-tile schedules' layout of the forward: ``$ODELAB_LIQUID_LAYOUT`` (read at each forward),
+    "tiles" (unset: the default) or "rows" (the row slabs: one barrier a sub-step; opt-in until a GPU measures
+    it); anything else is an error."""
+    asked = os.environ.get(LAYOUT_ENV, "").strip().lower() or "tiles"
+    if asked not in ("tiles", "rows"):
+        raise ValueError(f"${LAYOUT_ENV}: expected tiles or rows, got {asked!r}")
+    return asked
+
+
+def row_slabs(hidden: int, batch: int, schedule: str, device: torch.device) -> tuple[int, int] | None:
+    """(BJ, RS) of the row slabs: BJ presynaptic neurons a program, RS batch rows a slab. Grid: ⌈m/BJ⌉ ⌈B/RS⌉
+    programs, at most the multiprocessors, with the fewest rows a slab that fit (None where not even one row does);
+    under Triton's interpreter, whose programs run one after another, one j-tile (each slab's group one program).
+    Stepwise: :data:`SLAB_BJ` × :data:`SLAB_ROWS_STEPWISE`."""
+    if schedule != "grid":
+        return SLAB_BJ, SLAB_ROWS_STEPWISE
+    if grid.interpreting():
+        return max(4, triton.next_power_of_2(hidden)), 16
+    bj = SLAB_BJ if hidden <= 128 else 2 * SLAB_BJ
+    slabs = torch.cuda.get_device_properties(device).multi_processor_count // triton.cdiv(hidden, bj)
+    return (bj, triton.cdiv(batch, slabs)) if slabs > 0 else None
+
+
+def slab_chunks(BJ: int, H: int, RS: int) -> tuple[int, int, int]:
+    """(HB, RC, RE): the synapse phase's blocks of (BJ, RC rows, HB neurons i) openings, about 64 a thread, and the
+    element phase's (RE rows, BJ) blocks, a thread an element."""
+    HB = min(128, max(4, triton.next_power_of_2(H)))
+    most = max(1, triton.next_power_of_2(RS))
+    return HB, min(most, max(1, THREADS * 32 // (BJ * HB))), min(most, max(1, THREADS // BJ))
+
+
+@triton.jit
+def _slab_synapses(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ: tl.constexpr, HB: tl.constexpr,
+                   RC: tl.constexpr):
+    """The synapse phase of sub-step n on the slab's rows and j-tile jt: P[n % 2, jt, c, rows, i] = Σ_{j∈jt}
+    (g_ji, k_ji) σ(a_ji h_j + b_ji) and, LRC, Σ_j O_h[j, i] h_j (c = 0, 1, 2) for every neuron i, h = h_{n−1}:
+    (BJ, RC, HB) openings summed over their first axis, in each thread."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
+    js = jt * BJ + tl.arange(0, BJ)
+    jm = js < H
+    sS = (T + 1) * H
+    r_lo = slab * RS
+    r_hi = tl.minimum(r_lo + RS, B)
+    part = P + ((n % 2) * tl.cdiv(H, BJ) + jt) * 3 * B * H
+    for i0 in range(0, H, HB):
+        cols = i0 + tl.arange(0, HB)
+        cm = cols < H
+        g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, js[:, None] * H + cols[None, :],
+                                         jm[:, None] & cm[None, :], MODE)
+        for r0 in range(r_lo, r_hi, RC):
+            rows = (r0 + tl.arange(0, RC)).to(tl.int64)
+            rm = rows < r_hi
+            h = tl.load(S + (n - 1) * H + rows[None, :] * sS + js[:, None], mask=jm[:, None] & rm[None, :],
+                        other=0.0)[:, :, None]
+            o = sigmoid(a * h + b)
+            m = rm[:, None] & cm[None, :]
+            dst = part + rows[:, None] * H + cols[None, :]
+            tl.store(dst, tl.sum(o * g, axis=0), mask=m)
+            tl.store(dst + B * H, tl.sum(o * k, axis=0), mask=m)
+            if MODE >= 2:
+                tl.store(dst + 2 * B * H, tl.sum(oh * h, axis=0), mask=m)
+
+
+@triton.jit
+def _slab_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr,
+                   RE: tl.constexpr, GAPS: tl.constexpr, STORED: tl.constexpr):
+    """The element phase of sub-step n on the slab's rows at j-tile jt's neurons: h_n from h_{n−1} and the
+    conductances, the input ones plus every j-tile's partials of P[n % 2] (with STORED also into CS, the table's
+    entry 14, as :func:`_update_elements` stores them); HS (entry 13) read with GAPS."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
+    dt = tl.load(C)
+    i = jt * BJ + tl.arange(0, BJ)
+    im = i < H
+    el = tl.load(EL + i, mask=im, other=0.0)[None, :]
+    shift = tl.load(KSH + i, mask=im, other=0.0)[None, :]
+    sS = (T + 1) * H
+    r_lo = slab * RS
+    r_hi = tl.minimum(r_lo + RS, B)
+    part = P + (n % 2) * tl.cdiv(H, BJ) * 3 * B * H
+    for r0 in range(r_lo, r_hi, RE):
+        rows = (r0 + tl.arange(0, RE)).to(tl.int64)
+        rm = rows < r_hi
+        em = rm[:, None] & im[None, :]
+        io = rows[:, None] * (T // L) * H + ((n - 1) // L) * H + i[None, :]
+        f = tl.load(FIN + io, mask=em, other=0.0)
+        u = tl.load(UIN + io, mask=em, other=0.0)
+        w = f * 0.0
+        if MODE >= 2:
+            w = tl.load(WIN + io, mask=em, other=0.0)
+        e = rows[:, None] * H + i[None, :]
+        for q in range(0, tl.cdiv(H, BJ)):
+            f += tl.load(part + q * 3 * B * H + e, mask=em, other=0.0)
+            u += tl.load(part + q * 3 * B * H + B * H + e, mask=em, other=0.0)
+            if MODE >= 2:
+                w += tl.load(part + q * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+        h = tl.load(S + rows[:, None] * sS + (n - 1) * H + i[None, :], mask=em, other=0.0)
+        if GAPS:
+            delta = tl.load(address(TABLE, 13, REF) + rows * (T // L) + (n - 1) // L, mask=rm, other=0.0)[:, None]
+        else:
+            delta = dt
+        tl.store(S + rows[:, None] * sS + n * H + i[None, :], _update(h, f, u, w, el, shift, delta, MODE), mask=em)
+        if STORED:
+            cs = address(TABLE, 14, REF) + rows[:, None] * T * H + (n - 1) * H + i[None, :]
+            tl.store(cs, f, mask=em)
+            tl.store(cs + B * T * H, u, mask=em)
+            if MODE >= 2:
+                tl.store(cs + 2 * B * T * H, w, mask=em)
+
+
+@triton.jit
+def _slab_grid(TABLE, REF, SYNC, B, T, H, RS, MODE: tl.constexpr, BJ: tl.constexpr, HB: tl.constexpr,
+               RC: tl.constexpr, L: tl.constexpr, RE: tl.constexpr, LIMIT: tl.constexpr, GAPS: tl.constexpr,
+               STORED: tl.constexpr):
+    """The row slabs' grid-synchronised forward: program (slab, j-tile), sub-steps 1 … T, each a synapse phase, a
+    barrier of the slab's programs (counter ``slab``) and an element phase."""
+    slab = tl.program_id(0)
+    jt = tl.program_id(1)
+    k = 0
+    spins = LIMIT
+    for n in range(1, T + 1):
+        _slab_synapses(TABLE, REF, n, slab, jt, B, T, H, RS, MODE, BJ, HB, RC)
+        k, spins = grid.barrier(SYNC, k, spins)
+        _slab_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE, BJ, L, RE, GAPS, STORED)
+        tl.debug_barrier()  # the states just written are the next synapse phase's, read by other threads
+
+
+@triton.jit(do_not_specialize=["n"])
+def _slab_step(TABLE, REF, n, B, T, H, RS, PHASE: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
+               HB: tl.constexpr, RC: tl.constexpr, L: tl.constexpr, RE: tl.constexpr, GAPS: tl.constexpr,
+               STORED: tl.constexpr):
+    """Stepwise: phase PHASE (0 the synapses, 1 the elements) of sub-step n on program (slab, j-tile)."""
+    if PHASE == 0:
+        _slab_synapses(TABLE, REF, n, tl.program_id(0), tl.program_id(1), B, T, H, RS, MODE, BJ, HB, RC)
+    else:
+        _slab_elements(TABLE, REF, n, tl.program_id(0), tl.program_id(1), B, T, H, RS, MODE, BJ, L, RE, GAPS, STORED)
+
+
+@triton.jit
+def _slab_adjoint_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ: tl.constexpr,
+                           L: tl.constexpr, RE: tl.constexpr, GAPS: tl.constexpr, DHS: tl.constexpr,
+                           STORED: tl.constexpr):
+    """Backward element phase of sub-step n on the slab's rows at j-tile jt's neurons: from λ_n (LAM), the adjoint
+    of the update -- ∂L/∂f, ∂L/∂u into FU[n % 2] and the sample's GF, GU, ∂L/∂w into GW (LRC), the e_l and shift
+    terms into AE, with DHS λ_n ∂h_n/∂δ into DE -- and λ_{n−1}'s direct part into LAM; the conductances of
+    sub-step n summed from P[n % 2] as the forward's element phase does, or with STORED read from P = CS."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
+    GO, GF, GU, GW, LAM, FU, AE, ACC = _slab_gradients(TABLE, REF)
+    dt = tl.load(C)
+    i = jt * BJ + tl.arange(0, BJ)
+    im = i < H
+    el = tl.load(EL + i, mask=im, other=0.0)[None, :]
+    shift = tl.load(KSH + i, mask=im, other=0.0)[None, :]
+    sS = (T + 1) * H
+    r_lo = slab * RS
+    r_hi = tl.minimum(r_lo + RS, B)
+    part = P + (n % 2) * tl.cdiv(H, BJ) * 3 * B * H
+    fu = FU + (n % 2) * 2 * B * H
+    for r0 in range(r_lo, r_hi, RE):
+        rows = (r0 + tl.arange(0, RE)).to(tl.int64)
+        rm = rows < r_hi
+        em = rm[:, None] & im[None, :]
+        io = rows[:, None] * (T // L) * H + ((n - 1) // L) * H + i[None, :]
+        e = rows[:, None] * H + i[None, :]
+        if STORED:
+            cs = P + rows[:, None] * T * H + (n - 1) * H + i[None, :]
+            f = tl.load(cs, mask=em, other=0.0)
+            u = tl.load(cs + B * T * H, mask=em, other=0.0)
+            w = f * 0.0
+            if MODE >= 2:
+                w = tl.load(cs + 2 * B * T * H, mask=em, other=0.0)
+        else:
+            f = tl.load(FIN + io, mask=em, other=0.0)
+            u = tl.load(UIN + io, mask=em, other=0.0)
+            w = f * 0.0
+            if MODE >= 2:
+                w = tl.load(WIN + io, mask=em, other=0.0)
+            for q in range(0, tl.cdiv(H, BJ)):
+                f += tl.load(part + q * 3 * B * H + e, mask=em, other=0.0)
+                u += tl.load(part + q * 3 * B * H + B * H + e, mask=em, other=0.0)
+                if MODE >= 2:
+                    w += tl.load(part + q * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+        h = tl.load(S + rows[:, None] * sS + (n - 1) * H + i[None, :], mask=em, other=0.0)
+        hn = tl.load(S + rows[:, None] * sS + n * H + i[None, :], mask=em, other=0.0)
+        if GAPS:
+            delta = tl.load(address(TABLE, 21, REF) + rows * (T // L) + (n - 1) // L, mask=rm, other=0.0)[:, None]
+        else:
+            delta = dt
+        lam = tl.load(LAM + e, mask=em, other=0.0)
+        lf, lu, d_el, direct, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
+        tl.store(fu + e, lf, mask=em)
+        tl.store(fu + B * H + e, lu, mask=em)
+        tl.store(LAM + e, direct, mask=em)
+        tl.store(GF + io, tl.load(GF + io, mask=em, other=0.0) + lf, mask=em)
+        tl.store(GU + io, tl.load(GU + io, mask=em, other=0.0) + lu, mask=em)
+        tl.store(AE + e, tl.load(AE + e, mask=em, other=0.0) + d_el, mask=em)
+        if DHS:
+            DE = address(TABLE, 22, REF)
+            d_len = _length_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
+            tl.store(DE + io, tl.load(DE + io, mask=em, other=0.0) + d_len, mask=em)
+        if MODE >= 2:
+            tl.store(GW + rows[:, None] * T * H + (n - 1) * H + i[None, :], gw, mask=em)
+            tl.store(AE + B * H + e, tl.load(AE + B * H + e, mask=em, other=0.0) + d_shift, mask=em)
+
+
+@triton.jit
+def _slab_adjoint_synapses(TABLE, REF, n, slab, jt, d_g, d_k, d_a, d_b, B, T, H, RS, MODE: tl.constexpr,
+                           BJ: tl.constexpr, HB: tl.constexpr, RD: tl.constexpr, L: tl.constexpr,
+                           KEEP: tl.constexpr):
+    """Backward synapse phase of sub-step n on the slab's rows and j-tile jt: λ_{n−1, j} (LAM, holding its direct
+    part) += Σ_i ∂L/∂o_ji o_ji (1 − o_ji) a_ji with ∂L/∂o_ji = ∂L/∂f_i g_ji + ∂L/∂u_i k_ji (FU[n % 2], every i;
+    + Σ_i ∂L/∂w_i O_h[j, i], LRC) and the output gradient where h_{n−1} is an output, o from h_{n−1}; (BJ, RD, HB)
+    openings, the sums over i across threads. The parameter sums (g, k, a, b): with KEEP (one block of neurons i)
+    returned, in registers for the whole backward; else added to ACC[slab] block by block."""
+    FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
+    GO, GF, GU, GW, LAM, FU, AE, ACC = _slab_gradients(TABLE, REF)
+    js = jt * BJ + tl.arange(0, BJ)
+    jm = js < H
+    sS = (T + 1) * H
+    r_lo = slab * RS
+    r_hi = tl.minimum(r_lo + RS, B)
+    fu = FU + (n % 2) * 2 * B * H
+    for r0 in range(r_lo, r_hi, RD):
+        rows = (r0 + tl.arange(0, RD)).to(tl.int64)
+        rm = rows < r_hi
+        h = tl.load(S + (n - 1) * H + rows[None, :] * sS + js[:, None], mask=jm[:, None] & rm[None, :],
+                    other=0.0)[:, :, None]
+        ly = tl.zeros((BJ, RD), dtype=h.dtype)
+        for i0 in range(0, H, HB):
+            cols = i0 + tl.arange(0, HB)
+            cm = cols < H
+            pm = jm[:, None] & cm[None, :]
+            g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, js[:, None] * H + cols[None, :], pm, MODE)
+            em = rm[:, None] & cm[None, :]
+            e = rows[:, None] * H + cols[None, :]
+            lf = tl.load(fu + e, mask=em, other=0.0)[None, :, :]
+            lu = tl.load(fu + B * H + e, mask=em, other=0.0)[None, :, :]
+            o = sigmoid(a * h + b)
+            ds = (lf * g + lu * k) * o * (1.0 - o)
+            ly += tl.sum(ds * a, axis=2)
+            if MODE >= 2:
+                gw = tl.load(GW + rows[:, None] * T * H + (n - 1) * H + cols[None, :], mask=em, other=0.0)
+                ly += tl.sum(gw[None, :, :] * oh, axis=2)
+            if KEEP:
+                d_g += lf * o
+                d_k += lu * o
+                d_a += ds * h
+                d_b += ds
+            else:
+                acc = ACC + slab * 4 * H * H + js[:, None] * H + cols[None, :]
+                tl.store(acc, tl.load(acc, mask=pm, other=0.0) + tl.sum(lf * o, axis=1), mask=pm)
+                tl.store(acc + H * H, tl.load(acc + H * H, mask=pm, other=0.0) + tl.sum(lu * o, axis=1), mask=pm)
+                tl.store(acc + 2 * H * H, tl.load(acc + 2 * H * H, mask=pm, other=0.0) + tl.sum(ds * h, axis=1),
+                         mask=pm)
+                tl.store(acc + 3 * H * H, tl.load(acc + 3 * H * H, mask=pm, other=0.0) + tl.sum(ds, axis=1),
+                         mask=pm)
+        out = (n - 1) // L - 1  # h_{n−1} is output `out` where n − 1 is a positive multiple of L
+        is_out = (js * 0 + (n - 1) % L == 0) & (js * 0 + out >= 0)
+        lm = jm[:, None] & rm[None, :]
+        ly += tl.load(GO + rows[None, :] * (T // L) * H + out * H + js[:, None], mask=lm & is_out[:, None],
+                      other=0.0)
+        lo = LAM + rows[None, :] * H + js[:, None]
+        tl.store(lo, tl.load(lo, mask=lm, other=0.0) + ly, mask=lm)
+    return d_g, d_k, d_a, d_b
+
+
+@triton.jit
+def _slab_gradients(TABLE, REF):
+    """The row slabs' backward entries of the table: [GO, GF, GU, GW, LAM, FU, AE, ACC] (13 … 20)."""
+    return (address(TABLE, 13, REF), address(TABLE, 14, REF), address(TABLE, 15, REF), address(TABLE, 16, REF),
+            address(TABLE, 17, REF), address(TABLE, 18, REF), address(TABLE, 19, REF), address(TABLE, 20, REF))
+
+
+@triton.jit
+def _slab_parameter_sums(TABLE, REF, slab, jt, d_g, d_k, d_a, d_b, H, BJ: tl.constexpr, HB: tl.constexpr):
+    """ACC[slab, q, j, i] = the registers' parameter sums (g, k, a, b) over their rows (KEEP)."""
+    js = jt * BJ + tl.arange(0, BJ)
+    cols = tl.arange(0, HB)
+    pm = (js < H)[:, None] & (cols < H)[None, :]
+    acc = address(TABLE, 20, REF) + slab * 4 * H * H + js[:, None] * H + cols[None, :]
+    tl.store(acc, tl.sum(d_g, axis=1), mask=pm)
+    tl.store(acc + H * H, tl.sum(d_k, axis=1), mask=pm)
+    tl.store(acc + 2 * H * H, tl.sum(d_a, axis=1), mask=pm)
+    tl.store(acc + 3 * H * H, tl.sum(d_b, axis=1), mask=pm)
+
+
+@triton.jit
+def _slab_backward_grid(TABLE, REF, SYNC, B, T, H, RS, MODE: tl.constexpr, BJ: tl.constexpr, HB: tl.constexpr,
+                        RC: tl.constexpr, RD: tl.constexpr, L: tl.constexpr, RE: tl.constexpr, LIMIT: tl.constexpr,
+                        GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr, KEEP: tl.constexpr):
+    """The row slabs' grid-synchronised backward: program (slab, j-tile), sub-steps T … 1, each the element phase
+    of n and (but with STORED) the partial conductances of n − 1, a barrier of the slab's programs, and the
+    synapse phase of n; sub-step T's partial conductances first (one barrier more)."""
+    slab = tl.program_id(0)
+    jt = tl.program_id(1)
+    k = 0
+    spins = LIMIT
+    z = tl.zeros((BJ, RD, HB), dtype=REF.dtype.element_ty)
+    d_g, d_k, d_a, d_b = z, z, z, z
+    if not STORED:
+        _slab_synapses(TABLE, REF, T, slab, jt, B, T, H, RS, MODE, BJ, HB, RC)
+        k, spins = grid.barrier(SYNC, k, spins)
+    for q in range(0, T):
+        n = T - q
+        _slab_adjoint_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE, BJ, L, RE, GAPS, DHS, STORED)
+        if not STORED:
+            if n >= 2:
+                _slab_synapses(TABLE, REF, n - 1, slab, jt, B, T, H, RS, MODE, BJ, HB, RC)
+        k, spins = grid.barrier(SYNC, k, spins)
+        d_g, d_k, d_a, d_b = _slab_adjoint_synapses(TABLE, REF, n, slab, jt, d_g, d_k, d_a, d_b, B, T, H, RS, MODE,
+                                                    BJ, HB, RD, L, KEEP)
+        tl.debug_barrier()  # λ's rows just written are the next element phase's, read by other threads
+    if KEEP:
+        _slab_parameter_sums(TABLE, REF, slab, jt, d_g, d_k, d_a, d_b, H, BJ, HB)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _slab_backward_step(TABLE, REF, n, B, T, H, RS, PHASE: tl.constexpr, MODE: tl.constexpr, BJ: tl.constexpr,
+                        HB: tl.constexpr, RC: tl.constexpr, RD: tl.constexpr, L: tl.constexpr, RE: tl.constexpr,
+                        GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr):
+    """Stepwise backward on program (slab, j-tile): PHASE 0 the partial conductances of sub-step n (the first
+    launch, n = T), 1 the element phase of n and the partial conductances of n − 1, 2 the synapse phase of n (the
+    parameter sums added to ACC[slab])."""
+    slab = tl.program_id(0)
+    jt = tl.program_id(1)
+    if PHASE == 0:
+        _slab_synapses(TABLE, REF, n, slab, jt, B, T, H, RS, MODE, BJ, HB, RC)
+    elif PHASE == 1:
+        _slab_adjoint_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE, BJ, L, RE, GAPS, DHS, STORED)
+        if not STORED:
+            if n >= 2:
+                _slab_synapses(TABLE, REF, n - 1, slab, jt, B, T, H, RS, MODE, BJ, HB, RC)
+    else:
+        z = tl.zeros((BJ, RD, HB), dtype=REF.dtype.element_ty)
+        _slab_adjoint_synapses(TABLE, REF, n, slab, jt, z, z, z, z, B, T, H, RS, MODE, BJ, HB, RD, L, False)
+
+
+def _launch_slabs(tensors, backward: bool, B: int, TS: int, H: int, slabs: tuple[int, int], mode: int,
+                  unfolds: int, schedule: str, gaps: bool, stored: bool, dhs: bool = False) -> None:
+    """The row slabs over every sub-step: "grid" one launch (:func:`_slab_grid`, :func:`_slab_backward_grid`),
+    "stepwise" a launch per phase, recorded as a CUDA graph. Forward, tensors: the forward's table with its P (2,
+    ⌈m/BJ⌉, 3, B, m), then HS (13) and, stored, CS (14); backward: its first 12, P (or CS, stored), then [GO, GF,
+    GU, GW, LAM, FU, AE, ACC] (13 … 20), HS (21) and, with ``dhs``, DE (22)."""
+    BJ, RS = slabs
+    HB, RC, RE = slab_chunks(BJ, H, RS)
+    RD = min(max(1, triton.next_power_of_2(RS)), max(1, THREADS * 8 // (BJ * HB)))  # the backward's openings rows
+    programs = (triton.cdiv(B, RS), triton.cdiv(H, BJ))
+    meta = dict(MODE=mode, BJ=BJ, HB=HB, RC=RC, L=unfolds, RE=RE, GAPS=gaps, STORED=stored)
+    if backward:
+        meta.update(RD=RD, DHS=dhs)
+    ref = tensors[10]
+    if schedule == "grid":
+        sync = grid.counters(B, RS, ref.device)
+        kernel = _slab_backward_grid if backward else _slab_grid
+        extra = dict(KEEP=H <= HB) if backward else {}
+        kernel[programs](device_table(tensors), ref, sync, B, TS, H, RS, LIMIT=grid.SPIN_LIMIT,
+                         num_warps=THREADS // 32, **meta, **extra)
+        grid.check(sync)
+        return
+
+    def launch(table) -> None:
+        if not backward:
+            for n in range(1, TS + 1):
+                for phase in (0, 1):
+                    _slab_step[programs](table, ref, n, B, TS, H, RS, PHASE=phase, num_warps=THREADS // 32, **meta)
+            return
+        if not stored:
+            _slab_backward_step[programs](table, ref, TS, B, TS, H, RS, PHASE=0, num_warps=THREADS // 32, **meta)
+        for n in range(TS, 0, -1):
+            for phase in (1, 2):
+                _slab_backward_step[programs](table, ref, n, B, TS, H, RS, PHASE=phase, num_warps=THREADS // 32,
+                                              **meta)
+
+    launch.key = ("liquid-slabs", backward, B, TS, H, slabs, mode, unfolds, gaps, stored, dhs, ref.dtype,
+                  ref.device)
+    launch_steps(tensors, launch)
+
+
 def liquid_schedule(schedule: str | None, x: torch.Tensor, hidden: int, block_h: int | None) -> str:
     """The schedule the liquid kernels run: "persistent" up to hidden :data:`RESIDENT_H` (the register-resident
     kernels) unless ``block_h`` is given, and where the chosen schedule (``stepwise.chosen_schedule``) is that one;
@@ -1038,14 +1437,20 @@ class LiquidSequence(torch.autograd.Function):
         hs = hs if gaps else consts  # read only with GAPS
         tensors = [f_in, u_in, w_in, g, a, b, k, e_leak, o_hidden, shift, consts, S]
         BB = None  # the persistent kernels' rows a program (the backward's too)
-        ctx.stored = False
+        ctx.stored, ctx.slabs = False, None
         if schedule in ("grid", "stepwise"):
             ctx.stored = grid.stored_gates(train and any(ctx.needs_input_grad))
-            tiles = synapse_tiles(H, schedule, like.device)
-            P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
             CS = [like.new_empty(3 if mode >= LRC_ASYMMETRIC else 2, B, TS, H)] if ctx.stored else []
-            _launch_phases([*tensors, P, hs, *CS], False, B, TS, H, tiles, mode, unfolds, schedule, gaps,
-                           stored=ctx.stored)
+            slabs = ctx.slabs = row_slabs(H, B, schedule, like.device) if liquid_layout() == "rows" else None
+            if slabs is not None:  # P: every j-tile's partial conductances, of sub-steps of either parity
+                P = like.new_empty(2, triton.cdiv(H, slabs[0]), 3, B, H)
+                _launch_slabs([*tensors, P, hs, *CS], False, B, TS, H, slabs, mode, unfolds, schedule, gaps,
+                              ctx.stored)
+            else:
+                tiles = synapse_tiles(H, schedule, like.device)
+                P = like.new_empty(triton.cdiv(H, tiles[0]), 3, B, H)  # the partial conductances of every j-tile
+                _launch_phases([*tensors, P, hs, *CS], False, B, TS, H, tiles, mode, unfolds, schedule, gaps,
+                               stored=ctx.stored)
             del P
             if ctx.stored:  # the backward reads CS instead of the inputs' conductances
                 placeholder = like.new_zeros(1)
@@ -1102,6 +1507,17 @@ class LiquidSequence(torch.autograd.Function):
         GF, GU = S.new_zeros(B, T, H), S.new_zeros(B, T, H)
         GW = S.new_zeros(B, TS, H) if mode >= LRC_ASYMMETRIC else S.new_zeros(1)
         AE = S.new_zeros(2, B, H)
+        if ctx.slabs is not None:  # the row slabs: λ of the slab's rows in one buffer, ∂L/∂(f, u) of either parity
+            LAM = (grad_h + grad_hs[:, T - 1]).contiguous()  # λ at the last sub-step in, λ_0 out
+            P = S.new_empty(2, triton.cdiv(H, ctx.slabs[0]), 3, B, H) if CS is None else CS
+            ACC = S.new_zeros(triton.cdiv(B, ctx.slabs[1]), 4, H, H)
+            grads = [grad_hs, GF, GU, GW, LAM, S.new_empty(2, 2, B, H), AE, ACC]
+            DE = [] if dhs is None else [torch.zeros_like(GF)]
+            _launch_slabs([*tensors, P, *grads, hs, *DE], True, B, TS, H, ctx.slabs, mode, unfolds, ctx.schedule,
+                          ctx.gaps, CS is not None, dhs is not None)
+            if dhs is not None:
+                torch.sum(DE[0], 2, out=dhs)
+            return GF, GU, GW, AE, ACC, LAM
         if ctx.schedule in ("grid", "stepwise"):
             tiles = synapse_tiles(H, ctx.schedule, S.device)
             slots = 1 if ctx.schedule == "grid" else triton.cdiv(B, slab_rows(*tiles, B))
