@@ -101,7 +101,9 @@ def cuda_path_on_meta():
                lambda self: True), (grid, "schedule_for", schedule_for), (grid, "resident", lambda *a, **k: False),
                (grid, "launch", lambda *a, **k: None), (grid, "launch_resident", lambda *a, **k: None),
                (liquid, "liquid_schedule", liquid_schedule), (liquid, "synapse_tiles", synapse_tiles),
-               (liquid, "_launch_phases", lambda *a, **k: None),
+               (liquid, "_launch_phases", lambda *a, **k: None), (liquid, "_launch_slabs", lambda *a, **k: None),
+               (liquid, "row_slabs", lambda hidden, batch, schedule, device: liquid.slab_shape(hidden, batch,
+                                                                                                MULTIPROCESSORS)),
                (triton.runtime.jit.JITFunction, "run", lambda self, *a, **k: None),
                (triton.runtime.interpreter.InterpretedFunction, "run", lambda self, *a, **k: None)]
     saved = [(owner, name, owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name))

@@ -2086,7 +2086,7 @@ def test_grid_variants_on_the_gpu(name, size, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+@pytest.mark.parametrize("name", LIQUID)
 def test_liquid_stored_conductances_on_the_gpu(name, monkeypatch):
     """``ODELAB_GRID_GATES=stored`` on the liquid cells' synapse tiles with real concurrent programs (hidden 128:
     16 × 8 tiles, 128 programs on an H100/H200), float32 at (64, 40, 128) and both schedules: the default's outputs
@@ -2107,7 +2107,7 @@ def test_liquid_stored_conductances_on_the_gpu(name, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", [(64, 40, 128), (200, 8, 256)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["ltc", "stc", "lrcu-a", "lrcu-s"])
+@pytest.mark.parametrize("name", LIQUID)
 def test_liquid_row_slabs_on_the_gpu(name, size, monkeypatch):
     """``ODELAB_LIQUID_LAYOUT=rows`` with real concurrent programs (hidden 128: 8 j-tiles a slab, 8 rows a slab at
     batch 64; 256: 8 j-tiles of 32), float32, both schedules, conductances recomputed and stored: the synapse

@@ -923,8 +923,13 @@ def row_slabs(hidden: int, batch: int, schedule: str, device: torch.device) -> t
         return SLAB_BJ, SLAB_ROWS_STEPWISE
     if grid.interpreting():
         return max(4, triton.next_power_of_2(hidden)), 16
+    return slab_shape(hidden, batch, torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def slab_shape(hidden: int, batch: int, slots: int) -> tuple[int, int] | None:
+    """(BJ, RS) of the grid's row slabs for ``slots`` programs at once, None where not even one row a slab fits."""
     bj = SLAB_BJ if hidden <= 128 else 2 * SLAB_BJ
-    slabs = torch.cuda.get_device_properties(device).multi_processor_count // triton.cdiv(hidden, bj)
+    slabs = slots // triton.cdiv(hidden, bj)
     return (bj, triton.cdiv(batch, slabs)) if slabs > 0 else None
 
 
