@@ -10,7 +10,8 @@
 #                                                     #   cell under the default schedule, then what no lease has
 #                                                     #   measured yet (the grid barrier's cost a phase; the grid
 #                                                     #   kernels' variants: LEM's one-barrier forward, stored
-#                                                     #   gates, 4 warps; LEM's kernels under BF16 and TF32
+#                                                     #   gates, 4 warps; the liquid cells' stored
+#                                                     #   conductances and row slabs; LEM's kernels under BF16 and TF32
 #                                                     #   products; the liquid cells' rows a program); about 5
 #                                                     #   minutes (2026-12-04: tests 104 s, cells 42 s, trace 14 s),
 #                                                     #   a cut drops the last; 8 files, the most a call returns
@@ -24,7 +25,8 @@
 # Since then the kernels read their weight tiles without shared-memory bank conflicts (benchmarks/shared_banks.py:
 # LEM's grid forward 5.7x fewer wavefronts a step in sm_90 PTX): the next `cells` run is the first to measure it,
 # `barrier` times the two layouts' products apart (grid_barrier.py: products, products-conflicted) and traces the
-# opt-in variants added since (ODELAB_GRID_GATES=stored, ODELAB_GRID_WARPS=4; LEM's one-barrier forward);
+# opt-in variants added since (ODELAB_GRID_GATES=stored, ODELAB_GRID_WARPS=4; LEM's one-barrier forward; the liquid
+# cells' ODELAB_LIQUID_LAYOUT=rows, one barrier a sub-step among a slab's programs);
 # `captured` times the steps replayed from CUDA graphs. Where a variant is faster, make it the default.
 # Steps and their time caps:
 #   tests      pytest -m gpu over 10 processes (pytest-xdist; 225 tests, 104 s on 2026-12-04's lease), 170 s, then

@@ -886,7 +886,7 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
     launch_steps(tensors, launch)
 
 
-# -- the row-slab layout of the same schedules (``ODELAB_LIQUID_LAYOUT=rows``; forward) -------------------------------
+# -- the row-slab layout of the same schedules (``ODELAB_LIQUID_LAYOUT=rows``) ----------------------------------------
 #
 # A program owns the synapses from BJ presynaptic neurons js to every neuron i for a slab of RS batch rows, and the
 # ⌈m/BJ⌉ programs of a slab (one per j-tile) form one barrier group (axis 0 of the grid: the slab, axis 1: the
@@ -897,7 +897,10 @@ def _launch_phases(tensors, backward: bool, B: int, TS: int, H: int, tiles: tupl
 # element phase spreads the elements over every program, and a tile's next synapse phase reads every row). P is
 # double: a program rewrites sub-step n + 2's partials only after its whole slab passed the barrier of n + 1, so
 # after every program finished reading those of n. Stepwise: a launch per phase (the barrier a launch boundary).
-# The backward is the synapse tiles' (it reads the same states and, stored, the same conductances).
+# Backward sub-step n: the element phase of n at the program's js (the update's adjoint, from λ_n; the conductances
+# from n's partials or stored) and, unless stored, the partials of n − 1; a barrier; the synapse phase of n, which
+# sums λ_{n−1} at the program's js over every neuron i inside the program (no partial adjoints to exchange) and its
+# parameter sums. ∂L/∂(f, u) are double like P.
 
 LAYOUT_ENV = "ODELAB_LIQUID_LAYOUT"
 SLAB_BJ = 16  # presynaptic neurons a program of the row slabs (32 from hidden 129: at most 8 j-tiles a slab)
@@ -905,7 +908,7 @@ SLAB_ROWS_STEPWISE = 16  # rows a slab of the stepwise schedule (any number of p
 
 
 def liquid_layout() -> str:
-    """The synapse-tile schedules' layout of the forward: ``$ODELAB_LIQUID_LAYOUT`` (read at each forward),
+    """The synapse-tile schedules' layout, forward and backward: ``$ODELAB_LIQUID_LAYOUT`` (read at each forward),
     "tiles" (unset: the default) or "rows" (the row slabs: one barrier a sub-step; opt-in until a GPU measures
     it); anything else is an error."""
     asked = os.environ.get(LAYOUT_ENV, "").strip().lower() or "tiles"
