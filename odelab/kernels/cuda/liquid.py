@@ -571,13 +571,21 @@ def _partial_conductances(GS, AS, BS, KS, OH, S, P, n, tile, r_lo, r_hi, B, T, H
     """P[jt, c, rows, i] = the tile's Σ_{j} (g_ji, k_ji) σ(a_ji h_j + b_ji) and, LRC, Σ_j O_h[j, i] h_j (c = 0, 1, 2)
     from h = h_{n−1}, rows r_lo … r_hi − 1 in chunks of RA: (BJ, RA, BI) openings summed over their first axis."""
     jt, it, js, cols, jm, cm = _tile_indices(tile, H, BJ, BI)
-    sS = (T + 1) * H
     pm = jm[:, None] & cm[None, :]
     off = js[:, None] * H + cols[None, :]
     g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, off, pm, MODE)
-    part = P + jt * 3 * B * H
-    for r0 in range(r_lo, r_hi, RA):
-        rows = (r0 + tl.arange(0, RA)).to(tl.int64)
+    _partial_rows(S, P + jt * 3 * B * H, js, jm, cols, cm, g, a, b, k, oh, n, r_lo, r_hi, B, T, H, MODE, RA)
+
+
+@triton.jit
+def _partial_rows(S, part, js, jm, cols, cm, g, a, b, k, oh, n, r_lo, r_hi, B, T, H, MODE: tl.constexpr,
+                  R: tl.constexpr):
+    """part[c, rows, cols] = Σ_{j∈js} (g_ji, k_ji) σ(a_ji h_j + b_ji) (c = 0, 1) and, LRC, Σ_j O_h[j, i] h_j (c = 2)
+    for rows r_lo … r_hi − 1 in chunks of R, h = h_{n−1}; the synapses (g, a, b, k, O_h) as (js, 1, cols) blocks:
+    (js, R, cols) openings summed over their first axis, in each thread."""
+    sS = (T + 1) * H
+    for r0 in range(r_lo, r_hi, R):
+        rows = (r0 + tl.arange(0, R)).to(tl.int64)
         rm = rows < r_hi
         h = tl.load(S + (n - 1) * H + rows[None, :] * sS + js[:, None], mask=jm[:, None] & rm[None, :],
                     other=0.0)[:, :, None]
@@ -637,24 +645,17 @@ def _add_parameter_sums(ACC, slot, tile, d_g, d_k, d_a, d_b, H, BJ: tl.constexpr
 
 
 @triton.jit
-def _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr,
-              E: tl.constexpr, STORED: tl.constexpr = False):
-    """Elements e0 … e0 + E − 1 of the (B, H) rows: their offsets, mask, sample offsets, e_l, shift, h_{n−1} and the
-    conductances (f, u, w) of sub-step n: the input ones plus the partials of every j-tile, or (STORED, a backward)
-    those the forward stored, P = CS (:func:`_update_elements`)."""
-    e = (e0 + tl.arange(0, E)).to(tl.int64)
-    em = e < B * H
-    row = e // H
-    i = e % H
-    sS = (T + 1) * H
-    io = row * (T // L) * H + ((n - 1) // L) * H + i
+def _element_conductances(FIN, UIN, WIN, P, io, e, c, em, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr,
+                          STORED: tl.constexpr):
+    """(f, u, w; w zero but for LRC) of elements at offsets ``e`` of the (B, H) rows: the input conductances (at
+    ``io`` of the samples' (B, T // L, H)) plus the partials P[jt] (3, B, H) of every j-tile; with STORED read
+    from P = CS (C, B, T, H) at ``c`` instead."""
     if STORED:
-        cs = P + row * T * H + (n - 1) * H + i
-        f = tl.load(cs, mask=em, other=0.0)
-        u = tl.load(cs + B * T * H, mask=em, other=0.0)
+        f = tl.load(P + c, mask=em, other=0.0)
+        u = tl.load(P + B * T * H + c, mask=em, other=0.0)
         w = f * 0.0
         if MODE >= 2:
-            w = tl.load(cs + 2 * B * T * H, mask=em, other=0.0)
+            w = tl.load(P + 2 * B * T * H + c, mask=em, other=0.0)
     else:
         f = tl.load(FIN + io, mask=em, other=0.0)
         u = tl.load(UIN + io, mask=em, other=0.0)
@@ -666,6 +667,23 @@ def _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE: tl.constexpr, 
             u += tl.load(P + jt * 3 * B * H + B * H + e, mask=em, other=0.0)
             if MODE >= 2:
                 w += tl.load(P + jt * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+    return f, u, w
+
+
+@triton.jit
+def _elements(FIN, UIN, WIN, EL, KSH, S, P, n, e0, B, T, H, MODE: tl.constexpr, BJ: tl.constexpr, L: tl.constexpr,
+              E: tl.constexpr, STORED: tl.constexpr = False):
+    """Elements e0 … e0 + E − 1 of the (B, H) rows: their offsets, mask, sample offsets, e_l, shift, h_{n−1} and the
+    conductances (f, u, w) of sub-step n: the input ones plus the partials of every j-tile, or (STORED, a backward)
+    those the forward stored, P = CS (:func:`_update_elements`)."""
+    e = (e0 + tl.arange(0, E)).to(tl.int64)
+    em = e < B * H
+    row = e // H
+    i = e % H
+    sS = (T + 1) * H
+    io = row * (T // L) * H + ((n - 1) // L) * H + i
+    f, u, w = _element_conductances(FIN, UIN, WIN, P, io, e, row * T * H + (n - 1) * H + i, em, B, T, H, MODE, BJ,
+                                    STORED)
     el = tl.load(EL + i, mask=em, other=0.0)
     shift = tl.load(KSH + i, mask=em, other=0.0)
     h = tl.load(S + row * sS + (n - 1) * H + i, mask=em, other=0.0)
@@ -700,6 +718,28 @@ def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, HS, CS, n, e0, B, T, H, M
 
 
 @triton.jit
+def _element_adjoint(lam, h, hn, f, u, w, el, shift, delta, FU, DIRECT, GF, GU, GW, AE, DE, e, io, c, em, B, H,
+                     MODE: tl.constexpr, DHS: tl.constexpr):
+    """The adjoint of the update of elements at ``e`` (offsets of the (B, H) rows; their samples' at ``io``, their
+    sub-step's in (B, T, H) at ``c``) for λ_n = lam: ∂L/∂f, ∂L/∂u into FU (2, B, H) and added to GF, GU, λ_{n−1}'s
+    direct part into DIRECT, the e_l term added to AE[0], with DHS λ_n ∂h_n/∂δ added to DE; LRC ∂L/∂w into GW and
+    the shift term added to AE[1]."""
+    lf, lu, d_el, direct, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
+    tl.store(FU + e, lf, mask=em)
+    tl.store(FU + B * H + e, lu, mask=em)
+    tl.store(DIRECT + e, direct, mask=em)
+    tl.store(GF + io, tl.load(GF + io, mask=em, other=0.0) + lf, mask=em)
+    tl.store(GU + io, tl.load(GU + io, mask=em, other=0.0) + lu, mask=em)
+    tl.store(AE + e, tl.load(AE + e, mask=em, other=0.0) + d_el, mask=em)
+    if DHS:
+        d_len = _length_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
+        tl.store(DE + io, tl.load(DE + io, mask=em, other=0.0) + d_len, mask=em)
+    if MODE >= 2:
+        tl.store(GW + c, gw, mask=em)
+        tl.store(AE + B * H + e, tl.load(AE + B * H + e, mask=em, other=0.0) + d_shift, mask=em)
+
+
+@triton.jit
 def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, FU, LP, AE, dt, HS, DE, n, e0, B, T,
                       H, MODE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
                       GAPS: tl.constexpr, DHS: tl.constexpr, STORED: tl.constexpr):
@@ -726,19 +766,8 @@ def _adjoint_elements(FIN, UIN, WIN, EL, KSH, S, P, GO, GF, GU, GW, LAM, PART, F
                                                              L, E, STORED)
         hn = tl.load(S + row * (T + 1) * H + n * H + i, mask=em, other=0.0)
         delta = _element_lengths(dt, HS, row, em, n, T, L, GAPS)
-        lf, lu, d_el, part, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
-        tl.store(FU + e, lf, mask=em)
-        tl.store(FU + B * H + e, lu, mask=em)
-        tl.store(PART + e, part, mask=em)
-        tl.store(GF + io, tl.load(GF + io, mask=em, other=0.0) + lf, mask=em)
-        tl.store(GU + io, tl.load(GU + io, mask=em, other=0.0) + lu, mask=em)
-        tl.store(AE + e, tl.load(AE + e, mask=em, other=0.0) + d_el, mask=em)
-        if DHS:
-            d_len = _length_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
-            tl.store(DE + io, tl.load(DE + io, mask=em, other=0.0) + d_len, mask=em)
-        if MODE >= 2:
-            tl.store(GW + row * T * H + (n - 1) * H + i, gw, mask=em)
-            tl.store(AE + B * H + e, tl.load(AE + B * H + e, mask=em, other=0.0) + d_shift, mask=em)
+        _element_adjoint(lam, h, hn, f, u, w, el, shift, delta, FU, PART, GF, GU, GW, AE, DE, e, io,
+                         row * T * H + (n - 1) * H + i, em, B, H, MODE, DHS)
 
 
 @triton.jit
@@ -953,7 +982,6 @@ def _slab_synapses(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ:
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
     js = jt * BJ + tl.arange(0, BJ)
     jm = js < H
-    sS = (T + 1) * H
     r_lo = slab * RS
     r_hi = tl.minimum(r_lo + RS, B)
     part = P + ((n % 2) * tl.cdiv(H, BJ) + jt) * 3 * B * H
@@ -962,18 +990,18 @@ def _slab_synapses(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ:
         cm = cols < H
         g, a, b, k, oh = _synapse_blocks(GS, AS, BS, KS, OH, js[:, None] * H + cols[None, :],
                                          jm[:, None] & cm[None, :], MODE)
-        for r0 in range(r_lo, r_hi, RC):
-            rows = (r0 + tl.arange(0, RC)).to(tl.int64)
-            rm = rows < r_hi
-            h = tl.load(S + (n - 1) * H + rows[None, :] * sS + js[:, None], mask=jm[:, None] & rm[None, :],
-                        other=0.0)[:, :, None]
-            o = sigmoid(a * h + b)
-            m = rm[:, None] & cm[None, :]
-            dst = part + rows[:, None] * H + cols[None, :]
-            tl.store(dst, tl.sum(o * g, axis=0), mask=m)
-            tl.store(dst + B * H, tl.sum(o * k, axis=0), mask=m)
-            if MODE >= 2:
-                tl.store(dst + 2 * B * H, tl.sum(oh * h, axis=0), mask=m)
+        _partial_rows(S, part, js, jm, cols, cm, g, a, b, k, oh, n, r_lo, r_hi, B, T, H, MODE, RC)
+
+
+@triton.jit
+def _slab_neurons(EL, KSH, slab, jt, B, H, RS, BJ: tl.constexpr):
+    """j-tile jt's neurons i, their mask, e_l and shift as (1, BJ) rows, and the slab's rows r_lo … r_hi − 1."""
+    i = jt * BJ + tl.arange(0, BJ)
+    im = i < H
+    el = tl.load(EL + i, mask=im, other=0.0)[None, :]
+    shift = tl.load(KSH + i, mask=im, other=0.0)[None, :]
+    r_lo = slab * RS
+    return i, im, el, shift, r_lo, tl.minimum(r_lo + RS, B)
 
 
 @triton.jit
@@ -984,30 +1012,16 @@ def _slab_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ:
     entry 14, as :func:`_update_elements` stores them); HS (entry 13) read with GAPS."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
     dt = tl.load(C)
-    i = jt * BJ + tl.arange(0, BJ)
-    im = i < H
-    el = tl.load(EL + i, mask=im, other=0.0)[None, :]
-    shift = tl.load(KSH + i, mask=im, other=0.0)[None, :]
+    i, im, el, shift, r_lo, r_hi = _slab_neurons(EL, KSH, slab, jt, B, H, RS, BJ)
     sS = (T + 1) * H
-    r_lo = slab * RS
-    r_hi = tl.minimum(r_lo + RS, B)
     part = P + (n % 2) * tl.cdiv(H, BJ) * 3 * B * H
     for r0 in range(r_lo, r_hi, RE):
         rows = (r0 + tl.arange(0, RE)).to(tl.int64)
         rm = rows < r_hi
         em = rm[:, None] & im[None, :]
         io = rows[:, None] * (T // L) * H + ((n - 1) // L) * H + i[None, :]
-        f = tl.load(FIN + io, mask=em, other=0.0)
-        u = tl.load(UIN + io, mask=em, other=0.0)
-        w = f * 0.0
-        if MODE >= 2:
-            w = tl.load(WIN + io, mask=em, other=0.0)
-        e = rows[:, None] * H + i[None, :]
-        for q in range(0, tl.cdiv(H, BJ)):
-            f += tl.load(part + q * 3 * B * H + e, mask=em, other=0.0)
-            u += tl.load(part + q * 3 * B * H + B * H + e, mask=em, other=0.0)
-            if MODE >= 2:
-                w += tl.load(part + q * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+        f, u, w = _element_conductances(FIN, UIN, WIN, part, io, rows[:, None] * H + i[None, :], io, em, B, T, H,
+                                        MODE, BJ, False)
         h = tl.load(S + rows[:, None] * sS + (n - 1) * H + i[None, :], mask=em, other=0.0)
         if GAPS:
             delta = tl.load(address(TABLE, 13, REF) + rows * (T // L) + (n - 1) // L, mask=rm, other=0.0)[:, None]
@@ -1060,14 +1074,12 @@ def _slab_adjoint_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.conste
     sub-step n summed from P[n % 2] as the forward's element phase does, or with STORED read from P = CS."""
     FIN, UIN, WIN, GS, AS, BS, KS, EL, OH, KSH, C, S, P = _tensors(TABLE, REF)
     GO, GF, GU, GW, LAM, FU, AE, ACC = _slab_gradients(TABLE, REF)
+    DE = REF
+    if DHS:
+        DE = address(TABLE, 22, REF)
     dt = tl.load(C)
-    i = jt * BJ + tl.arange(0, BJ)
-    im = i < H
-    el = tl.load(EL + i, mask=im, other=0.0)[None, :]
-    shift = tl.load(KSH + i, mask=im, other=0.0)[None, :]
+    i, im, el, shift, r_lo, r_hi = _slab_neurons(EL, KSH, slab, jt, B, H, RS, BJ)
     sS = (T + 1) * H
-    r_lo = slab * RS
-    r_hi = tl.minimum(r_lo + RS, B)
     part = P + (n % 2) * tl.cdiv(H, BJ) * 3 * B * H
     fu = FU + (n % 2) * 2 * B * H
     for r0 in range(r_lo, r_hi, RE):
@@ -1076,24 +1088,9 @@ def _slab_adjoint_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.conste
         em = rm[:, None] & im[None, :]
         io = rows[:, None] * (T // L) * H + ((n - 1) // L) * H + i[None, :]
         e = rows[:, None] * H + i[None, :]
-        if STORED:
-            cs = P + rows[:, None] * T * H + (n - 1) * H + i[None, :]
-            f = tl.load(cs, mask=em, other=0.0)
-            u = tl.load(cs + B * T * H, mask=em, other=0.0)
-            w = f * 0.0
-            if MODE >= 2:
-                w = tl.load(cs + 2 * B * T * H, mask=em, other=0.0)
-        else:
-            f = tl.load(FIN + io, mask=em, other=0.0)
-            u = tl.load(UIN + io, mask=em, other=0.0)
-            w = f * 0.0
-            if MODE >= 2:
-                w = tl.load(WIN + io, mask=em, other=0.0)
-            for q in range(0, tl.cdiv(H, BJ)):
-                f += tl.load(part + q * 3 * B * H + e, mask=em, other=0.0)
-                u += tl.load(part + q * 3 * B * H + B * H + e, mask=em, other=0.0)
-                if MODE >= 2:
-                    w += tl.load(part + q * 3 * B * H + 2 * B * H + e, mask=em, other=0.0)
+        f, u, w = _element_conductances(FIN, UIN, WIN, P if STORED else part, io, e,
+                                        rows[:, None] * T * H + (n - 1) * H + i[None, :], em, B, T, H, MODE, BJ,
+                                        STORED)
         h = tl.load(S + rows[:, None] * sS + (n - 1) * H + i[None, :], mask=em, other=0.0)
         hn = tl.load(S + rows[:, None] * sS + n * H + i[None, :], mask=em, other=0.0)
         if GAPS:
@@ -1101,20 +1098,8 @@ def _slab_adjoint_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.conste
         else:
             delta = dt
         lam = tl.load(LAM + e, mask=em, other=0.0)
-        lf, lu, d_el, direct, gw, d_shift = _update_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
-        tl.store(fu + e, lf, mask=em)
-        tl.store(fu + B * H + e, lu, mask=em)
-        tl.store(LAM + e, direct, mask=em)
-        tl.store(GF + io, tl.load(GF + io, mask=em, other=0.0) + lf, mask=em)
-        tl.store(GU + io, tl.load(GU + io, mask=em, other=0.0) + lu, mask=em)
-        tl.store(AE + e, tl.load(AE + e, mask=em, other=0.0) + d_el, mask=em)
-        if DHS:
-            DE = address(TABLE, 22, REF)
-            d_len = _length_adjoint(lam, h, hn, f, u, w, el, shift, delta, MODE)
-            tl.store(DE + io, tl.load(DE + io, mask=em, other=0.0) + d_len, mask=em)
-        if MODE >= 2:
-            tl.store(GW + rows[:, None] * T * H + (n - 1) * H + i[None, :], gw, mask=em)
-            tl.store(AE + B * H + e, tl.load(AE + B * H + e, mask=em, other=0.0) + d_shift, mask=em)
+        _element_adjoint(lam, h, hn, f, u, w, el, shift, delta, fu, LAM, GF, GU, GW, AE, DE, e, io,
+                         rows[:, None] * T * H + (n - 1) * H + i[None, :], em, B, H, MODE, DHS)
 
 
 @triton.jit
