@@ -21,7 +21,7 @@ the openings from them; it writes ∂L/∂f_in, ∂L/∂u_in per sample (summed 
 (m, m) matrix each) in the kernel per batch block or row slab (summed over those in torch); e_l and the elastance
 shift per element.
 
-Two layouts of that work:
+Three layouts of that work:
 
 * **batch blocks** (the "persistent" schedule: one launch forward, one backward): a program per 16-row batch block
   (``ODELAB_LIQUID_ROWS``) walks all sub-steps. The default up to hidden :data:`RESIDENT_H`, where the synapses,
@@ -35,11 +35,11 @@ Two layouts of that work:
   a launch per phase (32 programs).
 * **synapse tiles** (the "stepwise" and "grid" schedules, the default on CUDA from hidden 17; section below): a
   program owns a (BJ, BI) tile of synapses for a range of batch rows, sums each opening inside one thread, and the
-  tiles' partial sums meet in small buffers between phases: 128 programs at hidden 128 and 256. GPU speed: not
-  measured yet.
+  tiles' partial sums meet in small buffers between phases: 128 programs at hidden 128 and 256 (H200 figures in
+  ``docs/kernels.md``).
 * **row slabs** (the same schedules with ``ODELAB_LIQUID_LAYOUT=rows``, opt-in; section below): a program owns the
   synapses from a few presynaptic neurons to every neuron for a slab of batch rows, so that a sub-step takes one
-  barrier of the slab's programs instead of two of all.
+  barrier of the slab's programs instead of two of all (GPU speed not measured yet).
 """
 from __future__ import annotations
 
