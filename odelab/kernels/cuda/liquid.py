@@ -710,11 +710,16 @@ def _update_elements(FIN, UIN, WIN, EL, KSH, S, P, dt, HS, CS, n, e0, B, T, H, M
     delta = _element_lengths(dt, HS, row, em, n, T, L, GAPS)
     tl.store(S + row * (T + 1) * H + n * H + i, _update(h, f, u, w, el, shift, delta, MODE), mask=em)
     if STORED:
-        cs = CS + row * T * H + (n - 1) * H + i
-        tl.store(cs, f, mask=em)
-        tl.store(cs + B * T * H, u, mask=em)
-        if MODE >= 2:
-            tl.store(cs + 2 * B * T * H, w, mask=em)
+        _store_conductances(CS, row * T * H + (n - 1) * H + i, f, u, w, em, B, T, H, MODE)
+
+
+@triton.jit
+def _store_conductances(CS, c, f, u, w, em, B, T, H, MODE: tl.constexpr):
+    """CS (C, B, T, H)[·, c] = (f, u; w for LRC): what :func:`_element_conductances` reads back with STORED."""
+    tl.store(CS + c, f, mask=em)
+    tl.store(CS + B * T * H + c, u, mask=em)
+    if MODE >= 2:
+        tl.store(CS + 2 * B * T * H + c, w, mask=em)
 
 
 @triton.jit
@@ -966,8 +971,8 @@ def slab_shape(hidden: int, batch: int, slots: int) -> tuple[int, int] | None:
 
 
 def slab_chunks(BJ: int, H: int, RS: int) -> tuple[int, int, int]:
-    """(HB, RC, RE): the synapse phase's blocks of (BJ, RC rows, HB neurons i) openings, about 64 a thread, and the
-    element phase's (RE rows, BJ) blocks, a thread an element."""
+    """(HB, RC, RE): the synapse phase's blocks of (BJ, RC rows, HB neurons i) openings, about 32 a thread (64
+    spilled at (1024, ·, 256) in sm_90 PTX), and the element phase's (RE rows, BJ) blocks, a thread an element."""
     HB = min(128, max(4, triton.next_power_of_2(H)))
     most = max(1, triton.next_power_of_2(RS))
     return HB, min(most, max(1, THREADS * 32 // (BJ * HB))), min(most, max(1, THREADS // BJ))
@@ -1029,11 +1034,8 @@ def _slab_elements(TABLE, REF, n, slab, jt, B, T, H, RS, MODE: tl.constexpr, BJ:
             delta = dt
         tl.store(S + rows[:, None] * sS + n * H + i[None, :], _update(h, f, u, w, el, shift, delta, MODE), mask=em)
         if STORED:
-            cs = address(TABLE, 14, REF) + rows[:, None] * T * H + (n - 1) * H + i[None, :]
-            tl.store(cs, f, mask=em)
-            tl.store(cs + B * T * H, u, mask=em)
-            if MODE >= 2:
-                tl.store(cs + 2 * B * T * H, w, mask=em)
+            _store_conductances(address(TABLE, 14, REF), rows[:, None] * T * H + (n - 1) * H + i[None, :], f, u, w,
+                                em, B, T, H, MODE)
 
 
 @triton.jit
