@@ -10,10 +10,11 @@ import sys as _sys
 from . import interop, systems
 from .models import Recurrent, SequenceRegressor, UnICORNNStack, cells
 from .solvers import DelayedState, SecondDerivativeError, Solution, SolveError, Status, solve
-from .training import TrainConfig, fit
+from .training import RunError, TrainConfig, fit, load_run
 
 _sys.modules[__name__ + ".cells"] = cells  # `import odelab.cells` / `from odelab.cells import LEM`, as documented
 
 __version__ = "0.1.0"
 __all__ = ["solve", "Solution", "SolveError", "SecondDerivativeError", "Status", "Recurrent", "UnICORNNStack", "cells",
-           "systems", "interop", "fit", "TrainConfig", "SequenceRegressor", "DelayedState"]
+           "systems", "interop", "fit", "TrainConfig", "SequenceRegressor", "DelayedState",
+           "load_run", "RunError"]

@@ -29,8 +29,8 @@ def _write(out: Path, name: str, result) -> None:
     (out / f"{name}.json").write_text(json.dumps(scheme_analysis.json_ready(result), indent=1))
 
 
-def _load_data(task, seed: int, length: int | None, counts: dict | None) -> dict:
-    data = task.load(seed)
+def _load_data(task, seed: int, length: int | None, counts: dict | None, options: dict) -> dict:
+    data = task.load(seed, **options)
     sequence = getattr(task, "target", "sequence") == "sequence"
     out = {}
     for split in ("train", "valid", "test"):
@@ -43,9 +43,7 @@ def _load_data(task, seed: int, length: int | None, counts: dict | None) -> dict
     return out
 
 
-def _builder(task, model: str, input_size: int, hidden: int, output_size: int, seed: int):
-    keywords = model_keywords(task, model)
-
+def _builder(task, model: str, input_size: int, hidden: int, output_size: int, seed: int, keywords: dict):
     def build():
         torch.manual_seed(seed)
         return build_regressor(task, model, input_size, hidden, output_size, keywords)
@@ -55,12 +53,15 @@ def _builder(task, model: str, input_size: int, hidden: int, output_size: int, s
 
 def cmd_compare_schemes(args: argparse.Namespace) -> int:
     task_name, model_name, hidden = args.task, args.model, args.hidden
-    saved_state = None
-    if args.run_dir:
-        run = Path(args.run_dir)
-        info = runs.read_run(run, "compare-schemes")
+    trained_model = saved_state = keywords = None
+    seed, data_options = (1234 if args.seed is None else args.seed), {}
+    if args.run_dir:  # the run's model with its options (e.g. its Δt, which no state dict holds), on its data
+        trained_model, info = runs.load_run(Path(args.run_dir), "compare-schemes")
+        trained_model_rmse = info.get("test_rmse")
         task_name, model_name, hidden = info["task"], info["model"], info["hidden_size"]
-        saved_state = runs.best_state(run, "compare-schemes")
+        keywords, data_options = info.get("model_options") or {}, info.get("data_options") or {}
+        if args.seed is None:
+            seed = info.get("config", {}).get("seed", seed)
     elif args.checkpoint:
         checkpoint = runs.load_state(Path(args.checkpoint), "compare-schemes")
         saved_state = checkpoint.get("model", checkpoint) if isinstance(checkpoint, dict) else checkpoint
@@ -76,6 +77,7 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
         raise SystemExit(f"odelab: --task: compare-schemes runs on the generated regression tasks "
                          f"({', '.join(t for t in REGRESSION_TASKS if t != 'csv')}), not {task_name}")
     task = TASKS[task_name]
+    keywords = model_keywords(task, model_name) if keywords is None else keywords
     preset = task_settings(task, "quick", model_name)
     hidden = hidden or preset["hidden_size"]
     settings = dict(QUICK) if args.quick else dict(length=None, train=None, valid=None, test=None,
@@ -91,30 +93,32 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
 
     tic = time.perf_counter()
     try:
-        data = _load_data(task, args.seed, settings["length"], counts)
+        data = _load_data(task, seed, settings["length"], counts, data_options)
     except (ValueError, OSError) as err:
         raise SystemExit(f"odelab: compare-schemes: {err}") from None
     x_train, y_train = data["train"]
-    build = _builder(task, model_name, x_train.shape[-1], hidden, y_train.shape[-1], args.seed)
-    model = build()
+    build = _builder(task, model_name, x_train.shape[-1], hidden, y_train.shape[-1], seed, keywords)
+    model = build() if trained_model is None else trained_model
     try:
         scheme_analysis.recurrent_layers(model.body)
     except (TypeError, ValueError) as err:
         raise SystemExit(f"odelab: compare-schemes: {err}")
     train_fields = {k: v for k, v in preset.items() if k != "hidden_size"}  # lr, batch size, optimizer of the task
-    config = TrainConfig(**{**train_fields, "epochs": settings["epochs"]}, seed=args.seed)
+    config = TrainConfig(**{**train_fields, "epochs": settings["epochs"]}, seed=seed)
     print(f"odelab compare-schemes {task_name}: model {model_name}, hidden {hidden}, data "
           f"{', '.join(f'{k} {tuple(v[0].shape)}' for k, v in data.items())}", flush=True)
-    if saved_state is not None:
+    if trained_model is not None:
+        trained = {"source": str(args.run_dir), "test_rmse": trained_model_rmse}
+    elif saved_state is not None:
         try:
             model.load_state_dict(saved_state)
         except (RuntimeError, ValueError, TypeError) as err:
-            raise SystemExit(f"odelab: compare-schemes: {args.run_dir or args.checkpoint} holds another model than "
+            raise SystemExit(f"odelab: compare-schemes: {args.checkpoint} holds another model than "
                              f"{model_name} with hidden size {hidden} ({str(err).strip().splitlines()[0][:160]}); "
                              "give the run's --task, --model and --hidden") from None
-        trained = {"source": str(args.run_dir or args.checkpoint)}
+        trained = {"source": str(args.checkpoint)}
     else:
-        spec = FitSpec(task_name, model_name, "quick", hidden=hidden, epochs=settings["epochs"], seed=args.seed,
+        spec = FitSpec(task_name, model_name, "quick", hidden=hidden, epochs=settings["epochs"], seed=seed,
                        progress=False)
         try:
             model, fitted = run_fit(spec, data)
@@ -132,7 +136,7 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     training = None
     if not args.no_retrain:
         print(f"(b) retraining under each scheme, {settings['retrain_epochs']} epochs each", flush=True)
-        retrain = TrainConfig(**{**train_fields, "epochs": settings["retrain_epochs"]}, seed=args.seed)
+        retrain = TrainConfig(**{**train_fields, "epochs": settings["retrain_epochs"]}, seed=seed)
         training = scheme_analysis.train_under_schemes(build, data, retrain, schemes)
     result = {"task": task_name, "model": model_name, "hidden_size": hidden, "settings": settings, "trained": trained,
               "evaluation": evaluation, "training": training, "wall_seconds": time.perf_counter() - tic}
@@ -157,7 +161,8 @@ def add_command(sub) -> None:
                    help="a Recurrent-based preset (lem, cornn, unicornn, ltc, lrcu-a, ...; default lem)")
     p.add_argument("--quick", action="store_true",
                    help=f"tiny run of a few minutes: {QUICK}")
-    p.add_argument("--run", dest="run_dir", help="load the trained model of an `odelab fit` run folder (results.json, checkpoint.pt)")
+    p.add_argument("--run", dest="run_dir", help="load the trained model of an `odelab fit` run folder (results.json, "
+                   "checkpoint.pt): its task, model, hidden size, model options and data")
     p.add_argument("--checkpoint", help="load a state dict or an odelab checkpoint for --task/--model/--hidden")
     p.add_argument("--hidden", type=arguments.integer(1), help="hidden size (>= 1; default: the task's quick preset)")
     p.add_argument("--epochs", type=arguments.integer(1), help="epochs of the model evaluated in part (a) (>= 1)")
@@ -168,6 +173,7 @@ def add_command(sub) -> None:
     p.add_argument("--schemes", help="comma-separated subset of the applicable schemes")
     p.add_argument("--finest", type=arguments.power_of_two,
                    help="finest step = trained step / FINEST (a power of 2, default 8)")
-    p.add_argument("--seed", type=arguments.seed, default=1234, help="data and initialisation seed (0 … 2^32 − 1)")
+    p.add_argument("--seed", type=arguments.seed, help="data and initialisation seed (0 … 2^32 − 1; default 1234, with "
+                   "--run the run's)")
     p.add_argument("--out", help="output folder (default runs/compare-TASK-MODEL)")
     p.set_defaults(run=cmd_compare_schemes)

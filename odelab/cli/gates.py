@@ -19,8 +19,6 @@ import torch
 from ..analysis import gates, plots
 from ..analysis.schemes import json_ready, recurrent_layers
 from ..data.tasks import TASKS
-from ..models import cells
-from ..training.run import build_regressor, output_size
 from . import arguments, runs
 
 
@@ -39,27 +37,17 @@ def _marks(text: str | None) -> tuple[float, ...]:
 def cmd_gates(args: argparse.Namespace) -> int:
     marks = _marks(args.marks)
     run = Path(args.run_dir)
-    info = runs.read_run(run, "gates")
-    task_name, model_name, hidden = info["task"], info["model"], info["hidden_size"]
-    if task_name not in TASKS or model_name not in cells.PRESETS:
-        raise SystemExit(f"odelab: gates: --run: {run} trained {model_name!r} on {task_name!r}, which this odelab "
-                         "does not know")
-    task = TASKS[task_name]
     tic = time.perf_counter()
+    model, info = runs.load_run(run, "gates")
+    task_name, model_name = info["task"], info["model"]
     try:
-        data = task.load(info.get("config", {}).get("seed", 1234), **info.get("data_options", {}))
+        data = TASKS[task_name].load(info.get("config", {}).get("seed", 1234), **info.get("data_options", {}))
     except (ValueError, OSError, TypeError) as err:
         raise SystemExit(f"odelab: gates: the run's data: {err}") from None
-    x_test, y_test = data["test"]
-    x = x_test[:args.sequences]
-    torch.manual_seed(0)
-    model = build_regressor(task, model_name, x.shape[-1], hidden, output_size(task, y_test, data.get("meta")),
-                            info.get("model_options"),
-                            (info.get("settings") or {}).get("head"), data.get("meta"))
+    x = data["test"][0][:args.sequences]
     try:
-        model.load_state_dict(runs.best_state(run, "gates"))
         layers = recurrent_layers(model)
-    except (RuntimeError, TypeError, ValueError) as err:
+    except (TypeError, ValueError) as err:
         raise SystemExit(f"odelab: gates: {run}: {str(err).strip().splitlines()[0][:200]}") from None
     if len(layers) != 1:
         raise SystemExit(f"odelab: gates: {model_name} has {len(layers)} recurrent layers; the study reads one")

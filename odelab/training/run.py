@@ -196,6 +196,22 @@ def output_size(task: Task, targets: torch.Tensor, meta: dict | None = None) -> 
     return int((meta or {}).get("class_count", task.classes)) if task.classification else targets.shape[-1]
 
 
+def architecture(task: Task, input_size: int, output_size: int, head: dict, meta: dict) -> dict:
+    """What rebuilding the model needs beside the run's task, model, hidden size and model options (JSON): the
+    readout's sizes, the head's settings, and the shapes of the tensors the data lent the model (pretrained
+    vectors, a fixed input suffix), whose values the checkpoint holds."""
+    record = {"input_size": int(input_size), "output_size": int(output_size), "head": dict(head)}
+    if task.vocabulary is not None:
+        record["vocabulary"] = int(meta.get("vocabulary", task.vocabulary))
+    for key in ("embedding", "suffix"):
+        if meta.get(key) is not None:
+            record[key] = list(torch.as_tensor(meta[key]).shape)
+    if meta.get("embedding") is not None:
+        record["freeze_embedding"] = bool(meta.get("freeze_embedding", True))
+    return record
+
+
+
 def check_classes(task: Task, splits: dict, classes: int | None = None) -> None:
     """FitError when a classification task's targets are not int64 class indices in 0 … classes − 1 (``classes``:
     the data's, else the task's) of shape (N,) (``target="last"``) or (N, T) (a class at every step)."""
@@ -269,6 +285,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     except (TypeError, ValueError) as err:
         raise FitError(f"{spec.model} with options {model_options}: {err}") from None
     settings = run_settings(spec, task, hidden, model_options, meta)
+    sizes = architecture(task, x_test.shape[-1], output_size(task, y_test, meta), spec.head(task), meta)
     try:
         result = fit(model, splits, config, out_dir=out, resume=spec.resume, progress=spec.progress,
                      settings=settings, loss=task.loss)
@@ -284,7 +301,7 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     result.update(task=spec.task, model=spec.model, engine=spec.engine, hidden_size=hidden, preset=spec.preset, target=task.target,
                   parameters=sum(p.numel() for p in model.parameters()), data_options=spec.data_options,
                   model_options=model_options, wall_seconds=time.perf_counter() - tic,
-                  test_sequences=int(x_test.shape[0]), settings=settings)
+                  test_sequences=int(x_test.shape[0]), settings=settings, architecture=sizes)
     if out is not None and rank == 0:
         _report(task, spec, model, data, result, out)
     return model, result
