@@ -383,3 +383,15 @@ def fresh_cache(path) -> str:
     path.mkdir(parents=True, exist_ok=True)
     (path / "torch_extensions").symlink_to(builds, target_is_directory=True)
     return str(path)
+
+
+def random_task_data(monkeypatch, task: str, steps: int, counts: tuple[int, int, int], seed: int) -> dict:
+    """A generated regression task's loader replaced by random (train, valid, test) splits of ``counts``
+    sequences of ``steps`` one-feature steps (a second-long `odelab fit`); returns the splits."""
+    from odelab.data.tasks import TASKS
+
+    g = torch.Generator().manual_seed(seed)
+    data = {split: (torch.randn(n, steps, 1, generator=g), torch.randn(n, steps, 1, generator=g))
+            for split, n in zip(("train", "valid", "test"), counts)}
+    monkeypatch.setattr(TASKS[task], "load", lambda seed, **options: data)
+    return data

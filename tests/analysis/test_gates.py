@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import odelab
-import odelab.data.tasks
 from odelab.analysis.gates import effective_steps, log_histogram, step_summary, tail_fit
 from odelab.cli import main
+
+from helpers import random_task_data
 
 
 def test_lem_steps_are_eq3s_multiscale_steps():
@@ -83,11 +84,7 @@ def test_tail_fit_tells_a_power_law_from_an_exponential():
 @pytest.fixture
 def tiny_fhn(monkeypatch, tmp_path):
     monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
-    g = torch.Generator().manual_seed(3)
-    data = {split: (torch.randn(n, 15, 1, generator=g), torch.randn(n, 15, 1, generator=g))
-            for split, n in (("train", 8), ("valid", 4), ("test", 6))}
-    monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", lambda seed, **options: data)
-    return data
+    return random_task_data(monkeypatch, "fhn", 15, (8, 4, 6), 3)
 
 
 def test_cli_gates_reads_a_fit_run(tiny_fhn, tmp_path, capsys):

@@ -12,15 +12,13 @@ from odelab.data.tasks import TASKS, Task
 from odelab.training import FitSpec, RunError, load_run, rmse, run_fit
 from odelab.training.loop import classification_scores
 
+from helpers import random_task_data
+
 
 @pytest.fixture
 def tiny_fhn(monkeypatch, tmp_path):
     monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
-    g = torch.Generator().manual_seed(3)
-    data = {split: (torch.randn(n, 15, 1, generator=g), torch.randn(n, 15, 1, generator=g))
-            for split, n in (("train", 8), ("valid", 4), ("test", 6))}
-    monkeypatch.setattr(TASKS["fhn"], "load", lambda seed, **options: data)
-    return data
+    return random_task_data(monkeypatch, "fhn", 15, (8, 4, 6), 3)
 
 
 def test_a_loaded_run_gives_its_test_rmse_with_its_step(tiny_fhn, tmp_path):

@@ -4,22 +4,18 @@ import json
 import statistics
 
 import pytest
-import torch
 
-import odelab.data.tasks
 from odelab.cli import main
 from odelab.training import FitError
 from odelab.training.sweep import parse_vary
+
+from helpers import random_task_data
 
 
 @pytest.fixture
 def tiny_fhn(tmp_path, monkeypatch):
     monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
-    g = torch.Generator().manual_seed(0)
-    data = {split: (torch.randn(n, 10, 1, generator=g), torch.randn(n, 10, 1, generator=g))
-            for split, n in (("train", 6), ("valid", 3), ("test", 3))}
-    monkeypatch.setattr(odelab.data.tasks.TASKS["fhn"], "load", lambda seed, **options: data)
-    return data
+    return random_task_data(monkeypatch, "fhn", 10, (6, 3, 3), 0)
 
 
 def test_sweep_trains_each_value_and_seed_and_reuses_them(tiny_fhn, tmp_path, capsys):
