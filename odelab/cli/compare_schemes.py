@@ -1,7 +1,8 @@
 """``odelab compare-schemes``: one trained model's vector field under every scheme and step, and retrained under
 each (``odelab.analysis.schemes``).
 
-    odelab compare-schemes --task fhn --model lem [--quick] [--run DIR | --checkpoint PATH] [--out DIR]
+    odelab compare-schemes --task fhn --model lem [--model-option KEY=VALUE] [--quick] [--run DIR | --checkpoint PATH]
+                           [--out DIR]
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..data.tasks import TASKS, settings as task_settings
 from ..models import cells
 from ..solvers.schemes import FIXED_SCHEMES
 from ..training import FitError, FitSpec, TrainConfig, build_regressor, model_keywords, run_fit
+from ..training.run import accepted_options
 from . import arguments, runs
 
 # compare-schemes --quick: a few minutes on 2 CPU cores
@@ -77,7 +79,13 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
         raise SystemExit(f"odelab: --task: compare-schemes runs on the generated regression tasks "
                          f"({', '.join(t for t in REGRESSION_TASKS if t != 'csv')}), not {task_name}")
     task = TASKS[task_name]
-    keywords = model_keywords(task, model_name) if keywords is None else keywords
+    if args.run_dir and args.model_option:
+        raise SystemExit("odelab: compare-schemes: --model-option: --run takes the run's model options")
+    try:
+        options = cells.preset_keywords(model_name, args.model_option)
+    except ValueError as err:
+        raise SystemExit(f"odelab: compare-schemes: --model-option: {err}") from None
+    keywords = model_keywords(task, model_name, None, options) if keywords is None else keywords
     preset = task_settings(task, "quick", model_name)
     hidden = hidden or preset["hidden_size"]
     settings = dict(QUICK) if args.quick else dict(length=None, train=None, valid=None, test=None,
@@ -98,11 +106,14 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
         raise SystemExit(f"odelab: compare-schemes: {err}") from None
     x_train, y_train = data["train"]
     build = _builder(task, model_name, x_train.shape[-1], hidden, y_train.shape[-1], seed, keywords)
-    model = build() if trained_model is None else trained_model
     try:
+        model = build() if trained_model is None else trained_model
         scheme_analysis.recurrent_layers(model.body)
-    except (TypeError, ValueError) as err:
-        raise SystemExit(f"odelab: compare-schemes: {err}")
+    except TypeError as err:  # a keyword the constructor does not take
+        raise SystemExit(f"odelab: compare-schemes: {err}; {model_name} accepts: "
+                         f"{', '.join(accepted_options(model_name))}") from None
+    except ValueError as err:
+        raise SystemExit(f"odelab: compare-schemes: {err}") from None
     train_fields = {k: v for k, v in preset.items() if k != "hidden_size"}  # lr, batch size, optimizer of the task
     config = TrainConfig(**{**train_fields, "epochs": settings["epochs"]}, seed=seed)
     print(f"odelab compare-schemes {task_name}: model {model_name}, hidden {hidden}, data "
@@ -119,7 +130,7 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
         trained = {"source": str(args.checkpoint)}
     else:
         spec = FitSpec(task_name, model_name, "quick", hidden=hidden, epochs=settings["epochs"], seed=seed,
-                       progress=False)
+                       model_options=options, progress=False)
         try:
             model, fitted = run_fit(spec, data)
         except FitError as err:
@@ -163,7 +174,11 @@ def add_command(sub) -> None:
                    help=f"tiny run of a few minutes: {QUICK}")
     p.add_argument("--run", dest="run_dir", help="load the trained model of an `odelab fit` run folder (results.json, "
                    "checkpoint.pt): its task, model, hidden size, model options and data")
-    p.add_argument("--checkpoint", help="load a state dict or an odelab checkpoint for --task/--model/--hidden")
+    p.add_argument("--checkpoint", help="load a state dict or an odelab checkpoint for --task/--model/--hidden "
+                   "(and --model-option)")
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword of the model's constructor, e.g. dt=2 (repeatable; not with --run, which takes "
+                        "the run's)")
     p.add_argument("--hidden", type=arguments.integer(1), help="hidden size (>= 1; default: the task's quick preset)")
     p.add_argument("--epochs", type=arguments.integer(1), help="epochs of the model evaluated in part (a) (>= 1)")
     p.add_argument("--retrain-epochs", type=arguments.integer(1), help="epochs per scheme in part (b) (>= 1)")

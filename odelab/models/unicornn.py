@@ -142,7 +142,12 @@ class UnICORNNStack(nn.Module):
         super().__init__()
         if not (isinstance(num_layers, int) and num_layers >= 1):
             raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}")
-        dts = [dt] * num_layers if isinstance(dt, (int, float)) else list(dt)
+        try:
+            dts = [dt] * num_layers if isinstance(dt, (int, float)) else list(dt)
+        except TypeError:  # neither a number nor a sequence of them
+            dts = None
+        if dts is None or isinstance(dt, str):
+            raise ValueError(f"dt: expected a positive step or one per layer, got {dt!r}")
         if len(dts) != num_layers:
             raise ValueError(f"dt: expected one step per layer ({num_layers}), got {len(dts)}")
         for step in dts:

@@ -160,6 +160,9 @@ def test_bad_arguments_name_the_argument():
         UnICORNN(1, 2, alpha=-1.0)
     with pytest.raises(ValueError, match="dt"):
         UnICORNNStack(1, 2, num_layers=2, dt=[0.1])
+    for text in ("ab", "0.1"):  # a string is not one step per character (`--model-option dt=ab` once read so)
+        with pytest.raises(ValueError, match="expected a positive step or one per layer"):
+            UnICORNNStack(1, 2, num_layers=2, dt=text)
     with pytest.raises(ValueError, match="num_layers"):
         UnICORNNStack(1, 2, num_layers=0)
     with pytest.raises(ValueError, match="state"):

@@ -138,3 +138,21 @@ def test_compare_schemes_evaluates_a_run_at_its_own_step(tiny_fhn, tmp_path):
     reported = json.loads((run / "results.json").read_text())["test_rmse"]
     assert trained["test_rmse"] == pytest.approx(reported, rel=1e-6)
     assert result["trained"]["test_rmse"] == reported
+
+
+def test_compare_schemes_takes_a_checkpoints_model_options(tiny_fhn, tmp_path):
+    run = tmp_path / "run"
+    assert main(["fit", "fhn", "--model", "lem", "--model-option", "dt=2", "--hidden", "4", "--epochs", "1",
+                 "--no-progress", "--out", str(run)]) == 0
+    out = tmp_path / "cmp"
+    assert main(["compare-schemes", "--checkpoint", str(run / "checkpoint.pt"), "--task", "fhn", "--model", "lem",
+                 "--hidden", "4", "--model-option", "dt=2", "--no-retrain", "--schemes", "imex", "--finest", "2",
+                 "--out", str(out)]) == 0
+    rows = json.loads((out / "compare_schemes.json").read_text())["evaluation"]["rows"]
+    trained = next(r for r in rows if r["factor"] == "1")
+    assert trained["step"] == 2.0
+    assert trained["test_rmse"] == pytest.approx(json.loads((run / "results.json").read_text())["test_rmse"], rel=1e-6)
+    with pytest.raises(SystemExit, match="--run takes the run's model options"):
+        main(["compare-schemes", "--run", str(run), "--model-option", "dt=1"])
+    with pytest.raises(SystemExit, match="unexpected keyword argument 'gamma'"):
+        main(["compare-schemes", "--model", "lem", "--model-option", "gamma=2"])
