@@ -20,6 +20,8 @@ Choices the paper leaves open (ours):
 """
 from __future__ import annotations
 
+import math
+
 from torch import Tensor, nn
 
 from ..solvers import solve
@@ -39,8 +41,8 @@ class NeuralODE(nn.Module):
         super().__init__()
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise ValueError(f"width: expected a positive integer, got {width!r}")
-        if not dt > 0:
-            raise ValueError(f"dt: expected a positive number, got {dt!r}")
+        if isinstance(dt, bool) or not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt: expected a positive finite number, got {dt!r}")
         self.field = nn.Sequential(nn.Linear(input_size, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(),
                                    nn.Linear(width, input_size))
         self.input_size = self.output_size = self.hidden_size = input_size

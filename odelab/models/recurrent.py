@@ -76,9 +76,9 @@ class Recurrent(nn.Module):
             system = FunctionSystem(system, hidden_size, takes_input=True)  # a Module's parameters stay registered
         self.scheme = resolve_scheme(scheme)
         self.scheme.check(system)
-        if not (isinstance(dt, (int, float)) and dt > 0):
-            raise ValueError(f"dt: expected a positive number, got {dt!r}")
-        if not (isinstance(unfolds, int) and unfolds >= 1):
+        if isinstance(dt, bool) or not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt: expected a positive finite number, got {dt!r}")
+        if isinstance(unfolds, bool) or not (isinstance(unfolds, int) and unfolds >= 1):
             raise ValueError(f"unfolds: expected a positive integer, got {unfolds!r}")
         if not (isinstance(state_dropout, (int, float)) and 0 <= state_dropout < 1):
             raise ValueError(f"state_dropout: expected a probability in [0, 1), got {state_dropout!r}")

@@ -50,6 +50,18 @@ def test_input_without_steps_or_of_integers_is_refused(engine):
         model(torch.ones(3, 4, 2, dtype=torch.long))
 
 
+@pytest.mark.parametrize("dt", [0, -0.5, float("inf"), float("nan"), True, "0.1"])
+def test_a_step_that_is_not_positive_and_finite_is_refused(dt):
+    """An infinite step used to be taken (every state NaN after the first step); True was read as 1."""
+    system = odelab.systems.LEM(1, 3)
+    with pytest.raises(ValueError, match="dt: expected a positive finite number"):
+        odelab.Recurrent(system, "imex", dt)
+    with pytest.raises(ValueError, match="dt: expected a positive finite number"):
+        odelab.cells.LEM(1, 3, dt=dt)
+    with pytest.raises(ValueError, match="unfolds: expected a positive integer"):
+        odelab.Recurrent(system, "imex", 0.5, unfolds=True)
+
+
 @needs_kernels
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_an_empty_batch_gives_empty_outputs(name):
