@@ -264,6 +264,19 @@ def timed(fn, model, x) -> tuple[float, float]:
     return time.perf_counter() - tic, time.thread_time() - cpu
 
 
+def back_to_back(fn, model, x, steps: int) -> float:
+    """Wall seconds a call of ``fn(model, x)`` over ``steps`` calls issued one after another with no synchronisation
+    between them, as a training loop issues its steps: on CUDA the host queues the next step's kernels while the
+    device runs the current one's, so a step whose host work exceeds its device time is timed by its host work,
+    without the idle device and the synchronisation of :func:`timed`'s lone step."""
+    sync(x.device.type)
+    tic = time.perf_counter()
+    for _ in range(steps):
+        fn(model, x)
+    sync(x.device.type)
+    return (time.perf_counter() - tic) / steps
+
+
 def captured_step(model: nn.Module, x: torch.Tensor) -> torch.cuda.CUDAGraph:
     """One :func:`training_step` of ``model`` on ``x`` recorded as a CUDA graph, after three warm-up steps on a side
     stream (the CUDA graph recipe; the stepwise schedule records its own graphs at its second call); the gradients
@@ -365,9 +378,10 @@ def cpu_peak_memory(name: str, engine: str | None, batch: int, steps: int, hidde
 
 def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str], repeats: int,
                forward: bool, engines: tuple[str, ...] = ("fused", "generic"), cpu_memory: bool = False,
-               warm_steps: int = 0, captured: bool = False) -> list[dict]:
+               warm_steps: int = 0, captured: bool = False, chained: int = 0) -> list[dict]:
     """The rows of one size; every timed step follows ``warm_steps`` untimed ones of the same model and kind;
-    ``captured``: on CUDA each row's step replayed from a CUDA graph too (:func:`time_captured`)."""
+    ``captured``: on CUDA each row's step replayed from a CUDA graph too (:func:`time_captured`); ``chained``: each
+    repeat also times that many training steps back to back (:func:`back_to_back`)."""
     torch.manual_seed(0)
     x = torch.randn(batch, steps, 1, device=device)
     entries = []  # (label, model, engine)
@@ -404,7 +418,7 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
                 raise
             print(f"  ({name}: not run at this size: {type(err).__name__}: {str(err)[:200]})")
             entries.remove(entry)
-    samples = {i: {"fwd_bwd": [], "fwd": [], "fwd_bwd_cpu": []} for i in range(len(entries))}
+    samples = {i: {"fwd_bwd": [], "fwd": [], "fwd_bwd_cpu": [], "chained": []} for i in range(len(entries))}
     for _ in range(repeats):
         for i, (name, model, engine) in enumerate(entries):
             if engine:
@@ -415,6 +429,8 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
                 wall, cpu = timed(training_step, model, x)
                 samples[i]["fwd_bwd"].append(wall)
                 samples[i]["fwd_bwd_cpu"].append(cpu)
+                if chained:
+                    samples[i]["chained"].append(back_to_back(training_step, model, x, chained))
                 if forward:
                     for _ in range(warm_steps):
                         forward_only(model, x)
@@ -439,6 +455,10 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
             "schedule": schedule_of(name, device, batch, hidden) if engine == "fused" else None,
             "warm_steps": warm_steps,
         })
+        if chained:
+            rows[-1].update(back_to_back_steps=chained,
+                            fwd_bwd_back_to_back_median_s=statistics.median(samples[i]["chained"]),
+                            fwd_bwd_back_to_back_samples_s=samples[i]["chained"])
         if captured and device == "cuda":
             rows[-1].update(time_captured(name, model, x, repeats, warm_steps))
     for anchor in ("lstm", "lstm-ieee"):  # cuDNN with torch's default (TF32 allowed) and with IEEE products
@@ -449,6 +469,9 @@ def bench_size(batch: int, steps: int, hidden: int, device: str, names: list[str
                 row[f"fwd_bwd_over_{key}"] = row["fwd_bwd_median_s"] / lstm["fwd_bwd_median_s"]
                 if forward:
                     row[f"fwd_over_{key}"] = row["fwd_median_s"] / lstm["fwd_median_s"]
+                if chained:
+                    row[f"fwd_bwd_back_to_back_over_{key}"] = (row["fwd_bwd_back_to_back_median_s"]
+                                                               / lstm["fwd_bwd_back_to_back_median_s"])
     lstm = next((r for r in rows if r["model"] == "lstm" and r.get("fwd_bwd_captured_median_s")), None)
     for row in rows:  # captured against captured
         if lstm is not None and row.get("fwd_bwd_captured_median_s"):
@@ -491,6 +514,12 @@ def print_table(rows: list[dict], repeats: int, threads: int) -> None:
         elif r.get("captured_error"):
             print(f"  {r['model']:19s} {r['engine']:8s} not captured: {r['captured_error']}")
     for r in rows:
+        if r.get("fwd_bwd_back_to_back_median_s"):
+            ratio = r.get("fwd_bwd_back_to_back_over_lstm")
+            print(f"  {r['model']:19s} {r['engine']:8s} {r['back_to_back_steps']} steps back to back: "
+                  f"{r['fwd_bwd_back_to_back_median_s'] * 1e3:.3f} ms a step"
+                  + (f" ({ratio:.2f}× the LSTM's)" if ratio and r["model"] != "lstm" else ""))
+    for r in rows:
         if "fwd_bwd_over_handwritten" in r:
             wall, cpu = "fwd_bwd_over_handwritten", "fwd_bwd_over_handwritten_thread_cpu"
             print(f"  lem generic / hand-written LEM, fwd+bwd: {r[wall]:.3f} wall (paired {r[wall + '_paired']:.3f}), "
@@ -520,6 +549,9 @@ def main() -> None:
     parser.add_argument("--warm-steps", type=int, default=None,
                         help="untimed steps of the same model right before each timed one, as in a training loop "
                              "(default: 1 on CUDA, 0 on CPU)")
+    parser.add_argument("--back-to-back", type=int, default=None, metavar="K",
+                        help="each repeat also times K training steps issued back to back, without a "
+                             "synchronisation between them (fwd_bwd_back_to_back_*; default: 3 on CUDA, 0 on CPU)")
     parser.add_argument("--captured", action="store_true",
                         help="CUDA rows: the training step replayed from a CUDA graph too (fwd_bwd_captured_*)")
     parser.add_argument("--peak-rss", help=argparse.SUPPRESS)  # MODEL,ENGINE,BxTxH[,forward]: one row's, here
@@ -538,6 +570,8 @@ def main() -> None:
     if "lstm" not in names:
         names.append("lstm")  # the anchor of every ratio
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    if args.back_to_back is not None and args.back_to_back < 0:
+        parser.error(f"--back-to-back: expected a number of steps >= 0, got {args.back_to_back}")
     if "cuda" in devices and not torch.cuda.is_available():
         parser.error("--device: cuda requested but torch.cuda.is_available() is False")
 
@@ -554,8 +588,9 @@ def main() -> None:
         for spec in args.sizes.split(","):
             batch, steps, hidden = map(int, spec.split("x"))
             warm = args.warm_steps if args.warm_steps is not None else int(device == "cuda")
+            chained = args.back_to_back if args.back_to_back is not None else 3 * int(device == "cuda")
             size_rows = bench_size(batch, steps, hidden, device, names, args.repeats, not args.no_forward, engines,
-                                   args.cpu_memory, warm, args.captured)
+                                   args.cpu_memory, warm, args.captured, chained)
             print_table(size_rows, args.repeats, torch.get_num_threads())
             rows.extend(size_rows)
             write(args, devices, load_before, rows)  # after every size: a run stopped midway keeps what it measured

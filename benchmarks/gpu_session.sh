@@ -36,6 +36,8 @@
 #              which they leave to the liquid steps)
 #   grid       the grid-synchronised schedule: its gpu tests (a process per preset), then LEM stepwise / grid and
 #              nn.LSTM at the three sizes, 100 + 70 s
+#              (every CUDA row of cell_speed.py since 2026-12-07 also times 3 steps issued back to back, as a
+#              training loop issues them: fwd_bwd_back_to_back_*; the runs of one repeat and the warm-up skip it)
 #   cells      benchmarks/cell_speed.py on CUDA: the fused engine of every preset but the liquid cells (under
 #              the stepwise and the grid schedules), against nn.LSTM, nn.GRU and FlashRNN's LSTM, at the issue's three sizes
 #              (SIZES=B×T×H,... narrows), 160 s
@@ -164,25 +166,25 @@ warm() {  # one short run of each benchmark size, in parallel: the later timed r
     local spec
     for spec in ${SIZES//,/ }; do
         timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$CELLS" --engines fused --sizes "$spec" \
-            --repeats 1 --no-forward --out "/tmp/warm_$spec.json" >/dev/null 2>&1 &
+            --repeats 1 --no-forward --back-to-back 0 --out "/tmp/warm_$spec.json" >/dev/null 2>&1 &
         timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,cornn,taugru --engines fused --tf32 \
-            --sizes "$spec" --repeats 1 --no-forward --out "/tmp/warm_tf32_$spec.json" >/dev/null 2>&1 &
+            --sizes "$spec" --repeats 1 --no-forward --back-to-back 0 --out "/tmp/warm_tf32_$spec.json" >/dev/null 2>&1 &
     done
     local variant  # the opt-in grid kernels, which the barrier step traces (ODELAB_LEM_GRID, _GRID_GATES, _GRID_WARPS)
     for variant in one-barrier,, ,stored, ,,4 ,stored,4; do
         IFS=, read -r lem gates warps <<< "$variant"
         ODELAB_LEM_GRID=$lem ODELAB_GRID_GATES=$gates ODELAB_GRID_WARPS=$warps timeout 130 $PY benchmarks/cell_speed.py \
             --device "$DEVICE" --models lem,cornn,taugru --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
-            --repeats 1 --no-forward --out "/tmp/warm_grid_${lem}_${gates}_$warps.json" >/dev/null 2>&1 &
+            --repeats 1 --no-forward --back-to-back 0 --out "/tmp/warm_grid_${lem}_${gates}_$warps.json" >/dev/null 2>&1 &
     done
     ODELAB_GRID_GATES=stored timeout 130 $PY benchmarks/cell_speed.py --device "$DEVICE" --models lem,taugru \
-        --engines fused --sizes "${STREAMED_SIZES:-1024x1000x256}" --repeats 1 --no-forward \
+        --engines fused --sizes "${STREAMED_SIZES:-1024x1000x256}" --repeats 1 --no-forward --back-to-back 0 \
         --out /tmp/warm_streamed.json >/dev/null 2>&1 &
     for variant in tiles, tiles,stored rows, rows,stored; do  # the liquid cells' layouts, conductances stored or not
         IFS=, read -r layout gates <<< "$variant"
         ODELAB_LIQUID_LAYOUT=$layout ODELAB_GRID_GATES=$gates timeout 130 $PY benchmarks/cell_speed.py \
             --device "$DEVICE" --models ltc,lrcu-a --engines fused --sizes "${LEM_GRID_SIZES:-128x1000x128}" \
-            --repeats 1 --no-forward --out "/tmp/warm_liquid_${layout}_$gates.json" >/dev/null 2>&1 &
+            --repeats 1 --no-forward --back-to-back 0 --out "/tmp/warm_liquid_${layout}_$gates.json" >/dev/null 2>&1 &
     done
     wait
     echo "== warm: done after $SECONDS s of the session" | tee -a "$RESULTS/gpu_session.log"
@@ -223,7 +225,7 @@ liquid() {  # the liquid cells over synapse tiles: their gpu tests, then their s
     step liquidtest 60 $PY -m pytest -m gpu -v -p no:cacheprovider -o addopts="" \
         tests/kernels/test_cuda_kernels.py -k "liquid"
     step liquid 180 $PY benchmarks/cell_speed.py --device "$DEVICE" --models "$LIQUID_CELLS" --engines fused \
-        --sizes "$SIZES" --repeats 1 --no-forward --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
+        --sizes "$SIZES" --repeats 1 --no-forward --back-to-back 0 --out "$RESULTS/cell_speed_${DEVICE}_liquid.json"
 }
 
 irregular() {  # per-sample steps (irregular sampling) in the Triton kernels, new 2026-12-01: their gpu tests, then
@@ -258,7 +260,7 @@ liquidrows() {  # the liquid one-launch kernels with fewer batch rows a program 
     for rows in ${LIQUID_ROWS:-2 1}; do
         step "liquidrows$rows" 60 env ODELAB_LIQUID_ROWS="$rows" $PY benchmarks/cell_speed.py --device "$DEVICE" \
             --models ltc-persistent,stc-persistent,lrcu-a-persistent,lstm --engines fused --sizes "$ROWS_SIZES" \
-            --repeats 1 --no-forward \
+            --repeats 1 --no-forward --back-to-back 0 \
             --out "$RESULTS/cell_speed_${DEVICE}_liquid_rows$rows.json"
     done
 }
@@ -366,10 +368,10 @@ profile() {  # Nsight Compute: where the steps of LEM's grid kernels (hidden 128
                     --section MemoryWorkloadAnalysis --section SourceCounters)
     step profile 100 ncu --clock-control none --launch-count 2 -k "regex:_lem_grid_forward$|_lem_grid_backward" \
         "${sections[@]}" $PY benchmarks/cell_speed.py --device cuda \
-        --models lem --engines fused --sizes 128x50x128 --repeats 1 --no-forward --out /tmp/profile.json
+        --models lem --engines fused --sizes 128x50x128 --repeats 1 --no-forward --back-to-back 0 --out /tmp/profile.json
     step profile-unicornn 60 ncu --clock-control none --launch-count 2 -k "regex:^_forward$|^_backward$" \
         "${sections[@]}" $PY benchmarks/cell_speed.py --device cuda \
-        --models unicornn --engines fused --sizes 32x200x16 --repeats 1 --no-forward --out /tmp/profile_u.json
+        --models unicornn --engines fused --sizes 32x200x16 --repeats 1 --no-forward --back-to-back 0 --out /tmp/profile_u.json
 }
 
 coldstart() {  # issue 14's first call on the GPU from empty caches (Triton's and odelab's), against diffrax's jit

@@ -111,6 +111,10 @@ def cells_table(folders: list[Path]) -> str:
                     cell += f", {r['peak_memory_bytes'] / 2**20:.0f} MiB"
                 if r.get("fwd_peak_memory_bytes") is not None:
                     cell += f" (forward {r['fwd_peak_memory_bytes'] / 2**20:.0f} MiB)"
+                if r.get("fwd_bwd_back_to_back_median_s"):  # steps issued as a training loop issues them
+                    ratio = r.get("fwd_bwd_back_to_back_over_lstm")
+                    cell += (f"; back to back {1e3 * r['fwd_bwd_back_to_back_median_s']:.1f} ms"
+                             + (f" ({ratio:.2f}×)" if ratio and model != "lstm" else ""))
                 cell += mark(r["folder"])
             c = captured_row(folders, model, size)
             if c is not None:  # the step replayed from a CUDA graph (cell_speed.py --captured)
@@ -331,7 +335,7 @@ ratio to cuDNN's nn.LSTM measured in the same run with torch's default, which le
 cores for float32 (`torch.backends.cudnn.rnn.fp32_precision = "tf32"`), and, from the folders that ran it, to the
 same nn.LSTM with IEEE products ("IEEE", as odelab's kernels compute by default); peak memory of one step (and
 of one forward under `torch.no_grad()`, where measured);
-"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`), "BF16" with bfloat16-rounded operands (`ODELAB_FLOAT32_PRODUCTS=bf16`), "captured" the same step recorded once as a CUDA graph and replayed (`cell_speed.py --captured`; against cuDNN's LSTM captured alike). Up to hidden 32 every schedule runs the same register-resident
+"TF32" with torch's float32 matmul switch on, "TF32x3" with three TF32 products (`ODELAB_FLOAT32_PRODUCTS=tf32x3`), "BF16" with bfloat16-rounded operands (`ODELAB_FLOAT32_PRODUCTS=bf16`), "back to back" the step's time among steps issued one after another without a synchronisation, as a training loop issues them (`cell_speed.py --back-to-back`, 3 steps, against cuDNN's LSTM timed alike), "captured" the same step recorded once as a CUDA graph and replayed (`cell_speed.py --captured`; against cuDNN's LSTM captured alike). Up to hidden 32 every schedule runs the same register-resident
 kernel; from hidden 33 the grid-synchronised one is the default on CUDA (the stepwise one before 2026-11-26's
 seventh session) for every preset but UnICORNN. The liquid cells (LTC, STC, LRCU) keep theirs up to hidden 16 and
 from 17 run over synapse tiles since 2026-11-27 (the rows of older folders: their batch-block kernels):
