@@ -32,8 +32,10 @@ def read_results(run: str | Path) -> dict:
                                                                      ("hidden_size", int))):
             raise KeyError("task, model, hidden_size")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        stopped = not path.exists() and (Path(run) / "checkpoint.pt").is_file()
         raise RunError(f"{path} is missing or not the results of a finished `odelab fit` run "
-                       f"({type(err).__name__})") from None
+                       f"({type(err).__name__})" + ("; the run stopped before its end: `odelab fit` with the same "
+                                                    "options and --resume finishes it" if stopped else "")) from None
     if info["task"] not in TASKS or info["model"] not in cells.PRESETS:
         raise RunError(f"{path}: the run trained {info['model']!r} on {info['task']!r}, which this odelab does not "
                        "know")

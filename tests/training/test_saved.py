@@ -114,6 +114,9 @@ def test_load_run_errors_name_the_file(tiny_fhn, tmp_path):
     (run / "results.json").write_text(json.dumps({**results, "model": "no-such-model"}))
     with pytest.raises(RunError, match="'no-such-model' on 'fhn', which this odelab does not know"):
         load_run(run)
+    (run / "results.json").unlink()  # a run stopped before its end keeps only its checkpoint
+    with pytest.raises(RunError, match="the run stopped before its end: .* --resume finishes it"):
+        load_run(run)
     (run / "results.json").write_text(json.dumps(results))
     (run / "checkpoint.pt").write_bytes(b"truncated")
     with pytest.raises(RunError, match="checkpoint.pt is not a readable checkpoint"):
