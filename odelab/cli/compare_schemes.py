@@ -188,7 +188,7 @@ def add_command(sub) -> None:
     p.add_argument("--schemes", help="comma-separated subset of the applicable schemes")
     p.add_argument("--finest", type=arguments.power_of_two,
                    help="finest step = trained step / FINEST (a power of 2, default 8)")
-    p.add_argument("--seed", type=arguments.seed, help="data and initialisation seed (0 … 2^32 − 1; default 1234, with "
-                   "--run the run's)")
+    p.add_argument("--seed", type=arguments.seed,
+                   help="data and initialisation seed (0 … 2^32 − 1; default 1234, with --run the run's)")
     p.add_argument("--out", help="output folder (default runs/compare-TASK-MODEL)")
     p.set_defaults(run=cmd_compare_schemes)

@@ -18,7 +18,6 @@ import torch
 
 from ..analysis import gates, plots
 from ..analysis.schemes import json_ready, recurrent_layers
-from ..data.tasks import TASKS
 from . import arguments, runs
 
 
@@ -40,11 +39,7 @@ def cmd_gates(args: argparse.Namespace) -> int:
     tic = time.perf_counter()
     model, info = runs.load_run(run, "gates")
     task_name, model_name = info["task"], info["model"]
-    try:
-        data = TASKS[task_name].load(info.get("config", {}).get("seed", 1234), **info.get("data_options", {}))
-    except (ValueError, OSError, TypeError) as err:
-        raise SystemExit(f"odelab: gates: the run's data: {err}") from None
-    x = data["test"][0][:args.sequences]
+    x = runs.run_data(info, "gates")["test"][0][:args.sequences]
     try:
         layers = recurrent_layers(model)
     except (TypeError, ValueError) as err:

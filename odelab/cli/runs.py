@@ -21,3 +21,11 @@ def load_run(run: Path, command: str):
         return saved.load_run(run)
     except saved.RunError as err:
         raise SystemExit(f"odelab: {command}: --run: {err}") from None
+
+
+def run_data(info: dict, command: str) -> dict:
+    """The run's data, loaded again with its seed and data options."""
+    try:
+        return saved.run_data(info)
+    except saved.RunError as err:
+        raise SystemExit(f"odelab: {command}: {err}") from None

@@ -12,6 +12,12 @@ The file has a header row and one row per time step, in chronological order.
   separators (``"1,000.00"``) are removed and decimal commas (``1,5`` in a ``;`` file) read, each reported by
   column; a value that could be either (``1,000`` in a ``;`` file) is refused by name. A row with more fields
   than the header (an unquoted delimiter inside a value) is always an error.
+* Missing values (``missing``, ``--missing``): ``"error"`` (default) treats a missing cell (empty, ``NA``,
+  ``nan``, ...) as a bad cell, as above; ``"previous"`` fills it with the last value above it, ``"linear"`` by
+  linear interpolation between the nearest values above and below it (by row); before a column's first value or
+  after its last, both take that value. A filled cell is then data like any other, for the model's inputs and
+  targets and the test RMSE; each filled column is reported with its count and first line. Cells that are not
+  numbers stay bad cells.
 * Differencing (``difference=True``, ``--difference``): the model reads and forecasts the increments
   d_n = s_{n+1} − s_n instead of the levels; the per-column test RMSE is still reported in the file's units
   (the forecast level is the last known level plus the forecast increments). For trending series (CO₂).
@@ -46,6 +52,7 @@ SHIFT_SIGMAS = 1.0  # warn when a later part leaves the training range by more t
 DELIMITERS = (",", ";", "\t", "|")
 SNIFF_LINES = 50
 MISSING = {"", "na", "n/a", "nan", "null", "none", "-", "?", "#n/a", "missing"}
+FILLS = ("error", "previous", "linear")  # what ``missing`` may be
 TIME_WORDS = {"date", "time", "datetime", "timestamp", "year", "yr", "month", "week", "day", "hour", "minute",
               "second", "index", "idx", "id", "t", "step", "period", "unnamed", "row"}
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -60,8 +67,9 @@ class Column:
     name: str
     values: list = field(default_factory=list)
     bad: list = field(default_factory=list)  # (line, cell, reason)
-    note: str | None = None  # thousands separators / decimal commas read
+    note: str | None = None  # thousands separators / decimal commas read, missing values filled
     text: bool = False  # mostly not numbers (e.g. dates as text)
+    filled: int = 0  # missing values filled (``missing``)
 
     def first_bad(self) -> str:
         line, cell, reason = self.bad[0]
@@ -169,6 +177,39 @@ def _parse_column(column: Column, cells: list[tuple[int, str]], delimiter: str) 
     column.text = numbers == 0 or numbers < (len(cells) - missing) / 2
 
 
+def fill_missing(column: Column, how: str) -> None:
+    """Fill a column's missing cells in place (``how``: "previous" or "linear", see the module's notes) when every
+    bad cell of it is a missing value and it has at least one number; its ``note`` then says how many and where.
+    Where some bad cells are not numbers, those remain its bad cells (the missing ones could be filled)."""
+    values = column.values
+    missing = [i for i, v in enumerate(values) if v is None]
+    unfillable = [cell for cell in column.bad if "missing" not in cell[2]]
+    if unfillable:  # cells that are not numbers: those keep the column out (or are the error), and are named
+        column.bad = unfillable
+        return
+    if not missing or len(missing) == len(values):
+        return
+    above, below = [None] * len(values), [None] * len(values)  # the nearest row with a number, each way
+    for i in range(1, len(values)):
+        above[i] = i - 1 if values[i - 1] is not None else above[i - 1]
+    for i in range(len(values) - 2, -1, -1):
+        below[i] = i + 1 if values[i + 1] is not None else below[i + 1]
+    for i in missing:
+        a, b = above[i], below[i]
+        if a is None or b is None or how == "previous":
+            values[i] = values[a if a is not None else b]
+        else:  # linear: between the nearest numbers above and below, by row
+            w = (i - a) / (b - a)
+            values[i] = (1 - w) * values[a] + w * values[b]
+    line = column.bad[0][0]
+    way = "the value above" if how == "previous" else "linear interpolation"
+    filled = f"column {column.name!r}: {len(missing)} missing value{'s' * (len(missing) > 1)} filled by {way} " \
+             f"(first on line {line})"
+    column.note = filled if column.note is None else f"{column.note}; {filled}"
+    column.filled = len(missing)
+    column.bad = []
+
+
 def index_like(name: str, values: list[float]) -> str | None:
     """Why a numeric column looks like an index or a date (so it is not modelled by default), else None."""
     if len(values) < 3:
@@ -188,11 +229,14 @@ def index_like(name: str, values: list[float]) -> str | None:
 
 
 def read_columns(path: str | Path, columns: list[str] | None = None, strict: bool | None = None,
-                 encoding: str | None = None) -> tuple[list[str], torch.Tensor, dict]:
-    """(names, values (rows, len(names)) float64, report). ValueError naming ``csv``/``columns``/``encoding`` on
-    bad input. ``strict`` (default: ``columns is not None``) makes a numeric column with a bad cell an error
-    instead of leaving it out. The report has the delimiter, the encoding, the file's sha256, the columns left
-    out with their reasons (``excluded``) and ``notes`` to show the user."""
+                 encoding: str | None = None, missing: str = "error") -> tuple[list[str], torch.Tensor, dict]:
+    """(names, values (rows, len(names)) float64, report). ValueError naming ``csv``/``columns``/``encoding``/
+    ``missing`` on bad input. ``strict`` (default: ``columns is not None``) makes a numeric column with a bad cell
+    an error instead of leaving it out; ``missing`` ("error", "previous", "linear") fills missing cells first. The
+    report has the delimiter, the encoding, the file's sha256, the columns left out with their reasons
+    (``excluded``), the missing values filled per column (``filled``) and ``notes`` to show the user."""
+    if missing not in FILLS:
+        raise ValueError(f"missing: expected one of {', '.join(FILLS)}, got {missing!r}")
     path = Path(path)
     strict = columns is not None if strict is None else strict
     raw, text = read_text(path, encoding)
@@ -236,9 +280,11 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
         if short:  # say why a cell is missing when the row is short
             column.bad = [(line, cell, "is missing: the row has fewer fields than the header" if line in short
                            and cell == "" else reason) for line, cell, reason in column.bad]
+        if missing != "error" and not column.text:
+            fill_missing(column, missing)
         parsed[name] = column
     report = {"file": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "delimiter": delimiter,
-              "encoding": encoding or "utf-8", "excluded": {}, "notes": []}
+              "encoding": encoding or "utf-8", "excluded": {}, "notes": [], "filled": {}}
     if delimiter != ",":
         report["notes"].append(f"delimiter {delimiter!r} (sniffed)")
 
@@ -250,8 +296,10 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
             raise ValueError(f"columns: a column is named twice in {columns}")
         for name in columns:
             if parsed[name].bad:
+                hint = "; --missing previous|linear fills missing values" if missing == "error" and any(
+                    "missing" in reason for _, _, reason in parsed[name].bad) else ""
                 raise ValueError(f"columns: column {name!r} has a missing or non-numeric value: "
-                                 f"{parsed[name].first_bad()}")
+                                 f"{parsed[name].first_bad()}{hint}")
         chosen = list(columns)
     else:
         chosen, damaged = [], []
@@ -268,17 +316,19 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
                 chosen.append(name)
         if damaged and strict:
             raise ValueError("csv: --strict: " + "; ".join(f"column {n!r} has {report['excluded'][n]}" for n in damaged)
-                             + "; fix or fill those cells, or choose the columns with --columns")
+                             + "; fix or fill those cells (--missing previous|linear fills missing ones), or choose "
+                               "the columns with --columns")
         if not chosen:
             listed = list(report["excluded"].items())
             reasons = "; ".join(f"{n[:40]!r}: {why[:120]}" for n, why in listed[:5])
             reasons += f"; and {len(listed) - 5} more columns" if len(listed) > 5 else ""
             raise ValueError(f"csv: {_display(path)} has no column to model ({reasons}); name the columns with "
-                             f"--columns, or fix or fill the bad cells")
+                             f"--columns, or fix or fill the bad cells (--missing previous|linear fills missing ones)")
         if report["excluded"]:
             report["notes"].append("columns not modelled: " + "; ".join(
                 f"{n!r} ({why})" for n, why in report["excluded"].items()) + "; --columns picks them explicitly")
     report["notes"] += [parsed[name].note for name in chosen if parsed[name].note]
+    report["filled"] = {name: parsed[name].filled for name in chosen if parsed[name].filled}
     values = torch.tensor([parsed[name].values for name in chosen], dtype=torch.float64).T
     return chosen, values, report
 
@@ -332,14 +382,15 @@ def distribution_shift(names: list[str], series: torch.Tensor, bounds, what: str
 
 
 def csv_series(path: str | Path, columns: list[str] | None = None, horizon: int = 1, window: int = 64,
-               strict: bool | None = None, encoding: str | None = None, difference: bool = False) -> dict:
+               strict: bool | None = None, encoding: str | None = None, difference: bool = False,
+               missing: str = "error") -> dict:
     """``{split: (inputs, targets)}`` float32 plus ``"meta"`` (columns, horizon, split rows, train mean/std, the
     reading report, warnings)."""
     if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
         raise ValueError(f"horizon: expected an integer >= 1, got {horizon!r}")
     if not isinstance(window, int) or isinstance(window, bool) or window < 2:
         raise ValueError(f"window: expected an integer >= 2, got {window!r}")
-    names, values, report = read_columns(path, columns, strict, encoding)
+    names, values, report = read_columns(path, columns, strict, encoding, missing)
     levels = values
     if difference:
         values = values[1:] - values[:-1]

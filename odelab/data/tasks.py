@@ -656,11 +656,12 @@ TASKS = {
     "ptb-word": _ptb_task("word"),
     "csv": Task(
         "csv",
-        load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False:
-        csv_series(path, columns, horizon, window, strict=strict, encoding=encoding, difference=difference),
+        load=lambda seed, path=None, columns=None, horizon=1, window=64, strict=None, encoding=None, difference=False,
+        missing="error": csv_series(path, columns, horizon, window, strict=strict, encoding=encoding,
+                                    difference=difference, missing=missing),
         presets={"quick": dict(hidden_size=32, epochs=30, lr=3e-3, batch_size=16)},
         options={"path": "csv", "columns": "columns", "horizon": "horizon", "window": "window", "strict": "strict",
-                 "encoding": "encoding", "difference": "difference"},
+                 "encoding": "encoding", "difference": "difference", "missing": "missing"},
         baselines={"persistence": csv_persistence_rmse},
         report=lambda prediction, data: {"test_rmse_by_column": rmse_by_column(prediction, *data["test"], data["meta"])},
         plot="forecast",

@@ -3,8 +3,9 @@
 
 The model is rebuilt from what the run recorded (the task, the preset's model with the run's model options, which
 may be constants no state dict holds, e.g. LEM's Δt, and the head) and then given the checkpoint's tensors. A run
-records its readout's sizes under ``"architecture"`` (:func:`~odelab.training.run.architecture`); for a run written before that record
-existed the sizes come from the task's data, loaded again with the run's seed and data options.
+records its readout's sizes under ``"architecture"`` (:func:`~odelab.training.run.architecture`); for a run
+written before that record existed the sizes come from the task's data, loaded again with the run's seed and data
+options (:func:`run_data`).
 """
 from __future__ import annotations
 
@@ -65,17 +66,23 @@ def trained_state(run: str | Path, best: bool = True) -> dict:
     return ((checkpoint.get("best") or {}).get("state") if best else None) or checkpoint["model"]
 
 
+def run_data(info: dict) -> dict:
+    """The data a run trained and was tested on (``info``: its results, :func:`load_run`'s second value): its task's
+    loader with the run's seed and data options, ``{"train"|"valid"|"test": (x, y), "meta": ...}``."""
+    try:
+        return TASKS[info["task"]].load(info.get("config", {}).get("seed", 1234), **info.get("data_options", {}))
+    except (ValueError, OSError, TypeError) as err:
+        raise RunError(f"the run's data ({info['task']}, options {info.get('data_options', {})}): {err}") from None
+
+
 def _sizes_from_data(info: dict) -> dict:
     """:func:`architecture` of a run that did not record it, from its task's data loaded again."""
     task = TASKS[info["task"]]
-    try:
-        data = task.load(info.get("config", {}).get("seed", 1234), **info.get("data_options", {}))
-    except (ValueError, OSError, TypeError) as err:
-        raise RunError(f"the run's data ({info['task']}, options {info.get('data_options', {})}): {err}") from None
+    data = run_data(info)
     x_test, y_test = data["test"]
     meta = data.get("meta") or {}
-    return architecture(task, x_test.shape[-1], output_size(task, y_test, meta), (info.get("settings") or {}).get("head", {}),
-                        meta)
+    head = (info.get("settings") or {}).get("head", {})
+    return architecture(task, x_test.shape[-1], output_size(task, y_test, meta), head, meta)
 
 
 def load_run(run: str | Path, *, best: bool = True, device: str | torch.device = "cpu") \

@@ -2,6 +2,7 @@
 date columns are named, bad cells are reported with their line, delimiters are sniffed, a byte-order mark is
 dropped, other encodings are named, thousands separators are read or refused by name; the distribution-shift
 warning and ``difference``. Every test writes its own small file."""
+import json
 import math
 
 import numpy as np
@@ -77,6 +78,52 @@ def test_csv_a_bad_cell_leaves_its_column_out_with_the_line_or_is_an_error_when_
     with pytest.raises(ValueError, match=r"no column to model \('load': a bad cell: line 12.*'temp': a bad cell: "
                                          r"line 32: 'abc' is not a number"):
         read_columns(tmp_path / "both.csv")
+
+
+def test_csv_missing_values_are_filled_from_above_or_linearly(tmp_path):
+    a, b = series()
+    rows = [f"{x:.5f},{y:.5f}" for x, y in zip(a, b)]
+    for i in (0, 1, 10, 11, 12, 59):  # two before the first value, three in a row, the last
+        rows[i] = f"{'NA' if i == 11 else ''},{b[i]:.5f}"
+    path = write(tmp_path / "gaps.csv", "load,temp", rows)
+    known = np.array([float(f"{x:.5f}") for x in a])
+    with pytest.raises(ValueError, match=r"columns: column 'load' has a missing .*line 2.*--missing previous\|linear"):
+        read_columns(path, ["load", "temp"])
+    names, values, report = read_columns(path, ["load", "temp"], missing="previous")
+    load = values[:, 0].numpy()
+    assert names == ["load", "temp"] and report["filled"] == {"load": 6}
+    assert load[0] == load[1] == known[2]  # before the first value: that value
+    assert load[10] == load[11] == load[12] == known[9] and load[59] == known[58]
+    assert "column 'load': 6 missing values filled by the value above (first on line 2)" in report["notes"]
+    _, values, report = read_columns(path, missing="linear")  # without --columns the column is modelled too
+    load = values[:, 0].numpy()
+    assert load[0] == load[1] == known[2] and load[59] == known[58]
+    for i, w in ((10, 0.25), (11, 0.5), (12, 0.75)):  # a straight line from row 9 to row 13
+        assert load[i] == pytest.approx((1 - w) * known[9] + w * known[13], rel=1e-12)
+    assert np.array_equal(np.delete(load, [0, 1, 10, 11, 12, 59]), np.delete(known, [0, 1, 10, 11, 12, 59]))
+    rows[30] = f"abc,{b[30]:.5f}"  # not a number: still a bad cell, filled or not
+    write(path, "load,temp", rows)
+    names, _, report = read_columns(path, missing="linear")
+    assert names == ["temp"] and "line 32: 'abc' is not a number" in report["excluded"]["load"]
+    with pytest.raises(ValueError, match="missing: expected one of error, previous, linear, got 'mean'"):
+        read_columns(path, missing="mean")
+
+
+def test_csv_fit_fills_missing_values_on_the_command_line(tmp_path, capsys):
+    from odelab.cli import main
+
+    a, b = series(200)
+    rows = [("" if i % 17 == 3 else f"{x:.5f}") + f",{y:.5f}" for i, (x, y) in enumerate(zip(a, b))]
+    path = write(tmp_path / "gaps.csv", "load,temp", rows)
+    out = tmp_path / "run"
+    assert main(["fit", "csv", "--csv", str(path), "--columns", "load,temp", "--missing", "linear", "--epochs", "1",
+                 "--hidden", "4", "--no-progress", "--out", str(out)]) == 0
+    assert "column 'load': 12 missing values filled by linear interpolation" in capsys.readouterr().out
+    result = json.loads((out / "results.json").read_text())
+    assert result["data"]["filled"] == {"load": 12} and result["settings"]["missing"] == "linear"
+    with pytest.raises(SystemExit):
+        main(["fit", "fhn", "--missing", "linear"])
+    assert "--missing: only for the task(s) csv" in capsys.readouterr().err
 
 
 def test_csv_ragged_rows_are_reported_or_refused(tmp_path):

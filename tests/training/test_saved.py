@@ -32,6 +32,8 @@ def test_a_loaded_run_gives_its_test_rmse_with_its_step(tiny_fhn, tmp_path):
     assert info["test_rmse"] == results["test_rmse"] and not model.training
     assert float(model.body.dt) == 2.0  # a constructor constant: not in the state dict, taken from the run
     assert rmse(model, *tiny_fhn["test"], 256, "cpu") == results["test_rmse"]
+    x, y = odelab.training.run_data(info)["test"]  # the run's loader, seed and data options
+    assert torch.equal(x, tiny_fhn["test"][0]) and torch.equal(y, tiny_fhn["test"][1])
     last, _ = load_run(run, best=False)
     checkpoint = torch.load(run / "checkpoint.pt", weights_only=True)
     for name, value in last.state_dict().items():
