@@ -2,6 +2,7 @@
 parser and its ``run``; ``main`` parses and dispatches. Nothing in the package imports this layer.
 
     odelab fit TASK --model M ...          train a model on a task (fit.py)
+    odelab forecast --run DIR              the rows after a CSV series' end, from an `odelab fit csv` run (forecast.py)
     odelab reproduce TASK --seeds N ...    a paper's table over seeds, ours beside theirs (reproduce.py)
     odelab reproduce --report              every table as one markdown report + figures (reproduce.py)
     odelab compare-schemes ...             one trained model under every scheme and step (compare_schemes.py)
@@ -17,9 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import compare_schemes, fit, gates, graph, reproduce, stability, sweep
+from . import compare_schemes, fit, forecast, gates, graph, reproduce, stability, sweep
 
-COMMANDS = (fit, reproduce, sweep, compare_schemes, gates, stability, graph)
+COMMANDS = (fit, forecast, reproduce, sweep, compare_schemes, gates, stability, graph)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,6 +94,26 @@ def plot_forecast(model, x, y, meta: dict, path: str | Path, title: str = "", ma
     _save(fig, title, path)
 
 
+def plot_future(result: dict, path: str | Path, title: str = "", max_columns: int = 3) -> None:
+    """``odelab forecast``: each column's last rows of the file and the forecast of the next ``horizon`` rows
+    after it, in the file's units (:func:`odelab.training.forecast.forecast`'s result)."""
+    history, future = torch.tensor(result["history"]), torch.tensor(result["rows"])
+    shown = min(len(result["columns"]), max_columns)
+    fig, axes = plt.subplots(shown, 1, figsize=(10, 2.8 * shown), sharex=True, squeeze=False)
+    last = result["rows_read"] - 1
+    past = torch.arange(last - history.shape[0] + 1, last + 1)
+    ahead = torch.arange(last, last + future.shape[0] + 1)
+    for c in range(shown):
+        ax = axes[c, 0]
+        ax.plot(past, history[:, c], color="black", lw=1.2, label="the file")
+        ax.plot(ahead, torch.cat((history[-1:, c], future[:, c])), color="tab:red", lw=1.2, ls="--", marker=".",
+                label=f"forecast, {future.shape[0]} rows")
+        ax.set_ylabel(result["columns"][c])
+    axes[0, 0].legend(loc="upper left", fontsize=8)
+    axes[-1, 0].set_xlabel("row of the file (0 = the first data row)")
+    _save(fig, title, path)
+
+
 def plot_classes(model, x, y, classes: int, path: str | Path, title: str = "", batch_size: int = 256) -> None:
     """The confusion matrix (rows: true class, columns: predicted) and the accuracy of each class over every test
     prediction: one per sequence, or one per step for per-step classes (targets ``(N, T)``)."""
