@@ -22,6 +22,8 @@ from ..models.graph import build_graph_model
 from ..training import graph as graph_training
 from .arguments import device, fraction, integer, non_negative_float, positive_float, seed
 
+Defaults = argparse.ArgumentDefaultsHelpFormatter  # every option's help ends with its default
+
 GENERATED = ("partition", "sbm")
 
 
@@ -112,49 +114,56 @@ def add_command(subparsers) -> None:
     sub = p.add_subparsers(dest="graph_command", required=True)
     models = "comma-separated: gcn, gat, graphcon-gcn, graphcon-gat, g2-gcn, g2-gat (pyg- couplings with odelab[graph])"
 
-    f = sub.add_parser("fit", help="node classification on one graph")
-    f.add_argument("--dataset", default="partition", choices=GENERATED + tuple(PLANETOID) + tuple(WEBKB))
+    f = sub.add_parser("fit", help="node classification on one graph", formatter_class=Defaults)
+    f.add_argument("--dataset", default="partition", choices=GENERATED + tuple(PLANETOID) + tuple(WEBKB),
+                   help="a generated graph (partition, sbm) or a data set read from --data-root")
     f.add_argument("--data-root", help="folder with the data set's raw files (Planetoid / WebKB formats)")
     f.add_argument("--split", type=integer(0, 9), default=0, help="WebKB: which of the 10 splits")
     f.add_argument("--model", default="graphcon-gcn", help="gcn, gat, graphcon-gcn, graphcon-gat, g2-gcn, g2-gat")
-    f.add_argument("--layers", type=integer(1), default=8)
-    f.add_argument("--hidden", type=integer(1), default=64)
-    f.add_argument("--epochs", type=integer(1), default=200)
-    f.add_argument("--lr", type=positive_float, default=0.005)
-    f.add_argument("--weight-decay", type=non_negative_float, default=5e-4)
-    f.add_argument("--dropout", type=fraction(closed_upper=False), default=0.0)
+    f.add_argument("--layers", type=integer(1), default=8, help="graph layers (coupled-oscillator steps) (>= 1)")
+    f.add_argument("--hidden", type=integer(1), default=64, help="node features per layer (>= 1)")
+    f.add_argument("--epochs", type=integer(1), default=200, help="full-batch training epochs (>= 1)")
+    f.add_argument("--lr", type=positive_float, default=0.005, help="Adam's learning rate (> 0)")
+    f.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="Adam's L2 penalty (>= 0)")
+    f.add_argument("--dropout", type=fraction(closed_upper=False), default=0.0,
+                   help="dropout in [0, 1) where each model's official code puts it (GraphCON: input, encoder and "
+                        "every step; G²: before the decoder; GCN, GAT: between layers)")
     f.add_argument("--classes", type=integer(2), default=5, help="generated graphs: number of classes")
     f.add_argument("--nodes-per-class", type=integer(1), default=200, help="generated graphs")
     f.add_argument("--homophily", type=fraction(), default=0.8, help="generated graphs: fraction of intra-class edges")
-    f.add_argument("--seed", type=seed, default=0)
-    f.add_argument("--device", type=device, default=None)
-    f.add_argument("--out", default="runs/graph-fit")
-    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--seed", type=seed, default=0, help="graph and initialisation seed")
+    f.add_argument("--device", type=device, default=None, help="cpu or cuda (None: cpu)")
+    f.add_argument("--out", default="runs/graph-fit", help="output folder (JSON and figures)")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar")
     f.set_defaults(run=cmd_fit)
 
-    d = sub.add_parser("depth-sweep", help="test accuracy vs depth (2 to 128 layers) on a generated graph")
-    d.add_argument("--depths", type=_numbers(integer(1)), default=[2, 4, 8, 16, 32, 64, 128])
+    d = sub.add_parser("depth-sweep", help="test accuracy vs depth (2 to 128 layers) on a generated graph",
+                       formatter_class=Defaults)
+    d.add_argument("--depths", type=_numbers(integer(1)), default=[2, 4, 8, 16, 32, 64, 128],
+                   help="comma-separated layer counts")
     d.add_argument("--models", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
                    default=list(graph_training.DEFAULT_MODELS), help=models)
-    d.add_argument("--epochs", type=integer(1), default=150)
-    d.add_argument("--seeds", type=integer(1), default=3)
-    d.add_argument("--out", default="runs/graph-depth")
-    d.add_argument("--no-progress", action="store_true")
+    d.add_argument("--epochs", type=integer(1), default=150, help="training epochs per run (>= 1)")
+    d.add_argument("--seeds", type=integer(1), default=3, help="runs per (model, depth) (>= 1)")
+    d.add_argument("--out", default="runs/graph-depth", help="output folder (JSON and figure)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(run=cmd_depth)
 
-    h = sub.add_parser("homophily-sweep", help="test accuracy vs homophily (0 to 0.99) on generated graphs")
-    h.add_argument("--homophilies", type=_numbers(fraction()), default=[0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99])
+    h = sub.add_parser("homophily-sweep", help="test accuracy vs homophily (0 to 0.99) on generated graphs",
+                       formatter_class=Defaults)
+    h.add_argument("--homophilies", type=_numbers(fraction()), default=[0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99],
+                   help="comma-separated fractions of intra-class edges, in [0, 1]")
     h.add_argument("--models", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
                    default=list(graph_training.DEFAULT_MODELS), help=models)
-    h.add_argument("--layers", type=integer(1), default=8)
-    h.add_argument("--epochs", type=integer(1), default=150)
-    h.add_argument("--seeds", type=integer(1), default=3)
-    h.add_argument("--out", default="runs/graph-homophily")
-    h.add_argument("--no-progress", action="store_true")
+    h.add_argument("--layers", type=integer(1), default=8, help="graph layers (>= 1)")
+    h.add_argument("--epochs", type=integer(1), default=150, help="training epochs per run (>= 1)")
+    h.add_argument("--seeds", type=integer(1), default=3, help="runs per (model, homophily) (>= 1)")
+    h.add_argument("--out", default="runs/graph-homophily", help="output folder (JSON and figure)")
+    h.add_argument("--no-progress", action="store_true", help="no progress bar")
     h.set_defaults(run=cmd_homophily)
 
     for name, text in (("oversmoothing", "Dirichlet energy and MAD vs depth on the 10×10 grid (GCN, GAT, GraphCON, G²)"),
                        ("spectrum", "eigenvalues of the linearised GraphCON operator, α = 0 vs α > 0")):
         s = sub.add_parser(name, help=text)
-        s.add_argument("--out", default="runs/graph-studies")
+        s.add_argument("--out", default="runs/graph-studies", help="output folder (JSON and figure)")
         s.set_defaults(run=cmd_study)
