@@ -149,7 +149,7 @@ def add_command(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/checkpoint.pt; any changed setting (data, model, options, hidden size, "
                         "horizon, preset, seed, lr, ...) is refused, a larger --epochs extends a finished run")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, non-interactive runs)")
     p.add_argument("--engine", default="auto", choices=["auto", "generic", "fused", "cuda-graph"],
                    help="how the cells run: a fused kernel where one exists (auto), the Python loop over the scheme "
                         "(generic, the definition), a kernel or an error (fused), CUDA graphs (cuda-graph)")

@@ -75,7 +75,7 @@ def add_command(subparsers) -> None:
                         "off, what each prints goes to its folder's output.log, a line reports each finished run; the "
                         "results are those of one run after another")
     p.add_argument("--out", default="runs/reproduce", help="runs and tables (default runs/reproduce)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, non-interactive runs)")
     p.add_argument("--report", action="store_true",
                    help="write OUT/REPORT.md and a figure per task from every OUT/TASK.json (no training)")
     p.add_argument("--figures", help="--report: folder of the figures (default OUT/figures)")

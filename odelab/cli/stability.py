@@ -210,7 +210,8 @@ def add_command(sub) -> None:
     p.add_argument("--model", help=f"comma-separated models (default {','.join(STABILITY_MODELS)}; lem-long-range: "
                                    f"{','.join(stability.LONG_RANGE_MODELS)}); a model's keywords in brackets, e.g. "
                                    "lem[dt=0.01]; lstm and rnn are always added to the gradient and long-range studies")
-    p.add_argument("--study", default="all", choices=STUDIES + ("all",))
+    p.add_argument("--study", default="all", choices=STUDIES + ("all",), metavar="STUDY",
+                   help=f"one of {', '.join(STUDIES)}, or all (default)")
     p.add_argument("--steps", type=arguments.integer(2), default=1000,
                    help="sequence length (>= 2; up to 10^4 for the gradient study)")
     p.add_argument("--hidden", type=arguments.integer(1), default=16, help="hidden size (>= 1)")

@@ -58,5 +58,5 @@ def add_command(subparsers) -> None:
     p.add_argument("--threads", type=arguments.integer(1), help="CPU threads per process (>= 1)")
     p.add_argument("--jobs", type=arguments.integer(1), default=1, help="runs trained at once, each in its own process")
     p.add_argument("--out", default="runs/sweep", help="runs, JSON and figure (default runs/sweep)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, non-interactive runs)")
     p.set_defaults(run=cmd_sweep, error=p.error)
