@@ -2,8 +2,8 @@
 
     odelab fit TASK --model M [--preset quick|paper] [--epochs N] [--seed S] [--device cuda] [--out DIR]
                [--model-option KEY=VALUE ...]   (e.g. --model-option dt=0.1 --model-option gamma=2)
-    odelab fit csv --csv PATH [--columns A,B] [--strict] [--missing previous|linear] [--encoding E] [--difference]
-                   [--horizon H] [--window W]
+    odelab fit csv --csv PATH [--columns A,B] [--time COLUMN] [--strict] [--missing previous|linear] [--encoding E]
+                   [--difference] [--horizon H] [--window W]
     odelab fit enso|mackey-glass [--horizon H] [--stride K]     odelab fit adding|copy [--length N]
     odelab fit frequency [--noise SIGMA]       (frequency, copy: classification, accuracy and cross-entropy)
     odelab fit spiral|duffing [--reading ours|official] [--valid-window N]
@@ -44,8 +44,8 @@ from . import arguments
 
 # argparse dests of task options
 TASK_OPTIONS = ("data_solver", "length", "csv", "columns", "horizon", "window", "strict", "encoding", "difference",
-                "missing", "stride", "noise", "reading", "valid_window", "data_root", "train_size", "standardise",
-                "vocabulary", "glove", "padding_noise")
+                "missing", "time", "stride", "noise", "reading", "valid_window", "data_root", "train_size",
+                "standardise", "vocabulary", "glove", "padding_noise")
 
 
 def load_options(task: Task, args: argparse.Namespace) -> dict:
@@ -207,6 +207,10 @@ def add_command(subparsers) -> None:
                       help="csv: missing cells (empty, NA, nan, ...): error (default: a bad cell, as --strict "
                            "says), previous (the value above) or linear (interpolated between the values above and "
                            "below); the filled cells are data from then on, inputs, targets and test RMSE alike")
+    task.add_argument("--time", metavar="COLUMN",
+                      help="csv: the column of the rows' times (numbers, or ISO 8601 dates and times), in order "
+                           "without repeats: each row's time to the next, in median gaps, becomes its last input "
+                           "feature; the continuous-time cells step by it (irregular sampling), the others read it")
     task.add_argument("--encoding", type=arguments.encoding,
                       help="csv: the file's text encoding (default utf-8, a byte-order mark is dropped), "
                            "e.g. latin-1 or cp1252")

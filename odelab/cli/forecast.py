@@ -31,8 +31,10 @@ def cmd_forecast(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     table = io.StringIO(newline="")
     writer = csv.writer(table)
-    writer.writerow(["rows_ahead", *result["columns"]])
-    writer.writerows([h + 1, *(f"{v:.10g}" for v in row)] for h, row in enumerate(result["rows"]))
+    times = [f"{t:.10g}" if isinstance(t, float) else t for t in result["times"] or [None] * len(result["rows"])]
+    writer.writerow(["rows_ahead", *(["time"] if result["times"] else []), *result["columns"]])
+    writer.writerows([h + 1, *([t] if result["times"] else []), *(f"{v:.10g}" for v in row)]
+                     for h, (t, row) in enumerate(zip(times, result["rows"])))
     (out / "forecast.csv").write_text(table.getvalue())
     (out / "forecast.json").write_text(json.dumps({**result, "run": str(args.run_dir)}, indent=1))
     plot_future(result, out / "forecast_ahead.png",
@@ -43,8 +45,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
           f"{result['context']}" + (" increments" if result["difference"] else " rows"))
     print(f"{'rows ahead':>10s}  " + "  ".join(f"{c:>{width}s}" for c in result["columns"]))
     print(f"{'0 (last)':>10s}  " + "  ".join(f"{v:>{width}.6g}" for v in result["last"]))
-    for h, row in enumerate(result["rows"]):
-        print(f"{h + 1:>10d}  " + "  ".join(f"{v:>{width}.6g}" for v in row))
+    for h, (t, row) in enumerate(zip(times, result["rows"])):
+        print(f"{h + 1:>10d}  " + "  ".join(f"{v:>{width}.6g}" for v in row) + (f"  at {t}" if t is not None else ""))
     print(f"results in {out}/ (forecast.csv, forecast.json, forecast_ahead.png)")
     return 0
 

@@ -42,6 +42,7 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -228,17 +229,9 @@ def index_like(name: str, values: list[float]) -> str | None:
     return None
 
 
-def read_columns(path: str | Path, columns: list[str] | None = None, strict: bool | None = None,
-                 encoding: str | None = None, missing: str = "error") -> tuple[list[str], torch.Tensor, dict]:
-    """(names, values (rows, len(names)) float64, report). ValueError naming ``csv``/``columns``/``encoding``/
-    ``missing`` on bad input. ``strict`` (default: ``columns is not None``) makes a numeric column with a bad cell
-    an error instead of leaving it out; ``missing`` ("error", "previous", "linear") fills missing cells first. The
-    report has the delimiter, the encoding, the file's sha256, the columns left out with their reasons
-    (``excluded``), the missing values filled per column (``filled``) and ``notes`` to show the user."""
-    if missing not in FILLS:
-        raise ValueError(f"missing: expected one of {', '.join(FILLS)}, got {missing!r}")
-    path = Path(path)
-    strict = columns is not None if strict is None else strict
+def _table(path: Path, encoding: str | None) -> tuple[bytes, str, list[str], list[list[tuple[int, str]]], list[int]]:
+    """(the file's bytes, its delimiter, the header's names, each column's (line, cell) pairs, the lines of rows
+    shorter than the header). ValueError naming the file on a table it cannot read."""
     raw, text = read_text(path, encoding)
     delimiter = sniff_delimiter(text)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
@@ -273,6 +266,23 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
             cells[j].append((line, row[j] if j < len(row) else ""))
         if len(row) < width:
             short.append(line)
+    return raw, delimiter, header, cells, short
+
+
+def read_columns(path: str | Path, columns: list[str] | None = None, strict: bool | None = None,
+                 encoding: str | None = None, missing: str = "error", time: str | None = None) \
+        -> tuple[list[str], torch.Tensor, dict]:
+    """(names, values (rows, len(names)) float64, report). ValueError naming ``csv``/``columns``/``encoding``/
+    ``missing`` on bad input. ``strict`` (default: ``columns is not None``) makes a numeric column with a bad cell
+    an error instead of leaving it out; ``missing`` ("error", "previous", "linear") fills missing cells first;
+    ``time``: the time column (:func:`read_times`), never modelled. The report has the delimiter, the encoding, the
+    file's sha256, the columns left out with their reasons (``excluded``), the missing values filled per column
+    (``filled``) and ``notes`` to show the user."""
+    if missing not in FILLS:
+        raise ValueError(f"missing: expected one of {', '.join(FILLS)}, got {missing!r}")
+    path = Path(path)
+    strict = columns is not None if strict is None else strict
+    raw, delimiter, header, cells, short = _table(path, encoding)
     parsed = {}
     for j, name in enumerate(header):
         column = Column(name)
@@ -288,10 +298,14 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
     if delimiter != ",":
         report["notes"].append(f"delimiter {delimiter!r} (sniffed)")
 
+    if time is not None and time not in parsed:
+        raise ValueError(f"time: unknown column {time!r}; the file has {header}")
     if columns is not None:
         unknown = [name for name in columns if name not in parsed]
         if unknown:
             raise ValueError(f"columns: unknown column(s) {unknown}; the file has {header}")
+        if time in columns:
+            raise ValueError(f"columns: {time!r} is the time column (--time), which gives the steps, not a series")
         if len(set(columns)) != len(columns):
             raise ValueError(f"columns: a column is named twice in {columns}")
         for name in columns:
@@ -304,7 +318,9 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
     else:
         chosen, damaged = [], []
         for name, column in parsed.items():
-            if column.text:
+            if name == time:
+                report["excluded"][name] = "the time column (--time)"
+            elif column.text:
                 line, cell, _ = column.bad[0]
                 report["excluded"][name] = f"not numeric, e.g. line {line}: {cell!r}"
             elif column.bad:
@@ -331,6 +347,46 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
     report["filled"] = {name: parsed[name].filled for name in chosen if parsed[name].filled}
     values = torch.tensor([parsed[name].values for name in chosen], dtype=torch.float64).T
     return chosen, values, report
+
+
+def read_times(path: str | Path, name: str, encoding: str | None = None) \
+        -> tuple[torch.Tensor, str, datetime | None]:
+    """The time column ``name`` of the file as float64, its kind and origin: ``"datetime"`` (dates or times in ISO
+    8601, as :meth:`datetime.datetime.fromisoformat` reads them, e.g. ``2024-03-01`` or ``2024-03-01 12:30:00``:
+    seconds since the first row, the origin) or ``"number"`` (the numbers themselves, origin None). The rows must
+    be in time order without repeats. ValueError naming ``time`` and the line of the first cell that is not a
+    time or not after the one above it."""
+    path = Path(path)
+    _, _, header, cells, _ = _table(path, encoding)
+    if name not in header:
+        raise ValueError(f"time: unknown column {name!r}; the file has {header}")
+    values, kinds, first = [], set(), None
+    for line, cell in cells[header.index(name)]:
+        text = cell.strip()
+        if NUMBER.fullmatch(text):
+            values.append(float(text))
+            kinds.add("number")
+            continue
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"time: line {line}: {cell!r} is neither a number nor an ISO 8601 date or time (e.g. "
+                             "2024-03-01 or 2024-03-01T12:30:00)") from None
+        first = first or moment
+        try:
+            values.append((moment - first).total_seconds())
+        except TypeError:  # one with a UTC offset and one without
+            raise ValueError(f"time: line {line}: {cell!r} and the first time differ in having a UTC offset; give "
+                             "every time with one, or none") from None
+        kinds.add("datetime")
+    if len(kinds) > 1:
+        raise ValueError(f"time: the column {name!r} mixes numbers and dates")
+    for (line, cell), (above, cell_above), a, b in zip(cells[header.index(name)][1:], cells[header.index(name)],
+                                                       values, values[1:]):
+        if not b > a:
+            raise ValueError(f"time: line {line}: {cell.strip()!r} is not after line {above}'s "
+                             f"{cell_above.strip()!r}; the rows must be in time order, without repeats")
+    return torch.tensor(values, dtype=torch.float64), kinds.pop(), first
 
 
 def split_bounds(rows: int) -> list[tuple[str, int, int]]:
@@ -381,17 +437,40 @@ def distribution_shift(names: list[str], series: torch.Tensor, bounds, what: str
     return warnings
 
 
+def step_gaps(times: torch.Tensor, difference: bool, median: float | None = None) -> torch.Tensor:
+    """Each modelled row's time to the next row, in units of the median gap (``median``, default the times' own):
+    with ``difference`` row k is the increment that ends at times[k + 1]. The last row, whose next time is not in
+    the file, gets one median gap (what a forecast past the end assumes)."""
+    gaps = times[1:] - times[:-1]
+    median = float(gaps.median()) if median is None else median
+    gaps = gaps[1:] if difference else gaps
+    return torch.cat((gaps, gaps.new_tensor([median]))) / median
+
+
 def csv_series(path: str | Path, columns: list[str] | None = None, horizon: int = 1, window: int = 64,
                strict: bool | None = None, encoding: str | None = None, difference: bool = False,
-               missing: str = "error") -> dict:
+               missing: str = "error", time: str | None = None) -> dict:
     """``{split: (inputs, targets)}`` float32 plus ``"meta"`` (columns, horizon, split rows, train mean/std, the
-    reading report, warnings)."""
+    reading report, warnings). With ``time`` (a column of times, :func:`read_times`) each input row also carries
+    its time to the next row in median gaps as its last feature (``meta["time_gaps"]``: the continuous-time cells
+    step by it, the others read it)."""
     if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
         raise ValueError(f"horizon: expected an integer >= 1, got {horizon!r}")
     if not isinstance(window, int) or isinstance(window, bool) or window < 2:
         raise ValueError(f"window: expected an integer >= 2, got {window!r}")
-    names, values, report = read_columns(path, columns, strict, encoding, missing)
+    names, values, report = read_columns(path, columns, strict, encoding, missing, time)
     levels = values
+    gaps = None
+    if time is not None:
+        if levels.shape[0] < 3:
+            raise ValueError(f"csv: {_display(path)} has {levels.shape[0]} rows; time gaps need at least 3")
+        times, kind, _ = read_times(path, time, encoding)
+        median = float((times[1:] - times[:-1]).median())
+        gaps = step_gaps(times, difference, median).float()
+        report.update(time=time, time_kind=kind, median_gap=median)
+        unit = "seconds" if kind == "datetime" else "units"
+        report["notes"].append(f"time column {time!r}: each row's time to the next in median gaps ({median:g} {unit}), "
+                               f"from {float(gaps.min()):.3g} to {float(gaps[:-1].max()):.3g}")
     if difference:
         values = values[1:] - values[:-1]
     bounds = split_bounds(values.shape[0])
@@ -410,11 +489,14 @@ def csv_series(path: str | Path, columns: list[str] | None = None, horizon: int 
     out: dict = {}
     for name, first, end in bounds:
         x, y = forecast_pairs(normalised[first:end], horizon)
+        if gaps is not None:  # the time to the next row, beside the row's values
+            x = torch.cat((x, gaps[first:first + x.shape[0], None]), 1)
         out[name] = windows(x, y, window) if name == "train" else (x.unsqueeze(0), y.unsqueeze(0))
     warnings = distribution_shift(names, values, bounds, "increments" if difference else "values")
     out["meta"] = {"columns": names, "horizon": horizon, "window": window, "rows": int(levels.shape[0]),
                    "difference": bool(difference), "splits": {name: [first, end] for name, first, end in bounds},
-                   "mean": mean.tolist(), "std": std.tolist(), **report, "warnings": warnings}
+                   "mean": mean.tolist(), "std": std.tolist(), **report, "warnings": warnings,
+                   **({"time_gaps": True} if gaps is not None else {})}
     return out
 
 
@@ -424,9 +506,15 @@ def persistence_rmse(x: torch.Tensor, y: torch.Tensor) -> float:
     return float(((x.repeat(1, 1, horizon) - y) ** 2).mean().sqrt())
 
 
+def _values(x: torch.Tensor, meta: dict) -> torch.Tensor:
+    """The rows' values without the time-gap feature (``meta["time_gaps"]``)."""
+    return x[..., :len(meta["columns"])] if meta.get("time_gaps") else x
+
+
 def _persistence_prediction(x: torch.Tensor, y: torch.Tensor, meta: dict) -> torch.Tensor:
     """Persistence in the model's units: the current row, or for differenced series increments of 0 (the level
     stays), which is −mean/std after normalisation."""
+    x = _values(x, meta)
     horizon = y.shape[-1] // x.shape[-1]
     if not meta.get("difference"):
         return x.repeat(1, 1, horizon)
@@ -445,7 +533,7 @@ def rmse_by_column(prediction: torch.Tensor, x: torch.Tensor, y: torch.Tensor, m
     differenced series, the error of the forecast LEVEL: the h-step level error is the sum of the first h
     increment errors."""
     columns, std = meta["columns"], torch.tensor(meta["std"], dtype=torch.float64)
-    horizon = y.shape[-1] // x.shape[-1]
+    horizon = y.shape[-1] // len(columns)
 
     def per_column(error: torch.Tensor) -> torch.Tensor:  # (..., H·C) -> (C,)
         error = error.double().reshape(-1, horizon, len(columns)) * std

@@ -4,15 +4,19 @@ The run's model reads the last ``context`` rows of the file (by default as many 
 it was tested on, from a zero state as then), normalised with the run's training mean and standard deviation, and
 its output at the last row is the forecast of the next ``horizon`` rows (``odelab.data.csv_series``: target =
 the H future rows, horizon-major), returned in the file's own units; for a run that modelled increments
-(``--difference``) the forecast level is the last level plus the forecast increments summed.
+(``--difference``) the forecast level is the last level plus the forecast increments summed. A run with a time
+column (``--time``) reads each row's time to the next as well; the rows ahead are taken one median gap apart (the
+first is what the model forecasts for that gap; the others, one horizon of the same forecast, at the times the
+median spacing gives them).
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 
-from ..data.csv_series import read_columns
+from ..data.csv_series import read_columns, read_times, step_gaps
 from .saved import RunError, load_run
 
 
@@ -20,8 +24,8 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
     """The forecast of the ``odelab fit csv`` run folder ``run`` after the last row of ``csv`` (default: the run's
     own file; another file must hold the run's columns): ``{"columns", "horizon", "rows": [H rows of the columns'
     forecast values], "last": the file's last row, "history": its last rows (at least 100, for a figure),
-    "context", "file", "rows_read", "difference"}``. ValueError (a :class:`~odelab.training.saved.RunError` for
-    the run) naming what does not fit."""
+    "context", "file", "rows_read", "difference", "times": the rows' times ahead with a time column, else
+    None}``. ValueError (a :class:`~odelab.training.saved.RunError` for the run) naming what does not fit."""
     model, info = load_run(run)
     if info["task"] != "csv":
         raise RunError(f"{Path(run) / 'results.json'}: a run of the task {info['task']!r}; forecast reads runs of "
@@ -34,8 +38,9 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
         raise RunError(f"{Path(run) / 'results.json'} does not record the series' columns, horizon and "
                        "normalisation (data: columns, horizon, mean, std)") from None
     path = Path(csv if csv is not None else options.get("path", ""))
+    time = meta.get("time") if meta.get("time_gaps") else None
     _, levels, _ = read_columns(path, columns, strict=True, encoding=options.get("encoding"),
-                                missing=options.get("missing", "error"))
+                                missing=options.get("missing", "error"), time=time)
     series = levels[1:] - levels[:-1] if difference else levels
     tested = meta.get("splits", {}).get("test")
     context = context if context is not None else (tested[1] - tested[0] if tested else series.shape[0])
@@ -43,7 +48,16 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
         raise ValueError(f"context: expected a number of rows >= 1, got {context!r}")
     if series.shape[0] < 1:
         raise ValueError(f"csv: {str(path)!r} has {levels.shape[0]} rows; a forecast of increments needs 2")
-    x = ((series[-context:] - mean) / std).float().unsqueeze(0)
+    x = ((series[-context:] - mean) / std).float()
+    ahead = None
+    if time is not None:  # each row's time to the next in the run's median gaps; past the end, one median gap
+        median = float(meta["median_gap"])
+        times, kind, origin = read_times(path, time, options.get("encoding"))
+        x = torch.cat((x, step_gaps(times, difference, median)[-context:, None].float()), 1)
+        ahead = [float(times[-1]) + h * median for h in range(1, horizon + 1)]
+        if kind == "datetime":
+            ahead = [(origin + timedelta(seconds=t)).isoformat() for t in ahead]
+    x = x.unsqueeze(0)
     with torch.no_grad():
         out = model(x)[0, -1].double().reshape(horizon, len(columns))
     values = out * std + mean
@@ -52,4 +66,4 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
     shown = min(levels.shape[0], max(4 * horizon, 100))
     return {"columns": columns, "horizon": horizon, "rows": values.tolist(), "last": levels[-1].tolist(),
             "context": int(min(context, series.shape[0])), "file": str(path), "rows_read": int(levels.shape[0]),
-            "difference": difference, "history": levels[-shown:].tolist()}
+            "difference": difference, "history": levels[-shown:].tolist(), "times": ahead}

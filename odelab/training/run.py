@@ -164,8 +164,9 @@ def build_regressor(task: Task, model: str, input_size: int, hidden: int, output
     sample's duration) a body that steps by it (:func:`~odelab.models.heads.takes_time_gaps`) takes one input
     feature less; the others read the gap as an input. ``head``: the head's settings (:meth:`FitSpec.head`);
     ``meta``: the data's, for a token task's vocabulary (``meta["vocabulary"]``, else the task's) and pretrained
-    vectors (``meta["embedding"]``, frozen unless ``meta["freeze_embedding"]`` is False) and a fixed input suffix
-    (``meta["suffix"]``); a token task's body reads the embeddings (``input_size`` is not used)."""
+    vectors (``meta["embedding"]``, frozen unless ``meta["freeze_embedding"]`` is False), a fixed input suffix
+    (``meta["suffix"]``) and time gaps of the data's own (``meta["time_gaps"]``); a token task's body reads the
+    embeddings (``input_size`` is not used)."""
     build = cells.PRESETS[model]
     keywords, head, meta = keywords or {}, dict(head or {}), meta or {}
     vectors = meta.get("embedding")
@@ -179,12 +180,13 @@ def build_regressor(task: Task, model: str, input_size: int, hidden: int, output
         input_size = head["embedding_size"]
     if meta.get("suffix") is not None:
         head["suffix"] = meta["suffix"]
-    if task.time_gaps:
+    time_gaps = bool(meta.get("time_gaps", task.time_gaps))  # a task's, or its data's (a CSV with a time column)
+    if time_gaps:
         with torch.random.fork_rng():  # a probe: the real body below draws the same numbers as without it
             steps_by_gaps = takes_time_gaps(build(max(1, input_size - 1), hidden, **keywords))
         input_size -= steps_by_gaps
     regressor = SequenceRegressor(build(input_size, hidden, **keywords), hidden, output_size, task.target == "last",
-                                  time_gaps=task.time_gaps, **head)
+                                  time_gaps=time_gaps, **head)
     if vectors is not None:
         regressor.load_embedding(torch.as_tensor(vectors, dtype=torch.float32), meta.get("freeze_embedding", True))
     return regressor
@@ -208,6 +210,8 @@ def architecture(task: Task, input_size: int, output_size: int, head: dict, meta
             record[key] = list(torch.as_tensor(meta[key]).shape)
     if meta.get("embedding") is not None:
         record["freeze_embedding"] = bool(meta.get("freeze_embedding", True))
+    if meta.get("time_gaps"):
+        record["time_gaps"] = True
     return record
 
 

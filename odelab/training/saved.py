@@ -95,7 +95,7 @@ def load_run(run: str | Path, *, best: bool = True, device: str | torch.device =
     state = trained_state(run, best)
     sizes = info.get("architecture") or _sizes_from_data(info)
     meta = {key: torch.zeros(sizes[key]) for key in ("embedding", "suffix") if key in sizes}
-    for key in ("vocabulary", "freeze_embedding"):
+    for key in ("vocabulary", "freeze_embedding", "time_gaps"):
         if key in sizes:
             meta[key] = sizes[key]
     with torch.random.fork_rng(devices=[]):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from odelab.data.csv_series import csv_persistence_rmse, csv_series, read_columns, rmse_by_column
+from odelab.data.csv_series import csv_persistence_rmse, csv_series, read_columns, read_times, rmse_by_column
 
 
 def write(path, header, rows, encoding="utf-8", bom=False):
@@ -124,6 +124,49 @@ def test_csv_fit_fills_missing_values_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["fit", "fhn", "--missing", "linear"])
     assert "--missing: only for the task(s) csv" in capsys.readouterr().err
+
+
+def test_csv_time_column_gives_each_row_its_time_to_the_next(tmp_path):
+    a, b = series(80)
+    t = np.cumsum(np.random.default_rng(0).uniform(0.2, 1.8, 80)).round(4)
+    path = write(tmp_path / "times.csv", "when,load,temp", [f"{w},{x:.5f},{y:.5f}" for w, x, y in zip(t, a, b)])
+    plain = csv_series(path, ["load", "temp"], horizon=2)
+    timed = csv_series(path, ["load", "temp"], horizon=2, time="when")
+    gaps = np.diff(t)
+    median = np.median(gaps)
+    meta = timed["meta"]
+    assert meta["time_gaps"] and meta["time"] == "when" and meta["median_gap"] == pytest.approx(median, rel=1e-12)
+    for split in ("train", "valid", "test"):  # the values as without the times, the gap beside them
+        assert torch.equal(timed[split][0][..., :2], plain[split][0]) and torch.equal(timed[split][1], plain[split][1])
+    first = meta["splits"]["test"][0]
+    x = timed["test"][0][0]
+    assert np.allclose(x[:, 2].numpy(), gaps[first:first + x.shape[0]] / median, rtol=1e-6)
+    assert csv_persistence_rmse(timed) == csv_persistence_rmse(plain)  # the gap is no value to persist
+    differenced = csv_series(path, ["load"], time="when", difference=True)  # increment k ends at t[k + 1]
+    x = differenced["valid"][0][0]
+    first = differenced["meta"]["splits"]["valid"][0]
+    assert np.allclose(x[:, 1].numpy(), gaps[first + 1:first + 1 + x.shape[0]] / median, rtol=1e-6)
+    assert read_columns(path, time="when")[0] == ["load", "temp"]  # never modelled
+    assert read_columns(path, time="when")[2]["excluded"]["when"] == "the time column (--time)"
+    with pytest.raises(ValueError, match="columns: 'when' is the time column"):
+        read_columns(path, ["when", "load"], time="when")
+    with pytest.raises(ValueError, match="time: unknown column 'then'"):
+        csv_series(path, ["load"], time="then")
+
+
+def test_csv_times_read_as_iso_dates_in_order(tmp_path):
+    rows = ["2024-03-01,1", "2024-03-01T06:00,2", "2024-03-02 12:30:00,3", "2024-03-04,4"]
+    times, kind, origin = read_times(write(tmp_path / "d.csv", "date,x", rows), "date")
+    assert kind == "datetime" and origin.isoformat() == "2024-03-01T00:00:00"
+    assert times.tolist() == [0.0, 6 * 3600.0, 36.5 * 3600.0, 72 * 3600.0]
+    for bad, message in ((["2024-03-02,1", "2024-03-01,2"], r"line 3: '2024-03-01' is not after line 2's "
+                                                             r"'2024-03-02'; the rows must be in time order"),
+                         (["1,1", "1,2"], "line 3: '1' is not after line 2's '1'"),
+                         (["2024-03-01,1", "soon,2"], "line 3: 'soon' is neither a number nor an ISO 8601 date"),
+                         (["1,1", "2024-03-01,2"], "mixes numbers and dates"),
+                         (["2024-03-01T00:00+01:00,1", "2024-03-02T00:00,2"], "differ in having a UTC offset")):
+        with pytest.raises(ValueError, match="time: .*" + message):
+            read_times(write(tmp_path / "bad.csv", "date,x", bad), "date")
 
 
 def test_csv_ragged_rows_are_reported_or_refused(tmp_path):

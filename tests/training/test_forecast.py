@@ -96,3 +96,34 @@ def test_the_command_writes_the_forecast_and_refuses_other_runs(tmp_path, capsys
     with pytest.raises(SystemExit):
         main(["forecast", "--run", str(run), "--context", "0"])
     assert "argument --context: expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_run_with_a_time_column_steps_by_the_gaps_and_forecasts_one_median_gap_ahead(tmp_path):
+    rng = np.random.default_rng(5)
+    t = np.cumsum(rng.uniform(0.2, 1.8, 240)).round(3)
+    levels = np.stack([np.round(np.sin(t / 3), 6), np.round(np.cos(t / 5), 6)], 1)
+    path = tmp_path / "irregular.csv"
+    path.write_text("t,load,temp\n" + "".join(f"{w},{a:.6f},{b:.6f}\n" for w, (a, b) in zip(t, levels)))
+    run = fit(tmp_path, path, "--time", "t")
+    model, info = load_run(run)
+    assert model.gaps_as_step and info["architecture"]["time_gaps"]  # LEM steps by each row's gap
+    result = forecast(run, context=30)
+    gaps = np.diff(t)
+    median = np.median(gaps)
+    train = levels[:int(np.floor(0.7 * len(levels)))]
+    x = (levels[-30:] - train.mean(0)) / train.std(0)
+    step = np.append(gaps, median)[-30:] / median  # the last row's next time: one median gap on
+    with torch.no_grad():
+        out = model(torch.tensor(np.concatenate((x, step[:, None]), 1), dtype=torch.float32)[None])[0, -1]
+    assert np.allclose(result["rows"], out.double().numpy()[None] * train.std(0) + train.mean(0), rtol=1e-6,
+                       atol=1e-6)
+    assert result["times"] == pytest.approx([t[-1] + median])
+    dated = tmp_path / "dated.csv"  # the same rows at dates: the times ahead are dates too
+    dated.write_text("t,load,temp\n" + "".join(f"2024-01-01T00:00:00,{a:.6f},{b:.6f}\n".replace(
+        "2024-01-01T00:00:00", (np.datetime64("2024-01-01T00:00:00") + np.timedelta64(int(round(w * 3600)), "s"))
+        .astype(str)) for w, (a, b) in zip(t, levels)))
+    run = fit(tmp_path, dated, "--time", "t", "--horizon", "2")
+    ahead = forecast(run)["times"]
+    last = np.datetime64("2024-01-01T00:00:00") + np.timedelta64(int(round(t[-1] * 3600)), "s")
+    step = np.median(np.diff(np.round(t * 3600)))
+    assert ahead == [str(last + np.timedelta64(int(h * step), "s")) for h in (1, 2)]
