@@ -91,7 +91,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                    data_options=load_options(task, args), out=Path(args.out or f"runs/{args.task}-{args.model}"),
                    resume=args.resume, progress=not args.no_progress, engine=args.engine,
                    embedding_size=args.embedding_size, input_dropout=args.input_dropout,
-                   output_dropout=args.output_dropout)
+                   output_dropout=args.output_dropout, patience=args.patience)
     try:
         spec.check()
         spec.device = init_distributed(args.device)
@@ -124,6 +124,9 @@ def add_command(subparsers) -> None:
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a keyword of the model's constructor, e.g. dt=0.1 or gamma=2 (repeatable)")
     p.add_argument("--clip", type=arguments.positive_float, help="gradient-norm clipping (> 0)")
+    p.add_argument("--patience", type=arguments.integer(1), metavar="N",
+                   help="early stopping: end the run once N epochs in a row gave no better validation score (the "
+                        "best epoch is kept either way; default: never)")
     p.add_argument("--input-dropout", type=arguments.fraction(closed_upper=False), metavar="P",
                    help="dropout on what the model reads (a token task's embeddings), one mask per sequence shared "
                         "over time (default: the preset's, mostly 0)")

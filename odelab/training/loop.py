@@ -46,6 +46,9 @@ class TrainConfig:
     # streams (:func:`stripes`) whose states carry from one batch to the next, detached (truncated BPTT)
     stateful: bool = False
     select: str = "accuracy"  # classification: the best epoch by validation "accuracy" (ties: loss) or "loss"
+    # early stopping: end the run once this many epochs in a row gave no better validation score (None: never);
+    # a function of the history alone, so a resumed run stops where the uninterrupted one did
+    patience: int | None = None
 
     def lr_at(self, epoch: int) -> float:
         """The learning rate of ``epoch`` (0-based): lr · lr_gamma^(number of milestones ≤ epoch)."""
@@ -68,6 +71,9 @@ class TrainConfig:
             raise ValueError(f"select: expected 'accuracy' or 'loss', got {self.select!r}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise ValueError(f"weight_decay: expected a finite number >= 0, got {self.weight_decay!r}")
+        if self.patience is not None and (not isinstance(self.patience, int) or isinstance(self.patience, bool)
+                                          or self.patience < 1):
+            raise ValueError(f"patience: expected a number of epochs >= 1, got {self.patience!r}")
 
 
 # "rmsprop": torch's defaults (ρ 0.99, ε 1e-8); "rmsprop-keras": Keras' (ρ 0.9, ε 1e-7; the same update
@@ -259,6 +265,8 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
 
     With ``out_dir``, a checkpoint (model, optimizer, shuffling RNG, history, best state) is written atomically
     after every epoch; ``resume=True`` continues from it and ends with exactly the uninterrupted result.
+    With ``config.patience`` the run ends once that many epochs in a row gave no better validation score
+    (``"stopped_early"``: the epochs done, else None); the best epoch is kept either way.
     A NaN/Inf loss stops the run with :class:`NonFiniteLoss`; the last good checkpoint stays on disk.
     Inside a torch.distributed group (all ranks call ``fit`` with the same data and config), rank r takes
     rows r, r + W, … of every global batch of ``config.batch_size``; the loss of each shard is divided by the
@@ -317,8 +325,12 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
     skipped_in_a_row = 0
     finished = start_epoch  # epochs done (with an output folder: the last one is in the checkpoint)
     saving = start_epoch  # the epoch whose checkpoint is being written
+    stopped = None  # the epochs done when early stopping ended the run
     try:
         for epoch in bar:
+            if config.patience is not None and best["epoch"] >= 1 and epoch - best["epoch"] >= config.patience:
+                stopped = epoch
+                break
             tic = time.perf_counter()
             for group in optimizer.param_groups:  # the step schedule (also after a resume: it reads the epoch)
                 group["lr"] = config.lr_at(epoch)
@@ -416,17 +428,18 @@ def fit(model: nn.Module, data: dict, config: TrainConfig, out_dir: str | Path |
         return {"config": asdict(config), "best_epoch": best["epoch"], "valid_accuracy": best["valid_accuracy"],
                 "valid_loss": best["valid_loss"], "test_accuracy": test_accuracy, "test_loss": test_loss,
                 "metric": "accuracy", "loss": loss, "train_seconds": elapsed, "world_size": world,
-                "history": asdict(history)}
+                "history": asdict(history), "stopped_early": stopped}
     test = rmse(model, *data["test"], evaluation_batch, device, config.stateful)
     return {"config": asdict(config), "best_epoch": best["epoch"], "valid_rmse": best["valid_rmse"], "test_rmse": test,
-            "train_seconds": elapsed, "world_size": world, "history": asdict(history), "metric": "rmse"}
+            "train_seconds": elapsed, "world_size": world, "history": asdict(history), "metric": "rmse",
+            "stopped_early": stopped}
 
 
 def resumable_fields(config: TrainConfig) -> dict:
     """The settings a resumed run must share with the checkpoint: all but the epoch count (a finished run can be
-    extended: with no schedule the result is exactly that of the longer uninterrupted run), the device and the
-    evaluation batch size."""
-    return {k: v for k, v in asdict(config).items() if k not in ("epochs", "device", "eval_batch_size")}
+    extended: with no schedule the result is exactly that of the longer uninterrupted run), the patience (which
+    only decides where the run ends), the device and the evaluation batch size."""
+    return {k: v for k, v in asdict(config).items() if k not in ("epochs", "patience", "device", "eval_batch_size")}
 
 
 def load_checkpoint(path: Path, device: str = "cpu") -> dict:

@@ -102,7 +102,12 @@ def _print_classification_table(result: dict, out: Path, figure: str) -> None:
 
 
 def _print_skipped(result: dict) -> None:
-    """A line for the optimiser steps skipped for a non-finite gradient norm (training with clipping), if any."""
+    """A line for an early stop, and one for the optimiser steps skipped for a non-finite gradient norm (training
+    with clipping), if any."""
+    if result.get("stopped_early"):
+        patience = result.get("config", {}).get("patience")
+        print(f"stopped early after epoch {result['stopped_early']}: {patience} epochs without a better validation "
+              f"score (--patience)")
     skipped = result.get("history", {}).get("skipped_steps", 0)
     if skipped:
         print(f"warning: {skipped} optimiser step{'s' if skipped > 1 else ''} skipped for a non-finite gradient norm")

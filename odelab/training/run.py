@@ -58,6 +58,7 @@ class FitSpec:
     embedding_size: int | None = None  # token tasks: the embedding's width
     input_dropout: float | None = None  # SequenceRegressor's dropout on what the body reads
     output_dropout: float | None = None  # ... on the body's outputs, before the readout
+    patience: int | None = None  # early stopping: epochs without a better validation score (TrainConfig.patience)
 
     def check(self) -> Task:
         """The task, after checking the names (before any data is loaded)."""
@@ -83,7 +84,8 @@ class FitSpec:
                            f"{self.embedding_size} for {self.task}")
         try:
             TrainConfig(lr_milestones=self.lr_milestones or (), lr_gamma=1.0 if self.lr_gamma is None else self.lr_gamma,
-                        weight_decay=self.weight_decay or 0.0, optimizer=self.optimizer or "adam").check()
+                        weight_decay=self.weight_decay or 0.0, optimizer=self.optimizer or "adam",
+                        patience=self.patience).check()
         except ValueError as err:
             name, detail = str(err).split(":", 1)
             raise FitError(f"--{name.replace('_', '-')}:{detail}") from None
@@ -97,7 +99,8 @@ class FitSpec:
         for key in HEAD_KEYS + ("data_options",):
             preset.pop(key, None)
         overrides = {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "clip", "lr_milestones", "lr_gamma",
-                                                   "weight_decay", "optimizer") if getattr(self, k) is not None}
+                                                   "weight_decay", "optimizer", "patience")
+                     if getattr(self, k) is not None}
         return hidden, TrainConfig(**{**preset, **overrides}, seed=self.seed, device=self.device)
 
     def head(self, task: Task) -> dict:
