@@ -293,7 +293,7 @@ def read_columns(path: str | Path, columns: list[str] | None = None, strict: boo
         if missing != "error" and not column.text:
             fill_missing(column, missing)
         parsed[name] = column
-    report = {"file": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "delimiter": delimiter,
+    report = {"file": str(path.resolve()), "sha256": hashlib.sha256(raw).hexdigest(), "delimiter": delimiter,
               "encoding": encoding or "utf-8", "excluded": {}, "notes": [], "filled": {}}
     if delimiter != ",":
         report["notes"].append(f"delimiter {delimiter!r} (sniffed)")

@@ -38,6 +38,8 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
         raise RunError(f"{Path(run) / 'results.json'} does not record the series' columns, horizon and "
                        "normalisation (data: columns, horizon, mean, std)") from None
     path = Path(csv if csv is not None else options.get("path", ""))
+    if csv is None and not path.is_file() and meta.get("file"):  # a relative path from another folder
+        path = Path(meta["file"])
     time = meta.get("time") if meta.get("time_gaps") else None
     _, levels, _ = read_columns(path, columns, strict=True, encoding=options.get("encoding"),
                                 missing=options.get("missing", "error"), time=time)

@@ -127,3 +127,14 @@ def test_a_run_with_a_time_column_steps_by_the_gaps_and_forecasts_one_median_gap
     last = np.datetime64("2024-01-01T00:00:00") + np.timedelta64(int(round(t[-1] * 3600)), "s")
     step = np.median(np.diff(np.round(t * 3600)))
     assert ahead == [str(last + np.timedelta64(int(h * step), "s")) for h in (1, 2)]
+
+
+def test_a_run_given_a_relative_path_forecasts_from_another_folder(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    levels = write_series(data / "series.csv")
+    monkeypatch.chdir(data)
+    run = fit(tmp_path, "series.csv")
+    monkeypatch.chdir(tmp_path)  # series.csv is not here: the file the run read, by its absolute path
+    result = forecast(run)
+    assert result["file"] == str(data / "series.csv") and result["last"] == pytest.approx(levels[-1].tolist())
