@@ -5,9 +5,8 @@ it was tested on, from a zero state as then), normalised with the run's training
 its output at the last row is the forecast of the next ``horizon`` rows (``odelab.data.csv_series``: target =
 the H future rows, horizon-major), returned in the file's own units; for a run that modelled increments
 (``--difference``) the forecast level is the last level plus the forecast increments summed. A run with a time
-column (``--time``) reads each row's time to the next as well; the rows ahead are taken one median gap apart (the
-first is what the model forecasts for that gap; the others, one horizon of the same forecast, at the times the
-median spacing gives them).
+column (``--time``) reads each row's time to the next as well: the last row's is one median gap, and the rows
+ahead are placed one median gap apart (the model reads only the gap to the first of them).
 """
 from __future__ import annotations
 
