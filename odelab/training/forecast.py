@@ -23,8 +23,9 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
     """The forecast of the ``odelab fit csv`` run folder ``run`` after the last row of ``csv`` (default: the run's
     own file; another file must hold the run's columns): ``{"columns", "horizon", "rows": [H rows of the columns'
     forecast values], "last": the file's last row, "history": its last rows (at least 100, for a figure),
-    "context", "file", "rows_read", "difference", "times": the rows' times ahead with a time column, else
-    None}``. ValueError (a :class:`~odelab.training.saved.RunError` for the run) naming what does not fit."""
+    "context", "file", "rows_read", "difference", "times": the rows' times ahead with a time column (else None),
+    "history_times": those of the history rows, "time": the column}``. ValueError (a
+    :class:`~odelab.training.saved.RunError` for the run) naming what does not fit."""
     model, info = load_run(run)
     if info["task"] != "csv":
         raise RunError(f"{Path(run) / 'results.json'}: a run of the task {info['task']!r}; forecast reads runs of "
@@ -50,21 +51,24 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
     if series.shape[0] < 1:
         raise ValueError(f"csv: {str(path)!r} has {levels.shape[0]} rows; a forecast of increments needs 2")
     x = ((series[-context:] - mean) / std).float()
-    ahead = None
+    shown = min(levels.shape[0], max(4 * horizon, 100))
+    ahead = before = None
     if time is not None:  # each row's time to the next in the run's median gaps; past the end, one median gap
         median = float(meta["median_gap"])
         times, kind, origin = read_times(path, time, options.get("encoding"))
         x = torch.cat((x, step_gaps(times, difference, median)[-context:, None].float()), 1)
         ahead = [float(times[-1]) + h * median for h in range(1, horizon + 1)]
+        before = times[-shown:].tolist()
         if kind == "datetime":
-            ahead = [(origin + timedelta(seconds=t)).isoformat() for t in ahead]
+            ahead, before = ([(origin + timedelta(seconds=t)).isoformat() for t in moments]
+                             for moments in (ahead, before))
     x = x.unsqueeze(0)
     with torch.no_grad():
         out = model(x)[0, -1].double().reshape(horizon, len(columns))
     values = out * std + mean
     if difference:
         values = levels[-1] + values.cumsum(0)
-    shown = min(levels.shape[0], max(4 * horizon, 100))
     return {"columns": columns, "horizon": horizon, "rows": values.tolist(), "last": levels[-1].tolist(),
             "context": int(min(context, series.shape[0])), "file": str(path), "rows_read": int(levels.shape[0]),
-            "difference": difference, "history": levels[-shown:].tolist(), "times": ahead}
+            "difference": difference, "history": levels[-shown:].tolist(), "times": ahead, "history_times": before,
+            "time": time}

@@ -1,6 +1,7 @@
 """PNG figures for training runs (matplotlib, headless)."""
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import matplotlib
@@ -100,9 +101,16 @@ def plot_future(result: dict, path: str | Path, title: str = "", max_columns: in
     history, future = torch.tensor(result["history"]), torch.tensor(result["rows"])
     shown = min(len(result["columns"]), max_columns)
     fig, axes = plt.subplots(shown, 1, figsize=(10, 2.8 * shown), sharex=True, squeeze=False)
-    last = result["rows_read"] - 1
-    past = torch.arange(last - history.shape[0] + 1, last + 1)
-    ahead = torch.arange(last, last + future.shape[0] + 1)
+    if result.get("times"):  # against the time column (dates as dates)
+        moments = [datetime.fromisoformat(t) if isinstance(t, str) else t
+                   for t in result["history_times"] + result["times"]]
+        past, ahead = moments[:len(history)], moments[len(history) - 1:]
+        label = result["time"]
+    else:
+        last = result["rows_read"] - 1
+        past = torch.arange(last - history.shape[0] + 1, last + 1)
+        ahead = torch.arange(last, last + future.shape[0] + 1)
+        label = "row of the file (0 = the first data row)"
     for c in range(shown):
         ax = axes[c, 0]
         ax.plot(past, history[:, c], color="black", lw=1.2, label="the file")
@@ -110,7 +118,7 @@ def plot_future(result: dict, path: str | Path, title: str = "", max_columns: in
                 label=f"forecast, {future.shape[0]} rows")
         ax.set_ylabel(result["columns"][c])
     axes[0, 0].legend(loc="upper left", fontsize=8)
-    axes[-1, 0].set_xlabel("row of the file (0 = the first data row)")
+    axes[-1, 0].set_xlabel(label)
     _save(fig, title, path)
 
 
