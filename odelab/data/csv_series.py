@@ -18,6 +18,11 @@ The file has a header row and one row per time step, in chronological order.
   after its last, both take that value. A filled cell is then data like any other, for the model's inputs and
   targets and the test RMSE; each filled column is reported with its count and first line. Cells that are not
   numbers stay bad cells.
+* Times (``time``, ``--time``): a column of the rows' times, numbers or ISO 8601 dates and times
+  (:func:`read_times`), in order without repeats, never modelled. Each input row gets its time to the next row
+  (in units of the median gap; the last row's next time is not in the file: one median gap) as its last feature,
+  which :class:`~odelab.models.SequenceRegressor` hands to a continuous-time cell as its per-sample step and to
+  any other body as an input (``meta["time_gaps"]``).
 * Differencing (``difference=True``, ``--difference``): the model reads and forecasts the increments
   d_n = s_{n+1} − s_n instead of the levels; the per-column test RMSE is still reported in the file's units
   (the forecast level is the last known level plus the forecast increments). For trending series (CO₂).
