@@ -20,9 +20,9 @@ The file has a header row and one row per time step, in chronological order.
   numbers stay bad cells.
 * Times (``time``, ``--time``): a column of the rows' times, numbers or ISO 8601 dates and times
   (:func:`read_times`), in order without repeats, never modelled. Each input row gets its time to the next row
-  (in units of the median gap; the last row's next time is not in the file: one median gap) as its last feature,
-  which :class:`~odelab.models.SequenceRegressor` hands to a continuous-time cell as its per-sample step and to
-  any other body as an input (``meta["time_gaps"]``).
+  (in units of the training rows' median gap; the last row's next time is not in the file: one median gap) as its
+  last feature, which :class:`~odelab.models.SequenceRegressor` hands to a continuous-time cell as its per-sample
+  step and to any other body as an input (``meta["time_gaps"]``).
 * Differencing (``difference=True``, ``--difference``): the model reads and forecasts the increments
   d_n = s_{n+1} − s_n instead of the levels; the per-column test RMSE is still reported in the file's units
   (the forecast level is the last known level plus the forecast increments). For trending series (CO₂).
@@ -447,7 +447,7 @@ def step_gaps(times: torch.Tensor, difference: bool, median: float | None = None
     with ``difference`` row k is the increment that ends at times[k + 1]. The last row, whose next time is not in
     the file, gets one median gap (what a forecast past the end assumes)."""
     gaps = times[1:] - times[:-1]
-    median = float(gaps.median()) if median is None else median
+    median = float(gaps.quantile(0.5)) if median is None else median
     gaps = gaps[1:] if difference else gaps
     return torch.cat((gaps, gaps.new_tensor([median]))) / median
 
@@ -465,17 +465,6 @@ def csv_series(path: str | Path, columns: list[str] | None = None, horizon: int 
         raise ValueError(f"window: expected an integer >= 2, got {window!r}")
     names, values, report = read_columns(path, columns, strict, encoding, missing, time)
     levels = values
-    gaps = None
-    if time is not None:
-        if levels.shape[0] < 3:
-            raise ValueError(f"csv: {_display(path)} has {levels.shape[0]} rows; time gaps need at least 3")
-        times, kind, _ = read_times(path, time, encoding)
-        median = float((times[1:] - times[:-1]).median())
-        gaps = step_gaps(times, difference, median).float()
-        report.update(time=time, time_kind=kind, median_gap=median)
-        unit = "seconds" if kind == "datetime" else "units"
-        report["notes"].append(f"time column {time!r}: each row's time to the next in median gaps ({median:g} {unit}), "
-                               f"from {float(gaps.min()):.3g} to {float(gaps[:-1].max()):.3g}")
     if difference:
         values = values[1:] - values[:-1]
     bounds = split_bounds(values.shape[0])
@@ -487,6 +476,16 @@ def csv_series(path: str | Path, columns: list[str] | None = None, horizon: int 
                              f"the chronological 70/15/15 split leaves the {name} part {end - first} rows, fewer "
                              f"than horizon + {MIN_STEPS} = {horizon + MIN_STEPS}: give at least "
                              f"{need + int(difference)} rows")
+    gaps = None
+    if time is not None:  # the unit of time: the median gap between the training rows, as they set mean and std
+        times, kind, _ = read_times(path, time, encoding)
+        trained = times[:bounds[0][2] + 1 + int(difference)]
+        median = float((trained[1:] - trained[:-1]).quantile(0.5))  # the mean of the middle two of an even count
+        gaps = step_gaps(times, difference, median).float()
+        report.update(time=time, time_kind=kind, median_gap=median)
+        unit = "seconds" if kind == "datetime" else "units"
+        report["notes"].append(f"time column {time!r}: each row's time to the next in median gaps of the training "
+                               f"rows ({median:g} {unit}), from {float(gaps.min()):.3g} to {float(gaps.max()):.3g}")
     train = values[bounds[0][1]:bounds[0][2]]
     mean, std = train.mean(0), train.std(0, unbiased=False)
     std = torch.where(std > 0, std, torch.ones_like(std))
