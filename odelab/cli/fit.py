@@ -212,8 +212,9 @@ def add_command(subparsers) -> None:
                            "below); the filled cells are data from then on, inputs, targets and test RMSE alike")
     task.add_argument("--time", metavar="COLUMN",
                       help="csv: the column of the rows' times (numbers, or ISO 8601 dates and times), in order "
-                           "without repeats: each row's time to the next, in median gaps, becomes its last input "
-                           "feature; the continuous-time cells step by it (irregular sampling), the others read it")
+                           "without repeats: each row's time to the next, in the training rows' median gaps, becomes "
+                           "its last input feature; the continuous-time cells step by it (irregular sampling), the "
+                           "others read it")
     task.add_argument("--encoding", type=arguments.encoding,
                       help="csv: the file's text encoding (default utf-8, a byte-order mark is dropped), "
                            "e.g. latin-1 or cp1252")
