@@ -139,13 +139,14 @@ def _backward_four(ly, lz, gw, gs, z0, y0, x0, o0, z1, y1, x1, o1, z2, y2, x2, o
 
 
 @triton.jit
-def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.constexpr):
+def _backward(E, Wv, Cv, K, Z, Y, GO, DZ, DY, GZ, GY, G, GWS, B, T, H, BLOCK: tl.constexpr,
+              HAS_DZ: tl.constexpr = True, HAS_DY: tl.constexpr = True):
     """Steps n = T … 1, eight per trip, the next eight steps' stored states, inputs and output gradients loaded
-    before them."""
+    before them. DZ, DY: ∂L/∂(z_T, y_T), read where HAS_DZ / HAS_DY (zero otherwise); GZ, GY: ∂L/∂(z_0, y_0) out;
+    GWS (2, B, H): each row's sums of ∂L/∂w, ∂L/∂c out."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
-    lz = tl.load(GZ + idx, mask=mask, other=0.0)
-    ly = tl.load(GY + idx, mask=mask, other=0.0) + tl.load(GO + b * T * H + (T - 1) * H + j, mask=mask, other=0.0)
+    lz, ly = _final_adjoints(DZ, DY, GO, idx, mask, b, j, T, H, HAS_DZ, HAS_DY)
     gw = tl.zeros((BLOCK,), dtype=w.dtype)
     gs = tl.zeros((BLOCK,), dtype=w.dtype)
     zs = Z + b * (T + 1) * H + j  # z_n at zs + n·H; y_{n−1} at ys + n·H; x_n at xs + n·H; ∂L/∂y_{n−1} at gs_ + n·H
@@ -180,10 +181,30 @@ def _backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, G, GW, GS, B, T, H, BLOCK: tl.cons
         y0, y1, y2, y3, y4, y5, y6, y7 = r0, r1, r2, r3, r4, r5, r6, r7
         x0, x1, x2, x3, x4, x5, x6, x7 = u0, u1, u2, u3, u4, u5, u6, u7
         o0, o1, o2, o3, o4, o5, o6, o7 = v0, v1, v2, v3, v4, v5, v6, v7
+    _store_adjoints(GZ, GY, GWS, lz, ly, gw, gs, s, idx, mask, B, H)
+
+
+@triton.jit
+def _final_adjoints(DZ, DY, GO, idx, mask, b, j, T, H, HAS_DZ: tl.constexpr, HAS_DY: tl.constexpr):
+    """(λz, λy) of the final state: ∂L/∂z_T (zero without DZ), ∂L/∂y_T plus the last output's gradient."""
+    ly = tl.load(GO + b * T * H + (T - 1) * H + j, mask=mask, other=0.0)
+    if HAS_DY:
+        ly += tl.load(DY + idx, mask=mask, other=0.0)
+    if HAS_DZ:
+        lz = tl.load(DZ + idx, mask=mask, other=0.0)
+    else:
+        lz = tl.zeros_like(ly)
+    return lz, ly
+
+
+@triton.jit
+def _store_adjoints(GZ, GY, GWS, lz, ly, gw, gs, s, idx, mask, B, H):
+    """∂L/∂(z_0, y_0) into GZ, GY, each row's ∂L/∂w and ∂L/∂c (= ∂L/∂σ̂(c) σ̂(c) (1 − σ̂(c))) into GWS's two
+    halves."""
     tl.store(GZ + idx, lz, mask=mask)
     tl.store(GY + idx, ly, mask=mask)
-    tl.store(GW + idx, gw, mask=mask)
-    tl.store(GS + idx, gs * s * (1.0 - s), mask=mask)  # ∂L/∂c = ∂L/∂σ̂(c) σ̂(c) (1 − σ̂(c))
+    tl.store(GWS + idx, gw, mask=mask)
+    tl.store(GWS + B * H + idx, gs * s * (1.0 - s), mask=mask)
 
 
 @triton.jit
@@ -257,16 +278,16 @@ def _reversible_backward_four(ly, lz, gw, gs, z, y, x0, o0, x1, o1, x2, o2, x3, 
 
 
 @triton.jit
-def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK: tl.constexpr):
-    """E (B, T, H): x_n on entry, ∂L/∂x_n on exit; Z, Y: the final state (rebuilt back to the initial one);
-    GZ, GY: ∂L/∂(z_T, y_T) on entry, ∂L/∂(z_0, y_0) on exit. Eight steps per trip, the next eight inputs and
-    output gradients loaded before them (below the ∂L/∂x_n the trip overwrites)."""
+def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, DZ, DY, GZ, GY, GWS, B, T, H, BLOCK: tl.constexpr,
+                         HAS_DZ: tl.constexpr = True, HAS_DY: tl.constexpr = True):
+    """E (B, T, H): x_n on entry, ∂L/∂x_n on exit; Z, Y: the final state, read (the states back to the initial one
+    are rebuilt in registers); DZ, DY, GZ, GY, GWS as in :func:`_backward`. Eight steps per trip, the next eight
+    inputs and output gradients loaded before them (below the ∂L/∂x_n the trip overwrites)."""
     idx, mask, b, j, dt, alpha, w, s = _lanes(Wv, Cv, K, B, H, BLOCK)
     zero = idx * 0
     z = tl.load(Z + idx, mask=mask, other=0.0)
     y = tl.load(Y + idx, mask=mask, other=0.0)
-    lz = tl.load(GZ + idx, mask=mask, other=0.0)
-    ly = tl.load(GY + idx, mask=mask, other=0.0) + tl.load(GO + b * T * H + (T - 1) * H + j, mask=mask, other=0.0)
+    lz, ly = _final_adjoints(DZ, DY, GO, idx, mask, b, j, T, H, HAS_DZ, HAS_DY)
     gw = tl.zeros((BLOCK,), dtype=w.dtype)
     gs = tl.zeros((BLOCK,), dtype=w.dtype)
     xs = E + b * T * H + j  # x_{n+1} at xs + n·H; ∂L/∂y_n at go + n·H
@@ -288,10 +309,17 @@ def _reversible_backward(E, Wv, Cv, K, Z, Y, GO, GZ, GY, GW, GS, B, T, H, BLOCK:
                                                          dt, alpha, E, at, n - 4, zero, mask, H)
         x0, x1, x2, x3, x4, x5, x6, x7 = u0, u1, u2, u3, u4, u5, u6, u7
         o0, o1, o2, o3, o4, o5, o6, o7 = v0, v1, v2, v3, v4, v5, v6, v7
-    tl.store(GZ + idx, lz, mask=mask)
-    tl.store(GY + idx, ly, mask=mask)
-    tl.store(GW + idx, gw, mask=mask)
-    tl.store(GS + idx, gs * s * (1.0 - s), mask=mask)  # ∂L/∂c = ∂L/∂σ̂(c) σ̂(c) (1 − σ̂(c))
+    _store_adjoints(GZ, GY, GWS, lz, ly, gw, gs, s, idx, mask, B, H)
+
+
+def _adjoint_buffers(like: torch.Tensor, grad_z, grad_y):
+    """The backward kernels' buffers: ∂L/∂(z_0, y_0) out; ∂L/∂(z_T, y_T) in (where autograd passed none, a buffer
+    the kernel does not read: it starts from zero with no zero-filled tensor); the rows' ∂L/∂w, ∂L/∂c (2, B, H)."""
+    B, H = like.shape[0], like.shape[-1]
+    GZ, GY = like.new_empty(B, H), like.new_empty(B, H)
+    DZ = GZ if grad_z is None else grad_z.contiguous()
+    DY = GY if grad_y is None else grad_y.contiguous()
+    return GZ, GY, DZ, DY, like.new_empty(2, B, H)
 
 
 class UnICORNNSequence(torch.autograd.Function):
@@ -315,15 +343,14 @@ class UnICORNNSequence(torch.autograd.Function):
     def backward(ctx, grad_ys, grad_z, grad_y):
         enc, w, c, consts, Z, Y = ctx.saved_tensors
         B, T, H = enc.shape
-        # the final state's gradients, fresh buffers the kernel overwrites (zeros where autograd passed none)
-        GZ, GY = (enc.new_zeros(B, H) if g is None else g.contiguous().clone() for g in (grad_z, grad_y))
+        GZ, GY, DZ, DY, GWS = _adjoint_buffers(enc, grad_z, grad_y)
         grad_ys = torch.zeros_like(enc) if grad_ys is None else grad_ys.contiguous()
         G = torch.empty_like(enc)
-        GW = enc.new_empty(B, H)
-        GS = enc.new_empty(B, H)
-        _backward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, grad_ys, GZ, GY, G, GW, GS,
-                                                B, T, H, BLOCK=BLOCK)
-        return G, GW.sum(0), GS.sum(0), GZ, GY, None, None
+        _backward[(triton.cdiv(B * H, BLOCK),)](enc, w, c, consts, Z, Y, grad_ys, DZ, DY, GZ, GY, G, GWS,
+                                                B, T, H, BLOCK=BLOCK, HAS_DZ=grad_z is not None,
+                                                HAS_DY=grad_y is not None)
+        grad_w, grad_c = GWS.sum(1)  # one reduction for both parameters
+        return G, grad_w, grad_c, GZ, GY, None, None
 
 
 @in_chunks
@@ -368,20 +395,19 @@ class ReversibleUnICORNNSequence(torch.autograd.Function):
         u, V, b, w, c, z, y = ctx.saved_tensors
         grad_x = held_encoding(u, V, b, ctx.unfolds)  # recomputed x_n, overwritten with ∂L/∂x_n
         B, T, H = grad_x.shape
-        GZ, GY = (grad_x.new_zeros(B, H) if g is None else g.contiguous().clone() for g in (grad_z, grad_y))
+        GZ, GY, DZ, DY, GWS = _adjoint_buffers(grad_x, grad_z, grad_y)
         grad_ys = torch.zeros_like(grad_x) if grad_ys is None else grad_ys.contiguous()
-        GW = grad_x.new_empty(B, H)
-        GS = grad_x.new_empty(B, H)
         consts = on_device([ctx.dt, ctx.alpha], grad_x.dtype, grad_x.device)
-        _reversible_backward[(triton.cdiv(B * H, BLOCK),)](grad_x, w, c, consts, z.clone(), y.clone(),
-                                                           grad_ys, GZ, GY, GW, GS, B, T, H, BLOCK=BLOCK,
-                                                           enable_fp_fusion=False)
+        _reversible_backward[(triton.cdiv(B * H, BLOCK),)](grad_x, w, c, consts, z, y, grad_ys, DZ, DY, GZ, GY,
+                                                           GWS, B, T, H, BLOCK=BLOCK, HAS_DZ=grad_z is not None,
+                                                           HAS_DY=grad_y is not None, enable_fp_fusion=False)
         if ctx.unfolds != 1:  # a sample's gradient: the sum over the sub-steps it drives
             grad_x = grad_x.view(B, u.shape[1], ctx.unfolds, H).sum(2)
         grad_u = grad_x @ V if ctx.needs_input_grad[0] else None
         grad_V = grad_x.flatten(0, 1).T @ u.flatten(0, 1) if ctx.needs_input_grad[1] else None
         grad_b = grad_x.sum((0, 1)) if ctx.needs_input_grad[2] else None
-        return grad_u, grad_V, grad_b, GW.sum(0), GS.sum(0), GZ, GY, None, None, None
+        grad_w, grad_c = GWS.sum(1)  # one reduction for both parameters
+        return grad_u, grad_V, grad_b, grad_w, grad_c, GZ, GY, None, None, None
 
 
 @in_chunks
