@@ -281,14 +281,19 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     x_test, y_test = splits["test"]
     torch.manual_seed(config.seed)
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
+    if spec.engine == "cuda-graph" and not str(config.device).startswith("cuda"):
+        raise FitError(f"--engine cuda-graph records CUDA graphs: it needs --device cuda, not {config.device}")
     try:
         model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test, meta),
                                 model_options, spec.head(task), meta)
-        for layer in model.modules():
-            if isinstance(layer, Recurrent):
-                layer.engine = spec.engine
-                if spec.engine == "fused":  # refuse before training, not at the first batch
-                    layer.kernel(x_test[:1].to(device=config.device))
+        layers = [layer for layer in model.modules() if isinstance(layer, Recurrent)]
+        if spec.engine in ("fused", "cuda-graph") and not layers:
+            raise ValueError(f"--engine {spec.engine}: it has no odelab recurrent cell (Recurrent) for an engine to "
+                             "run; leave --engine at auto")
+        for layer in layers:
+            layer.engine = spec.engine
+            if spec.engine == "fused":  # refuse before training, not at the first batch
+                layer.kernel(x_test[:1].to(device=config.device))
     except (TypeError, ValueError) as err:
         raise FitError(f"{spec.model} with options {model_options}: {err}") from None
     settings = run_settings(spec, task, hidden, model_options, meta)

@@ -431,3 +431,21 @@ def test_engine_option_reaches_the_run_and_the_fused_kernel_trains_as_the_defini
         assert result["engine"] == engine
         rmse[engine] = result["test_rmse"]
     assert abs(rmse["auto"] - rmse["generic"]) <= 1e-5 * rmse["generic"]
+
+
+def test_an_engine_that_cannot_run_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    """--engine cuda-graph on the CPU used to fail with a traceback at the first batch; --engine fused on a model
+    without an odelab cell (LSTM, the neural ODE) was silently ignored."""
+    from helpers import random_task_data
+    from odelab.cli import main
+
+    monkeypatch.setenv("ODELAB_CACHE", str(tmp_path / "cache"))
+    random_task_data(monkeypatch, "fhn", 10, (4, 2, 2), 0)
+    common = ["fit", "fhn", "--hidden", "3", "--epochs", "1", "--no-progress"]
+    assert main(common + ["--model", "lem", "--engine", "cuda-graph", "--out", str(tmp_path / "a")]) == 2
+    assert "--engine cuda-graph records CUDA graphs: it needs --device cuda, not cpu" in capsys.readouterr().err
+    for model in ("lstm", "node"):
+        assert main(common + ["--model", model, "--engine", "fused", "--out", str(tmp_path / model)]) == 2
+        assert "--engine fused: it has no odelab recurrent cell" in capsys.readouterr().err
+    assert not (tmp_path / "a" / "checkpoint.pt").exists() and not (tmp_path / "lstm" / "checkpoint.pt").exists()
+    assert main(common + ["--model", "lem", "--engine", "fused", "--out", str(tmp_path / "lem")]) == 0
