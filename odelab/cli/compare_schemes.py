@@ -56,10 +56,9 @@ def _builder(task, model: str, input_size: int, hidden: int, output_size: int, s
 def cmd_compare_schemes(args: argparse.Namespace) -> int:
     task_name, model_name, hidden = args.task, args.model, args.hidden
     trained_model = saved_state = keywords = None
-    seed, data_options = (1234 if args.seed is None else args.seed), {}
+    seed, data_options, info = (1234 if args.seed is None else args.seed), {}, {}
     if args.run_dir:  # the run's model with its options (e.g. its Δt, which no state dict holds), on its data
         trained_model, info = runs.load_run(Path(args.run_dir), "compare-schemes")
-        trained_model_rmse = info.get("test_rmse")
         task_name, model_name, hidden = info["task"], info["model"], info["hidden_size"]
         keywords, data_options = info.get("model_options") or {}, info.get("data_options") or {}
         if args.seed is None:
@@ -119,7 +118,7 @@ def cmd_compare_schemes(args: argparse.Namespace) -> int:
     print(f"odelab compare-schemes {task_name}: model {model_name}, hidden {hidden}, data "
           f"{', '.join(f'{k} {tuple(v[0].shape)}' for k, v in data.items())}", flush=True)
     if trained_model is not None:
-        trained = {"source": str(args.run_dir), "test_rmse": trained_model_rmse}
+        trained = {"source": str(args.run_dir), "test_rmse": info.get("test_rmse")}
     elif saved_state is not None:
         try:
             model.load_state_dict(saved_state)

@@ -4,7 +4,7 @@ trained (``odelab.training.forecast``).
     odelab forecast --run DIR [--csv FILE] [--context N] [--out DIR]
 
 ``--csv`` reads a newer file with the run's columns (default: the run's own file); ``forecast.csv`` (a row per
-step ahead), ``forecast.json`` and ``forecast.png`` go to ``--out`` (default: the run folder).
+step ahead), ``forecast.json`` and ``forecast_ahead.png`` go to ``--out`` (default: the run folder).
 """
 from __future__ import annotations
 

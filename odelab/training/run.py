@@ -218,7 +218,6 @@ def architecture(task: Task, input_size: int, output_size: int, head: dict, meta
     return record
 
 
-
 def check_classes(task: Task, splits: dict, classes: int | None = None) -> None:
     """FitError when a classification task's targets are not int64 class indices in 0 … classes − 1 (``classes``:
     the data's, else the task's) of shape (N,) (``target="last"``) or (N, T) (a class at every step)."""
@@ -283,9 +282,10 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     model_options = model_keywords(task, spec.model, spec.data_options, spec.model_options)
     if spec.engine == "cuda-graph" and not str(config.device).startswith("cuda"):
         raise FitError(f"--engine cuda-graph records CUDA graphs: it needs --device cuda, not {config.device}")
+    sizes = architecture(task, x_test.shape[-1], output_size(task, y_test, meta), spec.head(task), meta)
     try:
-        model = build_regressor(task, spec.model, x_test.shape[-1], hidden, output_size(task, y_test, meta),
-                                model_options, spec.head(task), meta)
+        model = build_regressor(task, spec.model, sizes["input_size"], hidden, sizes["output_size"], model_options,
+                                sizes["head"], meta)
         layers = [layer for layer in model.modules() if isinstance(layer, Recurrent)]
         if spec.engine in ("fused", "cuda-graph") and not layers:
             raise ValueError(f"--engine {spec.engine}: it has no odelab recurrent cell (Recurrent) for an engine to "
@@ -297,7 +297,6 @@ def run_fit(spec: FitSpec, data: dict | None = None) -> tuple[nn.Module, dict]:
     except (TypeError, ValueError) as err:
         raise FitError(f"{spec.model} with options {model_options}: {err}") from None
     settings = run_settings(spec, task, hidden, model_options, meta)
-    sizes = architecture(task, x_test.shape[-1], output_size(task, y_test, meta), spec.head(task), meta)
     try:
         result = fit(model, splits, config, out_dir=out, resume=spec.resume, progress=spec.progress,
                      settings=settings, loss=task.loss)
