@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .dense import DenseOutput
+from .events import Event
 
 
 class Status(IntEnum):
@@ -33,7 +34,7 @@ class Solution:
     ``stats`` per-sample tensors (``steps``, ``accepted``, ``rejected``, ``nfe``); ``status`` per-sample
     :class:`Status` codes. Index by block name (``sol["y"]``); ``sol.y`` is the state of a one-block system.
     ``dense_output``: the steps' interpolants (:class:`.dense.DenseOutput`) of a solve with ``dense=True``, read
-    by :meth:`evaluate`."""
+    by :meth:`evaluate`. ``event``: each sample's first event (:class:`.events.Event`) of a solve with ``event=``."""
 
     ts: Tensor
     ys: tuple[Tensor, ...]
@@ -41,6 +42,7 @@ class Solution:
     stats: dict[str, Tensor] = field(default_factory=dict)
     status: Tensor | None = None
     dense_output: "DenseOutput | None" = None
+    event: Event | None = None
 
     def evaluate(self, t) -> tuple[Tensor, ...]:
         """The state at any time(s) ``t`` between the first and last output time, one tensor per block, from the

@@ -13,6 +13,7 @@ from .adjoint import ADJOINTS, solve_with_adjoint
 from .cuda_graph import replayed
 from .derivatives import forward_mode_or_transform
 from .device import on_device_of
+from .events import check_event, locate
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
 from .fused_step import records_state_gradient
@@ -21,7 +22,7 @@ from .history import SolutionHistory, delay_values
 from .inputs import InputPath
 from .problem import prepare
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
-from .solution import Solution, SolveError
+from .solution import Solution, SolveError, Status
 
 
 def available_methods() -> list[str]:
@@ -44,6 +45,8 @@ def solve(
     throw: bool = True,
     adjoint: str | None = None,
     dense: bool = False,
+    event: Callable | None = None,
+    event_direction: int = 0,
     **options,
 ) -> Solution:
     """Integrate ``system`` from ``y0`` at ``t[0]`` and return the states at every time in ``t``.
@@ -94,11 +97,28 @@ def solve(
     more evaluation a step, counted in ``nfe``). Such a solution is also a ``history`` for a delay solve that
     continues it. Memory grows with the steps (the adaptive methods keep every attempt's last accepted step).
 
+    ``event=g`` stops each sample at the first time the event function ``g(t, y)`` crosses zero (``event_direction``:
+    0 either way, 1 rising, −1 falling), like torchdiffeq's ``odeint_event`` and diffrax's ``Event`` but per sample:
+    ``g`` gets ``t`` as ``(batch, 1)`` and the state as f does, and returns ``(batch,)`` or ``(batch, k)`` (the first
+    of k functions to cross). ``solution.event`` holds the times (a gradient through the implicit function
+    theorem), the states there, which samples had one and which function crossed; a sample's outputs after its
+    event are NaN, and a failure after it (a blow-up the event guards against) is no failure. The solve runs to
+    ``t[-1]`` with a dense output and locates the crossings on the steps' interpolants (see
+    :mod:`odelab.solvers.events`): every method, ODEs and DDEs, forwards and backwards in time; not with an adjoint.
+
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
     if not isinstance(dense, bool):
         raise TypeError(f"dense: expected True or False, got {type(dense).__name__}")
+    if event is not None:
+        check_event(event, event_direction)
+        if adjoint is not None and not forward_mode_or_transform():
+            raise ValueError(f"event: located on the steps' interpolants, which the adjoint {adjoint!r} does not keep; "
+                             f"solve with adjoint=None")
+        if options.get("cuda_graph"):
+            raise ValueError("event: a captured solve replays its outputs only, not the steps the event is located "
+                             "on; solve without cuda_graph")
     if isinstance(history, Solution):  # a delay solve continuing an earlier one
         reach = max((value for value, _ in delay_values(system)), default=0.0) if isinstance(system, System) else 0.0
         history = SolutionHistory(history, as_times(t, allow_decreasing=True)[1][0], reach)
@@ -121,7 +141,30 @@ def solve(
                                       jump_times=jump_times, throw=throw, **options)
         problem = prepare(system, y0, t, u, u_times, interpolation, tstops, jump_times)
         # a plain callable is wrapped anew by every call: a captured solve is keyed by what was given
-        return _solve_problem(system, problem, method, dt, history, throw, options, dense)
+        if event is None:
+            return _solve_problem(system, problem, method, dt, history, throw, options, dense)
+        solution = _solve_problem(system, problem, method, dt, history, False, options, True)
+        return _stop_at_event(solution, problem, event, event_direction, not isinstance(system, System), dense, throw)
+
+
+def _stop_at_event(solution: Solution, problem, event, direction: int, function: bool, dense: bool,
+                   throw: bool) -> Solution:
+    """``solution`` with its ``event`` located, its outputs after each sample's event NaN, a failure after an event
+    forgiven, and the dense output dropped unless asked for."""
+    state = problem.state
+    found = locate(solution.dense_output, state[0] if len(state) == 1 else torch.cat(state, -1), problem.times[0],
+                   event, direction, function, solution.blocks)
+    sign = -1.0 if problem.backwards else 1.0
+    s_out = sign * solution.ts.detach().to(device=found.t.device, dtype=torch.float64)
+    after = found.happened.unsqueeze(1) & (s_out.unsqueeze(0) > (sign * found.t.detach()).unsqueeze(1))
+    solution.ys = tuple(torch.where(after.unsqueeze(-1), torch.nan, y) for y in solution.ys)
+    solution.status = torch.where(found.happened, int(Status.SUCCESS), solution.status)
+    solution.event = found
+    if not dense:
+        solution.dense_output = None
+    if throw and not bool(solution.success.all()):
+        raise SolveError("solve failed: " + solution.failure_summary(), solution)
+    return solution
 
 
 def _solve_problem(given, problem, method, dt, history, throw, options, dense=False):

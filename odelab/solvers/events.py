@@ -1,0 +1,166 @@
+"""Terminal events: each sample's first time where an event function g(t, y) crosses zero, located on the steps'
+interpolants of a dense solve, with its gradient through the implicit function theorem.
+
+``g(t, y)`` gets the state as the vector field does (a tensor for a plain callable, the tuple of blocks for a
+System) and ``t`` as a ``(batch, 1)`` tensor of the state's dtype, and returns ``(batch,)`` or ``(batch, k)``
+(k event functions; the first of them to cross stops the sample).
+
+Detection: g at t0 and at the end of every step (the interpolant at θ = 1). The event of sample b lies in its first
+step whose end value has crossed the value before it: the sign changed from a nonzero value (``direction`` 0),
+rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting on g = 0 is no
+event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
+
+Location: bisection on θ ∈ [0, 1] of that step's interpolant P, 64 halvings (the float64 time to round-off), the
+time on the crossed side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
+function theorem)
+
+    dt*/dp = −(∂g/∂p + ∂g/∂y ∂P/∂p) / (∂g/∂t + ∂g/∂y P'(t*)),
+
+which t* = t̂ − (G − Ĝ) / Ġ carries in autograd (G = g(t̂, P(t̂)) recorded with the graph, Ĝ its value, Ġ its
+total time derivative, t̂ the located time); the state at the event is P(t*), read through the interpolant's time.
+A tangential touch (Ġ = 0) passes no gradient through the time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .dense import DenseOutput
+from .tableau import horner
+
+_HALVINGS = 64
+
+
+@dataclass
+class Event:
+    """Where each sample's event happened: ``t`` (batch,) the time (NaN where none), ``ys`` one tensor per state
+    block (batch, size) (NaN where none), ``happened`` (batch,) bool, ``which`` (batch,) the component of g that
+    crossed (−1 where none). Index by block name; ``event.y`` is the state of a one-block system."""
+
+    t: Tensor
+    ys: tuple[Tensor, ...]
+    happened: Tensor
+    which: Tensor
+    blocks: tuple[str, ...]
+
+    def __getitem__(self, name: str) -> Tensor:
+        try:
+            return self.ys[self.blocks.index(name)]
+        except ValueError:
+            raise KeyError(f"no block {name!r}; blocks are {list(self.blocks)}") from None
+
+    @property
+    def y(self) -> Tensor:
+        if len(self.ys) != 1:
+            raise AttributeError(f"the event's state has blocks {list(self.blocks)}; index it by name")
+        return self.ys[0]
+
+
+def check_event(event, direction) -> None:
+    """TypeError/ValueError naming ``event`` or ``event_direction``."""
+    if not callable(event):
+        raise TypeError(f"event: expected a callable g(t, y), got {type(event).__name__}")
+    if isinstance(direction, bool) or direction not in (-1, 0, 1):
+        raise ValueError(f"event_direction: expected -1 (falling), 0 (either way) or 1 (rising), got {direction!r}")
+
+
+class _Condition:
+    """g evaluated on flat states (B, dim) at solver times (B,), checked once, as (B, k)."""
+
+    def __init__(self, event: Callable, sizes: list[int], function: bool, backwards: bool, batch: int):
+        self.event, self.sizes, self.function, self.sign, self.batch = event, sizes, function, -1.0 if backwards else 1.0, batch
+        self.checked = False
+
+    def __call__(self, s: Tensor, y: Tensor) -> Tensor:
+        state = y if self.function else tuple(y.split(self.sizes, -1))
+        value = self.event((self.sign * s).to(y.dtype).unsqueeze(1), state)
+        if not self.checked:
+            if not isinstance(value, Tensor) or not value.is_floating_point():
+                raise TypeError(f"event: g(t, y) must return a real floating tensor, got "
+                                f"{value.dtype if isinstance(value, Tensor) else type(value).__name__}")
+            if value.dim() not in (1, 2) or value.shape[0] != self.batch:
+                raise ValueError(f"event: g(t, y) must return (batch,) or (batch, k) = ({self.batch},) or "
+                                 f"({self.batch}, k), got shape {tuple(value.shape)}")
+            self.checked = True
+        return value if value.dim() == 2 else value.unsqueeze(1)
+
+
+def _crossed(before: Tensor, after: Tensor, direction: int) -> Tensor:
+    if direction > 0:
+        return (before < 0) & (after >= 0)
+    if direction < 0:
+        return (before > 0) & (after <= 0)
+    return (before != 0) & ((after == 0) | ((before < 0) & (after > 0)) | ((before > 0) & (after < 0)))
+
+
+def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction: int, function: bool,
+           blocks: tuple[str, ...]) -> Event:
+    """The first event of every sample on the pieces of ``dense`` (solver times; ``y0``: the flat initial state at
+    solver time ``t0``), see the module docstring."""
+    count, batch, dim, m = dense.count, dense.batch, dense.dim, dense.m
+    g = _Condition(event, dense.sizes, function, dense.backwards, batch)
+    rows = torch.arange(batch, device=y0.device)
+    with torch.no_grad():
+        ends = dense.y + dense.coef.view(count * batch, dim, m).sum(-1)  # each piece at θ = 1
+        start = torch.full((batch,), t0, dtype=torch.float64, device=y0.device)
+        values = torch.stack([g(start, y0.detach())] + [g(dense.end[k], ends[k * batch:(k + 1) * batch])
+                                                       for k in range(count)])  # (S + 1, B, k)
+        crossed = _crossed(values[:-1], values[1:], direction)  # (S, B, k): piece k ends past a crossing
+        found = crossed.any(0)  # (B, k)
+        piece = crossed.int().argmax(0)  # the first crossed piece (0 where none)
+        times = torch.full(found.shape, torch.inf, dtype=torch.float64, device=y0.device)
+        for j in range(found.shape[1]):
+            if bool(found[:, j].any()):
+                times[:, j] = _bisect(dense, g, piece[:, j], values[piece[:, j], rows, j], j, direction, rows)
+        times = torch.where(found, times, torch.inf)
+        s_star, which = times.min(1)
+        happened = found.any(1)
+        which = torch.where(happened, which, -1)
+        # a sample without an event reads its state at t0 (a time every piece table covers), then NaN
+        s_hat = torch.where(happened, s_star, t0)
+    ys, t_star = _at_event(dense, g, s_hat, which.clamp_min(0))
+    nan = torch.tensor(float("nan"), dtype=torch.float64, device=y0.device)
+    t_user = torch.where(happened, t_star, nan)
+    ys = tuple(torch.where(happened.unsqueeze(1), y, torch.nan) for y in ys)
+    return Event(t_user, ys, happened, which, tuple(blocks))
+
+
+def _bisect(dense: DenseOutput, g: _Condition, piece: Tensor, before: Tensor, j: int, direction: int,
+            rows: Tensor) -> Tensor:
+    """Solver time (B,) of component j's crossing inside each sample's ``piece``, on its crossed side."""
+    batch, dim, m = dense.batch, dense.dim, dense.m
+    flat = piece * batch + rows
+    base, parts = dense.y[flat], dense.coef[flat].view(batch, dim, m).unbind(-1)
+    start, length = dense.start[piece, rows], dense.length[piece, rows]
+    low, high = torch.zeros_like(start), torch.ones_like(start)
+    for _ in range(_HALVINGS):
+        mid = 0.5 * (low + high)
+        value = g(start + mid * length, horner(base, parts, mid.to(base.dtype).unsqueeze(1)))[:, j]
+        past = _crossed(before, value, direction)
+        high, low = torch.where(past, mid, high), torch.where(past, low, mid)
+    return start + high * length
+
+
+def _at_event(dense: DenseOutput, g: _Condition, s_hat: Tensor, which: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+    """The state blocks at the located solver times ``s_hat`` and the user's event time, both carrying the implicit
+    function theorem's gradient where the solve (or g) records one."""
+    t_hat = g.sign * s_hat
+    read = lambda t: tuple(y.squeeze(1) for y in dense.read(t.unsqueeze(1), unreached=False))
+    pick = lambda value: value.gather(1, which.unsqueeze(1)).squeeze(1)
+    if not torch.is_grad_enabled():
+        return read(t_hat), t_hat
+    value = pick(g(s_hat, torch.cat(read(t_hat), -1)))  # G: the gradient in y0, the parameters and g's own
+    if not value.requires_grad:
+        return read(t_hat), t_hat
+    probe = t_hat.clone().requires_grad_(True)  # Ġ: g's total time derivative along the interpolant
+    level = pick(g(g.sign * probe, torch.cat(read(probe), -1)))
+    slope = torch.autograd.grad(level.sum(), probe, allow_unused=True)[0]
+    if slope is None:
+        slope = torch.zeros_like(t_hat)
+    usable = (slope != 0) & torch.isfinite(slope)
+    value = value.double()
+    t_star = t_hat - torch.where(usable, (value - value.detach()) / torch.where(usable, slope, 1.0), 0.0)
+    return read(t_star), t_star
