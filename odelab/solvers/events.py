@@ -10,8 +10,9 @@ step whose end value has crossed the value before it: the sign changed from a no
 rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting on g = 0 is no
 event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
 
-Location: bisection on θ ∈ [0, 1] of that step's interpolant P, 64 halvings (the float64 time to round-off), the
-time on the crossed side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
+Location: the Illinois method (regula falsi with the retained end's value halved, bisection where it stalls) on
+θ ∈ [0, 1] of that step's interpolant P, to a bracket of a few float64 ulps of the time, the time on the crossed
+side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
 function theorem)
 
     dt*/dp = −(∂g/∂p + ∂g/∂y ∂P/∂p) / (∂g/∂t + ∂g/∂y P'(t*)),
@@ -31,7 +32,7 @@ from torch import Tensor
 from .dense import DenseOutput
 from .tableau import horner
 
-_HALVINGS = 64
+_MAX_ITERATIONS = 200  # a bound: the bracket halves at least every other iteration
 
 
 @dataclass
@@ -114,7 +115,8 @@ def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction
         times = torch.full(found.shape, torch.inf, dtype=torch.float64, device=y0.device)
         for j in range(found.shape[1]):
             if bool(found[:, j].any()):
-                times[:, j] = _bisect(dense, g, piece[:, j], values[piece[:, j], rows, j], j, direction, rows)
+                times[:, j] = _root(dense, g, piece[:, j], values[piece[:, j], rows, j], values[piece[:, j] + 1, rows, j],
+                                     found[:, j], j, direction, rows)
         times = torch.where(found, times, torch.inf)
         s_star, which = times.min(1)
         happened = found.any(1)
@@ -128,19 +130,40 @@ def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction
     return Event(t_user, ys, happened, which, tuple(blocks))
 
 
-def _bisect(dense: DenseOutput, g: _Condition, piece: Tensor, before: Tensor, j: int, direction: int,
-            rows: Tensor) -> Tensor:
-    """Solver time (B,) of component j's crossing inside each sample's ``piece``, on its crossed side."""
+def _root(dense: DenseOutput, g: _Condition, piece: Tensor, before: Tensor, after: Tensor, found: Tensor, j: int,
+          direction: int, rows: Tensor) -> Tensor:
+    """Solver time (B,) of component j's crossing inside each sample's ``piece``, on its crossed side: the Illinois
+    method on θ (regula falsi, halving the retained end's value when one end is kept twice), a bisection wherever
+    two iterations did not halve the bracket, until the bracket is a few ulps of the time wide (``found``: the
+    samples that crossed; the others are left at θ = 1)."""
     batch, dim, m = dense.batch, dense.dim, dense.m
     flat = piece * batch + rows
     base, parts = dense.y[flat], dense.coef[flat].view(batch, dim, m).unbind(-1)
     start, length = dense.start[piece, rows], dense.length[piece, rows]
-    low, high = torch.zeros_like(start), torch.ones_like(start)
-    for _ in range(_HALVINGS):
-        mid = 0.5 * (low + high)
-        value = g(start + mid * length, horner(base, parts, mid.to(base.dtype).unsqueeze(1)))[:, j]
+    high = torch.ones_like(start)
+    low = torch.where(found, 0.0, high)
+    g_low, g_high = before.double(), after.double()
+    tolerance = 8 * torch.finfo(torch.float64).eps * (start.abs() + length).clamp_min(1.0) / length.clamp_min(1e-300)
+    last = torch.zeros_like(piece)  # +1: the last iteration moved the high end, −1: the low end
+    widths = (torch.full_like(start, torch.inf),) * 2  # the bracket one and two iterations ago
+    for _ in range(_MAX_ITERATIONS):
+        width = high - low
+        if not bool((width > tolerance).any()):
+            break
+        # the regula falsi point, kept half a tolerance inside the bracket: an end that already sits on the root
+        # then closes the bracket at the next iteration instead of the other end creeping towards it
+        guess = torch.minimum(torch.maximum(high - g_high * width / (g_high - g_low), low + 0.5 * tolerance),
+                              high - 0.5 * tolerance)
+        regula = torch.isfinite(guess) & (width <= 0.5 * widths[1])
+        mid = torch.where(regula, guess, 0.5 * (low + high))
+        widths = (width, widths[0])
+        value = g(start + mid * length, horner(base, parts, mid.to(base.dtype).unsqueeze(1)))[:, j].double()
         past = _crossed(before, value, direction)
-        high, low = torch.where(past, mid, high), torch.where(past, low, mid)
+        g_low = torch.where(past, torch.where(last == 1, 0.5 * g_low, g_low), value)
+        g_high = torch.where(past, value, torch.where(last == -1, 0.5 * g_high, g_high))
+        last = torch.where(past, 1, -1)
+        low = torch.where(past, torch.where(value == 0, mid, low), mid)
+        high = torch.where(past, mid, high)
     return start + high * length
 
 
