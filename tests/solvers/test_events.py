@@ -193,3 +193,13 @@ def test_dense_output_kept_when_asked():
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         odelab.solve(lambda t, y: -y, torch.ones(2, 1, dtype=F64), [0.0, 1.0], **kwargs)
+
+
+@pytest.mark.parametrize("method,options", [("dopri5", {}), ("rk4", dict(dt=0.3))])
+def test_with_a_hold_input(method, options):
+    """y' = u, u = 1 until t = 1 and 3 after (a hold input): y = 1 + 3 (t − 1) reaches 2.5 at t = 1.5."""
+    u = torch.tensor([[[0.0], [1.0], [3.0]]], dtype=F64)
+    sol = odelab.solve(lambda t, y, v: v, torch.zeros(1, 1, dtype=F64), [0.0, 1.0, 2.0], u=u, method=method,
+                       event=lambda t, y: y[:, 0] - 2.5, **options)
+    assert sol.event.t.item() == pytest.approx(1.5, abs=1e-12)
+    assert sol.y[0, 1, 0].item() == pytest.approx(1.0, abs=1e-12) and math.isnan(sol.y[0, 2, 0].item())
