@@ -1,7 +1,7 @@
 """``odelab forecast``: the next rows of a series after the end of its CSV file, from a model that ``odelab fit csv``
 trained (``odelab.training.forecast``).
 
-    odelab forecast --run DIR [--csv FILE] [--context N] [--out DIR]
+    odelab forecast --run DIR [--csv FILE] [--context N] [--missing error|previous|linear] [--out DIR]
 
 ``--csv`` reads a newer file with the run's columns (default: the run's own file); ``forecast.csv`` (a row per
 step ahead), ``forecast.json`` and ``forecast_ahead.png`` go to ``--out`` (default: the run folder).
@@ -14,6 +14,7 @@ import io
 import json
 from pathlib import Path
 
+from ..data.csv_series import FILLS
 from ..training.forecast import forecast
 from ..training.plots import plot_future
 from ..training.saved import RunError
@@ -22,7 +23,7 @@ from . import arguments
 
 def cmd_forecast(args: argparse.Namespace) -> int:
     try:
-        result = forecast(args.run_dir, args.csv, args.context)
+        result = forecast(args.run_dir, args.csv, args.context, args.missing)
     except RunError as err:
         raise SystemExit(f"odelab: forecast: --run: {err}") from None
     except ValueError as err:
@@ -43,6 +44,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
     width = max(10, *(len(c) for c in result["columns"]))
     print(f"odelab forecast: {result['file']}, {result['rows_read']} rows; the model read the last "
           f"{result['context']}" + (" increments" if result["difference"] else " rows"))
+    for column, count in result["filled"].items():
+        print(f"  column {column!r}: {count} missing value{'s' * (count > 1)} filled")
     print(f"{'rows ahead':>10s}  " + "  ".join(f"{c:>{width}s}" for c in result["columns"]))
     print(f"{'0 (last)':>10s}  " + "  ".join(f"{v:>{width}.6g}" for v in result["last"]))
     for h, (t, row) in enumerate(zip(times, result["rows"])):
@@ -58,5 +61,8 @@ def add_command(sub) -> None:
     p.add_argument("--context", type=arguments.integer(1),
                    help="rows the model reads before forecasting (>= 1; default: as many as the run's test part, "
                         "the length it was tested on)")
+    p.add_argument("--missing", choices=FILLS,
+                   help="missing cells (empty, NA, ...) of the file: an error, or filled from the row above or by "
+                        "linear interpolation (default: as the run filled its own file)")
     p.add_argument("--out", help="output folder (default: the run folder)")
     p.set_defaults(run=cmd_forecast)

@@ -19,12 +19,14 @@ from ..data.csv_series import read_columns, read_times, step_gaps
 from .saved import RunError, load_run
 
 
-def forecast(run: str | Path, csv: str | Path | None = None, context: int | None = None) -> dict:
+def forecast(run: str | Path, csv: str | Path | None = None, context: int | None = None,
+             missing: str | None = None) -> dict:
     """The forecast of the ``odelab fit csv`` run folder ``run`` after the last row of ``csv`` (default: the run's
-    own file; another file must hold the run's columns): ``{"columns", "horizon", "rows": [H rows of the columns'
+    own file; another file must hold the run's columns), its missing cells filled by ``missing`` ("error",
+    "previous", "linear"; default: as the run filled its own file): ``{"columns", "horizon", "rows": [H rows of the columns'
     forecast values], "last": the file's last row, "history": its last rows (at least 100, for a figure),
     "context", "file", "rows_read", "difference", "times": the rows' times ahead with a time column (else None),
-    "history_times": those of the history rows, "time": the column}``. ValueError (a
+    "history_times": those of the history rows, "time": the column, "filled": the missing cells filled per column}``. ValueError (a
     :class:`~odelab.training.saved.RunError` for the run) naming what does not fit."""
     model, info = load_run(run)
     if info["task"] != "csv":
@@ -41,8 +43,8 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
     if csv is None and not path.is_file() and meta.get("file"):  # a relative path from another folder
         path = Path(meta["file"])
     time = meta.get("time") if meta.get("time_gaps") else None
-    _, levels, _ = read_columns(path, columns, strict=True, encoding=options.get("encoding"),
-                                missing=options.get("missing", "error"), time=time)
+    _, levels, report = read_columns(path, columns, strict=True, encoding=options.get("encoding"),
+                                missing=missing or options.get("missing", "error"), time=time)
     series = levels[1:] - levels[:-1] if difference else levels
     tested = meta.get("splits", {}).get("test")
     context = context if context is not None else (tested[1] - tested[0] if tested else series.shape[0])
@@ -71,4 +73,4 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
     return {"columns": columns, "horizon": horizon, "rows": values.tolist(), "last": levels[-1].tolist(),
             "context": int(min(context, series.shape[0])), "file": str(path), "rows_read": int(levels.shape[0]),
             "difference": difference, "history": levels[-shown:].tolist(), "times": ahead, "history_times": before,
-            "time": time}
+            "time": time, "filled": report.get("filled", {})}

@@ -139,3 +139,28 @@ def test_a_run_given_a_relative_path_forecasts_from_another_folder(tmp_path, mon
     monkeypatch.chdir(tmp_path)  # series.csv is not here: the file the run read, by its absolute path
     result = forecast(run)
     assert result["file"] == str(data / "series.csv") and result["last"] == pytest.approx(levels[-1].tolist())
+
+
+def test_missing_cells_of_a_newer_file(tmp_path, capsys):
+    """A newer file with empty cells: refused by default (the run read a complete file), with a hint that names
+    --missing; with --missing previous the forecast is that of the file with the cells copied from above by hand."""
+    path = tmp_path / "series.csv"
+    first = write_series(path)
+    run = fit(tmp_path, path, "--horizon", "2")
+    newer = tmp_path / "newer.csv"
+    levels = write_series(newer, extra=10)
+    lines = newer.read_text().splitlines()
+    for row in (245, 248):  # the load cell of data rows 245 and 248 (line row + 1)
+        step, _, temp = lines[row + 1].split(",")
+        lines[row + 1] = f"{step},,{temp}"
+        levels[row, 0] = levels[row - 1, 0]
+    newer.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="column 'load' has a missing .*--missing previous\\|linear"):
+        forecast(run, newer)
+    result = forecast(run, newer, context=30, missing="previous")
+    assert result["filled"] == {"load": 2}
+    assert np.allclose(result["rows"], reference(run, levels, False, 30, 2, first), rtol=1e-6, atol=1e-6)
+    capsys.readouterr()
+    assert main(["forecast", "--run", str(run), "--csv", str(newer), "--missing", "linear",
+                 "--out", str(tmp_path / "ahead")]) == 0
+    assert "column 'load': 2 missing values filled" in capsys.readouterr().out
