@@ -403,3 +403,16 @@ def test_dense_output_on_the_gpu():
     assert_same_steps(fused, plain, atol=1e-9)
     times = torch.linspace(0, 10, 401, dtype=F64, device="cuda")
     assert torch.allclose(fused.evaluate(times)[0], plain.evaluate(times)[0], rtol=0, atol=1e-9)
+
+
+def test_events_on_the_triton_loops_pieces():
+    """Terminal events read the Triton loop's step copies (``dense``): the times and states of the torch loop's step
+    records, and the rising zeros of cos t (at 3π/2) and of cos(t + π/2) (at π)."""
+    y0 = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=F64, device=DEVICE)  # cos t, and cos(t + π/2)
+    rotation = lambda t, y: torch.cat([y[:, 1:], -y[:, :1]], 1)
+    fused, plain = _both(lambda: odelab.solve(rotation, y0, [0.0, 7.0], rtol=1e-9, atol=1e-11, event_direction=1,
+                                              event=lambda t, y: y[:, 0]))
+    torch.testing.assert_close(fused.event.t, plain.event.t, rtol=0, atol=1e-10)  # the loops agree to round-off
+    torch.testing.assert_close(fused.event.y, plain.event.y, rtol=0, atol=1e-10)
+    expected = torch.tensor([1.5 * torch.pi, torch.pi], dtype=F64, device=DEVICE)
+    torch.testing.assert_close(fused.event.t, expected, rtol=0, atol=1e-7)
