@@ -21,12 +21,17 @@ from .grid import as_times
 from .history import SolutionHistory, delay_values
 from .inputs import InputPath
 from .problem import prepare
+from .rosenbrock import integrate_rosenbrock
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
 from .solution import Solution, SolveError, Status
 
 
+# adaptive methods for stiff ODEs, with their own loop (the explicit pairs' share ADAPTIVE_METHODS' one)
+STIFF_METHODS = {"rosenbrock23": integrate_rosenbrock}
+
+
 def available_methods() -> list[str]:
-    return sorted(FIXED_SCHEMES) + sorted(ADAPTIVE_METHODS)
+    return sorted(FIXED_SCHEMES) + sorted(ADAPTIVE_METHODS) + sorted(STIFF_METHODS)
 
 
 def solve(
@@ -58,7 +63,9 @@ def solve(
     ``u``: input samples ``(batch, len(u_times), features)`` (``u_times`` defaults to ``t``) interpolated by
     ``interpolation`` ("hold": u_n acts on (t_{n−1}, t_n]; "linear"), or a callable u(t).
     Fixed-step methods (``euler``, ``midpoint``, ``heun``, ``rk4``, ``imex``, ``imex-implicit``,
-    ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``.
+    ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``: the explicit pairs
+    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs ``rosenbrock23`` (linearly implicit, L-stable, J by autograd:
+    see :mod:`odelab.solvers.rosenbrock`).
     Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
     that this one continues; default: constant y0).
 
@@ -136,6 +143,9 @@ def solve(
                 raise ValueError(f"history: the solution given carries the earlier solve's graph, which the adjoint "
                                  f"{adjoint!r} cannot reach (it differentiates y0, u and the parameters); solve with "
                                  f"adjoint=None, or continue the earlier solve run under torch.no_grad()")
+            if isinstance(method, str) and method in STIFF_METHODS:
+                raise ValueError(f"adjoint: not implemented for {method!r}; its gradients come from autograd through "
+                                 f"the steps (adjoint=None)")
             return solve_with_adjoint(system, y0, t, adjoint=adjoint, method=method, u=u, u_times=u_times,
                                       interpolation=interpolation, dt=dt, history=history, tstops=tstops,
                                       jump_times=jump_times, throw=throw, **options)
@@ -172,13 +182,14 @@ def _solve_problem(given, problem, method, dt, history, throw, options, dense=Fa
     system, state, t_tensor, times, path = problem.system, problem.state, problem.t_tensor, problem.times, problem.path
     stops, jumps, backwards = problem.stops, problem.jumps, problem.backwards
 
-    if isinstance(method, str) and method not in ADAPTIVE_METHODS and method not in FIXED_SCHEMES:
+    adaptive = {**ADAPTIVE_METHODS, **STIFF_METHODS}
+    if isinstance(method, str) and method not in adaptive and method not in FIXED_SCHEMES:
         raise ValueError(f"method: unknown {method!r}; fixed-step (with dt): {sorted(FIXED_SCHEMES)}; adaptive (with "
-                         f"rtol/atol): {sorted(ADAPTIVE_METHODS)}")
-    if isinstance(method, str) and method in ADAPTIVE_METHODS:
+                         f"rtol/atol): {sorted(ADAPTIVE_METHODS)}; stiff (with rtol/atol): {sorted(STIFF_METHODS)}")
+    if isinstance(method, str) and method in adaptive:
         if dt is not None:
             options.setdefault("first_step", dt)
-        solution = ADAPTIVE_METHODS[method](system, state, t_tensor, times, path, history=history, tstops=stops,
+        solution = adaptive[method](system, state, t_tensor, times, path, history=history, tstops=stops,
                                             jump_times=jumps, dense=dense, **options)
     else:
         scheme = resolve_scheme(method)

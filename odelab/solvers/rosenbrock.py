@@ -1,0 +1,259 @@
+"""Stiff ODEs: ``rosenbrock23``, Shampine and Reichelt's Rosenbrock triple (MATLAB's ``ode23s``), one step size per
+sample.
+
+One step from (t, y) with J = ∂f/∂y and T = ∂f/∂t at (t, y), per sample, both by autograd (exact), and
+W = I − h d J (Shampine & Reichelt 1997, "The MATLAB ODE suite", SIAM J. Sci. Comput. 18(1), §3.1):
+
+    F0 = f(t, y)
+    k1 = W⁻¹ (F0 + h d T)
+    F1 = f(t + h/2, y + h/2 k1)
+    k2 = W⁻¹ (F1 − k1) + k1
+    y_new = y + h k2                                             (order 2, L-stable)
+    F2 = f(t + h, y_new)
+    k3 = W⁻¹ (F2 − e32 (k2 − F1) − 2 (k1 − F0) + h d T)
+    err = h/6 (k1 − 2 k2 + k3)                                   (the local error estimate, O(h³))
+
+with d = 1/(2 + √2), e32 = 6 + √2. W is factored once a step (batched LU) and solved three times. The step is
+accepted when the per-sample RMS of err / (atol + rtol max(|y|, |y_new|)) is ≤ 1, and the next one is h times
+safety · ratio^(−1/3), clamped to [factor_min, factor_max] (≤ 1 after a rejection). The first step follows Hairer's
+starting-step algorithm (HNW I §II.4) for order 2. Dense output: the method's interpolant
+y(t + θh) = y + h (θ(1 − θ) k1 + θ(θ − 2d) k2) / (1 − 2d), which gives the outputs (the steps never shorten to hit
+an output time), ``dense=True`` and events. Steps land on every breakpoint (hold-input sample times, linear-input
+knots, ``tstops``, ``jump_times``) and on the final time; at a jump of f the first stage sees the right limit
+and the last the left one (one ulp inside the step).
+
+Each attempt costs 3 evaluations of f and dim backward passes for J (counted apart, ``stats["jacobians"]``), so the
+method pays where explicit pairs are held to tiny steps by stability rather than accuracy (a stiff Van der Pol:
+see ``benchmarks/stiff.py``). Under gradients J is built with ``create_graph`` so that the backward pass
+differentiates the discrete steps exactly (discretise-then-optimise), second derivatives of f included. ODEs only;
+the batch advances together (one host read an attempt), finished samples held in place by masks.
+"""
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+from torch import Tensor
+
+from ..systems.base import System
+from .adaptive import _Options
+from .breakpoints import collect
+from .dense import DenseOutput
+from .field import check_derivative
+from .inputs import FunctionInput, Hold, InputPath, Linear
+from .solution import Solution, Status
+
+_D = 1.0 / (2.0 + math.sqrt(2.0))
+_E32 = 6.0 + math.sqrt(2.0)
+_OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min", "factor_max")
+_SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
+
+
+class _Rosenbrock:
+    """The per-sample loop for one system, input path and option set."""
+
+    def __init__(self, system: System, y0: Tensor, sizes: list[int], times: list[float], path: InputPath | None,
+                 opts, tstops, jump_times):
+        self.system, self.sizes, self.opts, self.path = system, sizes, opts, path
+        self.batch, self.dim = y0.shape
+        self.dtype, self.device = y0.dtype, y0.device
+        self.t0, self.t_end = times[0], times[-1]
+        time = dict(dtype=torch.float64, device=self.device)
+        if path is not None and not isinstance(path, (Hold, Linear, FunctionInput)):
+            raise TypeError(f"u: rosenbrock23 takes hold, linear or callable inputs, got {type(path).__name__}")
+        scale = abs(self.t0) + abs(self.t_end)
+        breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, (), 2, tol=64 * math.ulp(scale))
+        self.kinks = breakpoints.kinks
+        points = list(breakpoints.stops) + [self.t_end]
+        self.landing = torch.tensor(points + [math.inf], **time)
+        jumps = set(breakpoints.jumps)
+        self.start_jump = torch.tensor([False] + [p in jumps for p in points], dtype=torch.bool, device=self.device)
+        self.end_jump = torch.tensor([p in jumps for p in points] + [False], dtype=torch.bool, device=self.device)
+        self.hold_index = None
+        if isinstance(path, Hold):  # the sample driving the steps towards landing point k: u_n on (t_{n−1}, t_n]
+            previous = torch.cat([torch.tensor([self.t0], **time), self.landing[:-1]])
+            self.hold_index = torch.searchsorted(path.time_tensor(), previous, right=True).clamp_max_(len(path.times) - 1)
+        self.linear_times = path.time_tensor() if isinstance(path, Linear) else None
+        self.dt_max = opts.dt_max
+        self.eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
+        self.checked = False
+
+    def _blocks(self, y: Tensor) -> tuple[Tensor, ...]:
+        return (y,) if len(self.sizes) == 1 else tuple(y.split(self.sizes, -1))
+
+    def field(self, t: Tensor, y: Tensor, held: Tensor | None, t_col: Tensor | None = None) -> Tensor:
+        """f(t, y) per sample: t (batch,) float64 stage times; ``held``: the step's hold sample; ``t_col`` the
+        (batch, 1) time f sees (default: t in the state's dtype), which carries the gradient that gives T."""
+        t_col = t.to(self.dtype).unsqueeze(1) if t_col is None else t_col
+        inp = held
+        if self.linear_times is not None:
+            moving = t + (t_col - t_col.detach()).squeeze(1).double()  # t's value, t_col's derivative
+            inp = self.path.at_times(moving, self.linear_times)
+        elif isinstance(self.path, FunctionInput):
+            inp = self.path.at(t_col)
+        blocks = self._blocks(y)
+        out = self.system.derivative(t_col, blocks, inp)
+        if not self.checked:
+            check_derivative(self.system, blocks, out)
+            self.checked = True
+        return out[0] if len(out) == 1 else torch.cat(out, -1)
+
+    def linearise(self, t: Tensor, y: Tensor, held: Tensor | None, track: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """F0 = f(t, y), J = ∂f/∂y (batch, dim, dim) and T = ∂f/∂t (batch, dim), by dim backward passes through F0
+        (the samples are independent, so one pass gives row i of every sample's J); ``track``: keep their graphs."""
+        with torch.enable_grad():
+            y_in = y if track and y.requires_grad else y.detach().requires_grad_(True)
+            t_col = t.to(self.dtype).unsqueeze(1).clone().requires_grad_(True)
+            f0 = self.field(t, y_in, held, t_col)
+            rows, slopes = [], []
+            for i in range(self.dim):
+                d_y, d_t = torch.autograd.grad(f0[:, i].sum(), (y_in, t_col), retain_graph=True, create_graph=track,
+                                               allow_unused=True)
+                rows.append(torch.zeros_like(y) if d_y is None else d_y)
+                slopes.append(torch.zeros_like(t_col) if d_t is None else d_t)
+            jac, dfdt = torch.stack(rows, 1), torch.cat(slopes, 1)
+        if not track:
+            return f0.detach(), jac.detach(), dfdt.detach()
+        return f0, jac, dfdt
+
+    def initial_step(self, y0: Tensor, f0: Tensor, held: Tensor | None) -> Tensor:
+        """Hairer's starting step per sample for order 2: h0 = 0.01 ‖y0‖/‖f0‖, an Euler probe,
+        h1 = (0.01 / max(‖f0‖, ‖f'‖))^(1/3), h = min(100 h0, h1) (per-sample RMS norms)."""
+        opts = self.opts
+        cap = min(self.t_end - self.t0, self.dt_max, float(self.landing[0]) - self.t0)
+        t = torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
+        if opts.first_step is not None:
+            return torch.full_like(t, min(opts.first_step, cap))
+        with torch.no_grad():
+            y0, f0 = y0.detach(), f0.detach()
+            scale = y0.abs() * opts.rtol + opts.atol
+            rms = lambda x: (x / scale).square().mean(1).double().sqrt()
+            d0, d1 = rms(y0), rms(f0)
+            h0 = torch.where((d0 < 1e-5) | (d1 < 1e-5), torch.full_like(d0, 1e-6), 0.01 * d0 / d1).clamp_max(cap)
+            f1 = self.field(t + h0, y0 + h0.to(self.dtype).unsqueeze(1) * f0, held)
+            d2 = rms(f1 - f0) / h0
+            top = torch.maximum(d1, d2)
+            h1 = torch.where(top <= 1e-15, (h0 * 1e-3).clamp_min(1e-6), (0.01 / top) ** (1.0 / 3.0))
+            return torch.nan_to_num(torch.minimum(100 * h0, h1).clamp_max(cap), nan=cap)
+
+    def run(self, y0: Tensor, track: bool) -> tuple[DenseOutput, Tensor, dict]:
+        """Advance every sample to t_end: the pieces (one per attempt), the status and the statistics."""
+        opts, batch = self.opts, self.batch
+        t = torch.full((batch,), self.t0, dtype=torch.float64, device=self.device)
+        landing = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        zeros = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        steps, accepted, code = zeros, zeros, zeros.clone()
+        held = None if self.hold_index is None else self.path.at_indices(self.hold_index[landing])
+        f_start = self.field(t, y0, held)
+        h = self.initial_step(y0, f_start, held)
+        y = y0
+        last = (t, torch.ones_like(t), y0, y0.new_zeros(batch, self.dim * 2))  # a piece ending at t0 (θ = 0: y0)
+        pieces = [(*last, t)]
+        while True:
+            active = (code == _SUCCESS) & (t < self.t_end)
+            if not bool(active.any()):
+                break
+            target = self.landing.index_select(0, landing)
+            room = target - t
+            lands = h >= room * (1 - 1e-12)
+            step = torch.where(active, torch.where(lands, room, h), torch.zeros_like(h))
+            t_new = torch.where(lands, target, t + step)
+            held = None if self.hold_index is None else self.path.at_indices(self.hold_index[landing])
+            # one ulp inside the step where f jumps: the right limit at its start, the left limit at its end
+            first = torch.where(self.start_jump.index_select(0, landing) & (t == self.landing.index_select(
+                0, (landing - 1).clamp_min(0))) & (landing > 0), torch.nextafter(t, t_new), t)
+            end = torch.where(lands & self.end_jump.index_select(0, landing), torch.nextafter(t_new, t), t_new)
+            y_new, err, coef, finite = self.attempt(t, first, end, step, y, held, track)
+            scale = torch.maximum(y.abs(), y_new.abs()).detach() * opts.rtol + opts.atol
+            ratio = (err.detach() / scale).square().mean(1).double().sqrt()
+            ratio = torch.where(finite & torch.isfinite(ratio), ratio, torch.inf)
+            accept = active & (ratio <= 1.0)
+            factor = (opts.safety * ratio.clamp_min(1e-10) ** (-1.0 / 3.0)).clamp(opts.factor_min, opts.factor_max)
+            factor = torch.where(accept, factor, factor.clamp_max(1.0))
+            h_next = torch.where(active, (step * factor).clamp_max(self.dt_max), h)
+            rejected = active & ~accept
+            lost = rejected & ((h_next <= opts.dt_min) | (t + h_next == t))
+            steps = steps + active
+            accepted = accepted + accept
+            code = torch.where(lost, torch.where(finite, _UNDERFLOW, _NONFINITE), code)
+            keep = accept.unsqueeze(1)
+            last = (torch.where(accept, t, last[0]), torch.where(accept, step, last[1]),
+                    torch.where(keep, y, last[2]), torch.where(keep, coef, last[3]))
+            y = torch.where(keep, y_new, y)
+            t = torch.where(accept, t_new, t)
+            landing = landing + (accept & lands)
+            h = torch.where(accept & lands, torch.maximum(h_next, h), h_next)
+            pieces.append((*last, t))
+            code = torch.where((code == _SUCCESS) & (t < self.t_end) & (steps >= opts.max_steps), _MAX_STEPS, code)
+        start, length, base, coef, end = (torch.stack(x) for x in zip(*pieces))
+        count = start.shape[0]
+        dense = DenseOutput(start, length, end, base.reshape(count * batch, self.dim),
+                            coef.reshape(count * batch, self.dim * 2), self.sizes)
+        dense.kinks = self.kinks
+        return dense, code, {"steps": steps, "accepted": accepted, "rejected": steps - accepted, "t_final": t}
+
+    def attempt(self, t: Tensor, first: Tensor, end: Tensor, step: Tensor, y: Tensor, held: Tensor | None,
+                track: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One Rosenbrock step of every sample (see the module docstring): y_new, err, the interpolant's
+        coefficients (C1, C2) as (batch, dim 2), and whether the linear solves were finite."""
+        f0, jac, dfdt = self.linearise(first, y, held, track)
+        h = step.to(self.dtype).unsqueeze(1)
+        hd = h * _D
+        lu, pivots, info = torch.linalg.lu_factor_ex(self.eye - hd.unsqueeze(2) * jac)
+        solve = lambda rhs: torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
+        k1 = solve(f0 + hd * dfdt)
+        f1 = self.field(t + 0.5 * step, y + 0.5 * h * k1, held)
+        k2 = solve(f1 - k1) + k1
+        y_new = y + h * k2
+        f2 = self.field(end, y_new, held)
+        k3 = solve(f2 - _E32 * (k2 - f1) - 2.0 * (k1 - f0) + hd * dfdt)
+        err = h / 6.0 * (k1 - 2.0 * k2 + k3)
+        c1, c2 = h * (k1 - 2 * _D * k2) / (1 - 2 * _D), h * (k2 - k1) / (1 - 2 * _D)
+        coef = torch.stack([c1, c2], -1).reshape(y.shape[0], -1)
+        finite = (info == 0) & torch.isfinite(y_new).all(1) & torch.isfinite(err).all(1)
+        return y_new, err, coef, finite
+
+
+def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Tensor, times: list[float],
+                         path: InputPath | None, history=None, tstops=(), jump_times=(), dense: bool = False,
+                         **options) -> Solution:
+    """Solve a stiff ODE with ``rosenbrock23`` (see the module docstring). Options: ``rtol`` (1e-6), ``atol``
+    (1e-8), ``max_steps`` (10 000 attempts per sample), ``first_step``, ``dt_min``, ``dt_max``, ``safety`` (0.9),
+    ``factor_min`` (0.2), ``factor_max`` (5)."""
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"solve: unexpected options {unknown} for method 'rosenbrock23'; expected some of "
+                        f"{list(_OPTION_NAMES)}")
+    if system.is_delay:
+        raise ValueError(f"method: rosenbrock23 solves ODEs; {type(system).__name__} is a delay system (use dopri5, "
+                         f"tsit5, bosh3 or a fixed-step method)")
+    if history is not None:
+        raise ValueError(f"history: {type(system).__name__} declares no delays")
+    options.setdefault("factor_max", 5.0)
+    opts = _Options(types.SimpleNamespace(order=2, embedded_order=2), **options)
+    dtypes = {x.dtype for x in state}
+    if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
+        raise TypeError(f"y0: rosenbrock23 needs floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
+    sizes = [x.shape[1] for x in state]
+    y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
+    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times)
+    track = torch.is_grad_enabled() and (y0.requires_grad or _records_gradient(solver, y0))
+    pieces, code, stats = solver.run(y0, track)
+    outputs = [y0.unsqueeze(1)]
+    if len(times) > 1:
+        later = torch.tensor(times[1:], dtype=torch.float64, device=y0.device).expand(y0.shape[0], -1)
+        outputs.append(pieces.at(later, unreached=not bool((code == _SUCCESS).all())))
+    ys = torch.cat(outputs, 1)
+    stats["nfe"] = 1 + (solver.opts.first_step is None) + 3 * stats["steps"]  # f(t0), the probe, 3 an attempt
+    stats["jacobians"] = stats["steps"]
+    return Solution(ts=t_tensor, ys=tuple(ys.split(sizes, -1)) if len(sizes) > 1 else (ys,), blocks=system.blocks,
+                    stats=stats, status=code, dense_output=pieces if dense else None)
+
+
+def _records_gradient(solver: _Rosenbrock, y0: Tensor) -> bool:
+    """Whether f at t0 records a gradient from y0's value alone (parameters of the system, of a plain callable's
+    closure or of the input): then the steps keep their graphs."""
+    t = torch.full((y0.shape[0],), solver.t0, dtype=torch.float64, device=y0.device)
+    held = None if solver.hold_index is None else solver.path.at_indices(solver.hold_index[:1].expand(y0.shape[0]))
+    return solver.field(t, y0.detach(), held).requires_grad

@@ -1,0 +1,141 @@
+"""``rosenbrock23`` (Shampine & Reichelt's Rosenbrock triple) for stiff ODEs. References: closed forms (decay, the
+Prothero–Robinson problem, a piecewise-exponential solution under a hold input), scipy's Radau at tight tolerances
+(an independent implicit solver), the empirical convergence order at fixed steps, and gradients by hand."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.integrate import solve_ivp
+
+import odelab
+from odelab.systems import VanDerPol
+
+F64 = torch.float64
+
+
+def forced(t, y):
+    """A non-autonomous pair (T = ∂f/∂t enters the method): y1' = −y1 + sin t, y2' = −2 y2 + y1²."""
+    return torch.cat([-y[:, :1] + torch.sin(t), -2 * y[:, 1:] + y[:, :1] ** 2], 1)
+
+
+def test_order_two_at_fixed_steps_and_for_the_interpolant():
+    """Steps held at h (dt_max = first_step = h, tolerances that accept everything): the error at t = 2 and the
+    dense output's between the steps fall as h² (slope of log error against log h within 0.15 of 2)."""
+    y0 = torch.tensor([[1.0, 0.5]], dtype=F64)
+    queries = torch.linspace(0.03, 1.97, 40, dtype=F64)
+    grid = torch.cat([torch.zeros(1, dtype=F64), queries, torch.tensor([2.0], dtype=F64)])
+    ref = solve_ivp(lambda t, y: [-y[0] + math.sin(t), -2 * y[1] + y[0] ** 2], (0, 2), [1.0, 0.5], method="DOP853",
+                    rtol=1e-13, atol=1e-13, t_eval=grid.numpy()).y.T
+    steps = [0.2, 0.1, 0.05, 0.025]
+    end, between = [], []
+    for h in steps:
+        sol = odelab.solve(forced, y0, [0.0, 2.0], method="rosenbrock23", first_step=h, dt_max=h, rtol=1e3, atol=1e3,
+                           dense=True)
+        assert int(sol.stats["rejected"]) == 0
+        end.append(np.abs(sol.y[0, -1].numpy() - ref[-1]).max())
+        between.append(np.abs(sol.evaluate(queries)[0][0].numpy() - ref[1:-1]).max())
+    for errors in (end, between):
+        assert abs(np.polyfit(np.log(steps), np.log(errors), 1)[0] - 2.0) < 0.15
+
+
+def test_prothero_robinson_takes_large_steps_where_dopri5_is_held_by_stability():
+    """y' = λ (y − cos t) − sin t, λ = −10⁶, y = cos t + (y0 − 1) e^(λt): L-stability lets the steps follow cos t
+    (a few hundred at rtol 1e-4), while the explicit pair's steps stay below its stability bound ~3.3 / |λ|."""
+    lam = -1e6
+    f = lambda t, y: lam * (y - torch.cos(t)) - torch.sin(t)
+    t = torch.linspace(0.0, 10.0, 41, dtype=F64)
+    sol = odelab.solve(f, torch.tensor([[2.0], [1.0]], dtype=F64), t, method="rosenbrock23", rtol=1e-4, atol=1e-7)
+    exact = torch.cos(t) + torch.exp(lam * t) * torch.tensor([[1.0], [0.0]], dtype=F64)
+    torch.testing.assert_close(sol.y[:, :, 0], exact, atol=2e-4, rtol=0)
+    assert int(sol.stats["steps"].max()) < 1000 and sol.success.all()
+    explicit = odelab.solve(f, torch.tensor([[2.0]], dtype=F64), [0.0, 0.01], rtol=1e-4, atol=1e-7)
+    assert int(explicit.stats["steps"]) > 0.01 * 1e6 / 3.3 * 0.5
+
+
+def test_stiff_van_der_pol_against_radau():
+    """μ = 1000 through the first relaxation jump (t ≤ 1000), a batch of two starting points, the odelab System:
+    within 2e-3 of scipy's Radau at rtol 1e-10 at every output time (rtol 1e-5 here), in a few thousand steps (the
+    explicit pairs need ~10⁶ on this span)."""
+    t = np.linspace(0.0, 1000.0, 6)
+    y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
+    sol = odelab.solve(VanDerPol(mu=1000.0), torch.tensor(y0), torch.tensor(t), method="rosenbrock23", rtol=1e-5,
+                       atol=1e-7)
+    assert sol.success.all() and int(sol.stats["steps"].max()) < 3000
+    for b in range(2):
+        ref = solve_ivp(lambda s, y: [y[1], 1000 * (1 - y[0] ** 2) * y[1] - y[0]], (0, 1000), y0[b], method="Radau",
+                        rtol=1e-10, atol=1e-10, t_eval=t).y.T
+        assert np.abs(sol.y[b].numpy() - ref).max() < 2e-3
+
+
+def test_hold_input_breakpoints():
+    """y' = −50 (y − u) with u = 0, 1, −1 held on (0, 0.3], (0.3, 0.7], (0.7, 1]: the exact piecewise exponential;
+    the steps land on the sample times (a jump of f there)."""
+    u = torch.tensor([[[0.0], [0.0], [1.0], [-1.0]]], dtype=F64)
+    knots = [0.0, 0.3, 0.7, 1.0]
+    sol = odelab.solve(lambda t, y, v: -50 * (y - v), torch.ones(1, 1, dtype=F64), knots, u=u, u_times=knots,
+                       method="rosenbrock23", rtol=1e-6, atol=1e-8)
+    y, expected = 1.0, [1.0]
+    for (a, b), level in zip(zip(knots, knots[1:]), (0.0, 1.0, -1.0)):
+        y = level + (y - level) * math.exp(-50 * (b - a))
+        expected.append(y)
+    torch.testing.assert_close(sol.y[0, :, 0], torch.tensor(expected, dtype=F64), atol=1e-5, rtol=0)
+
+
+def test_gradients_through_the_steps():
+    """y' = −k y: d y(2)/dk = −2 y0 e^(−2k), d y(2)/dy0 = e^(−2k); and a linear input's time derivative enters T:
+    y' = u(t) with u linear from 0 to 1 over [0, 1] integrates to t²/2 exactly for a second-order method."""
+    k = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[1.0], [2.0]], dtype=F64, requires_grad=True)
+    sol = odelab.solve(lambda t, y: -k * y, y0, [0.0, 2.0], method="rosenbrock23", rtol=1e-7, atol=1e-9)
+    grad_k, grad_y0 = torch.autograd.grad(sol.y[:, -1, 0].sum(), (k, y0))
+    assert grad_k.item() == pytest.approx(-2 * 3.0 * math.exp(-1.4), rel=1e-4)
+    torch.testing.assert_close(grad_y0[:, 0], torch.full((2,), math.exp(-1.4), dtype=F64), rtol=1e-4, atol=0)
+    ramp = torch.tensor([[[0.0], [1.0]]], dtype=F64)
+    sol = odelab.solve(lambda t, y, v: v, torch.zeros(1, 1, dtype=F64), [0.0, 1.0], u=ramp, interpolation="linear",
+                       method="rosenbrock23")
+    assert sol.y[0, -1, 0].item() == pytest.approx(0.5, abs=1e-12)
+
+
+def test_no_graph_without_gradients_and_float32():
+    with torch.no_grad():
+        sol = odelab.solve(lambda t, y: -y, torch.ones(2, 1), [0.0, 1.0], method="rosenbrock23")
+    assert not sol.y.requires_grad and sol.y.dtype == torch.float32
+    assert sol.y[0, -1, 0].item() == pytest.approx(math.exp(-1), abs=1e-4)
+    plain = odelab.solve(lambda t, y: -y, torch.ones(2, 1, dtype=F64), [0.0, 1.0], method="rosenbrock23")
+    assert not plain.y.requires_grad  # nothing asked for a gradient: no graph was recorded
+
+
+def test_failures_events_and_backwards():
+    """y' = y² from 1 blows up at t = 1: that sample fails (its steps shrink until max_steps), the other succeeds;
+    an event stops at
+    y = 10 (t = 0.9) before the blow-up; y' = y solved backwards from 0 to −1 gives e^(−1)."""
+    y0 = torch.tensor([[1.0], [0.2]], dtype=F64)
+    sol = odelab.solve(lambda t, y: y * y, y0, [0.0, 2.0], method="rosenbrock23", throw=False, max_steps=1000)
+    assert sol.status.tolist() == [int(odelab.Status.MAX_STEPS), int(odelab.Status.SUCCESS)]
+    assert 0.999 < sol.stats["t_final"][0].item() < 1.0
+    assert sol.y[1, -1, 0].item() == pytest.approx(1 / (1 / 0.2 - 2), rel=1e-4)
+    with pytest.raises(odelab.SolveError, match="max steps"):
+        odelab.solve(lambda t, y: y * y, y0, [0.0, 2.0], method="rosenbrock23", max_steps=1000)
+    stopped = odelab.solve(lambda t, y: y * y, y0, [0.0, 2.0], method="rosenbrock23", event=lambda t, y: y[:, 0] - 10,
+                           rtol=1e-7, atol=1e-9, max_steps=1000)
+    assert stopped.event.t[0].item() == pytest.approx(0.9, abs=5e-5) and stopped.success.all()
+    back = odelab.solve(lambda t, y: y, torch.ones(1, 1, dtype=F64), [0.0, -1.0], method="rosenbrock23", rtol=1e-7,
+                        atol=1e-9)
+    assert back.y[0, -1, 0].item() == pytest.approx(math.exp(-1), rel=1e-5)
+
+
+def test_max_steps_and_bad_arguments():
+    sol = odelab.solve(lambda t, y: -y, torch.ones(1, 1, dtype=F64), [0.0, 10.0], method="rosenbrock23", max_steps=3,
+                       throw=False)
+    assert sol.status.tolist() == [int(odelab.Status.MAX_STEPS)] and int(sol.stats["steps"]) == 3
+    with pytest.raises(TypeError, match="unexpected options \\['chunk'\\] for method 'rosenbrock23'"):
+        odelab.solve(lambda t, y: -y, torch.ones(1, 1), [0.0, 1.0], method="rosenbrock23", chunk=4)
+    with pytest.raises(ValueError, match="rtol"):
+        odelab.solve(lambda t, y: -y, torch.ones(1, 1), [0.0, 1.0], method="rosenbrock23", rtol=-1.0)
+    with pytest.raises(ValueError, match="adjoint: not implemented for 'rosenbrock23'"):
+        odelab.solve(lambda t, y: -y, torch.ones(1, 1), [0.0, 1.0], method="rosenbrock23", adjoint="checkpoint")
+    from odelab.systems import ENSO
+    with pytest.raises(ValueError, match="rosenbrock23 solves ODEs"):
+        odelab.solve(ENSO(), torch.ones(1, 1), [0.0, 1.0], method="rosenbrock23")
+    assert "rosenbrock23" in odelab.solvers.available_methods()
