@@ -1,8 +1,11 @@
-"""Stiff ODEs: ``rosenbrock23``, Shampine and Reichelt's Rosenbrock triple (MATLAB's ``ode23s``), one step size per
-sample.
+"""Stiff ODEs: linearly implicit Rosenbrock methods with one step size per sample. ``rosenbrock23``, Shampine and
+Reichelt's Rosenbrock triple (MATLAB's ``ode23s``, order 2, for crude tolerances), and ``rodas4``, Hairer and
+Wanner's stiffly accurate RODAS (order 4(3), HNW II §VI.4: the method behind their ``rodas.f``). Both take
+J = ∂f/∂y and T = ∂f/∂t at the step's start per sample by autograd (exact), factor one matrix a step (batched LU)
+and solve it once a stage.
 
-One step from (t, y) with J = ∂f/∂y and T = ∂f/∂t at (t, y), per sample, both by autograd (exact), and
-W = I − h d J (Shampine & Reichelt 1997, "The MATLAB ODE suite", SIAM J. Sci. Comput. 18(1), §3.1):
+``rosenbrock23`` (Shampine & Reichelt 1997, "The MATLAB ODE suite", SIAM J. Sci. Comput. 18(1), §3.1), with
+W = I − h d J:
 
     F0 = f(t, y)
     k1 = W⁻¹ (F0 + h d T)
@@ -13,25 +16,36 @@ W = I − h d J (Shampine & Reichelt 1997, "The MATLAB ODE suite", SIAM J. Sci. 
     k3 = W⁻¹ (F2 − e32 (k2 − F1) − 2 (k1 − F0) + h d T)
     err = h/6 (k1 − 2 k2 + k3)                                   (the local error estimate, O(h³))
 
-with d = 1/(2 + √2), e32 = 6 + √2. W is factored once a step (batched LU) and solved three times. The step is
-accepted when the per-sample RMS of err / (atol + rtol max(|y|, |y_new|)) is ≤ 1, and the next one is h times
-safety · ratio^(−1/3), clamped to [factor_min, factor_max] (≤ 1 after a rejection). The first step follows Hairer's
-starting-step algorithm (HNW I §II.4) for order 2. Dense output: the method's interpolant
-y(t + θh) = y + h (θ(1 − θ) k1 + θ(θ − 2d) k2) / (1 − 2d), which gives the outputs (the steps never shorten to hit
-an output time), ``dense=True`` and events. Steps land on every breakpoint (hold-input sample times, linear-input
-knots, ``tstops``, ``jump_times``) and on the final time; at a jump of f the first stage sees the right limit
-and the last the left one (one ulp inside the step).
+with d = 1/(2 + √2), e32 = 6 + √2; its interpolant y(t + θh) = y + h (θ(1 − θ) k1 + θ(θ − 2d) k2) / (1 − 2d).
 
-Each attempt costs 3 evaluations of f and dim backward passes for J (counted apart, ``stats["jacobians"]``), so the
-method pays where explicit pairs are held to tiny steps by stability rather than accuracy (a stiff Van der Pol:
-see ``benchmarks/stiff.py``). Under gradients J is built with ``create_graph`` so that the backward pass
-differentiates the discrete steps exactly (discretise-then-optimise), second derivatives of f included. ODEs only;
-the batch advances together (one host read an attempt), finished samples held in place by masks.
+``rodas4`` in the form (I/(hγ) − J) K_i = f(t + α_i h, y + Σ_j a_ij K_j) + Σ_j (c_ij / h) K_j + γ_i h T, i = 1…6,
+y_new = y + Σ m_i K_i and err = K_6 (stiffly accurate: the last stages sit at t + h), solved here as
+(I − hγ J) K_i = hγ F_i + γ Σ_j c_ij K_j + γ γ_i h² T (no division by a zero step); the coefficients are Hairer and
+Wanner's published ones (γ = 1/4), and so is its continuous extension of order 3, a combination of the stages
+y(t + θh) = (1 − θ) y + θ (y_new + (1 − θ)(D2 + θ D3)) that stays accurate where a Hermite interpolant's f values
+would carry an off-manifold error times a stiff Jacobian (Prothero–Robinson at λ = −10⁶: 0.6 against 1e-4).
+
+Both: a step is accepted when the per-sample RMS of err / (atol + rtol max(|y|, |y_new|)) is ≤ 1, and the next one
+is h times safety · ratio^(−1/q), q = 3 (rosenbrock23) or 4, clamped to [factor_min, factor_max] (≤ 1 after a
+rejection). The first step follows Hairer's starting-step algorithm (HNW I §II.4). The interpolant gives the
+outputs (the steps never shorten to hit an output time), ``dense=True`` and events. Steps land on every breakpoint
+(hold-input sample times, linear-input knots, ``tstops``, ``jump_times``) and on the final time; at a jump of f
+the stages at the step's start see the right limit and those at its end the left one (one ulp inside the step).
+The error control holds the steps' ends, not the interpolant between them: on a smooth slow manifold (y tracking
+cos t under λ = −10⁶) rodas4's steps grow to ~5, longer than a cubic follows cos t; ``tstops=t`` lands on the outputs.
+
+An attempt costs 3 (rosenbrock23) or 6 (rodas4) evaluations of f and one Jacobian (``stats["jacobians"]``; one
+vmapped backward pass from dim 3 on, dim passes below), so these methods pay where explicit pairs are held to tiny
+steps by stability rather than accuracy (``benchmarks/stiff.py``). Under gradients J is built with ``create_graph``
+so that the backward pass differentiates the discrete steps exactly (discretise-then-optimise), second derivatives
+of f included. ODEs only; the batch advances together (one host read an attempt), finished samples held in place
+by masks.
 """
 from __future__ import annotations
 
 import math
 import types
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -50,18 +64,57 @@ _OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", 
 _SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
 
 
+@dataclass(frozen=True)
+class RosenbrockTableau:
+    """A Rosenbrock method in the form of the module docstring: γ, per stage α_i and γ_i, strictly lower-triangular
+    a and c (row i holds j < i), the solution weights m and the error weights e; ``dense``: the stage weights of
+    D2 and D3 in the continuous extension y(t + θh) = (1 − θ) y + θ (y_new + (1 − θ)(D2 + θ D3)); ``order``: the
+    error estimate's local order (the controller's exponent is 1/order)."""
+
+    name: str
+    order: int
+    gamma: float
+    alpha: tuple[float, ...]
+    gammas: tuple[float, ...]
+    a: tuple[tuple[float, ...], ...]
+    c: tuple[tuple[float, ...], ...]
+    m: tuple[float, ...]
+    e: tuple[float, ...]
+    dense: tuple[tuple[float, ...], tuple[float, ...]]
+
+
+_A6 = (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.687886036105895)
+RODAS4 = RosenbrockTableau(  # Hairer & Wanner, HNW II §VI.4, Table 4.2 ("RODAS"), as in their rodas.f
+    name="rodas4", order=4, gamma=0.25,
+    alpha=(0.0, 0.386, 0.21, 0.63, 1.0, 1.0),
+    gammas=(0.25, -0.1043, 0.1035, -0.03620000000000023, 0.0, 0.0),
+    a=((), (1.544,), (0.9466785280815826, 0.2557011698983284),
+       (3.314825187068521, 2.896124015972201, 0.9986419139977817), _A6, _A6 + (1.0,)),
+    c=((), (-5.6688,), (-2.430093356833875, -0.2063599157091915),
+       (-0.1073529058151375, -9.594562251023355, -20.47028614809616),
+       (7.496443313967647, -10.24680431464352, -33.99990352819905, 11.70890893206160),
+       (8.083246795921522, -7.981132988064893, -31.52159432874371, 16.31930543123136, -6.058818238834054)),
+    m=_A6 + (1.0, 1.0), e=(0.0, 0.0, 0.0, 0.0, 0.0, 1.0),
+    dense=((10.12623508344586, -7.487995877610167, -34.80091861555747, -7.992771707568823, 1.025137723295662),
+           (-0.6762803392801253, 6.087714651680015, 16.43084320892478, 24.76722511418386, -6.594389125716872)))
+
+
 class _Rosenbrock:
     """The per-sample loop for one system, input path and option set."""
 
     def __init__(self, system: System, y0: Tensor, sizes: list[int], times: list[float], path: InputPath | None,
-                 opts, tstops, jump_times):
+                 opts, tstops, jump_times, tableau: RosenbrockTableau | None = None):
         self.system, self.sizes, self.opts, self.path = system, sizes, opts, path
+        self.tableau = tableau  # None: rosenbrock23
+        self.m = 2 if tableau is None else 3  # the interpolant's degree
+        self.exponent = 1.0 / (3 if tableau is None else tableau.order)
+        self.name = "rosenbrock23" if tableau is None else tableau.name
         self.batch, self.dim = y0.shape
         self.dtype, self.device = y0.dtype, y0.device
         self.t0, self.t_end = times[0], times[-1]
         time = dict(dtype=torch.float64, device=self.device)
         if path is not None and not isinstance(path, (Hold, Linear, FunctionInput)):
-            raise TypeError(f"u: rosenbrock23 takes hold, linear or callable inputs, got {type(path).__name__}")
+            raise TypeError(f"u: {self.name} takes hold, linear or callable inputs, got {type(path).__name__}")
         scale = abs(self.t0) + abs(self.t_end)
         breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, (), 2, tol=64 * math.ulp(scale))
         self.kinks = breakpoints.kinks
@@ -165,7 +218,7 @@ class _Rosenbrock:
         f_start = self.field(t, y0, held)
         h = self.initial_step(y0, f_start, held)
         y = y0
-        last = (t, torch.ones_like(t), y0, y0.new_zeros(batch, self.dim * 2))  # a piece ending at t0 (θ = 0: y0)
+        last = (t, torch.ones_like(t), y0, y0.new_zeros(batch, self.dim * self.m))  # a piece ending at t0 (θ = 0: y0)
         pieces = [(*last, t)]
         while True:
             active = (code == _SUCCESS) & (t < self.t_end)
@@ -181,12 +234,13 @@ class _Rosenbrock:
             first = torch.where(self.start_jump.index_select(0, landing) & (t == self.landing.index_select(
                 0, (landing - 1).clamp_min(0))) & (landing > 0), torch.nextafter(t, t_new), t)
             end = torch.where(lands & self.end_jump.index_select(0, landing), torch.nextafter(t_new, t), t_new)
-            y_new, err, coef, finite = self.attempt(t, first, end, step, y, held, track)
+            attempt = self.attempt if self.tableau is None else self.attempt_tableau
+            y_new, err, coef, finite = attempt(t, first, end, step, y, held, track)
             scale = torch.maximum(y.abs(), y_new.abs()).detach() * opts.rtol + opts.atol
             ratio = (err.detach() / scale).square().mean(1).double().sqrt()
             ratio = torch.where(finite & torch.isfinite(ratio), ratio, torch.inf)
             accept = active & (ratio <= 1.0)
-            factor = (opts.safety * ratio.clamp_min(1e-10) ** (-1.0 / 3.0)).clamp(opts.factor_min, opts.factor_max)
+            factor = (opts.safety * ratio.clamp_min(1e-10) ** -self.exponent).clamp(opts.factor_min, opts.factor_max)
             factor = torch.where(accept, factor, factor.clamp_max(1.0))
             h_next = torch.where(active, (step * factor).clamp_max(self.dt_max), h)
             rejected = active & ~accept
@@ -206,7 +260,7 @@ class _Rosenbrock:
         start, length, base, coef, end = (torch.stack(x) for x in zip(*pieces))
         count = start.shape[0]
         dense = DenseOutput(start, length, end, base.reshape(count * batch, self.dim),
-                            coef.reshape(count * batch, self.dim * 2), self.sizes)
+                            coef.reshape(count * batch, self.dim * self.m), self.sizes)
         dense.kinks = self.kinks
         return dense, code, {"steps": steps, "accepted": accepted, "rejected": steps - accepted, "t_final": t}
 
@@ -231,30 +285,61 @@ class _Rosenbrock:
         finite = (info == 0) & torch.isfinite(y_new).all(1) & torch.isfinite(err).all(1)
         return y_new, err, coef, finite
 
+    def attempt_tableau(self, t: Tensor, first: Tensor, end: Tensor, step: Tensor, y: Tensor, held: Tensor | None,
+                        track: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One step of the tableau's method (see the module docstring): y_new, err, its continuous extension's
+        coefficients (C1, C2, C3) as (batch, dim 3), and whether the linear solves were finite."""
+        tab = self.tableau
+        f0, jac, dfdt = self.linearise(first, y, held, track)
+        h = step.to(self.dtype).unsqueeze(1)
+        hg = h * tab.gamma
+        lu, pivots, info = torch.linalg.lu_factor_ex(self.eye - hg.unsqueeze(2) * jac)
+        solve = lambda rhs: torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
+        slope = h * h * dfdt
+        stages = []
+        for i, (alpha, gamma_i) in enumerate(zip(tab.alpha, tab.gammas)):
+            if i == 0:
+                value = f0
+            else:
+                when = end if alpha == 1.0 else t + alpha * step
+                value = self.field(when, y + sum(a * k for a, k in zip(tab.a[i], stages)), held)
+            rhs = hg * value + tab.gamma * sum((c * k for c, k in zip(tab.c[i], stages)), torch.zeros_like(y))
+            if gamma_i:
+                rhs = rhs + (tab.gamma * gamma_i) * slope
+            stages.append(solve(rhs))
+        y_new = y + sum(m * k for m, k in zip(tab.m, stages) if m)
+        err = sum(e * k for e, k in zip(tab.e, stages) if e)
+        d2, d3 = (sum(w * k for w, k in zip(weights, stages)) for weights in tab.dense)
+        coef = torch.stack([y_new - y + d2, d3 - d2, -d3], -1)  # the continuous extension in powers of θ
+        finite = (info == 0) & torch.isfinite(y_new).all(1) & torch.isfinite(err).all(1)
+        return y_new, err, coef.reshape(y.shape[0], -1), finite
+
 
 def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Tensor, times: list[float],
                          path: InputPath | None, history=None, tstops=(), jump_times=(), dense: bool = False,
-                         **options) -> Solution:
-    """Solve a stiff ODE with ``rosenbrock23`` (see the module docstring). Options: ``rtol`` (1e-6), ``atol``
-    (1e-8), ``max_steps`` (10 000 attempts per sample), ``first_step``, ``dt_min``, ``dt_max``, ``safety`` (0.9),
-    ``factor_min`` (0.2), ``factor_max`` (5)."""
+                         tableau: RosenbrockTableau | None = None, **options) -> Solution:
+    """Solve a stiff ODE with ``rosenbrock23`` (``tableau`` None) or a Rosenbrock tableau (see the module
+    docstring). Options: ``rtol`` (1e-6), ``atol`` (1e-8), ``max_steps`` (10 000 attempts per sample),
+    ``first_step``, ``dt_min``, ``dt_max``, ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (5)."""
+    name = "rosenbrock23" if tableau is None else tableau.name
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
-        raise TypeError(f"solve: unexpected options {unknown} for method 'rosenbrock23'; expected some of "
+        raise TypeError(f"solve: unexpected options {unknown} for method {name!r}; expected some of "
                         f"{list(_OPTION_NAMES)}")
     if system.is_delay:
-        raise ValueError(f"method: rosenbrock23 solves ODEs; {type(system).__name__} is a delay system (use dopri5, "
+        raise ValueError(f"method: {name} solves ODEs; {type(system).__name__} is a delay system (use dopri5, "
                          f"tsit5, bosh3 or a fixed-step method)")
     if history is not None:
         raise ValueError(f"history: {type(system).__name__} declares no delays")
     options.setdefault("factor_max", 5.0)
-    opts = _Options(types.SimpleNamespace(order=2, embedded_order=2), **options)
+    order = 2 if tableau is None else tableau.order
+    opts = _Options(types.SimpleNamespace(order=order, embedded_order=order), **options)
     dtypes = {x.dtype for x in state}
     if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
-        raise TypeError(f"y0: rosenbrock23 needs floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
+        raise TypeError(f"y0: {name} needs floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
     sizes = [x.shape[1] for x in state]
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
-    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times)
+    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times, tableau)
     track = torch.is_grad_enabled() and (y0.requires_grad or _records_gradient(solver, y0))
     pieces, code, stats = solver.run(y0, track)
     outputs = [y0.unsqueeze(1)]
@@ -262,10 +347,22 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
         later = torch.tensor(times[1:], dtype=torch.float64, device=y0.device).expand(y0.shape[0], -1)
         outputs.append(pieces.at(later, unreached=not bool((code == _SUCCESS).all())))
     ys = torch.cat(outputs, 1)
-    stats["nfe"] = 1 + (solver.opts.first_step is None) + 3 * stats["steps"]  # f(t0), the probe, 3 an attempt
+    per_attempt = 3 if tableau is None else len(tableau.alpha)  # one evaluation a stage
+    stats["nfe"] = 1 + (solver.opts.first_step is None) + per_attempt * stats["steps"]  # f(t0) and the probe too
     stats["jacobians"] = stats["steps"]
     return Solution(ts=t_tensor, ys=tuple(ys.split(sizes, -1)) if len(sizes) > 1 else (ys,), blocks=system.blocks,
                     stats=stats, status=code, dense_output=pieces if dense else None)
+
+
+def _driver(tableau: RosenbrockTableau | None):
+    def driver(system, state, t_tensor, times, path, history=None, tstops=(), jump_times=(), dense=False, **options):
+        return integrate_rosenbrock(system, state, t_tensor, times, path, history, tstops, jump_times, dense,
+                                    tableau, **options)
+    return driver
+
+
+# name -> driver(system, y0, t_tensor, times, path, history=None, **options) -> Solution
+ROSENBROCK_METHODS = {"rosenbrock23": _driver(None), "rodas4": _driver(RODAS4)}
 
 
 def _records_gradient(solver: _Rosenbrock, y0: Tensor) -> bool:

@@ -21,13 +21,13 @@ from .grid import as_times
 from .history import SolutionHistory, delay_values
 from .inputs import InputPath
 from .problem import prepare
-from .rosenbrock import integrate_rosenbrock
+from .rosenbrock import ROSENBROCK_METHODS
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
 from .solution import Solution, SolveError, Status
 
 
 # adaptive methods for stiff ODEs, with their own loop (the explicit pairs' share ADAPTIVE_METHODS' one)
-STIFF_METHODS = {"rosenbrock23": integrate_rosenbrock}
+STIFF_METHODS = ROSENBROCK_METHODS
 
 
 def available_methods() -> list[str]:
@@ -64,8 +64,8 @@ def solve(
     ``interpolation`` ("hold": u_n acts on (t_{n−1}, t_n]; "linear"), or a callable u(t).
     Fixed-step methods (``euler``, ``midpoint``, ``heun``, ``rk4``, ``imex``, ``imex-implicit``,
     ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``: the explicit pairs
-    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs ``rosenbrock23`` (linearly implicit, L-stable, J by autograd:
-    see :mod:`odelab.solvers.rosenbrock`).
+    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs the linearly implicit ``rodas4`` and ``rosenbrock23``
+    (L-stable, J by autograd: see :mod:`odelab.solvers.rosenbrock`).
     Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
     that this one continues; default: constant y0).
 

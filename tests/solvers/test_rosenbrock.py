@@ -1,4 +1,5 @@
-"""``rosenbrock23`` (Shampine & Reichelt's Rosenbrock triple) for stiff ODEs. References: closed forms (decay, the
+"""``rosenbrock23`` (Shampine & Reichelt's Rosenbrock triple) and ``rodas4`` (Hairer & Wanner's RODAS) for stiff
+ODEs. References: closed forms (decay, the
 Prothero–Robinson problem, a piecewise-exponential solution under a hold input), scipy's Radau at tight tolerances
 (an independent implicit solver), the empirical convergence order at fixed steps, and gradients by hand."""
 import math
@@ -12,6 +13,7 @@ import odelab
 from odelab.systems import VanDerPol
 
 F64 = torch.float64
+METHODS = ["rosenbrock23", "rodas4"]
 
 
 def forced(t, y):
@@ -19,9 +21,11 @@ def forced(t, y):
     return torch.cat([-y[:, :1] + torch.sin(t), -2 * y[:, 1:] + y[:, :1] ** 2], 1)
 
 
-def test_order_two_at_fixed_steps_and_for_the_interpolant():
-    """Steps held at h (dt_max = first_step = h, tolerances that accept everything): the error at t = 2 and the
-    dense output's between the steps fall as h² (slope of log error against log h within 0.15 of 2)."""
+@pytest.mark.parametrize("method,order,dense_order", [("rosenbrock23", 2, 2), ("rodas4", 4, 3)])
+def test_order_at_fixed_steps_and_for_the_interpolant(method, order, dense_order):
+    """Steps held at h (dt_max = first_step = h, tolerances that accept everything): the error at t = 2 falls as
+    h^order (slope of log error against log h within 0.15; T enters), the dense output's between the steps at least
+    as h^dense_order (RODAS's continuous extension is of order 3)."""
     y0 = torch.tensor([[1.0, 0.5]], dtype=F64)
     queries = torch.linspace(0.03, 1.97, 40, dtype=F64)
     grid = torch.cat([torch.zeros(1, dtype=F64), queries, torch.tensor([2.0], dtype=F64)])
@@ -30,22 +34,25 @@ def test_order_two_at_fixed_steps_and_for_the_interpolant():
     steps = [0.2, 0.1, 0.05, 0.025]
     end, between = [], []
     for h in steps:
-        sol = odelab.solve(forced, y0, [0.0, 2.0], method="rosenbrock23", first_step=h, dt_max=h, rtol=1e3, atol=1e3,
+        sol = odelab.solve(forced, y0, [0.0, 2.0], method=method, first_step=h, dt_max=h, rtol=1e3, atol=1e3,
                            dense=True)
         assert int(sol.stats["rejected"]) == 0
         end.append(np.abs(sol.y[0, -1].numpy() - ref[-1]).max())
         between.append(np.abs(sol.evaluate(queries)[0][0].numpy() - ref[1:-1]).max())
-    for errors in (end, between):
-        assert abs(np.polyfit(np.log(steps), np.log(errors), 1)[0] - 2.0) < 0.15
+    assert abs(np.polyfit(np.log(steps), np.log(end), 1)[0] - order) < 0.15
+    assert np.polyfit(np.log(steps), np.log(between), 1)[0] > dense_order - 0.15
 
 
-def test_prothero_robinson_takes_large_steps_where_dopri5_is_held_by_stability():
+@pytest.mark.parametrize("method", METHODS)
+def test_prothero_robinson_takes_large_steps_where_dopri5_is_held_by_stability(method):
     """y' = λ (y − cos t) − sin t, λ = −10⁶, y = cos t + (y0 − 1) e^(λt): L-stability lets the steps follow cos t
-    (a few hundred at rtol 1e-4), while the explicit pair's steps stay below its stability bound ~3.3 / |λ|."""
+    (a few hundred at rtol 1e-4), while the explicit pair's steps stay below its stability bound ~3.3 / |λ|. The
+    steps land on the output times (tstops): rodas4's steps grow to ~5 here, longer than its cubic continuous
+    extension can follow cos t between them."""
     lam = -1e6
     f = lambda t, y: lam * (y - torch.cos(t)) - torch.sin(t)
     t = torch.linspace(0.0, 10.0, 41, dtype=F64)
-    sol = odelab.solve(f, torch.tensor([[2.0], [1.0]], dtype=F64), t, method="rosenbrock23", rtol=1e-4, atol=1e-7)
+    sol = odelab.solve(f, torch.tensor([[2.0], [1.0]], dtype=F64), t, method=method, rtol=1e-4, atol=1e-7, tstops=t)
     exact = torch.cos(t) + torch.exp(lam * t) * torch.tensor([[1.0], [0.0]], dtype=F64)
     torch.testing.assert_close(sol.y[:, :, 0], exact, atol=2e-4, rtol=0)
     assert int(sol.stats["steps"].max()) < 1000 and sol.success.all()
@@ -53,13 +60,14 @@ def test_prothero_robinson_takes_large_steps_where_dopri5_is_held_by_stability()
     assert int(explicit.stats["steps"]) > 0.01 * 1e6 / 3.3 * 0.5
 
 
-def test_stiff_van_der_pol_against_radau():
+@pytest.mark.parametrize("method", METHODS)
+def test_stiff_van_der_pol_against_radau(method):
     """μ = 1000 through the first relaxation jump (t ≤ 1000), a batch of two starting points, the odelab System:
     within 2e-3 of scipy's Radau at rtol 1e-10 at every output time (rtol 1e-5 here), in a few thousand steps (the
     explicit pairs need ~10⁶ on this span)."""
     t = np.linspace(0.0, 1000.0, 6)
     y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
-    sol = odelab.solve(VanDerPol(mu=1000.0), torch.tensor(y0), torch.tensor(t), method="rosenbrock23", rtol=1e-5,
+    sol = odelab.solve(VanDerPol(mu=1000.0), torch.tensor(y0), torch.tensor(t), method=method, rtol=1e-5,
                        atol=1e-7)
     assert sol.success.all() and int(sol.stats["steps"].max()) < 3000
     for b in range(2):
@@ -68,13 +76,14 @@ def test_stiff_van_der_pol_against_radau():
         assert np.abs(sol.y[b].numpy() - ref).max() < 2e-3
 
 
-def test_hold_input_breakpoints():
+@pytest.mark.parametrize("method", METHODS)
+def test_hold_input_breakpoints(method):
     """y' = −50 (y − u) with u = 0, 1, −1 held on (0, 0.3], (0.3, 0.7], (0.7, 1]: the exact piecewise exponential;
     the steps land on the sample times (a jump of f there)."""
     u = torch.tensor([[[0.0], [0.0], [1.0], [-1.0]]], dtype=F64)
     knots = [0.0, 0.3, 0.7, 1.0]
     sol = odelab.solve(lambda t, y, v: -50 * (y - v), torch.ones(1, 1, dtype=F64), knots, u=u, u_times=knots,
-                       method="rosenbrock23", rtol=1e-6, atol=1e-8)
+                       method=method, rtol=1e-6, atol=1e-8)
     y, expected = 1.0, [1.0]
     for (a, b), level in zip(zip(knots, knots[1:]), (0.0, 1.0, -1.0)):
         y = level + (y - level) * math.exp(-50 * (b - a))
@@ -82,18 +91,19 @@ def test_hold_input_breakpoints():
     torch.testing.assert_close(sol.y[0, :, 0], torch.tensor(expected, dtype=F64), atol=1e-5, rtol=0)
 
 
-def test_gradients_through_the_steps():
+@pytest.mark.parametrize("method", METHODS)
+def test_gradients_through_the_steps(method):
     """y' = −k y: d y(2)/dk = −2 y0 e^(−2k), d y(2)/dy0 = e^(−2k); and a linear input's time derivative enters T:
     y' = u(t) with u linear from 0 to 1 over [0, 1] integrates to t²/2 exactly for a second-order method."""
     k = torch.tensor(0.7, dtype=F64, requires_grad=True)
     y0 = torch.tensor([[1.0], [2.0]], dtype=F64, requires_grad=True)
-    sol = odelab.solve(lambda t, y: -k * y, y0, [0.0, 2.0], method="rosenbrock23", rtol=1e-7, atol=1e-9)
+    sol = odelab.solve(lambda t, y: -k * y, y0, [0.0, 2.0], method=method, rtol=1e-7, atol=1e-9)
     grad_k, grad_y0 = torch.autograd.grad(sol.y[:, -1, 0].sum(), (k, y0))
     assert grad_k.item() == pytest.approx(-2 * 3.0 * math.exp(-1.4), rel=1e-4)
     torch.testing.assert_close(grad_y0[:, 0], torch.full((2,), math.exp(-1.4), dtype=F64), rtol=1e-4, atol=0)
     ramp = torch.tensor([[[0.0], [1.0]]], dtype=F64)
     sol = odelab.solve(lambda t, y, v: v, torch.zeros(1, 1, dtype=F64), [0.0, 1.0], u=ramp, interpolation="linear",
-                       method="rosenbrock23")
+                       method=method)
     assert sol.y[0, -1, 0].item() == pytest.approx(0.5, abs=1e-12)
 
 
@@ -106,7 +116,8 @@ def test_no_graph_without_gradients_and_float32():
     assert not plain.y.requires_grad  # nothing asked for a gradient: no graph was recorded
 
 
-def test_failures_events_and_backwards():
+@pytest.mark.parametrize("method", METHODS)
+def test_failures_events_and_backwards(method):
     """y' = y² from 1 blows up at t = 1: that sample fails (its steps shrink until max_steps), the other succeeds;
     an event stops at
     y = 10 (t = 0.9) before the blow-up; y' = y solved backwards from 0 to −1 gives e^(−1)."""
