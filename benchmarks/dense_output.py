@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,19 +37,12 @@ from scipy.integrate import solve_ivp
 import odelab
 from odelab.systems import FitzHughNagumo
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import median_time, one_xla_thread  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
 RTOL, ATOL, END, CHECKED = 1e-6, 1e-8, 100.0, 32
-
-
-def median_time(fn, repeats: int) -> tuple[float, object]:
-    out = fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
 
 
 def fhn_numpy(system: FitzHughNagumo):
@@ -127,10 +120,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "dense_output.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if not args.no_diffrax and args.threads == 1:  # before jax is imported: XLA on one CPU thread too
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "intra_op_parallelism_threads" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+    if not args.no_diffrax and args.threads == 1:
+        one_xla_thread()
     generator = torch.Generator().manual_seed(0)
     c = torch.rand(args.batch, generator=generator, dtype=F64) * 2 - 1
     y0 = torch.stack([c, torch.zeros_like(c)], -1)

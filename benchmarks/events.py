@@ -25,9 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
-import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -38,20 +37,14 @@ from scipy.optimize import brentq
 
 import odelab
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import median_time, one_xla_thread  # noqa: E402
+
+
 RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
 G, C, RTOL, ATOL, END = 9.81, 0.35, 1e-8, 1e-10, 5.0
 TORCHDIFFEQ_SAMPLES, SCIPY_SAMPLES = 16, 32
-
-
-def median_time(fn, repeats: int) -> tuple[float, object]:
-    out = fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
 
 
 def reference(x0: np.ndarray, v0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,10 +158,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "events.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if not args.no_diffrax and args.threads == 1:  # before jax is imported: XLA on one CPU thread too
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "intra_op_parallelism_threads" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+    if not args.no_diffrax and args.threads == 1:
+        one_xla_thread()
     generator = torch.Generator().manual_seed(0)
     x0 = 1 + 3 * torch.rand(args.batch, generator=generator, dtype=F64)
     v0 = -1 + 4 * torch.rand(args.batch, generator=generator, dtype=F64)

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -38,20 +37,14 @@ from scipy.integrate import solve_ivp
 
 import odelab
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import median_time, one_xla_thread  # noqa: E402
+
+
 RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
 RTOL, ATOL, END, SCIPY_SAMPLES, EXPLICIT_SPAN = 1e-4, 1e-10, 1e5, 8, 10.0
 TIMES = np.concatenate([[0.0], np.logspace(-5, 5, 20)])
-
-
-def median_time(fn, repeats: int) -> tuple[float, object]:
-    out = fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
 
 
 def robertson(k1):
@@ -149,10 +142,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "stiff.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if not args.no_diffrax and args.threads == 1:  # before jax is imported: XLA on one CPU thread too
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "intra_op_parallelism_threads" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+    if not args.no_diffrax and args.threads == 1:
+        one_xla_thread()
     generator = torch.Generator().manual_seed(0)
     rates = 0.04 * (0.5 + 1.5 * torch.rand(args.batch, generator=generator, dtype=F64))
     truth = np.stack([solve_ivp(robertson_numpy(k), (0.0, END), [1.0, 0.0, 0.0], method="Radau", rtol=1e-10,

@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .blocks import ByBlock
 from .dense import DenseOutput
 from .tableau import horner
 
@@ -36,7 +37,7 @@ _MAX_ITERATIONS = 200  # a bound: the bracket halves at least every other iterat
 
 
 @dataclass
-class Event:
+class Event(ByBlock):
     """Where each sample's event happened: ``t`` (batch,) the time (NaN where none), ``ys`` one tensor per state
     block (batch, size) (NaN where none), ``happened`` (batch,) bool, ``which`` (batch,) the component of g that
     crossed (−1 where none). Index by block name; ``event.y`` is the state of a one-block system."""
@@ -46,18 +47,6 @@ class Event:
     happened: Tensor
     which: Tensor
     blocks: tuple[str, ...]
-
-    def __getitem__(self, name: str) -> Tensor:
-        try:
-            return self.ys[self.blocks.index(name)]
-        except ValueError:
-            raise KeyError(f"no block {name!r}; blocks are {list(self.blocks)}") from None
-
-    @property
-    def y(self) -> Tensor:
-        if len(self.ys) != 1:
-            raise AttributeError(f"the event's state has blocks {list(self.blocks)}; index it by name")
-        return self.ys[0]
 
 
 def check_event(event, direction) -> None:

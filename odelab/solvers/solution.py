@@ -7,6 +7,7 @@ from enum import IntEnum
 import torch
 from torch import Tensor
 
+from .blocks import ByBlock
 from .dense import DenseOutput
 from .events import Event
 
@@ -29,7 +30,7 @@ class SolveError(RuntimeError):
 
 
 @dataclass
-class Solution:
+class Solution(ByBlock):
     """``ts`` (len(t),); ``ys`` one tensor per state block, batch first ``(batch, len(t), size)``;
     ``stats`` per-sample tensors (``steps``, ``accepted``, ``rejected``, ``nfe``); ``status`` per-sample
     :class:`Status` codes. Index by block name (``sol["y"]``); ``sol.y`` is the state of a one-block system.
@@ -53,18 +54,6 @@ class Solution:
             raise ValueError("evaluate: this solution keeps its output times only; solve with dense=True to "
                              "evaluate it between them")
         return self.dense_output.evaluate(t)
-
-    def __getitem__(self, name: str) -> Tensor:
-        try:
-            return self.ys[self.blocks.index(name)]
-        except ValueError:
-            raise KeyError(f"no block {name!r}; blocks are {list(self.blocks)}") from None
-
-    @property
-    def y(self) -> Tensor:
-        if len(self.ys) != 1:
-            raise AttributeError(f"solution has blocks {list(self.blocks)}; index it by name")
-        return self.ys[0]
 
     @property
     def success(self) -> Tensor:

@@ -75,6 +75,10 @@ def test_free_fall_landing(method, options):
     torch.testing.assert_close(grads[0][:, 0], 1 / root, atol=1e-10, rtol=0)
     torch.testing.assert_close(grads[1][:, 0], (1 + v / root) / g, atol=1e-10, rtol=0)
     torch.testing.assert_close(grads[2], (x / (g * root) - (v + root) / g ** 2).sum(), atol=1e-10, rtol=0)
+    with pytest.raises(KeyError, match=r"no block 'q'; blocks are \['x', 'v'\]"):
+        sol.event["q"]
+    with pytest.raises(AttributeError, match="event has blocks"):
+        sol.event.y
     impact = torch.autograd.grad(sol.event["v"].sum(), (x0,))[0]
     torch.testing.assert_close(impact[:, 0], -g / root, atol=1e-10, rtol=0)
 
