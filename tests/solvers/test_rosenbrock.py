@@ -152,26 +152,31 @@ def test_max_steps_and_bad_arguments():
     assert "rosenbrock23" in odelab.solvers.available_methods()
 
 
-def test_the_vmapped_jacobian_equals_the_row_by_row_one():
-    """dim 5 (J by one vmapped backward pass) against the same solve with J row by row: the same steps and values,
-    and the same gradient through create_graph's Jacobians."""
+def test_the_three_ways_to_the_jacobian_agree():
+    """dim 5 under gradients: J by forward-mode tangents (the default there), by one vmapped backward pass and
+    row by row: the same steps and values, and the same gradient through the Jacobians' graphs."""
     from odelab.solvers import rosenbrock
     weight = torch.randn(5, 5, dtype=F64, generator=torch.Generator().manual_seed(0)) / 3
     k = torch.tensor(0.5, dtype=F64, requires_grad=True)
     f = lambda t, y: torch.tanh(y @ weight.T) * torch.cos(t) - 30 * k * y
     y0 = torch.randn(3, 5, dtype=F64, generator=torch.Generator().manual_seed(1))
     results = []
-    for batched in (True, False):
+    for forward_mode, batched in ((True, True), (False, True), (False, False)):
         with pytest.MonkeyPatch.context() as patch:
             init = rosenbrock._Rosenbrock.__init__
-            patch.setattr(rosenbrock._Rosenbrock, "__init__",
-                          lambda self, *a, **kw: (init(self, *a, **kw), setattr(self, "batched", batched))[0])
-            sol = odelab.solve(f, y0, [0.0, 1.0], method="rosenbrock23", rtol=1e-5, atol=1e-7)
+
+            def configured(self, *a, **kw):
+                init(self, *a, **kw)
+                self.forward_mode, self.batched = forward_mode, batched
+
+            patch.setattr(rosenbrock._Rosenbrock, "__init__", configured)
+            sol = odelab.solve(f, y0, [0.0, 1.0], method="rodas4", rtol=1e-5, atol=1e-7)
             results.append((sol.y[:, -1], sol.stats["steps"], torch.autograd.grad(sol.y[:, -1].sum(), k)[0]))
-    (y_a, steps_a, grad_a), (y_b, steps_b, grad_b) = results
-    assert torch.equal(steps_a, steps_b)
-    torch.testing.assert_close(y_a, y_b, rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(grad_a, grad_b, rtol=1e-10, atol=1e-14)
+    y_a, steps_a, grad_a = results[0]
+    for y_b, steps_b, grad_b in results[1:]:
+        assert torch.equal(steps_a, steps_b)
+        torch.testing.assert_close(y_a, y_b, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(grad_a, grad_b, rtol=1e-10, atol=1e-14)
 
 
 @pytest.mark.parametrize("method", METHODS)
