@@ -10,7 +10,7 @@ step whose end value has crossed the value before it: the sign changed from a no
 rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting on g = 0 is no
 event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
 
-Location: the Illinois method (regula falsi with the retained end's value halved, bisection where it stalls) on
+Location: the Illinois method (Dowell & Jarratt 1971: regula falsi with the retained end's value halved; bisection where it stalls) on
 θ ∈ [0, 1] of that step's interpolant P, to a bracket of a few float64 ulps of the time, the time on the crossed
 side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
 function theorem)
