@@ -73,7 +73,8 @@ def odelab_row(x0: torch.Tensor, v0: torch.Tensor, repeats: int) -> dict:
 
     forward_s, (times, _, sol) = median_time(lambda: landing(False), repeats)
     backward_s, (_, slope, _) = median_time(lambda: landing(True), repeats)
-    return {"forward_s": forward_s, "forward_backward_s": backward_s, "steps_median": float(sol.stats["steps"].double().median()),
+    return {"forward_s": forward_s, "forward_backward_s": backward_s,
+            "steps_median": float(sol.stats["steps"].double().median()),
             "times": times.numpy(), "slopes": slope.numpy()}
 
 

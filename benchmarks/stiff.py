@@ -20,7 +20,8 @@ Ways to solve it at rtol 1e-4 / atol 1e-10 (y2 peaks at 3.6e-5), medians of ``--
   t ≤ 10 only (1e-4 of the span), its steps and time reported.
 
 Error: the max over samples and times of |y − y_ref| / (|y_ref| + 1e-6) for y1, 1e4 y2 and y3 (y2 on the scale
-HNW plot it at), y_ref from scipy's Radau at rtol 1e-10 / atol 1e-14. Ratios are odelab's rodas4 over each anchor. JSON to ``--out``.
+HNW plot it at), y_ref from scipy's Radau at rtol 1e-10 / atol 1e-14. Ratios are odelab's rodas4 over each
+anchor. JSON to ``--out``.
 """
 from __future__ import annotations
 

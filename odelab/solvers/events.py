@@ -10,9 +10,9 @@ step whose end value has crossed the value before it: the sign changed from a no
 rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting on g = 0 is no
 event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
 
-Location: the Illinois method (Dowell & Jarratt 1971: regula falsi with the retained end's value halved; bisection where it stalls) on
-θ ∈ [0, 1] of that step's interpolant P, to a bracket of a few float64 ulps of the time, the time on the crossed
-side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
+Location: the Illinois method (Dowell & Jarratt 1971: regula falsi with the retained end's value halved; bisection
+where it stalls) on θ ∈ [0, 1] of that step's interpolant P, to a bracket of a few float64 ulps of the time, the
+time on the crossed side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
 function theorem)
 
     dt*/dp = −(∂g/∂p + ∂g/∂y ∂P/∂p) / (∂g/∂t + ∂g/∂y P'(t*)),
@@ -61,7 +61,8 @@ class _Condition:
     """g evaluated on flat states (B, dim) at solver times (B,), checked once, as (B, k)."""
 
     def __init__(self, event: Callable, sizes: list[int], function: bool, backwards: bool, batch: int):
-        self.event, self.sizes, self.function, self.sign, self.batch = event, sizes, function, -1.0 if backwards else 1.0, batch
+        self.event, self.sizes, self.function, self.batch = event, sizes, function, batch
+        self.sign = -1.0 if backwards else 1.0
         self.checked = False
 
     def __call__(self, s: Tensor, y: Tensor) -> Tensor:
@@ -104,8 +105,9 @@ def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction
         times = torch.full(found.shape, torch.inf, dtype=torch.float64, device=y0.device)
         for j in range(found.shape[1]):
             if bool(found[:, j].any()):
-                times[:, j] = _root(dense, g, piece[:, j], values[piece[:, j], rows, j], values[piece[:, j] + 1, rows, j],
-                                     found[:, j], j, direction, rows)
+                first = piece[:, j]
+                times[:, j] = _root(dense, g, first, values[first, rows, j], values[first + 1, rows, j], found[:, j], j,
+                                     direction, rows)
         times = torch.where(found, times, torch.inf)
         s_star, which = times.min(1)
         happened = found.any(1)

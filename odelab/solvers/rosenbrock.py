@@ -40,8 +40,8 @@ steps by stability rather than accuracy (``benchmarks/stiff.py``). Under gradien
 tangents of f (one vmapped ``torch.func.jvp``), recorded by autograd, so that the backward pass differentiates the
 discrete steps exactly (discretise-then-optimise), second derivatives of f included; a backward pass from each
 step's F0 would make autograd's engine walk every earlier step's graph (Robertson at rtol 1e-6, 180 steps: 4.1 s
-→ 0.5 s a forward pass). ODEs only; the batch advances together (one host read an attempt), finished samples held in place
-by masks.
+→ 0.5 s a forward pass). ODEs only; the batch advances together (one host read an attempt), finished samples held
+in place by masks.
 """
 from __future__ import annotations
 
@@ -128,7 +128,8 @@ class _Rosenbrock:
         self.hold_index = None
         if isinstance(path, Hold):  # the sample driving the steps towards landing point k: u_n on (t_{n−1}, t_n]
             previous = torch.cat([torch.tensor([self.t0], **time), self.landing[:-1]])
-            self.hold_index = torch.searchsorted(path.time_tensor(), previous, right=True).clamp_max_(len(path.times) - 1)
+            index = torch.searchsorted(path.time_tensor(), previous, right=True)
+            self.hold_index = index.clamp_max_(len(path.times) - 1)
         self.linear_times = path.time_tensor() if isinstance(path, Linear) else None
         self.dt_max = opts.dt_max
         self.eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)

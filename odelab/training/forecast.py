@@ -23,11 +23,11 @@ def forecast(run: str | Path, csv: str | Path | None = None, context: int | None
              missing: str | None = None) -> dict:
     """The forecast of the ``odelab fit csv`` run folder ``run`` after the last row of ``csv`` (default: the run's
     own file; another file must hold the run's columns), its missing cells filled by ``missing`` ("error",
-    "previous", "linear"; default: as the run filled its own file): ``{"columns", "horizon", "rows": [H rows of the columns'
-    forecast values], "last": the file's last row, "history": its last rows (at least 100, for a figure),
+    "previous", "linear"; default: as the run filled its own file): ``{"columns", "horizon", "rows": [H rows of the
+    columns' forecast values], "last": the file's last row, "history": its last rows (at least 100, for a figure),
     "context", "file", "rows_read", "difference", "times": the rows' times ahead with a time column (else None),
-    "history_times": those of the history rows, "time": the column, "filled": the missing cells filled per column}``. ValueError (a
-    :class:`~odelab.training.saved.RunError` for the run) naming what does not fit."""
+    "history_times": those of the history rows, "time": the column, "filled": the missing cells filled per
+    column}``. ValueError (a :class:`~odelab.training.saved.RunError` for the run) naming what does not fit."""
     model, info = load_run(run)
     if info["task"] != "csv":
         raise RunError(f"{Path(run) / 'results.json'}: a run of the task {info['task']!r}; forecast reads runs of "
