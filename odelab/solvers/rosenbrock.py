@@ -109,7 +109,8 @@ class _Rosenbrock:
         self.system, self.sizes, self.opts, self.path = system, sizes, opts, path
         self.tableau = tableau  # None: rosenbrock23
         self.m = 2 if tableau is None else 3  # the interpolant's degree
-        self.exponent = 1.0 / (3 if tableau is None else tableau.order)
+        self.order = 2 if tableau is None else tableau.order  # of the solution (rodas4: 4, its estimate's too)
+        self.exponent = 1.0 / (self.order + 1 if tableau is None else tableau.order)
         self.name = "rosenbrock23" if tableau is None else tableau.name
         self.batch, self.dim = y0.shape
         self.dtype, self.device = y0.dtype, y0.device
@@ -131,7 +132,6 @@ class _Rosenbrock:
             index = torch.searchsorted(path.time_tensor(), previous, right=True)
             self.hold_index = index.clamp_max_(len(path.times) - 1)
         self.linear_times = path.time_tensor() if isinstance(path, Linear) else None
-        self.dt_max = opts.dt_max
         self.eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
         self.batched = self.dim > 2  # J by one vmapped backward pass (dim passes below that: as fast)
         self.forward_mode = True  # J by forward-mode tangents where the steps keep their graphs
@@ -215,10 +215,10 @@ class _Rosenbrock:
         return jac, dfdt
 
     def initial_step(self, y0: Tensor, f0: Tensor, held: Tensor | None) -> Tensor:
-        """Hairer's starting step per sample for order 2: h0 = 0.01 ‖y0‖/‖f0‖, an Euler probe,
-        h1 = (0.01 / max(‖f0‖, ‖f'‖))^(1/3), h = min(100 h0, h1) (per-sample RMS norms)."""
+        """Hairer's starting step per sample for the method's order p: h0 = 0.01 ‖y0‖/‖f0‖, an Euler probe,
+        h1 = (0.01 / max(‖f0‖, ‖f'‖))^(1/(p+1)), h = min(100 h0, h1) (per-sample RMS norms)."""
         opts = self.opts
-        cap = min(self.t_end - self.t0, self.dt_max, float(self.landing[0]) - self.t0)
+        cap = min(self.t_end - self.t0, self.opts.dt_max, float(self.landing[0]) - self.t0)
         t = torch.full((self.batch,), self.t0, dtype=torch.float64, device=self.device)
         if opts.first_step is not None:
             return torch.full_like(t, min(opts.first_step, cap))
@@ -231,18 +231,18 @@ class _Rosenbrock:
             f1 = self.field(t + h0, y0 + h0.to(self.dtype).unsqueeze(1) * f0, held)
             d2 = rms(f1 - f0) / h0
             top = torch.maximum(d1, d2)
-            h1 = torch.where(top <= 1e-15, (h0 * 1e-3).clamp_min(1e-6), (0.01 / top) ** (1.0 / 3.0))
+            h1 = torch.where(top <= 1e-15, (h0 * 1e-3).clamp_min(1e-6), (0.01 / top) ** (1.0 / (self.order + 1)))
             return torch.nan_to_num(torch.minimum(100 * h0, h1).clamp_max(cap), nan=cap)
 
-    def run(self, y0: Tensor, track: bool) -> tuple[DenseOutput, Tensor, dict]:
-        """Advance every sample to t_end: the pieces (one per attempt), the status and the statistics."""
+    def run(self, y0: Tensor, track: bool, f_start: Tensor) -> tuple[DenseOutput, Tensor, dict]:
+        """Advance every sample to t_end (``f_start``: f at t0, for the first step): the pieces (one per attempt),
+        the status and the statistics."""
         opts, batch = self.opts, self.batch
         t = torch.full((batch,), self.t0, dtype=torch.float64, device=self.device)
         landing = torch.zeros(batch, dtype=torch.int64, device=self.device)
         zeros = torch.zeros(batch, dtype=torch.int64, device=self.device)
         steps, accepted, code = zeros, zeros, zeros.clone()
         held = None if self.hold_index is None else self.path.at_indices(self.hold_index[landing])
-        f_start = self.field(t, y0, held)
         h = self.initial_step(y0, f_start, held)
         y = y0
         last = (t, torch.ones_like(t), y0, y0.new_zeros(batch, self.dim * self.m))  # a piece ending at t0 (θ = 0: y0)
@@ -269,7 +269,7 @@ class _Rosenbrock:
             accept = active & (ratio <= 1.0)
             factor = (opts.safety * ratio.clamp_min(1e-10) ** -self.exponent).clamp(opts.factor_min, opts.factor_max)
             factor = torch.where(accept, factor, factor.clamp_max(1.0))
-            h_next = torch.where(active, (step * factor).clamp_max(self.dt_max), h)
+            h_next = torch.where(active, (step * factor).clamp_max(opts.dt_max), h)
             rejected = active & ~accept
             lost = rejected & ((h_next <= opts.dt_min) | (t + h_next == t))
             steps = steps + active
@@ -367,8 +367,13 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
     sizes = [x.shape[1] for x in state]
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
     solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times, tableau)
-    track = torch.is_grad_enabled() and (y0.requires_grad or _records_gradient(solver, y0))
-    pieces, code, stats = solver.run(y0, track)
+    # f at t0 from y0's value alone: a gradient there comes from parameters (of the system, of a plain callable's
+    # closure, of the input), and then the steps keep their graphs
+    t0 = torch.full((y0.shape[0],), times[0], dtype=torch.float64, device=y0.device)
+    held = None if solver.hold_index is None else solver.path.at_indices(solver.hold_index[:1].expand(y0.shape[0]))
+    f_start = solver.field(t0, y0.detach(), held)
+    track = torch.is_grad_enabled() and (y0.requires_grad or f_start.requires_grad)
+    pieces, code, stats = solver.run(y0, track, f_start)
     outputs = [y0.unsqueeze(1)]
     if len(times) > 1:
         later = torch.tensor(times[1:], dtype=torch.float64, device=y0.device).expand(y0.shape[0], -1)
@@ -390,11 +395,3 @@ def _driver(tableau: RosenbrockTableau | None):
 
 # name -> driver(system, y0, t_tensor, times, path, history=None, **options) -> Solution
 ROSENBROCK_METHODS = {"rosenbrock23": _driver(None), "rodas4": _driver(RODAS4)}
-
-
-def _records_gradient(solver: _Rosenbrock, y0: Tensor) -> bool:
-    """Whether f at t0 records a gradient from y0's value alone (parameters of the system, of a plain callable's
-    closure or of the input): then the steps keep their graphs."""
-    t = torch.full((y0.shape[0],), solver.t0, dtype=torch.float64, device=y0.device)
-    held = None if solver.hold_index is None else solver.path.at_indices(solver.hold_index[:1].expand(y0.shape[0]))
-    return solver.field(t, y0.detach(), held).requires_grad
