@@ -12,7 +12,8 @@ seed 0), from (1, 0, 0) over t ∈ [0, 1e5], outputs at 21 log-spaced times, flo
 Ways to solve it at rtol 1e-4 / atol 1e-10 (y2 peaks at 3.6e-5), medians of ``--repeats``:
 
 - odelab ``rodas4`` and ``rosenbrock23``: one batched solve each (no gradient), and forward + backward of
-  Σ y3(t_end) to the rates;
+  Σ y3(t_end) to the rates; ``rodas4_dae`` the same with y3 algebraic, 0 = y1 + y2 + y3 − 1 (``mass`` diag(1, 1, 0),
+  HNW's DAE form of the problem);
 - scipy ``solve_ivp`` with Radau, BDF and LSODA, one call a sample (timed on 8 samples and scaled to the batch);
 - diffrax ``Kvaerno5`` (an ESDIRK method, its Newton solves on ``jax.vmap``'s batch), jitted; the first call with
   its compilation apart; skipped without jax/diffrax;
@@ -55,6 +56,14 @@ def robertson(k1):
     return field
 
 
+def robertson_dae(k1):
+    """y3 by conservation: 0 = y1 + y2 + y3 − 1, with M = diag(1, 1, 0)."""
+    def field(t, y):
+        a, b, c = y[:, :1], y[:, 1:2], y[:, 2:]
+        return torch.cat([-k1 * a + 1e4 * b * c, k1 * a - 1e4 * b * c - 3e7 * b * b, a + b + c - 1], 1)
+    return field
+
+
 def robertson_numpy(k1: float):
     return lambda t, y: [-k1 * y[0] + 1e4 * y[1] * y[2], k1 * y[0] - 1e4 * y[1] * y[2] - 3e7 * y[1] ** 2,
                          3e7 * y[1] ** 2]
@@ -69,19 +78,22 @@ def odelab_rows(rates: torch.Tensor, repeats: int) -> dict:
     y0 = torch.tensor([[1.0, 0.0, 0.0]], dtype=F64).expand(rates.shape[0], -1).contiguous()
     times = torch.tensor(TIMES, dtype=F64)
     rows = {}
-    for method in ("rodas4", "rosenbrock23"):
+    ways = {"rodas4": ("rodas4", robertson, {}), "rosenbrock23": ("rosenbrock23", robertson, {}),
+            "rodas4_dae": ("rodas4", robertson_dae, {"mass": [1.0, 1.0, 0.0]})}
+    for name, (method, field, extra) in ways.items():
         def forward():
             with torch.no_grad():
-                return odelab.solve(robertson(rates.unsqueeze(1)), y0, times, method=method, rtol=RTOL, atol=ATOL)
+                return odelab.solve(field(rates.unsqueeze(1)), y0, times, method=method, rtol=RTOL, atol=ATOL,
+                                    **extra)
 
         def backward():
             k1 = rates.clone().requires_grad_(True)
-            sol = odelab.solve(robertson(k1.unsqueeze(1)), y0, times, method=method, rtol=RTOL, atol=ATOL)
+            sol = odelab.solve(field(k1.unsqueeze(1)), y0, times, method=method, rtol=RTOL, atol=ATOL, **extra)
             return torch.autograd.grad(sol.y[:, -1, 2].sum(), (k1,))[0]
 
         forward_s, sol = median_time(forward, repeats)
         backward_s, _ = median_time(backward, max(1, repeats // 2))
-        rows[method] = {"forward_s": forward_s, "forward_backward_s": backward_s,
+        rows[name] = {"forward_s": forward_s, "forward_backward_s": backward_s,
                         "steps_median": float(sol.stats["steps"].double().median()),
                         "steps_max": int(sol.stats["steps"].max()), "values": sol.y.numpy()}
     with torch.no_grad():

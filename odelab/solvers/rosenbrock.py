@@ -34,6 +34,13 @@ the stages at the step's start see the right limit and those at its end the left
 The error control holds the steps' ends, not the interpolant between them: on a smooth slow manifold (y tracking
 cos t under λ = −10⁶) rodas4's steps grow to ~5, longer than a cubic follows cos t; ``tstops=t`` lands on the outputs.
 
+With a constant mass matrix M (``mass=``), M y' = f(t, y): W = M − hγ J, and M multiplies the stages' coupling,
+(M − hγ J) K_i = hγ F_i + γ M Σ_j c_ij K_j + γ γ_i h² T (the form of HNW II §VI.4 and rodas.f); rosenbrock23's
+k2 and k3 read F1 − M k1 and F2 − e32 (M k2 − F1) − 2 (M k1 − F0) + h d T (each k has y's units, each F M y''s),
+for a nonsingular M, as ``ode23s`` allows. A singular M makes a differential-algebraic system (the rows of M's left null space are algebraic
+equations 0 = f): rodas4 solves those of index 1 with order 4 (stiffly accurate: y_new satisfies them at every
+step's end), from a y0 that satisfies them (checked: :func:`check_consistent`).
+
 An attempt costs 3 (rosenbrock23) or 6 (rodas4) evaluations of f and one Jacobian (``stats["jacobians"]``; one
 vmapped backward pass from dim 3 on, dim passes below), so these methods pay where explicit pairs are held to tiny
 steps by stability rather than accuracy (``benchmarks/stiff.py``). Under gradients J and T are forward-mode
@@ -105,8 +112,9 @@ class _Rosenbrock:
     """The per-sample loop for one system, input path and option set."""
 
     def __init__(self, system: System, y0: Tensor, sizes: list[int], times: list[float], path: InputPath | None,
-                 opts, tstops, jump_times, tableau: RosenbrockTableau | None = None):
+                 opts, tstops, jump_times, tableau: RosenbrockTableau | None = None, mass: Tensor | None = None):
         self.system, self.sizes, self.opts, self.path = system, sizes, opts, path
+        self.mass = mass  # None: M = I
         self.tableau = tableau  # None: rosenbrock23
         self.m = 2 if tableau is None else 3  # the interpolant's degree
         self.order = 2 if tableau is None else tableau.order  # of the solution (rodas4: 4, its estimate's too)
@@ -133,12 +141,19 @@ class _Rosenbrock:
             self.hold_index = index.clamp_max_(len(path.times) - 1)
         self.linear_times = path.time_tensor() if isinstance(path, Linear) else None
         self.eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
+        self.lhs = self.eye if mass is None else mass  # W = M − hγ J
+        # y' = M⁺ f for the starting-step heuristic (the algebraic components' f is ~0 at a consistent start)
+        self.slope_of = None if mass is None else torch.linalg.pinv(mass.detach())
         self.batched = self.dim > 2  # J by one vmapped backward pass (dim passes below that: as fast)
         self.forward_mode = True  # J by forward-mode tangents where the steps keep their graphs
         self.checked = False
 
     def _blocks(self, y: Tensor) -> tuple[Tensor, ...]:
         return (y,) if len(self.sizes) == 1 else tuple(y.split(self.sizes, -1))
+
+    def times_mass(self, k: Tensor) -> Tensor:
+        """M k per sample (k itself without a mass matrix)."""
+        return k if self.mass is None else (self.mass @ k.unsqueeze(-1)).squeeze(-1)
 
     def field(self, t: Tensor, y: Tensor, held: Tensor | None, t_col: Tensor | None = None) -> Tensor:
         """f(t, y) per sample: t (batch,) float64 stage times; ``held``: the step's hold sample; ``t_col`` the
@@ -224,11 +239,13 @@ class _Rosenbrock:
             return torch.full_like(t, min(opts.first_step, cap))
         with torch.no_grad():
             y0, f0 = y0.detach(), f0.detach()
+            slope = (lambda f: f) if self.slope_of is None else (lambda f: (self.slope_of @ f.unsqueeze(-1))[..., 0])
+            f0 = slope(f0)
             scale = y0.abs() * opts.rtol + opts.atol
             rms = lambda x: (x / scale).square().mean(1).double().sqrt()
             d0, d1 = rms(y0), rms(f0)
             h0 = torch.where((d0 < 1e-5) | (d1 < 1e-5), torch.full_like(d0, 1e-6), 0.01 * d0 / d1).clamp_max(cap)
-            f1 = self.field(t + h0, y0 + h0.to(self.dtype).unsqueeze(1) * f0, held)
+            f1 = slope(self.field(t + h0, y0 + h0.to(self.dtype).unsqueeze(1) * f0, held))
             d2 = rms(f1 - f0) / h0
             top = torch.maximum(d1, d2)
             h1 = torch.where(top <= 1e-15, (h0 * 1e-3).clamp_min(1e-6), (0.01 / top) ** (1.0 / (self.order + 1)))
@@ -298,14 +315,15 @@ class _Rosenbrock:
         f0, jac, dfdt = self.linearise(first, y, held, track)
         h = step.to(self.dtype).unsqueeze(1)
         hd = h * _D
-        lu, pivots, info = torch.linalg.lu_factor_ex(self.eye - hd.unsqueeze(2) * jac)
+        lu, pivots, info = torch.linalg.lu_factor_ex(self.lhs - hd.unsqueeze(2) * jac)
         solve = lambda rhs: torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
         k1 = solve(f0 + hd * dfdt)
         f1 = self.field(t + 0.5 * step, y + 0.5 * h * k1, held)
-        k2 = solve(f1 - k1) + k1
+        m1 = self.times_mass(k1)
+        k2 = solve(f1 - m1) + k1
         y_new = y + h * k2
         f2 = self.field(end, y_new, held)
-        k3 = solve(f2 - _E32 * (k2 - f1) - 2.0 * (k1 - f0) + hd * dfdt)
+        k3 = solve(f2 - _E32 * (self.times_mass(k2) - f1) - 2.0 * (m1 - f0) + hd * dfdt)
         err = h / 6.0 * (k1 - 2.0 * k2 + k3)
         c1, c2 = h * (k1 - 2 * _D * k2) / (1 - 2 * _D), h * (k2 - k1) / (1 - 2 * _D)
         coef = torch.stack([c1, c2], -1).reshape(y.shape[0], -1)
@@ -320,7 +338,7 @@ class _Rosenbrock:
         f0, jac, dfdt = self.linearise(first, y, held, track)
         h = step.to(self.dtype).unsqueeze(1)
         hg = h * tab.gamma
-        lu, pivots, info = torch.linalg.lu_factor_ex(self.eye - hg.unsqueeze(2) * jac)
+        lu, pivots, info = torch.linalg.lu_factor_ex(self.lhs - hg.unsqueeze(2) * jac)
         solve = lambda rhs: torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
         slope = h * h * dfdt
         stages = []
@@ -330,7 +348,8 @@ class _Rosenbrock:
             else:
                 when = end if alpha == 1.0 else t + alpha * step
                 value = self.field(when, y + sum(a * k for a, k in zip(tab.a[i], stages)), held)
-            rhs = hg * value + tab.gamma * sum((c * k for c, k in zip(tab.c[i], stages)), torch.zeros_like(y))
+            coupled = sum((c * k for c, k in zip(tab.c[i], stages)), torch.zeros_like(y))
+            rhs = hg * value + tab.gamma * self.times_mass(coupled)
             if gamma_i:
                 rhs = rhs + (tab.gamma * gamma_i) * slope
             stages.append(solve(rhs))
@@ -344,10 +363,11 @@ class _Rosenbrock:
 
 def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Tensor, times: list[float],
                          path: InputPath | None, history=None, tstops=(), jump_times=(), dense: bool = False,
-                         tableau: RosenbrockTableau | None = None, **options) -> Solution:
+                         tableau: RosenbrockTableau | None = None, mass=None, **options) -> Solution:
     """Solve a stiff ODE with ``rosenbrock23`` (``tableau`` None) or a Rosenbrock tableau (see the module
-    docstring). Options: ``rtol`` (1e-6), ``atol`` (1e-8), ``max_steps`` (10 000 attempts per sample),
-    ``first_step``, ``dt_min``, ``dt_max``, ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (5)."""
+    docstring), or M y' = f(t, y) with a constant ``mass`` matrix M (see :func:`mass_matrix`). Options: ``rtol``
+    (1e-6), ``atol`` (1e-8), ``max_steps`` (10 000 attempts per sample), ``first_step``, ``dt_min``, ``dt_max``,
+    ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (5)."""
     name = "rosenbrock23" if tableau is None else tableau.name
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
@@ -366,12 +386,16 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
         raise TypeError(f"y0: {name} needs floating-point blocks of one dtype, got {sorted(map(str, dtypes))}")
     sizes = [x.shape[1] for x in state]
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
-    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times, tableau)
+    if mass is not None:
+        mass = mass_matrix(mass, y0, singular=tableau is not None, name=name)
+    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times, tableau, mass)
     # f at t0 from y0's value alone: a gradient there comes from parameters (of the system, of a plain callable's
     # closure, of the input), and then the steps keep their graphs
     t0 = torch.full((y0.shape[0],), times[0], dtype=torch.float64, device=y0.device)
     held = None if solver.hold_index is None else solver.path.at_indices(solver.hold_index[:1].expand(y0.shape[0]))
     f_start = solver.field(t0, y0.detach(), held)
+    if mass is not None:
+        check_consistent(mass, f_start.detach())
     track = torch.is_grad_enabled() and (y0.requires_grad or f_start.requires_grad)
     pieces, code, stats = solver.run(y0, track, f_start)
     outputs = [y0.unsqueeze(1)]
@@ -384,6 +408,55 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
     stats["jacobians"] = stats["steps"]
     return Solution(ts=t_tensor, ys=tuple(ys.split(sizes, -1)) if len(sizes) > 1 else (ys,), blocks=system.blocks,
                     stats=stats, status=code, dense_output=pieces if dense else None)
+
+
+def mass_matrix(mass, y0: Tensor, singular: bool, name: str) -> Tensor:
+    """``mass`` as a (1 or batch, dim, dim) tensor of y0's dtype and device: M of the flat state (the blocks
+    concatenated in order), given as (dim, dim), (batch, dim, dim) or the diagonal (dim,). ``singular``: whether the
+    method solves DAEs (M singular: the rows of M's left null space are algebraic equations 0 = f)."""
+    batch, dim = y0.shape
+    if not isinstance(mass, Tensor):
+        try:
+            mass = torch.as_tensor(mass)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise TypeError(f"mass: expected a tensor (dim, dim), (batch, dim, dim) or its diagonal (dim,), got "
+                            f"{type(mass).__name__}") from error
+    if mass.is_complex() or not (mass.is_floating_point() or mass.dtype in (torch.int32, torch.int64, torch.bool)):
+        raise TypeError(f"mass: expected real numbers, got {mass.dtype}")
+    mass = mass.to(dtype=y0.dtype, device=y0.device)
+    if mass.dim() == 1 and mass.shape[0] == dim:
+        mass = torch.diag_embed(mass)
+    if mass.dim() == 2:
+        mass = mass.unsqueeze(0)
+    if mass.dim() != 3 or mass.shape[1:] != (dim, dim) or mass.shape[0] not in (1, batch):
+        raise ValueError(f"mass: expected ({dim}, {dim}), ({batch}, {dim}, {dim}) or the diagonal ({dim},) for the "
+                         f"flat state of {dim} (the blocks concatenated), got {tuple(mass.shape)}")
+    if not bool(torch.isfinite(mass).all()):
+        raise ValueError("mass: contains NaN or Inf")
+    if not singular:
+        rank = torch.linalg.matrix_rank(mass.detach())
+        if bool((rank < dim).any()):
+            raise ValueError(f"mass: singular (rank {int(rank.min())} of {dim}); {name} takes a nonsingular M (as "
+                             f"MATLAB's ode23s); a DAE of index 1 (M singular) needs method='rodas4'")
+    return mass
+
+
+def check_consistent(mass: Tensor, f0: Tensor) -> None:
+    """ValueError where y0 breaks the algebraic equations of M y' = f: the components of f(t0, y0) along M's left
+    null space (the rows u with uᵀM = 0, found by an SVD) must vanish, to √eps · (1 + max |f0|) per sample."""
+    u, sigma, _ = torch.linalg.svd(mass.detach())
+    cut = sigma[..., :1] * sigma.shape[-1] * torch.finfo(sigma.dtype).eps
+    null = (sigma <= cut).unsqueeze(-2)  # (·, 1, dim): which columns of U span the left null space
+    if not bool(null.any()):
+        return
+    residual = ((u * null).transpose(-1, -2) @ f0.unsqueeze(-1)).squeeze(-1).abs().amax(1)
+    bound = math.sqrt(torch.finfo(f0.dtype).eps) * (1 + f0.abs().amax(1))
+    bad = residual > bound
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0])
+        raise ValueError(f"y0: inconsistent with the algebraic equations of M y' = f (the components of f along M's "
+                         f"null space): residual {float(residual[b]):.3g} > {float(bound[b]):.3g} at sample {b} "
+                         f"({int(bad.sum())} of {bad.shape[0]} samples); start on the constraint manifold")
 
 
 def _driver(tableau: RosenbrockTableau | None):
