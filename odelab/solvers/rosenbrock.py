@@ -37,9 +37,9 @@ cos t under λ = −10⁶) rodas4's steps grow to ~5, longer than a cubic follow
 With a constant mass matrix M (``mass=``), M y' = f(t, y): W = M − hγ J, and M multiplies the stages' coupling,
 (M − hγ J) K_i = hγ F_i + γ M Σ_j c_ij K_j + γ γ_i h² T (the form of HNW II §VI.4 and rodas.f); rosenbrock23's
 k2 and k3 read F1 − M k1 and F2 − e32 (M k2 − F1) − 2 (M k1 − F0) + h d T (each k has y's units, each F M y''s),
-for a nonsingular M, as ``ode23s`` allows. A singular M makes a differential-algebraic system (the rows of M's left null space are algebraic
-equations 0 = f): rodas4 solves those of index 1 with order 4 (stiffly accurate: y_new satisfies them at every
-step's end), from a y0 that satisfies them (checked: :func:`check_consistent`).
+for a nonsingular M, as ``ode23s`` allows. A singular M makes a differential-algebraic system (the rows of M's
+left null space are algebraic equations 0 = f): rodas4 solves those of index 1 with order 4 (stiffly accurate:
+y_new satisfies them at every step's end), from a y0 that satisfies them (checked, or solved for: ``mass.py``).
 
 An attempt costs 3 (rosenbrock23) or 6 (rodas4) evaluations of f and one Jacobian (``stats["jacobians"]``; one
 vmapped backward pass from dim 3 on, dim passes below), so these methods pay where explicit pairs are held to tiny
@@ -65,6 +65,7 @@ from .breakpoints import collect
 from .dense import DenseOutput
 from .field import check_derivative
 from .inputs import FunctionInput, Hold, InputPath, Linear
+from .mass import check_consistent, consistent_start, mass_matrix
 from .solution import Solution, Status
 
 _D = 1.0 / (2.0 + math.sqrt(2.0))
@@ -363,12 +364,20 @@ class _Rosenbrock:
 
 def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Tensor, times: list[float],
                          path: InputPath | None, history=None, tstops=(), jump_times=(), dense: bool = False,
-                         tableau: RosenbrockTableau | None = None, mass=None, **options) -> Solution:
+                         tableau: RosenbrockTableau | None = None, mass=None, initialize: str = "check",
+                         **options) -> Solution:
     """Solve a stiff ODE with ``rosenbrock23`` (``tableau`` None) or a Rosenbrock tableau (see the module
-    docstring), or M y' = f(t, y) with a constant ``mass`` matrix M (see :func:`mass_matrix`). Options: ``rtol``
-    (1e-6), ``atol`` (1e-8), ``max_steps`` (10 000 attempts per sample), ``first_step``, ``dt_min``, ``dt_max``,
-    ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (5)."""
+    docstring), or M y' = f(t, y) with a constant ``mass`` matrix M (see :mod:`odelab.solvers.mass`), from a y0
+    that satisfies its algebraic equations (``initialize="check"``) or whose algebraic unknowns are solved for
+    (``"algebraic"``). Options: ``rtol`` (1e-6), ``atol`` (1e-8), ``max_steps`` (10 000 attempts per sample),
+    ``first_step``, ``dt_min``, ``dt_max``, ``safety`` (0.9), ``factor_min`` (0.2), ``factor_max`` (5)."""
     name = "rosenbrock23" if tableau is None else tableau.name
+    if initialize not in ("check", "algebraic"):
+        raise ValueError(f"initialize: expected 'check' (y0 must satisfy the algebraic equations) or 'algebraic' "
+                         f"(solve for its algebraic components), got {initialize!r}")
+    if initialize == "algebraic" and mass is None:
+        raise ValueError("initialize: 'algebraic' solves the algebraic equations of a singular mass matrix; none "
+                         "was given (mass=)")
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(f"solve: unexpected options {unknown} for method {name!r}; expected some of "
@@ -393,9 +402,14 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
     # closure, of the input), and then the steps keep their graphs
     t0 = torch.full((y0.shape[0],), times[0], dtype=torch.float64, device=y0.device)
     held = None if solver.hold_index is None else solver.path.at_indices(solver.hold_index[:1].expand(y0.shape[0]))
+    if mass is not None and initialize == "algebraic":
+        y0 = consistent_start(mass, y0, lambda y: solver.field(t0, y, held),
+                              lambda y: solver.linearise(t0, y, held, False)[:2])
     f_start = solver.field(t0, y0.detach(), held)
     if mass is not None:
-        check_consistent(mass, f_start.detach())
+        check_consistent(mass, f_start.detach(), "start on the constraint manifold, or solve with "
+                         "initialize='algebraic'" if initialize == "check" else "Newton's method from y0 did not "
+                         "reach it (no root nearby, or U_nᵀ J V_n singular: a DAE of index above 1?)")
     track = torch.is_grad_enabled() and (y0.requires_grad or f_start.requires_grad)
     pieces, code, stats = solver.run(y0, track, f_start)
     outputs = [y0.unsqueeze(1)]
@@ -408,55 +422,6 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
     stats["jacobians"] = stats["steps"]
     return Solution(ts=t_tensor, ys=tuple(ys.split(sizes, -1)) if len(sizes) > 1 else (ys,), blocks=system.blocks,
                     stats=stats, status=code, dense_output=pieces if dense else None)
-
-
-def mass_matrix(mass, y0: Tensor, singular: bool, name: str) -> Tensor:
-    """``mass`` as a (1 or batch, dim, dim) tensor of y0's dtype and device: M of the flat state (the blocks
-    concatenated in order), given as (dim, dim), (batch, dim, dim) or the diagonal (dim,). ``singular``: whether the
-    method solves DAEs (M singular: the rows of M's left null space are algebraic equations 0 = f)."""
-    batch, dim = y0.shape
-    if not isinstance(mass, Tensor):
-        try:
-            mass = torch.as_tensor(mass)
-        except (TypeError, ValueError, RuntimeError) as error:
-            raise TypeError(f"mass: expected a tensor (dim, dim), (batch, dim, dim) or its diagonal (dim,), got "
-                            f"{type(mass).__name__}") from error
-    if mass.is_complex() or not (mass.is_floating_point() or mass.dtype in (torch.int32, torch.int64, torch.bool)):
-        raise TypeError(f"mass: expected real numbers, got {mass.dtype}")
-    mass = mass.to(dtype=y0.dtype, device=y0.device)
-    if mass.dim() == 1 and mass.shape[0] == dim:
-        mass = torch.diag_embed(mass)
-    if mass.dim() == 2:
-        mass = mass.unsqueeze(0)
-    if mass.dim() != 3 or mass.shape[1:] != (dim, dim) or mass.shape[0] not in (1, batch):
-        raise ValueError(f"mass: expected ({dim}, {dim}), ({batch}, {dim}, {dim}) or the diagonal ({dim},) for the "
-                         f"flat state of {dim} (the blocks concatenated), got {tuple(mass.shape)}")
-    if not bool(torch.isfinite(mass).all()):
-        raise ValueError("mass: contains NaN or Inf")
-    if not singular:
-        rank = torch.linalg.matrix_rank(mass.detach())
-        if bool((rank < dim).any()):
-            raise ValueError(f"mass: singular (rank {int(rank.min())} of {dim}); {name} takes a nonsingular M (as "
-                             f"MATLAB's ode23s); a DAE of index 1 (M singular) needs method='rodas4'")
-    return mass
-
-
-def check_consistent(mass: Tensor, f0: Tensor) -> None:
-    """ValueError where y0 breaks the algebraic equations of M y' = f: the components of f(t0, y0) along M's left
-    null space (the rows u with uᵀM = 0, found by an SVD) must vanish, to √eps · (1 + max |f0|) per sample."""
-    u, sigma, _ = torch.linalg.svd(mass.detach())
-    cut = sigma[..., :1] * sigma.shape[-1] * torch.finfo(sigma.dtype).eps
-    null = (sigma <= cut).unsqueeze(-2)  # (·, 1, dim): which columns of U span the left null space
-    if not bool(null.any()):
-        return
-    residual = ((u * null).transpose(-1, -2) @ f0.unsqueeze(-1)).squeeze(-1).abs().amax(1)
-    bound = math.sqrt(torch.finfo(f0.dtype).eps) * (1 + f0.abs().amax(1))
-    bad = residual > bound
-    if bool(bad.any()):
-        b = int(bad.nonzero()[0])
-        raise ValueError(f"y0: inconsistent with the algebraic equations of M y' = f (the components of f along M's "
-                         f"null space): residual {float(residual[b]):.3g} > {float(bound[b]):.3g} at sample {b} "
-                         f"({int(bad.sum())} of {bad.shape[0]} samples); start on the constraint manifold")
 
 
 def _driver(tableau: RosenbrockTableau | None):

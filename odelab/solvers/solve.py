@@ -101,7 +101,8 @@ def solve(
     ``mass=M`` (``rodas4``, ``rosenbrock23``) solves M y' = f(t, y) with a constant M ``(d, d)``, ``(batch, d, d)``
     or its diagonal ``(d,)`` over the flat state (the blocks concatenated): a singular M under ``rodas4`` makes a
     differential-algebraic system of index 1, the rows of M's left null space algebraic equations 0 = f, which y0
-    must satisfy (ValueError otherwise); M may carry a gradient.
+    must satisfy (``initialize="check"``, a ValueError otherwise) or which Newton's method solves for y0's algebraic
+    components, keeping the rest (``initialize="algebraic"``, differentiably); M may carry a gradient.
 
     ``dense=True`` keeps every step's interpolant, so that ``solution.evaluate(t)`` gives the state at any time
     between the first and last output time (see :mod:`odelab.solvers.dense`): the adaptive methods' continuous
@@ -123,9 +124,10 @@ def solve(
     """
     if not isinstance(dense, bool):
         raise TypeError(f"dense: expected True or False, got {type(dense).__name__}")
-    if options.get("mass") is not None and not (isinstance(method, str) and method in STIFF_METHODS):
-        raise ValueError(f"mass: M y' = f is solved by the linearly implicit methods only: 'rodas4' (M may be "
-                         f"singular: DAEs of index 1) or 'rosenbrock23' (M nonsingular); got method={method!r}")
+    for name in ("mass", "initialize"):
+        if options.get(name) is not None and not (isinstance(method, str) and method in STIFF_METHODS):
+            raise ValueError(f"{name}: M y' = f is solved by the linearly implicit methods only: 'rodas4' (M may be "
+                             f"singular: DAEs of index 1) or 'rosenbrock23' (M nonsingular); got method={method!r}")
     if event is not None:
         check_event(event, event_direction)
         if adjoint is not None and not forward_mode_or_transform():

@@ -169,5 +169,67 @@ def test_bad_mass_arguments():
     with pytest.raises(ValueError, match="y0: inconsistent with the algebraic equations.*sample 1"):
         odelab.solve(sine_dae, torch.tensor([[0.0, 0.0], [0.0, 0.3]], dtype=F64), [0.0, 1.0], method="rodas4",
                      mass=[1.0, 0.0])
+    with pytest.raises(ValueError, match="initialize: expected 'check'"):
+        odelab.solve(sine_dae, y0, [0.0, 1.0], method="rodas4", mass=[1.0, 0.0], initialize="newton")
+    with pytest.raises(ValueError, match="initialize: 'algebraic' solves .* none was given"):
+        odelab.solve(sine_dae, y0, [0.0, 1.0], method="rodas4", initialize="algebraic")
+    with pytest.raises(ValueError, match="initialize: M y' = f is solved by the linearly implicit methods only"):
+        odelab.solve(sine_dae, y0, [0.0, 1.0], initialize="algebraic")
+    with pytest.raises(ValueError, match="null spaces of different sizes"):
+        odelab.solve(sine_dae, torch.zeros(2, 2, dtype=F64), [0.0, 1.0], method="rodas4",
+                     mass=torch.stack([torch.diag(torch.tensor([1.0, 0.0])), torch.eye(2)]).double())
+    with pytest.raises(ValueError, match="y0: inconsistent.*Newton's method from y0 did not reach it"):
+        # 0 = y2² + 1 has no real root
+        odelab.solve(lambda t, y: torch.cat([-y[:, :1], y[:, 1:] ** 2 + 1], 1), y0, [0.0, 1.0], method="rodas4",
+                     mass=[1.0, 0.0], initialize="algebraic")
     with pytest.raises(ValueError, match="adjoint"):
         odelab.solve(sine_dae, y0, [0.0, 1.0], method="rodas4", mass=[1.0, 0.0], adjoint="checkpoint")
+
+
+def test_initialize_algebraic_solves_for_the_algebraic_components():
+    """From y0 = (0, 0.7), off the constraint y2 = sin t, Newton's method moves y2 to 0 and keeps y1: the closed
+    form again; a nonlinear constraint 0 = y2³ + y2 − y1 reaches its real root to 1e-12 (y1 kept)."""
+    t = torch.linspace(0.0, 5.0, 11, dtype=F64)
+    sol = odelab.solve(sine_dae, torch.tensor([[0.0, 0.7]], dtype=F64), t, method="rodas4", mass=[1.0, 0.0],
+                       initialize="algebraic", rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sol.y[0].numpy(), sine_dae_exact(t.numpy()), atol=1e-8, rtol=0)
+    cubic = lambda t, y: torch.cat([-y[:, :1], y[:, 1:] ** 3 + y[:, 1:] - y[:, :1]], 1)
+    y0 = torch.tensor([[2.0, -3.0], [10.0, 5.0]], dtype=F64)
+    sol = odelab.solve(cubic, y0, [0.0, 1.0], method="rodas4", mass=[1.0, 0.0], initialize="algebraic")
+    start = sol.y[:, 0].numpy()
+    np.testing.assert_allclose(start[:, 0], [2.0, 10.0], rtol=0, atol=0)
+    np.testing.assert_allclose(start[:, 1] ** 3 + start[:, 1] - start[:, 0], 0.0, atol=1e-12)
+    assert abs(start[0, 1] - 1.0) < 1e-12 and abs(start[1, 1] - 2.0) < 1e-12  # 1 + 1 = 2, 8 + 2 = 10
+
+
+def test_a_general_singular_mass_matrix():
+    """M = [[1, 1], [1, 1]] (rank 1): s = y1 + y2 obeys s' = −s and the left null vector (1, −1) gives 0 = y1 − 2 y2.
+    From (1, 0) the start moves along the right null vector (1, −1) to (2/3, 1/3), keeping s = 1: y = (2/3, 1/3)
+    e^(−t); "check" refuses (1, 0)."""
+    def field(t, y):
+        first = -(y[:, :1] + y[:, 1:])
+        return torch.cat([first, first + y[:, :1] - 2 * y[:, 1:]], 1)
+
+    mass = torch.ones(2, 2, dtype=F64)
+    t = torch.linspace(0.0, 3.0, 7, dtype=F64)
+    sol = odelab.solve(field, torch.tensor([[1.0, 0.0]], dtype=F64), t, method="rodas4", mass=mass,
+                       initialize="algebraic", rtol=1e-10, atol=1e-12)
+    exact = torch.exp(-t).unsqueeze(1) * torch.tensor([2 / 3, 1 / 3], dtype=F64)
+    torch.testing.assert_close(sol.y[0], exact, atol=1e-8, rtol=0)
+    with pytest.raises(ValueError, match="y0: inconsistent"):
+        odelab.solve(field, torch.tensor([[1.0, 0.0]], dtype=F64), t, method="rodas4", mass=mass)
+
+
+def test_the_initialisation_passes_the_implicit_function_theorem_gradient():
+    """y1' = −y2, 0 = y2 − c y1 from (y10, anything): y2(0) = c y10, y2 = c y10 e^(−ct). d y2(T)/dc =
+    y10 e^(−cT)(1 − cT), d/dy10 = c e^(−cT), and the given y2(0) passes no gradient."""
+    c = torch.tensor(0.6, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[1.5, -4.0]], dtype=F64, requires_grad=True)
+    field = lambda t, y: torch.cat([-y[:, 1:], y[:, 1:] - c * y[:, :1]], 1)
+    end = 2.0
+    sol = odelab.solve(field, y0, [0.0, end], method="rodas4", mass=[1.0, 0.0], initialize="algebraic",
+                       rtol=1e-11, atol=1e-13)
+    d_c, d_y0 = torch.autograd.grad(sol.y[0, -1, 1], (c, y0))
+    decay = math.exp(-0.6 * end)
+    assert abs(float(d_c) - 1.5 * decay * (1 - 0.6 * end)) < 1e-7
+    assert abs(float(d_y0[0, 0]) - 0.6 * decay) < 1e-7 and float(d_y0[0, 1]) == 0.0
