@@ -533,6 +533,9 @@ class _Integrator:
         attempt = self.compiled or self.attempt
         # attempted steps per host synchronisation: a delay system reads its window's coverage on the host first
         chunk = 1 if self.history is not None else self.chunk
+        # recording a gradient: a rejected attempt whose stages overflowed would pass 0 · inf = NaN back through f,
+        # so a chunk with one is replayed with those samples' steps zero (their outcome kept): one host read a chunk
+        guard = not scanned and fused_step.records_gradient(self, y, k1)
         any_restart = False
         attempted = 0
         while True:  # one host synchronisation per ``chunk`` attempts
@@ -561,20 +564,34 @@ class _Integrator:
                 accepts.append(accepted)
                 attempted += chunk
                 continue
-            for _ in range(chunk):  # samples that finish inside a chunk stay in place (masked attempts)
-                if self.restarts and chunk > 1:  # no host read: the mask goes in, f is re-evaluated batch-wide
-                    restart = self.on_jump(active, landing, t)
-                    any_restart = True
-                if any_restart:
-                    restarts = restarts + restart
-                y, k1, t_after, h, prev, landing, steps, code, active, accept, record = attempt(
-                    y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
-                    attempted + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()),
-                    tolerance=self.tolerance)
-                records.append((t, *record, t_after))
-                accepts.append(accept)
-                attempted += 1
-                t = t_after
+            before = (y, k1, t, h, prev, landing, steps, code, active, restarts, attempted, len(records))
+            outcomes, broken = [], []
+            for replaying in (False, True) if guard else (False,):
+                if replaying:  # some attempt's stages overflowed in the recorded graph: the chunk again
+                    if not bool(torch.stack(broken).any()):
+                        break
+                    y, k1, t, h, prev, landing, steps, code, active, restarts, attempted, kept = before
+                    del records[kept:], accepts[kept - 1:]
+                for j in range(chunk):  # samples that finish inside a chunk stay in place (masked attempts)
+                    if self.restarts and chunk > 1:  # no host read: the mask goes in, f is re-evaluated batch-wide
+                        restart = self.on_jump(active, landing, t)
+                        any_restart = True
+                    if any_restart:
+                        restarts = restarts + restart
+                    args = (y, k1, t, h, prev, landing, steps, code, active, self.landing, stop, self.t_end_tensor,
+                            attempted + 1 >= budget, *((restart if any_restart else False,) if self.restarts else ()))
+                    if replaying:
+                        outcome = self.replay(attempt, broken[j], outcomes[j], *args, tolerance=self.tolerance)
+                    else:
+                        outcome = attempt(*args, tolerance=self.tolerance)
+                        if guard:
+                            broken.append(self.overflowed(outcome[-1], active))
+                            outcomes.append(outcome)
+                    y, k1, t_after, h, prev, landing, steps, code, active, accept, record = outcome
+                    records.append((t, *record, t_after))
+                    accepts.append(accept)
+                    attempted += 1
+                    t = t_after
         accepted = carry.accepted + (torch.cat([a.view(-1, self.batch) for a in accepts]).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)
@@ -655,6 +672,21 @@ class _Integrator:
         k1 = torch.where(mask, k_new, k1)
         active = (code == _SUCCESS) & (t_after < t_stop)
         return y, k1, t_after, h, prev, landing, steps, code, active, accept, record
+
+    def overflowed(self, record: tuple, active: Tensor) -> Tensor:
+        """The active samples whose attempt (``record``: its h, y and continuous-extension coefficients) had
+        non-finite stages."""
+        with torch.no_grad():
+            return active & ~torch.isfinite(record[2].reshape(self.batch, -1)).all(1)
+
+    def replay(self, attempt: Callable, zeroed: Tensor, outcome: tuple, y: Tensor, k1: Tensor, t: Tensor, h: Tensor,
+               *rest, **options) -> tuple:
+        """``outcome`` of ``attempt(y, k1, t, h, *rest)`` recomputed with the ``zeroed`` samples' steps zero: their
+        stages then sit at (t, y), finite, so that autograd's pass back through f meets no 0 · inf = NaN there,
+        while they keep the outcome's result (rejected, the step shrunk) and the others get the same values."""
+        again = attempt(y, k1, t, torch.where(zeroed, 0.0, h), *rest, **options)
+        keep = zeroed.unsqueeze(1)
+        return (torch.where(keep, y, again[0]), torch.where(keep, k1, again[1]), *outcome[2:10], again[10])
 
     def attempts(self, length: int, y: Tensor, k1: Tensor, t: Tensor, h: Tensor, prev: Tensor, landing: Tensor,
                  steps: Tensor, code: Tensor, active: Tensor, landing_points: Tensor, t_stop: Tensor, t_end: Tensor,

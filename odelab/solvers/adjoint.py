@@ -305,9 +305,14 @@ class _AdaptiveEngine(_Engine):
             restart = integ.on_jump(active, landing, t)
             restarts = restarts + restart
             restart = restart if bool(restart.any()) else False
-        y, k1, t_after, h, prev, landing, steps, code, active, accept, record = integ.attempt(
-            y, k1, t, h, prev, landing, steps, code, active, integ.landing, self.stop, integ.t_end_tensor,
-            k + 1 >= self.opts.max_steps, *((restart,) if integ.restarts else ()))
+        args = (y, k1, t, h, prev, landing, steps, code, active, integ.landing, self.stop, integ.t_end_tensor,
+                k + 1 >= self.opts.max_steps, *((restart,) if integ.restarts else ()))
+        outcome = integ.attempt(*args)
+        if torch.is_grad_enabled():  # the recomputation under the backward: no 0 · inf from overflowed stages
+            broken = integ.overflowed(outcome[-1], active)
+            if bool(broken.any()):
+                outcome = integ.replay(integ.attempt, broken, outcome, *args)
+        y, k1, t_after, h, prev, landing, steps, code, active, accept, record = outcome
         new = (y, k1, t_after, h, prev, landing, steps, code, active, accepted + accept, restarts)
         # outputs in (t, t_after] of the samples that accepted: the driver's "first record with end ≥ τ"
         first = torch.searchsorted(self.out_times, t, right=True)

@@ -152,6 +152,14 @@ class _Rosenbrock:
     def _blocks(self, y: Tensor) -> tuple[Tensor, ...]:
         return (y,) if len(self.sizes) == 1 else tuple(y.split(self.sizes, -1))
 
+    def matrix(self, step: Tensor, scaled: Tensor, jac: Tensor) -> Tensor:
+        """W = M − hγ J per sample; the identity for a sample held in place (h = 0), where a singular M would make
+        its solves NaN, and their gradients with them (0 · NaN, through the masks)."""
+        matrix = self.lhs - scaled.unsqueeze(2) * jac
+        if self.mass is None:
+            return matrix
+        return torch.where((step == 0).view(-1, 1, 1), self.eye, matrix)
+
     def times_mass(self, k: Tensor) -> Tensor:
         """M k per sample (k itself without a mass matrix)."""
         return k if self.mass is None else (self.mass @ k.unsqueeze(-1)).squeeze(-1)
@@ -281,6 +289,12 @@ class _Rosenbrock:
             end = torch.where(lands & self.end_jump.index_select(0, landing), torch.nextafter(t_new, t), t_new)
             attempt = self.attempt if self.tableau is None else self.attempt_tableau
             y_new, err, coef, finite = attempt(t, first, end, step, y, held, track)
+            broken = active & ~finite
+            if track and bool(broken.any()):
+                # a singular W or overflowed stages: autograd's pass back through them would meet 0 · NaN, so the
+                # attempt is recomputed with those samples' steps zero (finite); they stay rejected (``finite``)
+                y_new, err, coef, _ = attempt(t, first, torch.where(broken, t, end),
+                                              torch.where(broken, torch.zeros_like(step), step), y, held, track)
             scale = torch.maximum(y.abs(), y_new.abs()).detach() * opts.rtol + opts.atol
             ratio = (err.detach() / scale).square().mean(1).double().sqrt()
             ratio = torch.where(finite & torch.isfinite(ratio), ratio, torch.inf)
@@ -316,7 +330,7 @@ class _Rosenbrock:
         f0, jac, dfdt = self.linearise(first, y, held, track)
         h = step.to(self.dtype).unsqueeze(1)
         hd = h * _D
-        lu, pivots, info = torch.linalg.lu_factor_ex(self.lhs - hd.unsqueeze(2) * jac)
+        lu, pivots, info = torch.linalg.lu_factor_ex(self.matrix(step, hd, jac))
         solve = lambda rhs: torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
         k1 = solve(f0 + hd * dfdt)
         f1 = self.field(t + 0.5 * step, y + 0.5 * h * k1, held)
@@ -339,7 +353,7 @@ class _Rosenbrock:
         f0, jac, dfdt = self.linearise(first, y, held, track)
         h = step.to(self.dtype).unsqueeze(1)
         hg = h * tab.gamma
-        lu, pivots, info = torch.linalg.lu_factor_ex(self.lhs - hg.unsqueeze(2) * jac)
+        lu, pivots, info = torch.linalg.lu_factor_ex(self.matrix(step, hg, jac))
         solve = lambda rhs: torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
         slope = h * h * dfdt
         stages = []

@@ -525,3 +525,22 @@ def test_chunked_loop_takes_the_same_steps(method, max_steps, chunk):
     assert all(torch.equal(a, b) for a, b in zip(g_one, g_many))
     (seg_one, _), (seg_many, _) = run(chunk=1, checkpoint_segments=2), run(chunk=chunk, checkpoint_segments=2)
     assert torch.equal(torch.nan_to_num(seg_one.y, nan=7.0), torch.nan_to_num(seg_many.y, nan=7.0))
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3"])
+@pytest.mark.parametrize("options", [{}, {"chunk": 4}, {"adjoint": "checkpoint"}], ids=["eager", "chunk4", "checkpoint"])
+def test_an_overflowing_rejected_attempt_passes_no_nan_into_the_gradient(method, options):
+    """y' = −a sinh y from y0 = 5 with a first step of 0.9: the first attempt's stages reach sinh(−thousands) = −inf
+    and are rejected. The forward masks them, but autograd's pass back through f there gives 0 · inf = NaN unless
+    the attempt is replayed without them. dy(1)/da against the closed form tanh(y/2) = tanh(y0/2) e^(−at):
+    dy/da = −2t q / (1 − q²), q = tanh(y0/2) e^(−at)."""
+    a = torch.tensor(1.3, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[5.0], [0.5]], dtype=F64)
+    if "adjoint" in options:
+        options = {**options, "adjoint_params": [a]}
+    sol = odelab.solve(lambda t, y: -a * torch.sinh(y), y0, [0.0, 1.0], method=method, rtol=1e-10, atol=1e-12,
+                       first_step=0.9, **options)
+    assert int(sol.stats["rejected"][0]) > 0
+    grad, = torch.autograd.grad(sol.y[:, -1].sum(), a)
+    q = torch.tanh(y0 / 2) * math.exp(-1.3)
+    assert abs(float(grad) - float((-2 * q / (1 - q * q)).sum())) < 1e-8

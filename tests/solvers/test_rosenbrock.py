@@ -14,6 +14,7 @@ from odelab.systems import VanDerPol
 
 F64 = torch.float64
 METHODS = ["rosenbrock23", "rodas4"]
+_GAMMA23 = 1.0 / (2.0 + math.sqrt(2.0))  # rosenbrock23's d
 
 
 def forced(t, y):
@@ -193,3 +194,17 @@ def test_gradcheck_at_fixed_steps(method):
     scale = torch.tensor(0.8, dtype=F64, requires_grad=True)
     y0 = torch.randn(2, 3, dtype=F64, generator=torch.Generator().manual_seed(3), requires_grad=True)
     assert torch.autograd.gradcheck(end, (scale, y0), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("method,gamma,tolerance", [("rodas4", 0.25, 1e-6), ("rosenbrock23", _GAMMA23, 1e-4)])
+def test_a_rejected_attempt_with_a_singular_matrix_passes_no_nan_into_the_gradient(method, gamma, tolerance):
+    """y' = a y with a first step h = 1/(γ a): W = 1 − hγ a = 0, the first attempt's solves are NaN and it is
+    rejected; autograd's pass back through it would give NaN unless it is recomputed. d/da Σ y(5) against
+    5 Σ y0 e^(5a) (relative)."""
+    a = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    sol = odelab.solve(lambda t, y: a * y, torch.tensor([[1.0], [2.0]], dtype=F64), [0.0, 5.0], method=method,
+                       rtol=1e-8, atol=1e-10, first_step=1.0 / gamma)
+    assert int(sol.stats["rejected"][0]) > 0
+    grad, = torch.autograd.grad(sol.y[:, -1].sum(), a)
+    exact = 5 * 3 * math.exp(5.0)
+    assert abs(float(grad) - exact) < tolerance * exact
