@@ -103,7 +103,10 @@ class DenseOutput:
             step = torch.searchsorted(self.end_rows, tau.detach().contiguous())
             reached = step < self.count
             step.clamp_max_(self.count - 1)
-            theta = ((tau - self.start_rows.gather(1, step)) / self.length_rows.gather(1, step)).to(self.y.dtype)
+            length = self.length_rows.gather(1, step)
+            if unreached:  # past a failed sample's last piece (a rejected attempt's, maybe of length 0): a finite θ
+                length = torch.where(reached, length, 1.0)  # there, so that its NaN passes back no 0 · inf
+            theta = ((tau - self.start_rows.gather(1, step)) / length).to(self.y.dtype)
             flat = (step * batch + rows).flatten()
             base = self.y.index_select(0, flat)  # (B J, dim)
             parts = self.coef.index_select(0, flat).view(flat.numel(), dim, m).unbind(-1)

@@ -20,6 +20,11 @@ function theorem)
 which t* = t̂ − (G − Ĝ) / Ġ carries in autograd (G = g(t̂, P(t̂)) recorded with the graph, Ĝ its value, Ġ its
 total time derivative, t̂ the located time); the state at the event is P(t*), read through the interpolant's time.
 A tangential touch (Ġ = 0) passes no gradient through the time.
+
+A blow-up after the event (the failure it guards against) leaves the gradient finite under the adaptive methods:
+their overflowing attempts are rejected and recomputed without the overflow for the backward pass. The fixed-step
+methods keep stepping such a sample on the shared grid, and the backward pass through its overflowed steps (0 · inf)
+makes the gradient NaN: use an adaptive method there.
 """
 from __future__ import annotations
 

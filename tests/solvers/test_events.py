@@ -133,6 +133,23 @@ def test_a_failure_after_the_event_is_forgiven():
     assert partial.success.tolist() == [False, True, False]
 
 
+@pytest.mark.parametrize("method,max_steps", [("dopri5", 400), ("bosh3", 3000), ("rodas4", 400)])
+def test_the_gradient_through_an_event_before_a_blow_up_is_finite(method, max_steps):
+    """y' = k y² reaches 10 at t* = (1/y0 − 1/10)/k and blows up at 1/(k y0), inside the span (the samples end at
+    max_steps, forgiven after their events): the attempts that overflow past the event are rejected and,
+    recomputed without the overflow, pass no NaN back, nor do the outputs past the samples' last steps. dt*/dk =
+    −t*/k summed over y0 = 1 and 0.5 (−2.8 at k = 1), and the gradient of an output before the event."""
+    k = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    sol = odelab.solve(lambda t, y: k * y * y, torch.tensor([[1.0], [0.5]], dtype=F64), [0.0, 0.5, 3.0],
+                       method=method, event=lambda t, y: y[:, 0] - 10.0, rtol=1e-9, atol=1e-12,
+                       max_steps=max_steps)
+    d_event, = torch.autograd.grad(sol.event.t.sum(), k, retain_graph=True)
+    d_output, = torch.autograd.grad(sol.y[:, 1, 0].sum(), k)
+    assert abs(float(d_event) + 2.8) < 1e-5
+    # y(t) = y0 / (1 − k y0 t): dy/dk = y0² t / (1 − k y0 t)², at t = 0.5
+    assert abs(float(d_output) - (0.5 / 0.25 + 0.25 * 0.5 / 0.75 ** 2)) < 1e-5
+
+
 def test_backwards_in_time():
     """y' = y from 1 at t = 0, solved to t = −5, halves at t = ln ½; its outputs further back are NaN."""
     sol = odelab.solve(lambda t, y: y, torch.ones(1, 1, dtype=F64), [0.0, -0.5, -5.0], event=lambda t, y: y[:, 0] - 0.5,
