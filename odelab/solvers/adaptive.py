@@ -58,6 +58,10 @@ embedded error estimates meet the tolerance (CVODES's error control of forward s
 the steps and, in eager forward mode, 7–10× the time per step (measured on a scalar delay problem); the
 gradient itself is still reverse mode. Inside the caller's own forward-mode level (``torch.autograd.forward_ad``,
 ``torch.func``) the tangent is not added (levels do not nest): the steps are then controlled on y alone.
+A :class:`~odelab.systems.StateDelay` τ(t, y) is evaluated at each stage's time and state, clamped to its bounds,
+and read at t − τ per sample (its gradient through the history's slope); the steps are capped at its lower bound,
+the history reaches to its upper one, and t0 propagates through the constant lags only (the torch loop: the fused
+C++ and Triton loops read constant lags).
 
 Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor of the
 state's dtype (one time per sample) instead of a float.
@@ -74,7 +78,7 @@ import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..systems.base import FunctionSystem, System
+from ..systems.base import FunctionSystem, StateDelay, System
 from . import fused_step
 from .breakpoints import collect
 from .cache import inductor_options, keep_compiled_code
@@ -281,8 +285,11 @@ class _Integrator:
         elif path is not None and not isinstance(path, FunctionInput):
             raise TypeError(f"u: adaptive solvers take hold, linear or callable inputs, got {type(path).__name__}")
 
-        delays = delay_values(system)
-        self.delays = tuple(value for value, _ in delays)
+        delays = delay_values(system, state_dependent=True)
+        self.delays = tuple(value for value, _ in delays)  # a state-dependent delay's upper bound
+        # per delay: its StateDelay (τ(t, y) per stage, clamped to its bounds) or None (a constant lag)
+        self.state_delays = tuple(tau if isinstance(tau, StateDelay) else None for tau in system.delays)
+        self.state_dependent = any(tau is not None for tau in self.state_delays)
         # None, or the delay's 0-d tensor (grad); under a forward-AD level (see ``integrate``) it carries the
         # tangent 1, so that every stage carries ∂/∂τ and the error norm can control it
         self.sensitive = sensitive and any(tensor is not None for _, tensor in delays)
@@ -295,6 +302,9 @@ class _Integrator:
                 raise ValueError(f"delays: adaptive solvers need positive delays, {type(system).__name__} has {self.delays}")
             if opts.segments is not None:
                 raise ValueError("checkpoint_segments: not supported for delay systems under adaptive methods")
+            if self.state_dependent and any(tensor is not None for _, tensor in delays):
+                raise ValueError(f"delays: {type(system).__name__} mixes a state-dependent delay with a learnable one; "
+                                 f"the learnable delay's derivative is read through constant delays only")
             # a learnable delay's derivative reads f at t − τ, which reads y at t − τ − τ_i: reach twice as far
             reach = max(self.delays) * (2 if any(learn is not None for learn in self.learnable) else 1)
             self.history = _History(self._history_function(history, y0), self.t0, reach, self.dense,
@@ -306,7 +316,9 @@ class _Integrator:
         # with a learnable delay, ∂y/∂τ (not error-controlled) loses one more derivative at each s + kτ than y
         # (z' = ∂f/∂y_τ (z(t − τ) − y'(t − τ)) + …): one more level of propagated breakpoints
         depth = tableau.order + any(learn is not None for learn in self.learnable)
-        breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, self.delays, depth,
+        # t0's discontinuity propagates through the constant lags only (where t − τ(t, y(t)) = t0 is not known ahead)
+        lags = tuple(value for value, tau in zip(self.delays, self.state_delays) if tau is None)
+        breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, lags, depth,
                               tol=64 * math.ulp(scale), history_kinks=getattr(history, "kinks", ()))
         self.kinks = breakpoints.kinks
         points = list(breakpoints.stops) + [self.t_end]
@@ -339,7 +351,9 @@ class _Integrator:
         if self.hold_times is not None:  # the hold sample driving the steps that end at landing point k
             previous = torch.cat([torch.tensor([self.t0], **time), self.landing[:-1]])
             self.hold_index = torch.searchsorted(self.hold_times, previous, right=True).clamp_max_(len(path.times) - 1)
-        self.dt_max = min(opts.dt_max, min(self.delays)) if self.delays else opts.dt_max
+        # every delayed time in the accepted past: steps no longer than the smallest delay (a lower bound)
+        shortest = [value if tau is None else tau.lower for value, tau in zip(self.delays, self.state_delays)]
+        self.dt_max = min(opts.dt_max, min(shortest)) if shortest else opts.dt_max
         self.exact_time = self.linear_times is not None or self.history is not None  # float64 stage times needed
         self.checked = False
         # CUDA: a host read of the loop condition stalls the stream, so check it every 8 attempts; the CPU
@@ -383,19 +397,31 @@ class _Integrator:
             inp = self.path.at_times(t, self.linear_times)
         elif isinstance(self.path, FunctionInput):
             inp = self.path.at(t_col)
+        blocks = self._blocks(y)
         delayed = ()
         if self.history is not None:
-            delayed = tuple(self._blocks(self.history.at(t - tau, right) if learn is None else
+            delayed = tuple(self._blocks(self.history.at(t - tau, right) if learn is None and state is None else
+                                         self._state_read(t, t_col, blocks, state, right) if state is not None else
                                          self._learnable_read(t, learn, right))
-                            for tau, learn in zip(self.delays, self.learnable))
+                            for tau, learn, state in zip(self.delays, self.learnable, self.state_delays))
         if self.sensitive and inp is not None:
             inp = _dual(inp)
-        blocks = self._blocks(y)
         out = self.system.derivative(t_col, blocks, inp, *delayed)
         if not self.checked:
             check_derivative(self.system, blocks, out)
             self.checked = True
         return self._flat(out)
+
+    def _state_read(self, t: Tensor, t_col: Tensor, blocks: tuple[Tensor, ...], delay: StateDelay,
+                    right: bool) -> Tensor:
+        """y(t − τ(t, y)) for a state-dependent delay, τ clamped to its bounds, per sample; the delayed time carries
+        τ's gradient into the history (through its interpolant's slope, or a callable history)."""
+        tau = delay(t_col, blocks)
+        if not isinstance(tau, Tensor) or tau.shape not in ((self.batch,), (self.batch, 1)):
+            raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({self.batch},) "
+                             f"or ({self.batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
+        tau = tau.reshape(self.batch).to(torch.float64).clamp(delay.lower, delay.upper)
+        return self.history.at(t - tau, right)
 
     def _learnable_read(self, t: Tensor, learn: Tensor, right: bool) -> Tensor:
         """y(t − τ) for a learnable τ: the dense history's value, with the τ-derivative −y'(t − τ) taken from
@@ -865,7 +891,7 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     # a delay that requires grad: its sensitivity ∂y/∂τ is carried as a forward-mode tangent and error-controlled
     # (not inside the caller's own forward-mode level: levels do not nest)
     sensitive = (opts.control_delay_sensitivity and torch.is_grad_enabled() and not forward_mode_or_transform()
-                 and any(tensor is not None for _, tensor in delay_values(system)))
+                 and any(tensor is not None for _, tensor in delay_values(system, True)))
     with fwAD.dual_level() if sensitive else contextlib.nullcontext():
         return _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts,
                           sensitive, dense)

@@ -7,17 +7,26 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..systems.base import State, System
+from ..systems.base import State, StateDelay, System
 from . import cuda_graph
 
 History = Callable[[float | Tensor], State]
 
 
-def delay_values(system: System) -> list[tuple[float, Tensor | None]]:
-    """``(value, learnable tensor or None)`` per delay of ``system``; one host read per delay, at setup."""
+def delay_values(system: System, state_dependent: bool = False) -> list[tuple[float, Tensor | None]]:
+    """``(value, learnable tensor or None)`` per delay of ``system``; one host read per delay, at setup. A
+    :class:`StateDelay` gives its upper bound where ``state_dependent`` (the adaptive solvers, the history's reach)
+    and a ValueError elsewhere."""
     out = []
     for i, tau in enumerate(system.delays):
         learnable = None
+        if isinstance(tau, StateDelay):
+            if not state_dependent:
+                raise ValueError(f"{type(system).__name__}.delays[{i}]: a state-dependent delay ({tau!r}) is solved by "
+                                 f"the adaptive methods (dopri5, tsit5, bosh3) without an adjoint; not by fixed-step "
+                                 f"methods, cells or the adjoints")
+            out.append((tau.upper, None))
+            continue
         if isinstance(tau, Tensor):
             if tau.numel() != 1:
                 raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a scalar, got shape {tuple(tau.shape)}")
@@ -115,7 +124,7 @@ def history_function(system: System, y0: State, history, t0: float) -> History:
                 t = torch.full((), t, dtype=like.dtype, device=like.device)
             return as_history_state(system, y0, history(t), "the callable's value")
 
-        first = phi(t0 - max((value for value, _ in delay_values(system)), default=0.0))
+        first = phi(t0 - max((value for value, _ in delay_values(system, True)), default=0.0))
         if not cuda_graph.capturing() and not all(bool(torch.isfinite(x).all()) for x in first):
             raise ValueError("history: φ(t0 − max τ) contains NaN or Inf")
         return phi

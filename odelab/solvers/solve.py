@@ -67,7 +67,8 @@ def solve(
     ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs the linearly implicit ``rodas4`` and ``rosenbrock23``
     (L-stable, J by autograd: see :mod:`odelab.solvers.rosenbrock`).
     Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
-    that this one continues; default: constant y0).
+    that this one continues; default: constant y0); state-dependent delays (:class:`~odelab.systems.StateDelay`)
+    take the adaptive explicit pairs.
 
     Time as user code sees it: a plain callable f, a callable input u(t) and a callable history get ``t`` as
     a tensor of y0's dtype and device -- 0-dim under the fixed-step methods (the batch shares the time),
@@ -137,7 +138,8 @@ def solve(
             raise ValueError("event: a captured solve replays its outputs only, not the steps the event is located "
                              "on; solve without cuda_graph")
     if isinstance(history, Solution):  # a delay solve continuing an earlier one
-        reach = max((value for value, _ in delay_values(system)), default=0.0) if isinstance(system, System) else 0.0
+        reach = max((value for value, _ in delay_values(system, True)), default=0.0) if isinstance(system, System) \
+            else 0.0
         history = SolutionHistory(history, as_times(t, allow_decreasing=True)[1][0], reach)
     with on_device_of(y0):  # Triton kernels and CUDA graphs run on the current device
         if adjoint in ADJOINTS and forward_mode_or_transform():

@@ -67,7 +67,8 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
         return False
     if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive:
+    if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive \
+            or solver.state_dependent:
         return False
     if solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
         return False

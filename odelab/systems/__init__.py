@@ -1,5 +1,5 @@
 """Vector fields: the learnable sequence models and the classical dynamical systems."""
-from .base import FunctionSystem, System
+from .base import FunctionSystem, StateDelay, System
 from .classical import FitzHughNagumo, HarmonicOscillator, Lorenz63, Lorenz96, LotkaVolterra, VanDerPol
 from .delay_oscillators import ENSO, MackeyGlass
 from .cornn import CoRNN
@@ -11,4 +11,4 @@ from .oscillator import NeuralOscillator
 from .taugru import DelayGRU, TauGRU
 from .unicornn import UnICORNN
 
-__all__ = ["System", "FunctionSystem", "LEM", "SingleScaleLEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "MGU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator", "Lorenz63", "Lorenz96", "TauGRU", "DelayGRU", "ENSO", "MackeyGlass", "GraphCON", "GradientGating"]
+__all__ = ["System", "FunctionSystem", "StateDelay", "LEM", "SingleScaleLEM", "CoRNN", "UnICORNN", "NeuralOscillator", "LTC", "STC", "LRC", "GRU", "MGU", "FitzHughNagumo", "VanDerPol", "LotkaVolterra", "HarmonicOscillator", "Lorenz63", "Lorenz96", "TauGRU", "DelayGRU", "ENSO", "MackeyGlass", "GraphCON", "GradientGating"]

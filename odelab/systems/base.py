@@ -10,8 +10,8 @@ A scheme may ask a system for
 * ``encode(u)`` -- an affine input encoding applied to whole sequences at once; ``inp`` above is always the
   *encoded* input (``None`` for an autonomous system).
 
-Delay systems declare ``delays`` (constant lags) and receive the delayed states as a fourth argument
-``delayed``: one state tuple per delay, in ``delays`` order.
+Delay systems declare ``delays`` (constant lags, or :class:`StateDelay` lags τ(t, y(t))) and receive the delayed
+states as a fourth argument ``delayed``: one state tuple per delay, in ``delays`` order.
 """
 from __future__ import annotations
 
@@ -23,6 +23,29 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 State = tuple[Tensor, ...]
+
+
+class StateDelay:
+    """A state-dependent delay: y(t − τ(t, y(t))) with τ = ``function(t, state)`` (t as the solvers pass it, the
+    state as the system gets it; ``(batch,)`` or ``(batch, 1)``), held to ``[lower, upper]`` (0 < lower ≤ upper).
+    ``lower`` caps the adaptive steps, so that every delayed time lies in the accepted past; ``upper`` sizes the
+    history. Solved by the adaptive explicit pairs; a τ outside the bounds is clamped onto them."""
+
+    def __init__(self, function: Callable, lower: float, upper: float):
+        if not callable(function):
+            raise TypeError(f"StateDelay: expected a callable function(t, state), got {type(function).__name__}")
+        for name, value in (("lower", lower), ("upper", upper)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise ValueError(f"StateDelay: {name} must be a positive finite number, got {value!r}")
+        if lower > upper:
+            raise ValueError(f"StateDelay: lower ({lower}) exceeds upper ({upper})")
+        self.function, self.lower, self.upper = function, float(lower), float(upper)
+
+    def __call__(self, t, state: State) -> Tensor:
+        return self.function(t, state)
+
+    def __repr__(self) -> str:
+        return f"StateDelay({getattr(self.function, '__name__', 'τ')}, lower={self.lower}, upper={self.upper})"
 
 
 class System(nn.Module):
