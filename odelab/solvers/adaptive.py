@@ -262,8 +262,9 @@ class _Integrator:
 
     def __init__(self, tableau: ButcherTableau, system: System, y0: Tensor, sizes: list[int], times: list[float],
                  path: InputPath | None, history, opts: _Options, tstops: list[float] = (),
-                 jump_times: list[float] = (), sensitive: bool = False, dense: bool = False):
+                 jump_times: list[float] = (), sensitive: bool = False, dense: bool = False, resets=None):
         self.tab, self.system, self.opts, self.sizes = tableau, system, opts, sizes
+        self.resets = resets  # events that reset the state (.resets.Resets), applied after every attempt
         # the solve's dense output (one segment: dense refuses checkpoint_segments): the torch loop's step records;
         # the fused C++ and Triton loops, which interpolate the outputs as they go, copy each attempt's last step
         self.dense_pieces, self.pieces_kept = dense, None
@@ -359,6 +360,11 @@ class _Integrator:
         # CUDA: a host read of the loop condition stalls the stream, so check it every 8 attempts; the CPU
         # reads it for free, and extra masked attempts after the last sample finishes would only cost
         self.chunk = opts.chunk or (8 if self.device.type == "cuda" else 1)
+        if resets is not None:
+            if self.history is not None or opts.compile or opts.segments is not None:
+                raise ValueError("reset: events with resets are solved for ODEs, without compile or "
+                                 "checkpoint_segments")
+            self.chunk = 1  # the resets read the host after every attempt
         if opts.cuda_graph and self.device.type not in TRITON_DEVICES:
             raise ValueError(f"cuda_graph: replays the CUDA loop's chunks, but y0 is on {self.device.type}")
         # The step's tensor scalars (t_end, t_stop, the tolerances, the constants below) have 1 element, not 0 dims:
@@ -618,6 +624,10 @@ class _Integrator:
                     accepts.append(accept)
                     attempted += 1
                     t = t_after
+            if self.resets is not None:  # chunk 1: the attempt just made, cut at its event and reset
+                y, k1, t, landing, end = self.resets.after(self, records[-1], y, k1, accepts[-1], before[5], landing)
+                records[-1] = (*records[-1][:4], end)
+                active = (code == _SUCCESS) & (t < stop)
         accepted = carry.accepted + (torch.cat([a.view(-1, self.batch) for a in accepts]).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)
@@ -856,8 +866,9 @@ def _compiled_attempt(solver: _Integrator, scanned: bool = False) -> Callable:
 
 def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...], t_tensor: Tensor,
               times: list[float], path: InputPath | None, history=None, tstops: list[float] = (),
-              jump_times: list[float] = (), dense: bool = False, **options) -> Solution:
-    """Solve with an embedded explicit RK pair (see the module docstring).
+              jump_times: list[float] = (), dense: bool = False, resets=None, **options) -> Solution:
+    """Solve with an embedded explicit RK pair (see the module docstring); ``resets``: events that reset the state
+    (:class:`.resets.Resets`).
 
     Options: ``rtol`` (1e-6), ``atol`` (1e-8); ``max_steps`` (10 000 attempted steps per sample; the step
     records behind the dense output are kept until the end of a segment, so memory grows with the steps);
@@ -894,14 +905,16 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
                  and any(tensor is not None for _, tensor in delay_values(system, True)))
     with fwAD.dual_level() if sensitive else contextlib.nullcontext():
         return _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts,
-                          sensitive, dense)
+                          sensitive, dense, resets)
 
 
 def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstops, jump_times, opts, sensitive,
-               dense):
+               dense, resets=None):
     solver = _Integrator(tableau, system, y0, sizes, times, path, history, opts, tstops, jump_times, sensitive,
-                         dense)
+                         dense, resets)
     carry = solver.start(y0)
+    if resets is not None:
+        resets.begin(carry.t, carry.y, sizes)
 
     outputs = [y0.unsqueeze(1)]
     segments = opts.segments or 1
@@ -941,9 +954,10 @@ def _packed(result: tuple[Tensor, _Carry]) -> tuple[Tensor, ...]:
 def _driver(name: str) -> Callable[..., Solution]:
     tableau = ADAPTIVE_TABLEAUX[name]
 
-    def driver(system, state, t_tensor, times, path, history=None, tstops=(), jump_times=(), dense=False, **options):
+    def driver(system, state, t_tensor, times, path, history=None, tstops=(), jump_times=(), dense=False,
+               resets=None, **options):
         return integrate(tableau, system, state, t_tensor, times, path, history, tstops, jump_times, dense,
-                         **options)
+                         resets=resets, **options)
 
     driver.__name__ = driver.__qualname__ = name
     driver.__doc__ = f"Adaptive {name} (embedded {tableau.order}({tableau.embedded_order}) pair); see odelab.solvers.adaptive."

@@ -398,7 +398,7 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
     gradient to record (grad mode off, or none of the state, f(t0, y0), a learnable delay or the system's
     parameters requires one)."""
     if solver.device.type != "cpu" or solver.dtype not in (torch.float32, torch.float64) or solver.sensitive \
-            or solver.state_dependent:
+            or solver.state_dependent or solver.resets is not None:
         return False
     return not records_gradient(solver, y, k1) and LIBRARY.available()
 

@@ -21,6 +21,7 @@ from .grid import as_times
 from .history import SolutionHistory, delay_values
 from .inputs import InputPath
 from .problem import prepare
+from .resets import Resets
 from .rosenbrock import ROSENBROCK_METHODS
 from .schemes import FIXED_SCHEMES, Scheme, resolve_scheme
 from .solution import Solution, SolveError, Status
@@ -52,6 +53,8 @@ def solve(
     dense: bool = False,
     event: Callable | None = None,
     event_direction: int = 0,
+    reset: Callable | None = None,
+    max_events: int = 100,
     **options,
 ) -> Solution:
     """Integrate ``system`` from ``y0`` at ``t[0]`` and return the states at every time in ``t``.
@@ -120,6 +123,13 @@ def solve(
     ``t[-1]`` with a dense output and locates the crossings on the steps' interpolants (see
     :mod:`odelab.solvers.events`): every method, ODEs and DDEs, forwards and backwards in time; not with an adjoint.
 
+    ``reset=r`` makes the events non-terminal (a hybrid system): at each crossing the state jumps to ``r(t*, y)``
+    (the state as f gets it; r returns one in the same form) and the solve goes on from t*, the gradient passing
+    through t* and the jump (see :mod:`odelab.solvers.resets`). ``solution.event`` then holds every event in order,
+    with an event axis: ``t`` and ``which`` (batch, n), the states (batch, n, size), ``happened`` (batch, n). A
+    sample stops at its ``max_events``-th event (outputs after it NaN). The explicit adaptive pairs, ODEs, forwards in
+    time.
+
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
     """
@@ -137,6 +147,12 @@ def solve(
         if options.get("cuda_graph"):
             raise ValueError("event: a captured solve replays its outputs only, not the steps the event is located "
                              "on; solve without cuda_graph")
+    if reset is not None:
+        if event is None:
+            raise ValueError("reset: resets the state at the events of g; give event=g too")
+        if not (isinstance(method, str) and method in ADAPTIVE_METHODS):
+            raise ValueError(f"reset: events with resets are located inside the loop of the explicit adaptive pairs "
+                             f"{sorted(ADAPTIVE_METHODS)}; got method={method!r}")
     if isinstance(history, Solution):  # a delay solve continuing an earlier one
         reach = max((value for value, _ in delay_values(system, True)), default=0.0) if isinstance(system, System) \
             else 0.0
@@ -165,6 +181,13 @@ def solve(
         # a plain callable is wrapped anew by every call: a captured solve is keyed by what was given
         if event is None:
             return _solve_problem(system, problem, method, dt, history, throw, options, dense)
+        if reset is not None:
+            if problem.backwards:
+                raise ValueError("reset: events with resets integrate forwards in time; t must increase")
+            resets = Resets(event, event_direction, reset, max_events, not isinstance(system, System))
+            solution = _solve_problem(system, problem, method, dt, history, False, {**options, "resets": resets},
+                                      dense)
+            return _after_resets(solution, resets, throw)
         solution = _solve_problem(system, problem, method, dt, history, False, options, True)
         return _stop_at_event(solution, problem, event, event_direction, not isinstance(system, System), dense, throw)
 
@@ -184,6 +207,23 @@ def _stop_at_event(solution: Solution, problem, event, direction: int, function:
     solution.event = found
     if not dense:
         solution.dense_output = None
+    if throw and not bool(solution.success.all()):
+        raise SolveError("solve failed: " + solution.failure_summary(), solution)
+    return solution
+
+
+def _after_resets(solution: Solution, resets: Resets, throw: bool) -> Solution:
+    """``solution`` with its events, its outputs after a sample's last event NaN where it halted (max_events), and
+    a failure after that forgiven."""
+    found = resets.events(solution.blocks, solution.ys[0].device)
+    halted = resets.halted.to(found.t.device)
+    if bool(halted.any()):
+        last = found.t.detach().nan_to_num(nan=-math.inf).amax(1)
+        times = solution.ts.detach().to(device=last.device, dtype=torch.float64)
+        after = halted.unsqueeze(1) & (times.unsqueeze(0) > last.unsqueeze(1))
+        solution.ys = tuple(torch.where(after.unsqueeze(-1), torch.nan, y) for y in solution.ys)
+        solution.status = torch.where(halted, int(Status.SUCCESS), solution.status)
+    solution.event = found
     if throw and not bool(solution.success.all()):
         raise SolveError("solve failed: " + solution.failure_summary(), solution)
     return solution

@@ -68,7 +68,7 @@ def usable(solver, y: Tensor, k1: Tensor) -> bool:
     if solver.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return False
     if solver.dtype not in (torch.float32, torch.float64) or solver.sensitive \
-            or solver.state_dependent:
+            or solver.state_dependent or solver.resets is not None:
         return False
     if solver.compiled is not None or solver.tab.stages > _MAX_STAGES:
         return False
