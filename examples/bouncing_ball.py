@@ -4,11 +4,12 @@ by gradient descent through terminal events (``odelab.solve(..., event=g)``).
     python examples/bouncing_ball.py [--tiny] [--steps N] [--out DIR]
 
 Between bounces a ball follows x'' = −g − c x' (height x, linear drag c); it lands where x falls through 0, and
-leaves the ground with −e times its impact speed. Eight balls dropped from different heights are one batch: each
-flight is one solve in which every ball stops at its own landing (``solution.event``), and the next flight starts
-from each ball's own event state. The landing times are differentiable (implicit function theorem), so the sum of
-squared errors against the observed times (the true parameters' landings plus 5 ms noise) trains log g, log c and
-logit e with Adam. The figure shows two balls under the first guess, the fitted and the true parameters, and the
+leaves the ground with −e times its impact speed. Eight balls dropped from different heights are one batch and
+one solve: the landing is an event that resets the state (``reset=``), so every ball bounces at its own times
+inside the adaptive loop, and ``solution.event.t`` holds each ball's landings in order. The landing times are
+differentiable (the implicit function theorem at each event, the jump and the saltation term across it), so the
+sum of squared errors against the observed times (the true parameters' landings plus 5 ms noise) trains log g,
+log c and logit e with Adam. The figure shows two balls under the first guess, the fitted and the true parameters, and the
 loss.
 """
 import argparse
@@ -40,21 +41,17 @@ NOISE = 0.005  # s, the observed landing times' noise
 heights = torch.linspace(1.0, 4.0, 8).unsqueeze(1)
 
 
-def landings(g, c, e, bounces, keep_path=False):
-    """The balls' landing times (8, bounces), and with ``keep_path`` their heights on a grid between the landings."""
+def landings(g, c, e, bounces, grid=None):
+    """The balls' landing times (8, bounces), and with ``grid`` their heights there (8, len(grid))."""
     field = lambda t, y: torch.cat([y[:, 1:], -g - c * y[:, 1:]], 1)
-    state, clock, times, path = torch.cat([heights, torch.zeros_like(heights)], 1), 0.0, [], []
-    for _ in range(bounces):
-        grid = torch.linspace(0.0, 4.0, 201)
-        flight = odelab.solve(field, state, grid, event=lambda t, y: y[:, 0], event_direction=-1, rtol=1e-8, atol=1e-10)
-        if not bool(flight.event.happened.all()):
-            raise RuntimeError("a ball did not land within 4 s; the parameters left the physical range")
-        clock = clock + flight.event.t
-        times.append(clock)
-        if keep_path:
-            path.append((clock.detach() - flight.event.t.detach(), grid, flight.y[:, :, 0].detach()))
-        state = torch.stack([torch.zeros_like(clock), -e * flight.event.y[:, 1]], 1)  # back up, e times slower
-    return torch.stack(times, 1), path
+    bounce = lambda t, y: torch.stack([torch.zeros_like(y[:, 0]), -e * y[:, 1]], 1)  # back up, e times slower
+    times = torch.tensor([0.0, 20.0]) if grid is None else grid
+    sol = odelab.solve(field, torch.cat([heights, torch.zeros_like(heights)], 1), times, event=lambda t, y: y[:, 0],
+                       event_direction=-1, reset=bounce, max_events=bounces, rtol=1e-8, atol=1e-10)
+    if grid is None and (sol.event.t.shape[1] < bounces or not bool(sol.event.happened.all())):
+        raise RuntimeError(f"a ball landed fewer than {bounces} times within {float(times[-1])} s; the parameters left "
+                           f"the physical range")
+    return sol.event.t, sol.y[:, :, 0]
 
 
 torch.manual_seed(0)
@@ -94,14 +91,12 @@ print("fitted " + ", ".join(f"{k} {f:.4f} (true {TRUE[k]}, {100 * report['relati
 fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [2.2, 1]})
 styles = {"first guess": (first_guess, ":", "tab:gray"), "fitted": (fitted, "-", "tab:blue"),
           "true": (list(TRUE.values()), "--", "k")}
+grid = torch.linspace(0.0, 9.0, 1801)
 for label, (params, line, color) in styles.items():
     with torch.no_grad():
-        times, path = landings(*(torch.tensor(v) for v in params), args.bounces, keep_path=True)
-    for ball in (0, 7):
-        for start, grid, height in path:
-            inside = ~torch.isnan(height[ball])
-            ax.plot(start[ball] + grid[inside], height[ball][inside], line, color=color, lw=1.2,
-                    label=label if (ball, start is path[0][0]) == (7, True) else None)
+        _, height = landings(*(torch.tensor(v) for v in params), args.bounces, grid)
+    for ball in (0, 7):  # NaN after the last observed landing
+        ax.plot(grid, height[ball], line, color=color, lw=1.2, label=label if ball == 7 else None)
 ax.plot(observed[[0, 7]].flatten(), torch.zeros(2 * args.bounces), "rx", label="observed landings")
 ax.set(xlabel="t (s)", ylabel="height (m)", title="two of the eight balls")
 ax.legend(fontsize=8)
