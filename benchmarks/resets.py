@@ -1,0 +1,230 @@
+"""Events that reset the state: five bounces of a ball with drag, odelab's one solve with ``reset=`` against chained
+terminal-event solves (odelab's, torchdiffeq's ``odeint_event``, diffrax's ``Event``).
+
+    python benchmarks/resets.py [--batch 256] [--bounces 5] [--repeats 5] [--threads 1] [--no-diffrax]
+                                [--out benchmarks/results/resets.json]
+
+The balls of ``benchmarks/events.py`` (x'' = −g − c x', g = 9.81, c = 0.35, ``--batch`` samples from x0 ~ U[1, 4],
+v0 ~ U[−1, 3], seed 0, float64, dopri5 at rtol 1e-8 / atol 1e-10); at each landing the speed is reversed and scaled
+by e = 0.8. The task: each ball's ``--bounces``-th landing time and its derivative in x0. Ways, medians of
+``--repeats``, forward alone (no grad) and forward + backward of Σ t_n to x0:
+
+- odelab ``reset=``: one ``solve(..., [0, 20], event=..., reset=..., max_events=bounces)`` for the batch;
+- odelab chained: one terminal-event solve per flight for the batch, the next flight from each ball's event state
+  (what a user of terminal events writes);
+- torchdiffeq: ``odeint_event`` per sample and flight (it stops a whole batch at its first event), timed on 8
+  samples and scaled;
+- diffrax: ``jax.vmap`` of ``bounces`` chained ``diffeqsolve(..., event=Event(...))`` calls, jitted (steady state;
+  the first call apart); skipped without jax/diffrax.
+
+Reference: the closed form of each flight, x(t) = x_s + (v_s + g/c)(1 − e^(−ct))/c − g t/c, landings by scipy's
+brentq (xtol 1e-15) in sequence, dt_n/dx0 by central differences of that sequence (step 1e-6). Errors are the max
+over the checked samples; ratios are odelab ``reset=`` over each way. JSON to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import brentq
+
+import odelab
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from events import ATOL, C, G, RTOL, field  # noqa: E402
+from timing import median_time, one_xla_thread  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+F64 = torch.float64
+E, SPAN, TORCHDIFFEQ_SAMPLES = 0.8, 20.0, 8
+
+
+def reference_landing(x0: float, v0: float, bounces: int) -> float:
+    """The ``bounces``-th landing from the closed form, flight by flight."""
+    height = lambda t, x, v: x + (v + G / C) * (1 - math.exp(-C * t)) / C - G * t / C
+    speed = lambda t, v: (v + G / C) * math.exp(-C * t) - G / C
+    clock, x, v = 0.0, x0, v0
+    for _ in range(bounces):
+        low = 1e-9 if x > 0 else 1e-6  # from the floor: past the start's own zero
+        flight = brentq(height, low, SPAN, args=(x, v), xtol=1e-15, rtol=4 * np.finfo(float).eps)
+        clock, x, v = clock + flight, 0.0, -E * speed(flight, v)
+    return clock
+
+
+def reference(x0: np.ndarray, v0: np.ndarray, bounces: int) -> tuple[np.ndarray, np.ndarray]:
+    times = np.array([reference_landing(x, v, bounces) for x, v in zip(x0, v0)])
+    step = 1e-6
+    slopes = np.array([(reference_landing(x + step, v, bounces) - reference_landing(x - step, v, bounces)) / (2 * step)
+                       for x, v in zip(x0, v0)])
+    return times, slopes
+
+
+floor = lambda t, y: y[:, 0]
+bounce = lambda t, y: torch.stack([torch.zeros_like(y[:, 0]), -E * y[:, 1]], 1)
+
+
+def odelab_rows(x0: torch.Tensor, v0: torch.Tensor, bounces: int, repeats: int) -> dict:
+    def with_reset(start):
+        sol = odelab.solve(field, torch.stack([start, v0], 1), [0.0, SPAN], event=floor, event_direction=-1,
+                           reset=bounce, max_events=bounces, rtol=RTOL, atol=ATOL)
+        return sol.event.t[:, bounces - 1], int(sol.stats["steps"].max())
+
+    def chained(start):
+        state, clock, steps = torch.stack([start, v0], 1), 0.0, 0
+        for _ in range(bounces):
+            sol = odelab.solve(field, state, [0.0, SPAN], event=floor, event_direction=-1, rtol=RTOL, atol=ATOL)
+            clock, steps = clock + sol.event.t, steps + int(sol.stats["steps"].max())
+            state = torch.stack([torch.zeros_like(clock), -E * sol.event.y[:, 1]], 1)
+        return clock, steps
+
+    rows = {}
+    for name, way in (("odelab_reset", with_reset), ("odelab_chained", chained)):
+        def run(grad: bool):
+            start = x0.clone().requires_grad_(grad)
+            with torch.set_grad_enabled(grad):
+                times, steps = way(start)
+            if not grad:
+                return times, None, steps
+            (slope,) = torch.autograd.grad(times.sum(), (start,))
+            return times.detach(), slope, steps
+
+        forward_s, (times, _, steps) = median_time(lambda: run(False), repeats)
+        backward_s, (_, slope, _) = median_time(lambda: run(True), repeats)
+        rows[name] = {"forward_s": forward_s, "forward_backward_s": backward_s, "steps_max": steps,
+                      "times": times.numpy(), "slopes": slope.numpy()}
+    return rows
+
+
+def torchdiffeq_row(x0: torch.Tensor, v0: torch.Tensor, bounces: int, repeats: int) -> dict | None:
+    try:
+        from torchdiffeq import odeint_event
+    except ImportError as err:
+        print(f"torchdiffeq not installed ({err}); skipping it")
+        return None
+    count = min(TORCHDIFFEQ_SAMPLES, x0.shape[0])
+
+    def one(b: int, grad: bool):
+        start = x0[b:b + 1].clone().requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            state, clock = torch.stack([start, v0[b:b + 1]], 1)[0], torch.tensor(0.0, dtype=F64)
+            for _ in range(bounces):
+                # from the floor the start sits on x = 0: the event counts only a fall below it
+                t, path = odeint_event(field, state, clock, event_fn=lambda t, y: torch.where(y[1] < 0, y[0], 1.0),
+                                       method="dopri5", rtol=RTOL, atol=ATOL)
+                clock = t
+                state = torch.stack([torch.zeros_like(t), -E * path[-1][1]])
+        if not grad:
+            return clock.item(), math.nan
+        (slope,) = torch.autograd.grad(clock, (start,))
+        return clock.item(), slope.item()
+
+    forward_s, _ = median_time(lambda: [one(b, False) for b in range(count)], repeats)
+    backward_s, pairs = median_time(lambda: [one(b, True) for b in range(count)], repeats)
+    scale = x0.shape[0] / count
+    times, slopes = (np.array(x) for x in zip(*pairs))
+    return {"forward_s": forward_s * scale, "forward_backward_s": backward_s * scale, "timed_samples": count,
+            "times": times, "slopes": slopes}
+
+
+def diffrax_row(x0: np.ndarray, v0: np.ndarray, bounces: int, repeats: int) -> dict | None:
+    try:
+        import diffrax
+        import jax
+        import jax.numpy as jnp
+        import optimistix
+    except ImportError as err:
+        print(f"diffrax not installed ({err}); skipping it (pip install jax diffrax)")
+        return None
+    jax.config.update("jax_enable_x64", True)
+    term = diffrax.ODETerm(lambda t, y, args: jnp.stack([y[1], -G - C * y[1]]))
+    # from the floor the first flight's start sits on x = 0: the condition counts only a fall below it
+    event = diffrax.Event(lambda t, y, args, **kwargs: jnp.where(y[1] < 0, y[0], 1.0),
+                          root_finder=optimistix.Newton(rtol=1e-12, atol=1e-12))
+
+    def landing(x, v):
+        clock, state = 0.0, jnp.stack([x, v])
+        for _ in range(bounces):
+            sol = diffrax.diffeqsolve(term, diffrax.Dopri5(), clock, clock + SPAN, None, state, event=event,
+                                      stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL))
+            clock = sol.ts[-1]
+            state = jnp.stack([0.0, -E * sol.ys[-1][1]])
+        return clock
+
+    forward = jax.jit(jax.vmap(landing))
+    slope = jax.jit(jax.vmap(jax.grad(landing)))
+    xs, vs = jnp.asarray(x0), jnp.asarray(v0)
+    rows = {}
+    for name, fn in (("forward", forward), ("forward_backward", slope)):
+        begin = time.perf_counter()
+        jax.block_until_ready(fn(xs, vs))
+        rows[f"{name}_first_call_s"] = time.perf_counter() - begin
+        rows[f"{name}_s"], out = median_time(lambda: jax.block_until_ready(fn(xs, vs)), repeats)
+        rows["times" if name == "forward" else "slopes"] = np.asarray(out)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--bounces", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-diffrax", action="store_true")
+    parser.add_argument("--out", default=str(RESULTS / "resets.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if not args.no_diffrax and args.threads == 1:
+        one_xla_thread()
+    generator = torch.Generator().manual_seed(0)
+    x0 = 1 + 3 * torch.rand(args.batch, generator=generator, dtype=F64)
+    v0 = -1 + 4 * torch.rand(args.batch, generator=generator, dtype=F64)
+    true_times, true_slopes = reference(x0.numpy(), v0.numpy(), args.bounces)
+
+    rows = odelab_rows(x0, v0, args.bounces, args.repeats)
+    found = torchdiffeq_row(x0, v0, args.bounces, args.repeats)
+    if found is not None:
+        rows["torchdiffeq"] = found
+    if not args.no_diffrax:
+        found = diffrax_row(x0.numpy(), v0.numpy(), args.bounces, args.repeats)
+        if found is not None:
+            rows["diffrax"] = found
+    for row in rows.values():
+        count = row["times"].shape[0]
+        row["time_error"] = float(np.abs(row.pop("times") - true_times[:count]).max())
+        slopes = row.pop("slopes")
+        row["slope_error"] = float(np.abs(slopes - true_slopes[:slopes.shape[0]]).max())
+    ours = rows["odelab_reset"]
+    for name, row in rows.items():
+        if name != "odelab_reset":
+            for key in ("forward_s", "forward_backward_s"):
+                ours[f"{key[:-2]}_ratio_to_{name}"] = ours[key] / row[key]
+
+    print(f"landing {args.bounces} of {args.batch} balls with drag (e = {E}), dopri5 rtol {RTOL:g} / atol {ATOL:g}, "
+          f"float64, {args.threads} thread(s), median of {args.repeats}")
+    for name, row in rows.items():
+        scaled = f" (scaled from {row['timed_samples']})" if "timed_samples" in row else ""
+        first = f" (first calls {row['forward_first_call_s']:.1f} s, {row['forward_backward_first_call_s']:.1f} s)" \
+            if "forward_first_call_s" in row else ""
+        print(f"  {name:15s} forward {row['forward_s']:.4f} s, with dt/dx0 {row['forward_backward_s']:.4f} s"
+              f"{scaled}{first}; t error {row['time_error']:.1e}, dt/dx0 error {row['slope_error']:.1e}")
+    for key, value in ours.items():
+        if "_ratio_to_" in key:
+            print(f"  odelab reset / {key.split('_ratio_to_')[1]} ({key.split('_ratio_to_')[0].replace('_', ' + ')}): "
+                  f"{value:.3g}x")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"batch": args.batch, "bounces": args.bounces, "repeats": args.repeats, "threads": args.threads,
+            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
