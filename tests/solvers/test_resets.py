@@ -74,17 +74,20 @@ def test_gradients_through_three_resets():
 
 def test_two_walls_and_which():
     """x' = v between walls at 0 and 1, v reversed at each: from x = 0.25, v = 1 the hits alternate between the
-    wall at 1 (g₁ = 1 − x, ``which`` 1) and at 0 (g₀ = x, 0), at t = 0.75 + k; x(t) is the triangle wave."""
+    wall at 1 (g₁ = 1 − x, ``which`` 1) and at 0 (g₀ = x, 0), at t = 0.75 + k; x(t) is the triangle wave, at the
+    output times and on the dense output."""
     field = lambda t, y: torch.cat([y[:, 1:], torch.zeros_like(y[:, 1:])], 1)
     walls = lambda t, y: torch.stack([y[:, 0], 1 - y[:, 0]], 1)
     flip = lambda t, y: torch.stack([y[:, 0], -y[:, 1]], 1)
     t = torch.linspace(0.0, 4.0, 41, dtype=F64)
     sol = odelab.solve(field, torch.tensor([[0.25, 1.0]], dtype=F64), t, event=walls, event_direction=-1,
-                       reset=flip, rtol=1e-10, atol=1e-12)
+                       reset=flip, rtol=1e-10, atol=1e-12, dense=True)
     np.testing.assert_allclose(sol.event.t[0].detach().numpy(), [0.75, 1.75, 2.75, 3.75], atol=1e-9)
     assert sol.event.which[0].tolist() == [1, 0, 1, 0]
-    phase = (t + 0.25) % 2
-    np.testing.assert_allclose(sol.y[0, :, 0].numpy(), torch.where(phase <= 1, phase, 2 - phase).numpy(), atol=1e-9)
+    triangle = lambda t: torch.where((t + 0.25) % 2 <= 1, (t + 0.25) % 2, 2 - (t + 0.25) % 2)
+    np.testing.assert_allclose(sol.y[0, :, 0].numpy(), triangle(t).numpy(), atol=1e-9)
+    fine = torch.linspace(0.0, 4.0, 401, dtype=F64)  # the dense output's pieces end at the events
+    np.testing.assert_allclose(sol.evaluate(fine)[0][0, :, 0].numpy(), triangle(fine).numpy(), atol=1e-9)
 
 
 def test_a_system_state_of_blocks():
