@@ -27,7 +27,6 @@ import json
 import math
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,7 @@ from scipy.optimize import brentq
 import odelab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import median_time, one_xla_thread  # noqa: E402
+from timing import jitted_rows, median_time, one_xla_thread, per_sample_rows  # noqa: E402
 
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,6 +53,46 @@ def reference(x0: np.ndarray, v0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     times = np.array([brentq(height, 1e-9, END, args=(x, v), xtol=1e-15, rtol=4 * np.finfo(float).eps)
                       for x, v in zip(x0, v0)])
     return times, np.array([-1.0 / speed(t, v) for t, v in zip(times, v0)])
+
+
+def balls(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 ~ U[1, 4], v0 ~ U[−1, 3], seed 0."""
+    generator = torch.Generator().manual_seed(0)
+    x0 = 1 + 3 * torch.rand(batch, generator=generator, dtype=F64)
+    return x0, -1 + 4 * torch.rand(batch, generator=generator, dtype=F64)
+
+
+def with_errors(rows: dict, true_times: np.ndarray, true_slopes: np.ndarray) -> None:
+    """Each row's "times" and "slopes" replaced by their max errors against the references (over its samples)."""
+    for row in rows.values():
+        count = row["times"].shape[0]
+        row["time_error"] = float(np.abs(row.pop("times") - true_times[:count]).max())
+        if "slopes" in row:
+            slopes = row.pop("slopes")
+            row["slope_error"] = float(np.abs(slopes - true_slopes[:slopes.shape[0]]).max())
+
+
+def report(rows: dict, ours: str) -> None:
+    """Add to row ``ours`` its time over every other row's (forward, and with the gradient where both have one),
+    and print the rows and the ratios."""
+    mine = rows[ours]
+    for name, row in rows.items():
+        if name != ours:
+            for key in ("forward_s", "forward_backward_s"):
+                if key in row:
+                    mine[f"{key[:-2]}_ratio_to_{name}"] = mine[key] / row[key]
+    for name, row in rows.items():
+        scaled = f" (scaled from {row['timed_samples']})" if "timed_samples" in row else ""
+        both = f", with the gradient {row['forward_backward_s']:.4f} s" if "forward_backward_s" in row else ""
+        first = f" (first calls {row['forward_first_call_s']:.1f} s, {row['forward_backward_first_call_s']:.1f} s)" \
+            if "forward_first_call_s" in row else ""
+        errors = f"time error {row['time_error']:.1e}" + (f", slope error {row['slope_error']:.1e}"
+                                                         if "slope_error" in row else "")
+        print(f"  {name:15s} forward {row['forward_s']:.4f} s{both}{scaled}{first}; {errors}")
+    for key, value in mine.items():
+        if "_ratio_to_" in key:
+            print(f"  {ours} / {key.split('_ratio_to_')[1]} ({key.split('_ratio_to_')[0].replace('_', ' + ')}): "
+                  f"{value:.3g}x")
 
 
 def field(t, y):
@@ -97,12 +136,7 @@ def torchdiffeq_row(x0: torch.Tensor, v0: torch.Tensor, repeats: int) -> dict | 
         (slope,) = torch.autograd.grad(t, (start,))
         return t.item(), slope.item()
 
-    forward_s, _ = median_time(lambda: [one(b, False) for b in range(count)], repeats)
-    backward_s, pairs = median_time(lambda: [one(b, True) for b in range(count)], repeats)
-    scale = x0.shape[0] / count
-    times, slopes = (np.array(x) for x in zip(*pairs))
-    return {"forward_s": forward_s * scale, "forward_backward_s": backward_s * scale, "timed_samples": count,
-            "times": times, "slopes": slopes}
+    return per_sample_rows(one, count, x0.shape[0], repeats)
 
 
 def scipy_row(x0: np.ndarray, v0: np.ndarray, repeats: int) -> dict:
@@ -139,15 +173,7 @@ def diffrax_row(x0: np.ndarray, v0: np.ndarray, repeats: int) -> dict | None:
 
     forward = jax.jit(jax.vmap(landing))
     slope = jax.jit(jax.vmap(jax.grad(landing)))
-    xs, vs = jnp.asarray(x0), jnp.asarray(v0)
-    rows = {}
-    for name, fn in (("forward", forward), ("forward_backward", slope)):
-        begin = time.perf_counter()
-        jax.block_until_ready(fn(xs, vs))
-        rows[f"{name}_first_call_s"] = time.perf_counter() - begin
-        rows[f"{name}_s"], out = median_time(lambda: jax.block_until_ready(fn(xs, vs)), repeats)
-        rows["times" if name == "forward" else "slopes"] = np.asarray(out)
-    return rows
+    return jitted_rows(forward, slope, jnp.asarray(x0), jnp.asarray(v0), repeats=repeats)
 
 
 def main() -> None:
@@ -161,9 +187,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if not args.no_diffrax and args.threads == 1:
         one_xla_thread()
-    generator = torch.Generator().manual_seed(0)
-    x0 = 1 + 3 * torch.rand(args.batch, generator=generator, dtype=F64)
-    v0 = -1 + 4 * torch.rand(args.batch, generator=generator, dtype=F64)
+    x0, v0 = balls(args.batch)
     true_times, true_slopes = reference(x0.numpy(), v0.numpy())
 
     rows = {"odelab": odelab_row(x0, v0, args.repeats)}
@@ -175,33 +199,10 @@ def main() -> None:
         found = diffrax_row(x0.numpy(), v0.numpy(), args.repeats)
         if found is not None:
             rows["diffrax"] = found
-    for row in rows.values():
-        count = row["times"].shape[0]
-        row["time_error"] = float(np.abs(row.pop("times") - true_times[:count]).max())
-        if "slopes" in row:
-            slopes = row.pop("slopes")
-            row["slope_error"] = float(np.abs(slopes - true_slopes[:slopes.shape[0]]).max())
-    ours = rows["odelab"]
-    for name, row in rows.items():
-        if name != "odelab":
-            for key in ("forward_s", "forward_backward_s"):
-                if key in row:
-                    ours[f"{key[:-2]}_ratio_to_{name}"] = ours[key] / row[key]
-
+    with_errors(rows, true_times, true_slopes)
     print(f"landing of {args.batch} balls with drag, dopri5 rtol {RTOL:g} / atol {ATOL:g}, float64, "
           f"{args.threads} thread(s), median of {args.repeats}")
-    for name, row in rows.items():
-        scaled = f" (scaled from {row['timed_samples']})" if "timed_samples" in row else ""
-        both = f", with dt*/dx0 {row['forward_backward_s']:.4f} s" if "forward_backward_s" in row else ""
-        first = f" (first calls {row['forward_first_call_s']:.1f} s, {row['forward_backward_first_call_s']:.1f} s)" \
-            if "forward_first_call_s" in row else ""
-        errors = f"t* error {row['time_error']:.1e}" + (f", dt*/dx0 error {row['slope_error']:.1e}"
-                                                       if "slope_error" in row else "")
-        print(f"  {name:12s} forward {row['forward_s']:.4f} s{both}{scaled}{first}; {errors}")
-    for key, value in ours.items():
-        if "_ratio_to_" in key:
-            print(f"  odelab / {key.split('_ratio_to_')[1]} ({key.split('_ratio_to_')[0].replace('_', ' + ')}): "
-                  f"{value:.3g}x")
+    report(rows, "odelab")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"batch": args.batch, "repeats": args.repeats, "threads": args.threads, "torch": torch.__version__,

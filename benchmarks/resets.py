@@ -28,7 +28,6 @@ import json
 import math
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +37,8 @@ from scipy.optimize import brentq
 import odelab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from events import ATOL, C, G, RTOL, field  # noqa: E402
-from timing import median_time, one_xla_thread  # noqa: E402
+from events import ATOL, C, G, RTOL, balls, field, report, with_errors  # noqa: E402
+from timing import jitted_rows, median_time, one_xla_thread, per_sample_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
@@ -125,12 +124,7 @@ def torchdiffeq_row(x0: torch.Tensor, v0: torch.Tensor, bounces: int, repeats: i
         (slope,) = torch.autograd.grad(clock, (start,))
         return clock.item(), slope.item()
 
-    forward_s, _ = median_time(lambda: [one(b, False) for b in range(count)], repeats)
-    backward_s, pairs = median_time(lambda: [one(b, True) for b in range(count)], repeats)
-    scale = x0.shape[0] / count
-    times, slopes = (np.array(x) for x in zip(*pairs))
-    return {"forward_s": forward_s * scale, "forward_backward_s": backward_s * scale, "timed_samples": count,
-            "times": times, "slopes": slopes}
+    return per_sample_rows(one, count, x0.shape[0], repeats)
 
 
 def diffrax_row(x0: np.ndarray, v0: np.ndarray, bounces: int, repeats: int) -> dict | None:
@@ -159,15 +153,7 @@ def diffrax_row(x0: np.ndarray, v0: np.ndarray, bounces: int, repeats: int) -> d
 
     forward = jax.jit(jax.vmap(landing))
     slope = jax.jit(jax.vmap(jax.grad(landing)))
-    xs, vs = jnp.asarray(x0), jnp.asarray(v0)
-    rows = {}
-    for name, fn in (("forward", forward), ("forward_backward", slope)):
-        begin = time.perf_counter()
-        jax.block_until_ready(fn(xs, vs))
-        rows[f"{name}_first_call_s"] = time.perf_counter() - begin
-        rows[f"{name}_s"], out = median_time(lambda: jax.block_until_ready(fn(xs, vs)), repeats)
-        rows["times" if name == "forward" else "slopes"] = np.asarray(out)
-    return rows
+    return jitted_rows(forward, slope, jnp.asarray(x0), jnp.asarray(v0), repeats=repeats)
 
 
 def main() -> None:
@@ -182,9 +168,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if not args.no_diffrax and args.threads == 1:
         one_xla_thread()
-    generator = torch.Generator().manual_seed(0)
-    x0 = 1 + 3 * torch.rand(args.batch, generator=generator, dtype=F64)
-    v0 = -1 + 4 * torch.rand(args.batch, generator=generator, dtype=F64)
+    x0, v0 = balls(args.batch)
     true_times, true_slopes = reference(x0.numpy(), v0.numpy(), args.bounces)
 
     rows = odelab_rows(x0, v0, args.bounces, args.repeats)
@@ -195,29 +179,10 @@ def main() -> None:
         found = diffrax_row(x0.numpy(), v0.numpy(), args.bounces, args.repeats)
         if found is not None:
             rows["diffrax"] = found
-    for row in rows.values():
-        count = row["times"].shape[0]
-        row["time_error"] = float(np.abs(row.pop("times") - true_times[:count]).max())
-        slopes = row.pop("slopes")
-        row["slope_error"] = float(np.abs(slopes - true_slopes[:slopes.shape[0]]).max())
-    ours = rows["odelab_reset"]
-    for name, row in rows.items():
-        if name != "odelab_reset":
-            for key in ("forward_s", "forward_backward_s"):
-                ours[f"{key[:-2]}_ratio_to_{name}"] = ours[key] / row[key]
-
+    with_errors(rows, true_times, true_slopes)
     print(f"landing {args.bounces} of {args.batch} balls with drag (e = {E}), dopri5 rtol {RTOL:g} / atol {ATOL:g}, "
           f"float64, {args.threads} thread(s), median of {args.repeats}")
-    for name, row in rows.items():
-        scaled = f" (scaled from {row['timed_samples']})" if "timed_samples" in row else ""
-        first = f" (first calls {row['forward_first_call_s']:.1f} s, {row['forward_backward_first_call_s']:.1f} s)" \
-            if "forward_first_call_s" in row else ""
-        print(f"  {name:15s} forward {row['forward_s']:.4f} s, with dt/dx0 {row['forward_backward_s']:.4f} s"
-              f"{scaled}{first}; t error {row['time_error']:.1e}, dt/dx0 error {row['slope_error']:.1e}")
-    for key, value in ours.items():
-        if "_ratio_to_" in key:
-            print(f"  odelab reset / {key.split('_ratio_to_')[1]} ({key.split('_ratio_to_')[0].replace('_', ' + ')}): "
-                  f"{value:.3g}x")
+    report(rows, "odelab_reset")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"batch": args.batch, "bounces": args.bounces, "repeats": args.repeats, "threads": args.threads,
