@@ -30,6 +30,7 @@ def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
     ("bouncing_ball.py", ("--out", "out"), ("bouncing_ball.png", "results.json")),
     ("stiff_kinetics.py", ("--out", "out"), ("stiff_kinetics.png", "results.json")),
     ("diode_circuit.py", ("--out", "out"), ("diode_circuit.png", "results.json")),
+    ("state_delay.py", ("--out", "out"), ("state_delay.png", "results.json")),
 ])
 def test_example_runs_tiny(tmp_path, name, args, outputs):
     result = run_example(name, *args, cwd=tmp_path)
