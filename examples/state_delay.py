@@ -8,11 +8,12 @@ Hutchinson's logistic equation with a delay that grows with the density (crowded
     N'(t) = r N(t) (1 − N(t − τ) / K),   τ = τ0 + τ1 N(t) / (K + N(t)),   K = 1,
 
 from the history N = 0.5 on t ≤ 0; (r, τ0, τ1) = (1.1, 1.0, 1.2) give a limit cycle (N between about 0.25 and
-2.6), whose period and shape both depend on how the delay follows the state. Three populations, started from 0.2, 0.5 and 1.2, observed at 61 times
-over t ∈ [0, 30] with 3 % noise; the parameters: log r, log τ(1) (the delay at the carrying capacity) and log τ1,
-started well off (r 0.6×, τ(1) 1.3×, τ1 0.3×); the loss: the mean squared log error. The solve reads N(t − τ(N(t))) from its dense history at every stage (dopri5); the gradient in
-τ0 and τ1 passes through the delayed time into the history. The figure shows the counts, the trajectories under the
-first guess, the fit and the truth, the delay τ(N(t)) along the fitted cycle, and the loss.
+2.6), whose period and shape both depend on how the delay follows the state. Three populations, started from 0.2,
+0.5 and 1.2, observed at 61 times over t ∈ [0, 30] with 3 % noise; the parameters: log r, log τ(1) (the delay at
+the carrying capacity) and log τ1, started well off (r 0.6×, τ(1) 1.3×, τ1 0.3×); the loss: the mean squared log
+error. The solve reads N(t − τ(N(t))) from its dense history at every stage (dopri5); the gradient in τ0 and τ1
+passes through the delayed time into the history. The figure shows the counts, the trajectories under the first
+guess, the fit and the truth, the delay τ(N(t)) along the fitted cycle, and the loss.
 """
 import argparse
 import json
