@@ -150,3 +150,21 @@ def test_errors():
         odelab.solve(field, y0, [0.0, 1.0], event=floor, reset=3)
     with pytest.raises(ValueError, match=r"reset: r\(t, y\) must return a state of shape \(1, 2\)"):
         odelab.solve(field, y0, [0.0, 2.0], event=floor, reset=lambda t, y: y[:, :1])
+
+
+def test_landing_points_across_resets():
+    """tstops every 0.37 s and a hold input (the gravity, constant in value but sampled every 0.29 s, so the steps
+    land on its sample times): a step cut at an event goes back to its landing point, and the landings are the
+    closed form's still."""
+    heights = torch.tensor([1.0, 2.0], dtype=F64)
+    times = torch.linspace(0.0, 3.0, 11, dtype=F64)
+    u_times = torch.arange(0.0, 3.2, 0.29, dtype=F64)
+    gravity = torch.full((2, len(u_times), 1), 9.81, dtype=F64)
+    field = lambda t, y, u: torch.cat([y[:, 1:], -u], 1)
+    sol = odelab.solve(field, torch.stack([heights, torch.zeros_like(heights)], 1), times, u=gravity,
+                       u_times=u_times, tstops=torch.arange(0.0, 3.0, 0.37, dtype=F64), event=lambda t, y: y[:, 0],
+                       event_direction=-1, reset=lambda t, y: torch.stack([torch.zeros_like(y[:, 0]), -0.8 * y[:, 1]],
+                                                                          1), rtol=1e-10, atol=1e-12)
+    for b, h in enumerate(heights.tolist()):
+        exact = [s for s in landings(9.81, 0.8, h, 12) if s <= 3.0]
+        np.testing.assert_allclose(sol.event.t[b][sol.event.happened[b]].detach().numpy(), exact, atol=1e-9)
