@@ -1,5 +1,6 @@
 """Events that reset the state (hybrid systems): at each sample's crossing of g(t, y) = 0 the state jumps to
-y⁺ = r(t*, y⁻) and the integration goes on from t*, inside the adaptive loop (a bouncing ball in one solve).
+y⁺ = r(t*, y⁻) and the integration goes on from t*, inside the adaptive loops (the explicit pairs' torch loop and
+the Rosenbrock loop; a bouncing ball in one solve).
 
 After every accepted step, g is evaluated at its end; where it crossed (the rule of :mod:`.events`), the crossing is
 located on the step's interpolant as for a terminal event (Illinois, the implicit function theorem's gradient for

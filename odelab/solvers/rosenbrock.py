@@ -113,9 +113,11 @@ class _Rosenbrock:
     """The per-sample loop for one system, input path and option set."""
 
     def __init__(self, system: System, y0: Tensor, sizes: list[int], times: list[float], path: InputPath | None,
-                 opts, tstops, jump_times, tableau: RosenbrockTableau | None = None, mass: Tensor | None = None):
+                 opts, tstops, jump_times, tableau: RosenbrockTableau | None = None, mass: Tensor | None = None,
+                 resets=None):
         self.system, self.sizes, self.opts, self.path = system, sizes, opts, path
         self.mass = mass  # None: M = I
+        self.resets = resets  # events that reset the state (.resets.Resets), after every accepted step
         self.tableau = tableau  # None: rosenbrock23
         self.m = 2 if tableau is None else 3  # the interpolant's degree
         self.order = 2 if tableau is None else tableau.order  # of the solution (rodas4: 4, its estimate's too)
@@ -159,6 +161,10 @@ class _Rosenbrock:
         if self.mass is None:
             return matrix
         return torch.where((step == 0).view(-1, 1, 1), self.eye, matrix)
+
+    def held_input(self, landing: Tensor) -> Tensor | None:
+        """The hold sample driving the steps towards landing point ``landing`` (per sample)."""
+        return None if self.hold_index is None else self.path.at_indices(self.hold_index[landing])
 
     def times_mass(self, k: Tensor) -> Tensor:
         """M k per sample (k itself without a mass matrix)."""
@@ -312,8 +318,11 @@ class _Rosenbrock:
                     torch.where(keep, y, last[2]), torch.where(keep, coef, last[3]))
             y = torch.where(keep, y_new, y)
             t = torch.where(accept, t_new, t)
+            before = landing
             landing = landing + (accept & lands)
             h = torch.where(accept & lands, torch.maximum(h_next, h), h_next)
+            if self.resets is not None:  # the accepted steps cut at their events, the state reset there
+                y, _, t, landing, _ = self.resets.after(_Field(self), (*last, t), y, y, accept, before, landing)
             pieces.append((*last, t))
             code = torch.where((code == _SUCCESS) & (t < self.t_end) & (steps >= opts.max_steps), _MAX_STEPS, code)
         start, length, base, coef, end = (torch.stack(x) for x in zip(*pieces))
@@ -379,7 +388,7 @@ class _Rosenbrock:
 def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Tensor, times: list[float],
                          path: InputPath | None, history=None, tstops=(), jump_times=(), dense: bool = False,
                          tableau: RosenbrockTableau | None = None, mass=None, initialize: str = "check",
-                         **options) -> Solution:
+                         resets=None, **options) -> Solution:
     """Solve a stiff ODE with ``rosenbrock23`` (``tableau`` None) or a Rosenbrock tableau (see the module
     docstring), or M y' = f(t, y) with a constant ``mass`` matrix M (see :mod:`odelab.solvers.mass`), from a y0
     that satisfies its algebraic equations (``initialize="check"``) or whose algebraic unknowns are solved for
@@ -411,7 +420,7 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
     y0 = state[0] if len(state) == 1 else torch.cat(state, -1)
     if mass is not None:
         mass = mass_matrix(mass, y0, singular=tableau is not None, name=name)
-    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times, tableau, mass)
+    solver = _Rosenbrock(system, y0, sizes, times, path, opts, tstops, jump_times, tableau, mass, resets)
     # f at t0 from y0's value alone: a gradient there comes from parameters (of the system, of a plain callable's
     # closure, of the input), and then the steps keep their graphs
     t0 = torch.full((y0.shape[0],), times[0], dtype=torch.float64, device=y0.device)
@@ -425,6 +434,8 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
                          "initialize='algebraic'" if initialize == "check" else "Newton's method from y0 did not "
                          "reach it (no root nearby, or U_nᵀ J V_n singular: a DAE of index above 1?)")
     track = torch.is_grad_enabled() and (y0.requires_grad or f_start.requires_grad)
+    if resets is not None:
+        resets.begin(t0, y0, sizes)
     pieces, code, stats = solver.run(y0, track, f_start)
     outputs = [y0.unsqueeze(1)]
     if len(times) > 1:
@@ -436,6 +447,19 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
     stats["jacobians"] = stats["steps"]
     return Solution(ts=t_tensor, ys=tuple(ys.split(sizes, -1)) if len(sizes) > 1 else (ys,), blocks=system.blocks,
                     stats=stats, status=code, dense_output=pieces if dense else None)
+
+
+class _Field:
+    """The Rosenbrock loop as :class:`.resets.Resets` calls an integrator: f(t, t_col, y, inp) and the held input."""
+
+    def __init__(self, solver: _Rosenbrock):
+        self.solver = solver
+
+    def field(self, t: Tensor, t_col: Tensor, y: Tensor, inp: Tensor | None) -> Tensor:
+        return self.solver.field(t, y, inp, t_col)
+
+    def held_input(self, landing: Tensor) -> Tensor | None:
+        return self.solver.held_input(landing)
 
 
 def _driver(tableau: RosenbrockTableau | None):

@@ -127,8 +127,8 @@ def solve(
     (the state as f gets it; r returns one in the same form) and the solve goes on from t*, the gradient passing
     through t* and the jump (see :mod:`odelab.solvers.resets`). ``solution.event`` then holds every event in order,
     with an event axis: ``t`` and ``which`` (batch, n), the states (batch, n, size), ``happened`` (batch, n). A
-    sample stops at its ``max_events``-th event (outputs after it NaN). The explicit adaptive pairs, ODEs, forwards in
-    time.
+    sample stops at its ``max_events``-th event (outputs after it NaN). The adaptive methods (the explicit pairs and
+    the Rosenbrock ones), ODEs, forwards in time.
 
     On failure (non-finite state, max steps, step underflow) raises :class:`SolveError` unless
     ``throw=False``, which returns the partial solution with a per-sample ``status``.
@@ -150,9 +150,9 @@ def solve(
     if reset is not None:
         if event is None:
             raise ValueError("reset: resets the state at the events of g; give event=g too")
-        if not (isinstance(method, str) and method in ADAPTIVE_METHODS):
-            raise ValueError(f"reset: events with resets are located inside the loop of the explicit adaptive pairs "
-                             f"{sorted(ADAPTIVE_METHODS)}; got method={method!r}")
+        if not (isinstance(method, str) and (method in ADAPTIVE_METHODS or method in STIFF_METHODS)):
+            raise ValueError(f"reset: events with resets are located inside the loop of the adaptive methods "
+                             f"{sorted(ADAPTIVE_METHODS) + sorted(STIFF_METHODS)}; got method={method!r}")
     if isinstance(history, Solution):  # a delay solve continuing an earlier one
         reach = max((value for value, _ in delay_values(system, True)), default=0.0) if isinstance(system, System) \
             else 0.0
