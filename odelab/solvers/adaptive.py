@@ -597,10 +597,13 @@ class _Integrator:
                 attempted += chunk
                 continue
             before = (y, k1, t, h, prev, landing, steps, code, active, restarts, attempted, len(records))
-            outcomes, broken = [], []
+            outcomes, actives, finite = [], [], []
             for replaying in (False, True) if guard else (False,):
                 if replaying:  # some attempt's stages overflowed in the recorded graph: the chunk again
-                    if not bool(torch.stack(broken).any()):
+                    if bool((torch.stack(finite) if chunk > 1 else finite[0]).all()):
+                        break
+                    broken = [self.overflowed(outcome[-1], was) for outcome, was in zip(outcomes, actives)]
+                    if not bool(torch.stack(broken).any()):  # only samples that no longer step
                         break
                     y, k1, t, h, prev, landing, steps, code, active, restarts, attempted, kept = before
                     del records[kept:], accepts[kept - 1:]
@@ -616,9 +619,10 @@ class _Integrator:
                         outcome = self.replay(attempt, broken[j], outcomes[j], *args, tolerance=self.tolerance)
                     else:
                         outcome = attempt(*args, tolerance=self.tolerance)
-                        if guard:
-                            broken.append(self.overflowed(outcome[-1], active))
+                        if guard:  # one reduction an attempt; the per-sample masks only where it fails
+                            finite.append(torch.isfinite(outcome[-1][2]).all())
                             outcomes.append(outcome)
+                            actives.append(active)
                     y, k1, t_after, h, prev, landing, steps, code, active, accept, record = outcome
                     records.append((t, *record, t_after))
                     accepts.append(accept)
