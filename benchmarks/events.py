@@ -176,17 +176,26 @@ def diffrax_row(x0: np.ndarray, v0: np.ndarray, repeats: int) -> dict | None:
     return jitted_rows(forward, slope, jnp.asarray(x0), jnp.asarray(v0), repeats=repeats)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def ball_arguments(description: str, out: str, **extra: int) -> argparse.Namespace:
+    """The ball benchmarks' command line (``extra``: more integer options and their defaults), with torch's threads
+    set and XLA held to one thread where torch runs on one."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--batch", type=int, default=256)
+    for name, default in extra.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-diffrax", action="store_true")
-    parser.add_argument("--out", default=str(RESULTS / "events.json"))
+    parser.add_argument("--out", default=str(RESULTS / out))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not args.no_diffrax and args.threads == 1:
         one_xla_thread()
+    return args
+
+
+def main() -> None:
+    args = ball_arguments(__doc__.splitlines()[0], "events.json")
     x0, v0 = balls(args.batch)
     true_times, true_slopes = reference(x0.numpy(), v0.numpy())
 

@@ -23,7 +23,6 @@ over the checked samples; ratios are odelab ``reset=`` over each way. JSON to ``
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import platform
@@ -37,10 +36,9 @@ from scipy.optimize import brentq
 import odelab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from events import ATOL, C, G, RTOL, balls, field, report, with_errors  # noqa: E402
-from timing import jitted_rows, median_time, one_xla_thread, per_sample_rows  # noqa: E402
+from events import ATOL, C, G, RTOL, ball_arguments, balls, field, report, with_errors  # noqa: E402
+from timing import jitted_rows, median_time, per_sample_rows  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
 E, SPAN, TORCHDIFFEQ_SAMPLES = 0.8, 20.0, 8
 
@@ -157,17 +155,7 @@ def diffrax_row(x0: np.ndarray, v0: np.ndarray, bounces: int, repeats: int) -> d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--bounces", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--no-diffrax", action="store_true")
-    parser.add_argument("--out", default=str(RESULTS / "resets.json"))
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    if not args.no_diffrax and args.threads == 1:
-        one_xla_thread()
+    args = ball_arguments(__doc__.splitlines()[0], "resets.json", bounces=5)
     x0, v0 = balls(args.batch)
     true_times, true_slopes = reference(x0.numpy(), v0.numpy(), args.bounces)
 
