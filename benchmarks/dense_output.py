@@ -23,8 +23,6 @@ Ratios are odelab dense (solve + read) over each anchor. JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import time
@@ -38,7 +36,7 @@ import odelab
 from odelab.systems import FitzHughNagumo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import median_time, one_xla_thread  # noqa: E402
+from timing import median_time, one_xla_thread, write_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 F64 = torch.float64
@@ -159,13 +157,8 @@ def main() -> None:
         d = rows["diffrax"]
         print(f"  diffrax Dopri5 {d['total_s']:.3f} s (first call {d['first_call_s']:.1f} s), max error "
               f"{d['max_error']:.1e}; odelab / diffrax {o['ratio_to_diffrax']:.2f}x")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"batch": args.batch, "queries": args.queries, "repeats": args.repeats, "threads": args.threads,
-            "diffrax_max_steps": args.diffrax_max_steps,
-            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_rows(args.out, rows, batch=args.batch, queries=args.queries, repeats=args.repeats, threads=args.threads,
+               diffrax_max_steps=args.diffrax_max_steps)
 
 
 if __name__ == "__main__":

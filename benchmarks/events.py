@@ -23,9 +23,7 @@ checked samples; ratios are odelab over each anchor. JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import platform
 import sys
 from pathlib import Path
 
@@ -37,7 +35,7 @@ from scipy.optimize import brentq
 import odelab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import jitted_rows, median_time, one_xla_thread, per_sample_rows  # noqa: E402
+from timing import jitted_rows, median_time, one_xla_thread, per_sample_rows, write_rows  # noqa: E402
 
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -212,12 +210,7 @@ def main() -> None:
     print(f"landing of {args.batch} balls with drag, dopri5 rtol {RTOL:g} / atol {ATOL:g}, float64, "
           f"{args.threads} thread(s), median of {args.repeats}")
     report(rows, "odelab")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"batch": args.batch, "repeats": args.repeats, "threads": args.threads, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": platform.machine()}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_rows(args.out, rows, batch=args.batch, repeats=args.repeats, threads=args.threads)
 
 
 if __name__ == "__main__":

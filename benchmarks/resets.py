@@ -23,9 +23,7 @@ over the checked samples; ratios are odelab ``reset=`` over each way. JSON to ``
 """
 from __future__ import annotations
 
-import json
 import math
-import platform
 import sys
 from pathlib import Path
 
@@ -37,7 +35,7 @@ import odelab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from events import ATOL, C, G, RTOL, ball_arguments, balls, field, report, with_errors  # noqa: E402
-from timing import jitted_rows, median_time, per_sample_rows  # noqa: E402
+from timing import jitted_rows, median_time, per_sample_rows, write_rows  # noqa: E402
 
 F64 = torch.float64
 E, SPAN, TORCHDIFFEQ_SAMPLES = 0.8, 20.0, 8
@@ -171,12 +169,7 @@ def main() -> None:
     print(f"landing {args.bounces} of {args.batch} balls with drag (e = {E}), dopri5 rtol {RTOL:g} / atol {ATOL:g}, "
           f"float64, {args.threads} thread(s), median of {args.repeats}")
     report(rows, "odelab_reset")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"batch": args.batch, "bounces": args.bounces, "repeats": args.repeats, "threads": args.threads,
-            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_rows(args.out, rows, batch=args.batch, bounces=args.bounces, repeats=args.repeats, threads=args.threads)
 
 
 if __name__ == "__main__":

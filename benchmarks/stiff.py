@@ -27,8 +27,6 @@ anchor. JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -40,7 +38,7 @@ from scipy.integrate import solve_ivp
 import odelab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import median_time, one_xla_thread  # noqa: E402
+from timing import median_time, one_xla_thread, write_rows  # noqa: E402
 
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -197,12 +195,7 @@ def main() -> None:
     for key, value in ours.items():
         if key.startswith("ratio_to_"):
             print(f"  rodas4 / {key[len('ratio_to_'):]}: {value:.3g}x")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"batch": args.batch, "repeats": args.repeats, "threads": args.threads, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": platform.machine()}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_rows(args.out, rows, batch=args.batch, repeats=args.repeats, threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """What the solver benchmarks share: the median of timed repeats after a warm-up, XLA held to one CPU thread (set
-before jax is imported) when torch runs on one, and the timing of an anchor run a sample at a time or jitted."""
+before jax is imported) when torch runs on one, the timing of an anchor run a sample at a time or jitted, and the
+JSON they write."""
 from __future__ import annotations
 
+import json
 import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -51,3 +55,14 @@ def jitted_rows(forward, slope, *args, repeats: int) -> dict:
         rows[f"{name}_s"], out = median_time(lambda: jax.block_until_ready(fn(*args)), repeats)
         rows["times" if name == "forward" else "slopes"] = np.asarray(out)
     return rows
+
+
+def write_rows(out: str, rows: dict, **meta) -> None:
+    """``{"meta": meta + the versions and machine, "rows": rows}`` as JSON to ``out``."""
+    import torch
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta.update(torch=torch.__version__, python=platform.python_version(), machine=platform.machine())
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"wrote {path}")
