@@ -406,10 +406,10 @@ class _Integrator:
         blocks = self._blocks(y)
         delayed = ()
         if self.history is not None:
-            delayed = tuple(self._blocks(self.history.at(t - tau, right) if learn is None and state is None else
-                                         self._state_read(t, t_col, blocks, state, right) if state is not None else
+            delayed = tuple(self._blocks(self._state_read(t, t_col, blocks, lag, right) if lag is not None else
+                                         self.history.at(t - tau, right) if learn is None else
                                          self._learnable_read(t, learn, right))
-                            for tau, learn, state in zip(self.delays, self.learnable, self.state_delays))
+                            for tau, learn, lag in zip(self.delays, self.learnable, self.state_delays))
         if self.sensitive and inp is not None:
             inp = _dual(inp)
         out = self.system.derivative(t_col, blocks, inp, *delayed)

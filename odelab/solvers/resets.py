@@ -44,7 +44,6 @@ class Resets:
         self.event, self.direction, self.reset, self.max_events, self.function = (event, direction, reset,
                                                                                   max_events, function)
         self.log: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # per reset step: (mask, t*, which, y⁻)
-        self.checked = False
 
     def begin(self, t: Tensor, y: Tensor, sizes: list[int]) -> None:
         """g at the start (t (B,) float64, the flat state y)."""

@@ -194,36 +194,32 @@ def solve(
 
 def _stop_at_event(solution: Solution, problem, event, direction: int, function: bool, dense: bool,
                    throw: bool) -> Solution:
-    """``solution`` with its ``event`` located, its outputs after each sample's event NaN, a failure after an event
-    forgiven, and the dense output dropped unless asked for."""
+    """``solution`` with its ``event`` located, ended at each sample's event, and the dense output dropped unless
+    asked for."""
     state = problem.state
     found = locate(solution.dense_output, state[0] if len(state) == 1 else torch.cat(state, -1), problem.times[0],
                    event, direction, function, solution.blocks)
-    sign = -1.0 if problem.backwards else 1.0
-    s_out = sign * solution.ts.detach().to(device=found.t.device, dtype=torch.float64)
-    after = found.happened.unsqueeze(1) & (s_out.unsqueeze(0) > (sign * found.t.detach()).unsqueeze(1))
-    solution.ys = tuple(torch.where(after.unsqueeze(-1), torch.nan, y) for y in solution.ys)
-    solution.status = torch.where(found.happened, int(Status.SUCCESS), solution.status)
     solution.event = found
     if not dense:
         solution.dense_output = None
-    if throw and not bool(solution.success.all()):
-        raise SolveError("solve failed: " + solution.failure_summary(), solution)
-    return solution
+    return _ended(solution, found.happened, found.t, -1.0 if problem.backwards else 1.0, throw)
 
 
 def _after_resets(solution: Solution, resets: Resets, throw: bool) -> Solution:
-    """``solution`` with its events, its outputs after a sample's last event NaN where it halted (max_events), and
-    a failure after that forgiven."""
-    found = resets.events(solution.blocks, solution.ys[0].device)
-    halted = resets.halted.to(found.t.device)
-    if bool(halted.any()):
-        last = found.t.detach().nan_to_num(nan=-math.inf).amax(1)
-        times = solution.ts.detach().to(device=last.device, dtype=torch.float64)
-        after = halted.unsqueeze(1) & (times.unsqueeze(0) > last.unsqueeze(1))
-        solution.ys = tuple(torch.where(after.unsqueeze(-1), torch.nan, y) for y in solution.ys)
-        solution.status = torch.where(halted, int(Status.SUCCESS), solution.status)
-    solution.event = found
+    """``solution`` with its events, ended at the last event of a sample that halted there (max_events)."""
+    solution.event = resets.events(solution.blocks, solution.ys[0].device)
+    times = solution.event.t.detach().nan_to_num(nan=-math.inf)
+    last = times.amax(1) if times.shape[1] else times.new_full(times.shape[:1], -math.inf)
+    return _ended(solution, resets.halted.to(last.device), last, 1.0, throw)
+
+
+def _ended(solution: Solution, stopped: Tensor, at: Tensor, sign: float, throw: bool) -> Solution:
+    """The ``stopped`` samples' outputs after their times ``at`` (the user's) NaN and a failure after them forgiven;
+    then the throw check. ``sign``: −1 for a solve backwards in time."""
+    times = sign * solution.ts.detach().to(device=at.device, dtype=torch.float64)
+    after = stopped.unsqueeze(1) & (times.unsqueeze(0) > (sign * at.detach()).unsqueeze(1))
+    solution.ys = tuple(torch.where(after.unsqueeze(-1), torch.nan, y) for y in solution.ys)
+    solution.status = torch.where(stopped, int(Status.SUCCESS), solution.status)
     if throw and not bool(solution.success.all()):
         raise SolveError("solve failed: " + solution.failure_summary(), solution)
     return solution

@@ -134,6 +134,14 @@ def test_a_nonlinear_flight_against_central_differences():
     assert abs(float(grad) - float(central)) < 1e-6 * abs(float(central))
 
 
+def test_no_event_in_the_span():
+    """y' = −y never reaches −1: no event, an empty event axis, and the outputs of the plain solve (e^(−t))."""
+    sol = odelab.solve(lambda t, y: -y, torch.ones(2, 1, dtype=F64), [0.0, 1.0], event=lambda t, y: y[:, 0] + 1,
+                       reset=lambda t, y: y, rtol=1e-10, atol=1e-12)
+    assert sol.event.t.shape == (2, 0) and sol.event["y"].shape == (2, 0, 1) and sol.success.all()
+    torch.testing.assert_close(sol.y[:, -1, 0], torch.full((2,), math.exp(-1.0), dtype=F64), atol=1e-9, rtol=0)
+
+
 def test_errors():
     y0 = torch.tensor([[1.0, 0.0]], dtype=F64)
     field = lambda t, y: torch.cat([y[:, 1:], -torch.ones_like(y[:, 1:])], 1)
