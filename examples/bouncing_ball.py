@@ -9,8 +9,8 @@ one solve: the landing is an event that resets the state (``reset=``), so every 
 inside the adaptive loop, and ``solution.event.t`` holds each ball's landings in order. The landing times are
 differentiable (the implicit function theorem at each event, the jump and the saltation term across it), so the
 sum of squared errors against the observed times (the true parameters' landings plus 5 ms noise) trains log g,
-log c and logit e with Adam. The figure shows two balls under the first guess, the fitted and the true parameters, and the
-loss.
+log c and logit e with Adam. The figure shows two balls under the first guess, the fitted and the true parameters,
+and the loss.
 """
 import argparse
 import json
