@@ -90,6 +90,7 @@ from .history import as_history_state, delay_values, history_function
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
 from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau, horner
+from .tracking import Tracker
 
 _SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
 
@@ -102,7 +103,7 @@ class _Options:
                  dt_max: float = math.inf, safety: float = 0.9, factor_min: float = 0.2,
                  factor_max: float = 10.0, pi_beta: float | None = None, checkpoint_segments: int | None = None,
                  compile: bool = False, control_delay_sensitivity: bool | None = None, chunk: int | None = None,
-                 cuda_graph: bool = False):
+                 cuda_graph: bool = False, track_discontinuities: bool = True):
         def number(name, value, low, strict=True, allow_inf=False):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
@@ -150,11 +151,14 @@ class _Options:
         if not isinstance(cuda_graph, bool):
             raise TypeError(f"cuda_graph: expected True or False, got {type(cuda_graph).__name__}")
         self.cuda_graph = cuda_graph
+        if not isinstance(track_discontinuities, bool):
+            raise TypeError(f"track_discontinuities: expected True or False, got {type(track_discontinuities).__name__}")
+        self.track = track_discontinuities
 
 
 _OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min",
                  "factor_max", "pi_beta", "checkpoint_segments", "compile", "control_delay_sensitivity", "chunk",
-                 "cuda_graph")
+                 "cuda_graph", "track_discontinuities")
 
 
 class _Carry:
@@ -322,6 +326,11 @@ class _Integrator:
         breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, lags, depth,
                               tol=64 * math.ulp(scale), history_kinks=getattr(history, "kinks", ()))
         self.kinks = breakpoints.kinks
+        # the crossings of the kinks by a state-dependent delay's t − τ(t, y(t)), found as the solve goes
+        self.tracker = None
+        if self.state_dependent and opts.track:
+            earlier = tuple((s, m) for s, m in getattr(history, "kinks", ()) if self.t0 - max(self.delays) < s < self.t0)
+            self.tracker = Tracker(self, breakpoints.kinks + earlier, depth, 64 * math.ulp(scale))
         points = list(breakpoints.stops) + [self.t_end]
         self.landing = torch.tensor(points + [math.inf], **time)
         # per landing index k (the next point a sample steps towards): the point before it, and whether f
@@ -406,10 +415,10 @@ class _Integrator:
         blocks = self._blocks(y)
         delayed = ()
         if self.history is not None:
-            delayed = tuple(self._blocks(self._state_read(t, t_col, blocks, lag, right) if lag is not None else
+            delayed = tuple(self._blocks(self._state_read(t, t_col, blocks, lag, right, i) if lag is not None else
                                          self.history.at(t - tau, right) if learn is None else
                                          self._learnable_read(t, learn, right))
-                            for tau, learn, lag in zip(self.delays, self.learnable, self.state_delays))
+                            for i, (tau, learn, lag) in enumerate(zip(self.delays, self.learnable, self.state_delays)))
         if self.sensitive and inp is not None:
             inp = _dual(inp)
         out = self.system.derivative(t_col, blocks, inp, *delayed)
@@ -419,15 +428,17 @@ class _Integrator:
         return self._flat(out)
 
     def _state_read(self, t: Tensor, t_col: Tensor, blocks: tuple[Tensor, ...], delay: StateDelay,
-                    right: bool) -> Tensor:
-        """y(t − τ(t, y)) for a state-dependent delay, τ clamped to its bounds, per sample; the delayed time carries
-        τ's gradient into the history (through its interpolant's slope, or a callable history)."""
+                    right: bool, index: int) -> Tensor:
+        """y(t − τ(t, y)) for a state-dependent delay (the ``index``-th), τ clamped to its bounds, per sample; the
+        delayed time carries τ's gradient into the history (through its interpolant's slope, or a callable history).
+        Near a tracked crossing of t0 the delayed time is held on one side of it (:mod:`.tracking`)."""
         tau = delay(t_col, blocks)
         if not isinstance(tau, Tensor) or tau.shape not in ((self.batch,), (self.batch, 1)):
             raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({self.batch},) "
                              f"or ({self.batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
         tau = tau.reshape(self.batch).to(torch.float64).clamp(delay.lower, delay.upper)
-        return self.history.at(t - tau, right)
+        s = t - tau
+        return self.history.at(s if self.tracker is None else self.tracker.bound(index, s), right)
 
     def _learnable_read(self, t: Tensor, learn: Tensor, right: bool) -> Tensor:
         """y(t − τ) for a learnable τ: the dense history's value, with the τ-derivative −y'(t − τ) taken from
@@ -522,6 +533,8 @@ class _Integrator:
         inp = self.held_input(landing)
         t_col = t.to(self.dtype).unsqueeze(1)
         f0 = self.field(t, t_col, y0, inp)
+        if self.tracker is not None:
+            self.tracker.begin(t, y0)
         h = self.initial_step(y0, f0, inp)
         finite = torch.isfinite(f0).all(1)
         code = torch.where(finite, _SUCCESS, _NONFINITE)
@@ -596,6 +609,8 @@ class _Integrator:
                 accepts.append(accepted)
                 attempted += chunk
                 continue
+            if self.tracker is not None:  # chunk 1: steps cut to end on each sample's tracked crossing
+                h = self.tracker.clip(t, h)
             before = (y, k1, t, h, prev, landing, steps, code, active, restarts, attempted, len(records))
             outcomes, actives, finite = [], [], []
             for replaying in (False, True) if guard else (False,):
@@ -631,6 +646,13 @@ class _Integrator:
             if self.resets is not None:  # chunk 1: the attempt just made, cut at its event and reset
                 y, k1, t, landing, end = self.resets.after(self, records[-1], y, k1, accepts[-1], before[5], landing)
                 records[-1] = (*records[-1][:4], end)
+                active = (code == _SUCCESS) & (t < stop)
+            if self.tracker is not None:  # chunk 1: a step across a tracked crossing undone, a landing restarted
+                y, k1, t, undone, accepts[-1], restarted = self.tracker.after(records[-1], y, k1, accepts[-1], before)
+                records[-1] = (*records[-1][:4], t)
+                prev = torch.where(undone, before[4], prev)
+                landing = torch.where(undone, before[5], landing)
+                restarts = restarts + restarted
                 active = (code == _SUCCESS) & (t < stop)
         accepted = carry.accepted + (torch.cat([a.view(-1, self.batch) for a in accepts]).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
@@ -943,6 +965,8 @@ def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstop
     nfe = 1 + (opts.first_step is None) + carry.steps * (tableau.stages - 1) + carry.restarts
     stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
              "nfe": nfe, "t_final": carry.t}
+    if solver.tracker is not None:
+        stats["discontinuities"] = solver.tracker.count  # crossings of kinks by t − τ(t, y) stepped onto
     pieces = solver.pieces_kept
     if pieces is not None:
         pieces.kinks = solver.kinks

@@ -1,0 +1,228 @@
+"""Discontinuity tracking for state-dependent delays: where the deviating argument α(t) = t − τ(t, y(t)) of a delay
+crosses a point ξ at which y^(m) jumps, y(α(t)) carries that jump into f, and y^(m+1) jumps (the method of steps
+for state-dependent lags, Neves & Feldstein 1976). Such points depend on the solution, so they are found as the
+solve goes (the adaptive explicit pairs' torch loop steps onto each instead of straddling it).
+
+Sources ξ, each with the order m of the derivative that jumps there: the solve's kinks (t0 with m = 0, input sample
+times, ``jump_times``, the constant lags' propagations; :mod:`.breakpoints`), read through the state-dependent
+delays, and every point found here, read through every delay. A crossing found at t* is a kink of order m + 1;
+as the constant lags propagate t0, points are tracked while m + 1 ≤ p, the method's order.
+
+After every accepted step, α_i at its end is compared with each ξ. Where α_i − ξ changed sign over the step, the
+crossing is located on the step's interpolant (the Illinois method of :mod:`.events` on g = α_i(t, P(t)) − ξ), the
+step is undone (a rejected attempt in the statistics) and the sample's next attempts are clipped to end at t*.
+Landing there makes t* a source. Where ξ = t0 (m = 0: φ(t0) may differ from y0) f itself jumps at t*: the first
+stage is re-evaluated with y0 as y(α) (the right limit), while the attempts towards t* read φ(t0) (the left one).
+
+t* carries no gradient: it places a step boundary, across which the solution is continuous.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..systems.base import StateDelay
+from .dense import DenseOutput
+from .events import _root
+
+_EMPTY_ORDER = 1 << 30  # an empty slot: an infinite time that never crosses, and never a source
+
+
+class _Crossing:
+    """g(s, y) = α_i(s, y) − ξ per sample as (B, 1), for the root finder."""
+
+    def __init__(self, tracker: "Tracker", i: int, xi: Tensor):
+        self.tracker, self.i, self.xi = tracker, i, xi
+
+    def __call__(self, s: Tensor, y: Tensor) -> Tensor:
+        return (self.tracker.alphas(s, y)[:, self.i] - self.xi).unsqueeze(1)
+
+
+class Tracker:
+    """The tracked discontinuities of one solve (see the module docstring): per sample, the sources ξ (B, K) with
+    their orders, the side of each ξ every α_i stood on at the last accepted step, and the crossing the sample
+    steps towards (``target``, inf where none)."""
+
+    def __init__(self, integ, kinks: tuple[tuple[float, int], ...], depth: int, tol: float):
+        self.integ, self.depth, self.tol = integ, depth, tol
+        batch, device, delays = integ.batch, integ.device, len(integ.delays)
+        seeds = sorted({(s, m) for s, m in kinks if m < depth})
+        time = dict(dtype=torch.float64, device=device)
+        self.xi = torch.tensor([s for s, _ in seeds], **time).expand(batch, -1).contiguous()  # (B, K)
+        self.order = torch.tensor([m for _, m in seeds], dtype=torch.int64, device=device).expand(batch, -1)
+        self.seeds = len(seeds)
+        # the seeds are read through the state-dependent delays (the constant lags propagate them in .breakpoints)
+        dependent = torch.tensor([tau is not None for tau in integ.state_delays], device=device)
+        self.eligible = dependent.unsqueeze(1).expand(delays, len(seeds))  # (D, K)
+        self.past = torch.zeros(batch, delays, len(seeds), dtype=torch.bool, device=device)  # α_i > ξ_k
+        self.count = torch.zeros(batch, dtype=torch.int64, device=device)  # crossings landed on, per sample
+        self.stored = torch.zeros(batch, dtype=torch.int64, device=device)  # of them kept as sources
+        self.target = torch.full((batch,), math.inf, **time)
+        self.source = torch.zeros(batch, dtype=torch.int64, device=device)  # the target's crossing, flat i K + k
+        self.rising = torch.zeros(batch, dtype=torch.bool, device=device)  # α_i > ξ past it
+        self.tentative = torch.zeros(batch, dtype=torch.bool, device=device)  # the target from a rejected trial
+        # a crossing of t0 (m = 0, where y may jump): α_i is held on t0's near side towards it, and on its far side
+        # in the first stage after it
+        self.low = torch.full((batch, delays), -math.inf, **time)
+        self.high = torch.full((batch, delays), math.inf, **time)
+        self.held = False
+
+    def begin(self, t: Tensor, y: Tensor) -> None:
+        """The sides at the start (t (B,), the flat y0): a history's kinks within a delay before t0 may lie behind
+        some α_i already."""
+        with torch.no_grad():
+            self.past = self.alphas(t, y.detach()).unsqueeze(2) > self.xi.unsqueeze(1)
+
+    def alphas(self, s: Tensor, y: Tensor) -> Tensor:
+        """α_i = s − τ_i(s, y) per sample and delay (B, D) float64, a StateDelay clamped to its bounds."""
+        integ = self.integ
+        blocks, s_col = integ._blocks(y), s.to(integ.dtype).unsqueeze(1)
+        columns = [s - value if delay is None else
+                   s - delay(s_col, blocks).reshape(integ.batch).to(torch.float64).clamp(delay.lower, delay.upper)
+                   for value, delay in zip(integ.delays, integ.state_delays)]
+        return torch.stack(columns, 1)
+
+    def bound(self, i: int, s: Tensor) -> Tensor:
+        """Delay i's delayed times s (B,), held on one side of t0 near a crossing of it."""
+        return torch.minimum(torch.maximum(s, self.low[:, i]), self.high[:, i]) if self.held else s
+
+    def clip(self, t: Tensor, h: Tensor) -> Tensor:
+        """The proposed steps, cut to end at each sample's pending crossing."""
+        return torch.minimum(h, (self.target - t).clamp_min(0.0))
+
+    def after(self, record: tuple[Tensor, ...], y: Tensor, k1: Tensor, accept: Tensor, before: tuple) -> tuple:
+        """After an attempt (``record``: start, h, y_start, coefficients, end; ``before``: the loop's state before
+        it, (y, k1, t, h, prev, landing, steps, code, active, …)). A crossing inside an accepted step undoes it and
+        becomes the sample's target; one inside a rejected trial step becomes a tentative target (its interpolant
+        is poor: the crossing is located again from the step that reaches it); landing on a target makes it a
+        source. Returns (y, k1, t, undone, accepted, restarted), the undone samples back where they started (t is
+        also the record's end); one host read unless something crossed."""
+        start, length, y_start, coef, end = record
+        y_before, k1_before = before[:2]
+        tried = before[8]
+        shape = (-1, 1, 1)
+        with torch.no_grad():
+            trial_end = start + length  # a rejected attempt's record ends at its start
+            trial_y = y_start.detach() + coef.detach().reshape(*y_start.shape, -1).sum(-1)  # its interpolant at θ = 1
+            alpha = self.alphas(trial_end, trial_y)  # (B, D)
+            past = alpha.unsqueeze(2) > self.xi.unsqueeze(1)  # (B, D, K)
+            reached = accept & (end >= self.target - self.tol)
+            # a tentative target is landed on where α_i sits on its ξ; elsewhere the step's own check finds it again
+            i, k = self._pair(self.source)
+            on = (alpha.gather(1, i.unsqueeze(1)) - self.xi.gather(1, k.unsqueeze(1))).squeeze(1).abs() <= self.tol
+            landed = reached & (~self.tentative | on)
+            missed = reached & ~landed
+            self.target = torch.where(missed, math.inf, self.target)
+            if self.held:
+                self._hold(missed, None)
+            # on an accurately located target: its crossing's far side, whatever round-off gives
+            forced = landed.view(shape) & self._one_hot(self.source)
+            past = torch.where(forced, self.rising.view(shape), past)
+            changed = (tried.view(shape) & self.eligible.unsqueeze(0) & (past != self.past) & ~forced)
+            hit = changed.flatten(1).any(1)
+            flags = torch.stack([hit.any(), landed.any()]).tolist()
+            undo = torch.zeros_like(accept)
+            at = end
+            if flags[0]:
+                t_star, which = self._locate(start, length, y_start.detach(), coef.detach(), trial_end, changed)
+                inside = hit & (t_star > start + self.tol) & (t_star < trial_end - self.tol)
+                undo = inside & accept
+                guess = inside & ~accept & (t_star < self.target)  # a rejected trial's crossing, if nearer
+                edge = hit & accept & ~inside  # a crossing on an accepted step's start or end: landed on as it is
+                far = past.flatten(1).gather(1, which.unsqueeze(1)).squeeze(1)
+                aimed = undo | guess
+                self.target = torch.where(aimed, t_star, torch.where(edge, math.inf, self.target))
+                self.tentative = torch.where(aimed, guess, self.tentative)
+                self.source = torch.where(aimed | edge, which, self.source)
+                self.rising = torch.where(aimed | edge, far, self.rising)
+                past = torch.where(edge.view(shape) & self._one_hot(which), far.view(shape), past)
+                landed = (landed & ~undo) | edge
+                at = torch.where(edge & (t_star <= start + self.tol), start, end)
+                self._hold(aimed, "near")
+                flags[1] = bool(landed.any())
+            kept = accept & ~undo
+            self.past = torch.where(kept.view(shape), past, self.past)
+        undo_col = undo.unsqueeze(1)
+        y = torch.where(undo_col, y_before, y)
+        k1 = torch.where(undo_col, k1_before, k1)
+        t = torch.where(undo, start, end)
+        restarted = torch.zeros_like(accept)
+        if flags[1]:
+            y, k1, restarted = self._land(landed, at, y, k1, t, before[5])
+        return y, k1, t, undo, kept, restarted
+
+    def _one_hot(self, which: Tensor) -> Tensor:
+        """(B, D, K): the flat index ``which`` (B,) of each sample's (delay, source) pair."""
+        return torch.nn.functional.one_hot(which, self.past[0].numel()).view_as(self.past).bool()
+
+    def _pair(self, which: Tensor) -> tuple[Tensor, Tensor]:
+        columns = self.xi.shape[1]
+        return torch.div(which, columns, rounding_mode="floor"), which % columns
+
+    def _hold(self, mask: Tensor, side: str | None) -> None:
+        """Release the holds of the samples in ``mask``; with ``side`` ("near": towards the crossing, "far": past
+        it), hold α_i on that side of t0 for those of them whose target crosses t0 (m = 0)."""
+        free = mask.unsqueeze(1)
+        low = torch.where(free, -math.inf, self.low)
+        high = torch.where(free, math.inf, self.high)
+        if side is not None:
+            i, k = self._pair(self.source)
+            zero = mask & (self.order.gather(1, k.unsqueeze(1)).squeeze(1) == 0)
+            xi = self.xi.gather(1, k.unsqueeze(1))  # (B, 1)
+            column = torch.nn.functional.one_hot(i, self.low.shape[1]).bool() & zero.unsqueeze(1)  # (B, D)
+            above = (self.rising == (side == "far")).unsqueeze(1)  # hold above t0 (a lower bound) or below it
+            low = torch.where(column & above, xi, low)
+            high = torch.where(column & ~above, xi, high)
+        self.low, self.high = low, high
+        self.held = bool(torch.isfinite(low).any() | torch.isfinite(high).any())
+
+    def _land(self, landed: Tensor, at: Tensor, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor) -> tuple:
+        """The landed samples: their crossing a source (while its order is below the method's), f re-evaluated
+        with the far side's delayed state after a crossing of t0. Returns (y, k1, restarted)."""
+        with torch.no_grad():
+            i, k = self._pair(self.source)
+            order = self.order.gather(1, k.unsqueeze(1)).squeeze(1) + 1
+            self.count = self.count + landed
+            self.target = torch.where(landed, math.inf, self.target)
+            keep = landed & (order < self.depth)
+            slot = self.seeds + self.stored
+            extra = int((slot + keep).max()) - self.xi.shape[1]
+            if extra > 0:  # new columns: empty slots, read through every delay
+                batch, delays = self.xi.shape[0], self.past.shape[1]
+                self.xi = torch.cat([self.xi, self.xi.new_full((batch, extra), math.inf)], 1)
+                self.order = torch.cat([self.order, self.order.new_full((batch, extra), _EMPTY_ORDER)], 1)
+                self.eligible = torch.cat([self.eligible, self.eligible.new_ones(delays, extra)], 1)
+                self.past = torch.cat([self.past, self.past.new_zeros(batch, delays, extra)], 2)
+            put = torch.nn.functional.one_hot(slot.clamp_max(self.xi.shape[1] - 1), self.xi.shape[1]).bool()
+            put = put & keep.unsqueeze(1)
+            self.xi = torch.where(put, at.unsqueeze(1), self.xi)
+            self.order = torch.where(put, order.unsqueeze(1), self.order)
+            self.stored = self.stored + keep
+            restart = landed & (order == 1)  # the crossing of t0: f jumps there
+        if bool(restart.any()):
+            self._hold(restart, "far")
+            y, k1 = self.integ.restart(y, k1, t, landing, restart)
+        if self.held:
+            self._hold(landed, None)
+        return y, k1, restart
+
+    def _locate(self, start, length, y_start, coef, end, changed: Tensor) -> tuple[Tensor, Tensor]:
+        """The earliest crossing per sample inside its step (B,) and its flat (delay, source) index."""
+        integ = self.integ
+        piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
+                            coef.reshape(integ.batch, -1), integ.sizes)
+        first = torch.zeros(integ.batch, dtype=torch.int64, device=start.device)
+        rows = torch.arange(integ.batch, device=start.device)
+        alpha_start = self.alphas(start, y_start.detach())
+        y_end = y_start + coef.reshape(integ.batch, integ.dim, -1).sum(-1)
+        alpha_end = self.alphas(end, y_end)
+        columns = changed.shape[2]
+        times = torch.full((integ.batch, changed[0].numel()), math.inf, dtype=torch.float64, device=start.device)
+        for i, k in changed.any(0).nonzero().tolist():
+            found, xi = changed[:, i, k], self.xi[:, k]
+            root = _root(piece, _Crossing(self, i, xi), first, alpha_start[:, i] - xi, alpha_end[:, i] - xi, found,
+                         0, 0, rows)
+            times[:, i * columns + k] = torch.where(found, root, math.inf)
+        return times.min(1)
