@@ -85,8 +85,11 @@ class Tracker:
         return torch.stack(columns, 1)
 
     def bound(self, i: int, s: Tensor) -> Tensor:
-        """Delay i's delayed times s (B,), held on one side of t0 near a crossing of it."""
-        return torch.minimum(torch.maximum(s, self.low[:, i]), self.high[:, i]) if self.held else s
+        """Delay i's delayed times s (B,), held on one side of t0 near a crossing of it: the value moved, the
+        gradient of s kept (the branch's own slope at t0, as the continuation past t* needs it)."""
+        if not self.held:
+            return s
+        return s + (torch.minimum(torch.maximum(s, self.low[:, i]), self.high[:, i]) - s).detach()
 
     def clip(self, t: Tensor, h: Tensor) -> Tensor:
         """The proposed steps, cut to end at each sample's pending crossing."""
@@ -203,10 +206,33 @@ class Tracker:
             restart = landed & (order == 1)  # the crossing of t0: f jumps there
         if bool(restart.any()):
             self._hold(restart, "far")
-            y, k1 = self.integ.restart(y, k1, t, landing, restart)
+            y_jumped, k1_jumped = self.integ.restart(y, k1, t, landing, restart)
+            if torch.is_grad_enabled():  # f jumps at t*, and t* moves with the solution: its saltation term
+                shift = self._shift(y, k1, t, restart).to(y.dtype).unsqueeze(1)
+                y_jumped = y + (k1 - k1_jumped) * shift
+                y_jumped, k1_jumped = self.integ.restart(y_jumped, k1, t, landing, restart)
+            y, k1 = y_jumped, k1_jumped
         if self.held:
             self._hold(landed, None)
         return y, k1, restart
+
+    def _shift(self, y: Tensor, k1: Tensor, t: Tensor, mask: Tensor) -> Tensor:
+        """t* − t̂ per sample (zero in value) carrying dt*/dp of the crossing α_i(t*, y(t*)) = t0 the samples in
+        ``mask`` landed on (the implicit function theorem, as for events: G = α_i − t0 with the solve's graph, Ġ its
+        time derivative along the step that reached it). y⁻ + (f⁻ − f⁺)(t* − t̂) is then the state after the jump
+        of f: switching later by δ follows f⁻ for δ longer."""
+        i, k = self._pair(self.source)
+        pick = lambda alpha: alpha.gather(1, i.unsqueeze(1)).squeeze(1)
+        level = pick(self.alphas(t, y)) - self.xi.gather(1, k.unsqueeze(1)).squeeze(1)
+        if not level.requires_grad:
+            return torch.zeros_like(t)
+        probe = torch.zeros_like(t, requires_grad=True)
+        moved = pick(self.alphas(t + probe, y.detach() + probe.to(y.dtype).unsqueeze(1) * k1.detach()))
+        slope = torch.autograd.grad(moved.sum(), probe, allow_unused=True)[0]
+        if slope is None:
+            return torch.zeros_like(t)
+        usable = mask & (slope != 0) & torch.isfinite(slope)
+        return torch.where(usable, -(level - level.detach()) / torch.where(usable, slope, 1.0), 0.0)
 
     def _locate(self, start, length, y_start, coef, end, changed: Tensor) -> tuple[Tensor, Tensor]:
         """The earliest crossing per sample inside its step (B,) and its flat (delay, source) index."""
