@@ -60,8 +60,9 @@ gradient itself is still reverse mode. Inside the caller's own forward-mode leve
 ``torch.func``) the tangent is not added (levels do not nest): the steps are then controlled on y alone.
 A :class:`~odelab.systems.StateDelay` τ(t, y) is evaluated at each stage's time and state, clamped to its bounds,
 and read at t − τ per sample (its gradient through the history's slope); the steps are capped at its lower bound,
-the history reaches to its upper one, and t0 propagates through the constant lags only (the torch loop: the fused
-C++ and Triton loops read constant lags).
+the history reaches to its upper one, and t0 propagates through the constant lags ahead of the solve and through
+the state-dependent ones as it goes: :mod:`.tracking` locates where t − τ(t, y(t)) crosses a kink and steps onto it
+(``track_discontinuities``, default True). The torch loop: the fused C++ and Triton loops read constant lags.
 
 Time-dependent systems, delay histories and callable inputs receive ``t`` as a ``(batch, 1)`` tensor of the
 state's dtype (one time per sample) instead of a float.
@@ -152,7 +153,8 @@ class _Options:
             raise TypeError(f"cuda_graph: expected True or False, got {type(cuda_graph).__name__}")
         self.cuda_graph = cuda_graph
         if not isinstance(track_discontinuities, bool):
-            raise TypeError(f"track_discontinuities: expected True or False, got {type(track_discontinuities).__name__}")
+            raise TypeError(f"track_discontinuities: expected True or False, "
+                            f"got {type(track_discontinuities).__name__}")
         self.track = track_discontinuities
 
 
@@ -329,7 +331,8 @@ class _Integrator:
         # the crossings of the kinks by a state-dependent delay's t − τ(t, y(t)), found as the solve goes
         self.tracker = None
         if self.state_dependent and opts.track:
-            earlier = tuple((s, m) for s, m in getattr(history, "kinks", ()) if self.t0 - max(self.delays) < s < self.t0)
+            reach = self.t0 - max(self.delays)
+            earlier = tuple((s, m) for s, m in getattr(history, "kinks", ()) if reach < s < self.t0)
             self.tracker = Tracker(self, breakpoints.kinks + earlier, depth, 64 * math.ulp(scale))
         points = list(breakpoints.stops) + [self.t_end]
         self.landing = torch.tensor(points + [math.inf], **time)
@@ -910,7 +913,8 @@ def integrate(tableau: ButcherTableau, system: System, state: tuple[Tensor, ...]
     ``dense`` (False: keep every step's continuous extension, :mod:`.dense`; not with ``checkpoint_segments`` or
     ``cuda_graph``);
     ``control_delay_sensitivity`` (learnable delays: also hold ∂y/∂τ to the tolerance; default True for bosh3,
-    False for the 5th-order pairs)."""
+    False for the 5th-order pairs); ``track_discontinuities`` (True: step onto the kinks that state-dependent
+    delays carry into the solution, :mod:`.tracking`; ``stats["discontinuities"]`` counts them per sample)."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(f"solve: unexpected options {unknown} for adaptive method {tableau.name!r}; "

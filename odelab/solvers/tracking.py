@@ -8,13 +8,18 @@ times, ``jump_times``, the constant lags' propagations; :mod:`.breakpoints`), re
 delays, and every point found here, read through every delay. A crossing found at t* is a kink of order m + 1;
 as the constant lags propagate t0, points are tracked while m + 1 ≤ p, the method's order.
 
-After every accepted step, α_i at its end is compared with each ξ. Where α_i − ξ changed sign over the step, the
-crossing is located on the step's interpolant (the Illinois method of :mod:`.events` on g = α_i(t, P(t)) − ξ), the
-step is undone (a rejected attempt in the statistics) and the sample's next attempts are clipped to end at t*.
-Landing there makes t* a source. Where ξ = t0 (m = 0: φ(t0) may differ from y0) f itself jumps at t*: the first
-stage is re-evaluated with y0 as y(α) (the right limit), while the attempts towards t* read φ(t0) (the left one).
+After every attempt, α_i at the end of its step is compared with each ξ. Where α_i − ξ changed sides, the
+crossing is located on the step's interpolant (the Illinois method of :mod:`.events` on g = α_i(t, P(t)) − ξ), and
+the sample's next attempts are clipped to end at t*; an accepted step is undone first (a rejected attempt in the
+statistics). Landing there makes t* a source. A crossing found in a rejected trial step is tentative (the trial's
+interpolant is poor): the step that reaches it finds the crossing again, or lands on it.
 
-t* carries no gradient: it places a step boundary, across which the solution is continuous.
+Where ξ = t0 (m = 0: φ(t0) may differ from y0) f itself jumps at t*, and a step straddling it has a poor
+interpolant too. So from the first sign of the crossing, α_i is held on t0's near side (φ(t0) is read, the left
+limit; its gradient kept), the crossing is located on a step taken so, and after landing the first stage is
+re-evaluated on the far side (y0 read as y(α), the right limit). t* moves with the solution there, and the state
+after it is y + (f⁻ − f⁺)(t* − t̂) with t* carrying the implicit function theorem's dt*/dp (switching later by δ
+follows f⁻ for δ longer). Elsewhere t* carries no gradient: it places a step boundary, across which f is continuous.
 """
 from __future__ import annotations
 
@@ -23,21 +28,10 @@ import math
 import torch
 from torch import Tensor
 
-from ..systems.base import StateDelay
 from .dense import DenseOutput
 from .events import _root
 
 _EMPTY_ORDER = 1 << 30  # an empty slot: an infinite time that never crosses, and never a source
-
-
-class _Crossing:
-    """g(s, y) = α_i(s, y) − ξ per sample as (B, 1), for the root finder."""
-
-    def __init__(self, tracker: "Tracker", i: int, xi: Tensor):
-        self.tracker, self.i, self.xi = tracker, i, xi
-
-    def __call__(self, s: Tensor, y: Tensor) -> Tensor:
-        return (self.tracker.alphas(s, y)[:, self.i] - self.xi).unsqueeze(1)
 
 
 class Tracker:
@@ -98,10 +92,11 @@ class Tracker:
     def after(self, record: tuple[Tensor, ...], y: Tensor, k1: Tensor, accept: Tensor, before: tuple) -> tuple:
         """After an attempt (``record``: start, h, y_start, coefficients, end; ``before``: the loop's state before
         it, (y, k1, t, h, prev, landing, steps, code, active, …)). A crossing inside an accepted step undoes it and
-        becomes the sample's target; one inside a rejected trial step becomes a tentative target (its interpolant
-        is poor: the crossing is located again from the step that reaches it); landing on a target makes it a
-        source. Returns (y, k1, t, undone, accepted, restarted), the undone samples back where they started (t is
-        also the record's end); one host read unless something crossed."""
+        becomes the sample's target; one inside a rejected trial step, or where f jumps and the step did not hold
+        the delayed time, a tentative target (the interpolant is poor there: the crossing is located again from the
+        step that reaches it); landing on a target makes it a source. Returns (y, k1, t, undone, accepted,
+        restarted), the undone samples back where they started (t is also the record's end); one host read unless
+        something crossed."""
         start, length, y_start, coef, end = record
         y_before, k1_before = before[:2]
         tried = before[8]
@@ -116,10 +111,9 @@ class Tracker:
             i, k = self._pair(self.source)
             on = (alpha.gather(1, i.unsqueeze(1)) - self.xi.gather(1, k.unsqueeze(1))).squeeze(1).abs() <= self.tol
             landed = reached & (~self.tentative | on)
-            missed = reached & ~landed
-            self.target = torch.where(missed, math.inf, self.target)
-            if self.held:
-                self._hold(missed, None)
+            # missed: the crossing lies ahead (or never comes); a hold on t0's near side stays, for the step that
+            # reaches it to locate it on a smooth interpolant
+            self.target = torch.where(reached & ~landed, math.inf, self.target)
             # on an accurately located target: its crossing's far side, whatever round-off gives
             forced = landed.view(shape) & self._one_hot(self.source)
             past = torch.where(forced, self.rising.view(shape), past)
@@ -132,12 +126,16 @@ class Tracker:
                 t_star, which = self._locate(start, length, y_start.detach(), coef.detach(), trial_end, changed)
                 inside = hit & (t_star > start + self.tol) & (t_star < trial_end - self.tol)
                 undo = inside & accept
-                guess = inside & ~accept & (t_star < self.target)  # a rejected trial's crossing, if nearer
                 edge = hit & accept & ~inside  # a crossing on an accepted step's start or end: landed on as it is
                 far = past.flatten(1).gather(1, which.unsqueeze(1)).squeeze(1)
-                aimed = undo | guess
+                # located accurately: on an accepted step's interpolant, smooth across the crossing unless f jumps
+                # there (a crossing of t0) and the step ran without the hold
+                delay, column = self._pair(which)
+                held = (torch.isfinite(self.low) | torch.isfinite(self.high)).gather(1, delay.unsqueeze(1)).squeeze(1)
+                accurate = accept & ((self.order.gather(1, column.unsqueeze(1)).squeeze(1) > 0) | held)
+                aimed = undo | (inside & ~accept & (t_star < self.target))  # a rejected trial's crossing, if nearer
                 self.target = torch.where(aimed, t_star, torch.where(edge, math.inf, self.target))
-                self.tentative = torch.where(aimed, guess, self.tentative)
+                self.tentative = torch.where(aimed, ~accurate, self.tentative)
                 self.source = torch.where(aimed | edge, which, self.source)
                 self.rising = torch.where(aimed | edge, far, self.rising)
                 past = torch.where(edge.view(shape) & self._one_hot(which), far.view(shape), past)
@@ -235,20 +233,22 @@ class Tracker:
         return torch.where(usable, -(level - level.detach()) / torch.where(usable, slope, 1.0), 0.0)
 
     def _locate(self, start, length, y_start, coef, end, changed: Tensor) -> tuple[Tensor, Tensor]:
-        """The earliest crossing per sample inside its step (B,) and its flat (delay, source) index."""
+        """Each crossing sample's crossing inside its step (B,) and its flat (delay, source) index: where several
+        pairs changed sides, the one a straight line between the step's ends puts first (a later step finds the
+        others). One root search for the batch."""
         integ = self.integ
         piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
                             coef.reshape(integ.batch, -1), integ.sizes)
-        first = torch.zeros(integ.batch, dtype=torch.int64, device=start.device)
+        alpha_start = self.alphas(start, y_start)
+        alpha_end = self.alphas(end, y_start + coef.reshape(integ.batch, integ.dim, -1).sum(-1))
+        rise = (alpha_end - alpha_start).unsqueeze(2)
+        line = ((self.xi.unsqueeze(1) - alpha_start.unsqueeze(2)) / rise).nan_to_num(0.0, 0.0, 0.0)
+        which = torch.where(changed, line, math.inf).flatten(1).argmin(1)
+        delay, column = self._pair(which)
+        xi = self.xi.gather(1, column.unsqueeze(1)).squeeze(1)
+        level = lambda alpha: alpha.gather(1, delay.unsqueeze(1)).squeeze(1) - xi
+        found = changed.flatten(1).any(1)
+        g = lambda s, y: level(self.alphas(s, y)).unsqueeze(1)
         rows = torch.arange(integ.batch, device=start.device)
-        alpha_start = self.alphas(start, y_start.detach())
-        y_end = y_start + coef.reshape(integ.batch, integ.dim, -1).sum(-1)
-        alpha_end = self.alphas(end, y_end)
-        columns = changed.shape[2]
-        times = torch.full((integ.batch, changed[0].numel()), math.inf, dtype=torch.float64, device=start.device)
-        for i, k in changed.any(0).nonzero().tolist():
-            found, xi = changed[:, i, k], self.xi[:, k]
-            root = _root(piece, _Crossing(self, i, xi), first, alpha_start[:, i] - xi, alpha_end[:, i] - xi, found,
-                         0, 0, rows)
-            times[:, i * columns + k] = torch.where(found, root, math.inf)
-        return times.min(1)
+        root = _root(piece, g, torch.zeros_like(which), level(alpha_start), level(alpha_end), found, 0, 0, rows)
+        return torch.where(found, root, math.inf), which

@@ -139,13 +139,14 @@ def test_a_tracked_kink_propagates_through_a_constant_lag():
 
 
 def test_samples_track_their_own_discontinuities():
-    """A batch gives each sample the steps and values it gets alone (its ξ1 depends on its y0)."""
+    """A batch gives each sample the steps it gets alone and its values to round-off (the root search of a crossing
+    runs until every sample's bracket closes; its ξ1 depends on its y0)."""
     y0 = torch.tensor([[1.0], [0.4], [0.7]], dtype=F64)
     t = torch.linspace(0.0, 5.0, 11, dtype=F64)
     batch = odelab.solve(Feedback(), y0, t, history=1.0, rtol=1e-8, atol=1e-10)
     for b in range(3):
         alone = odelab.solve(Feedback(), y0[b:b + 1], t, history=1.0, rtol=1e-8, atol=1e-10)
-        torch.testing.assert_close(batch.y[b], alone.y[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(batch.y[b], alone.y[0], rtol=0, atol=1e-10)
         for key in ("steps", "accepted", "discontinuities"):
             assert int(batch.stats[key][b]) == int(alone.stats[key][0])
 
