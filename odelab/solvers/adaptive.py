@@ -71,7 +71,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import sys
 import types
+import warnings
 from typing import Callable, Sequence
 
 import torch
@@ -233,6 +236,15 @@ class _History:
         return torch.where(before.unsqueeze(1), self.before(s), inside)
 
 
+def _outside_odelab() -> int:
+    """The stack level of the first caller outside the odelab package, for ``warnings.warn`` from its caller."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _primal(x: Tensor) -> Tensor:
     return fwAD.unpack_dual(x).primal
 
@@ -297,6 +309,8 @@ class _Integrator:
         # per delay: its StateDelay (τ(t, y) per stage, clamped to its bounds) or None (a constant lag)
         self.state_delays = tuple(tau if isinstance(tau, StateDelay) else None for tau in system.delays)
         self.state_dependent = any(tau is not None for tau in self.state_delays)
+        # per state-dependent delay: the samples whose τ left its bounds at an accepted step's end (clamped there)
+        self.outside = [torch.zeros(self.batch, dtype=torch.bool, device=self.device) for _ in self.state_delays]
         # None, or the delay's 0-d tensor (grad); under a forward-AD level (see ``integrate``) it carries the
         # tangent 1, so that every stage carries ∂/∂τ and the error norm can control it
         self.sensitive = sensitive and any(tensor is not None for _, tensor in delays)
@@ -442,6 +456,26 @@ class _Integrator:
         tau = tau.reshape(self.batch).to(torch.float64).clamp(delay.lower, delay.upper)
         s = t - tau
         return self.history.at(s if self.tracker is None else self.tracker.bound(index, s), right)
+
+    def note_bounds(self, t: Tensor, y: Tensor, accept: Tensor) -> None:
+        """Mark the samples whose state-dependent τ lies outside its bounds at the end of an accepted step (where it
+        is clamped; :meth:`warn_bounds` tells the user once, after the solve)."""
+        with torch.no_grad():
+            blocks, t_col = self._blocks(y.detach()), t.to(self.dtype).unsqueeze(1)
+            for i, delay in enumerate(self.state_delays):
+                if delay is not None:
+                    tau = delay(t_col, blocks).reshape(self.batch)
+                    self.outside[i] = self.outside[i] | (accept & ((tau < delay.lower) | (tau > delay.upper)))
+
+    def warn_bounds(self) -> None:
+        """One RuntimeWarning per state-dependent delay whose τ left its bounds along a sample's solution."""
+        for i, (delay, outside) in enumerate(zip(self.state_delays, self.outside)):
+            if delay is not None and bool(outside.any()):
+                samples = outside.nonzero().flatten().tolist()
+                shown = ", ".join(map(str, samples[:8])) + (", …" if len(samples) > 8 else "")
+                warnings.warn(f"odelab: {type(self.system).__name__}.delays[{i}] ({delay!r}) left its bounds and was "
+                              f"clamped onto them along {len(samples)} sample(s) ({shown}); widen lower / upper if "
+                              f"the delay should reach there", RuntimeWarning, stacklevel=_outside_odelab())
 
     def _learnable_read(self, t: Tensor, learn: Tensor, right: bool) -> Tensor:
         """y(t − τ) for a learnable τ: the dense history's value, with the τ-derivative −y'(t − τ) taken from
@@ -657,6 +691,8 @@ class _Integrator:
                 landing = torch.where(undone, before[5], landing)
                 restarts = restarts + restarted
                 active = (code == _SUCCESS) & (t < stop)
+            elif self.state_dependent:  # (the tracker notes them as it reads τ at the step's end)
+                self.note_bounds(t, y, accepts[-1])
         accepted = carry.accepted + (torch.cat([a.view(-1, self.batch) for a in accepts]).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)
@@ -969,6 +1005,8 @@ def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstop
     nfe = 1 + (opts.first_step is None) + carry.steps * (tableau.stages - 1) + carry.restarts
     stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
              "nfe": nfe, "t_final": carry.t}
+    if solver.state_dependent:
+        solver.warn_bounds()
     if solver.tracker is not None:
         stats["discontinuities"] = solver.tracker.count  # crossings of kinks by t − τ(t, y) stepped onto
     pieces = solver.pieces_kept

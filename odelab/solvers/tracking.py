@@ -8,15 +8,17 @@ times, ``jump_times``, the constant lags' propagations; :mod:`.breakpoints`), re
 delays, and every point found here, read through every delay. A crossing found at t* is a kink of order m + 1;
 as the constant lags propagate t0, points are tracked while m + 1 ≤ p, the method's order.
 
-After every attempt, α_i at the end of its step is compared with each ξ. Where α_i − ξ changed sides, the
-crossing is located on the step's interpolant (the Illinois method of :mod:`.events` on g = α_i(t, P(t)) − ξ), and
-the sample's next attempts are clipped to end at t*; an accepted step is undone first (a rejected attempt in the
-statistics). Landing there makes t* a source. A crossing found in a rejected trial step is tentative (the trial's
-interpolant is poor): the step that reaches it finds the crossing again, or lands on it.
+After every attempt, α_i at the end of its step is compared with each ξ. Where α_i − ξ changed sides in an
+accepted step, the crossing is located on the step's interpolant (the Illinois method of :mod:`.events` on
+g = α_i(t, P(t)) − ξ), the step is undone (a rejected attempt in the statistics) and the sample's next attempts are
+clipped to end at t*; landing there makes t* a source. A crossing in a rejected trial step is only a tentative
+target, where the straight line between α_i's values at the step's ends crosses ξ (the trial's interpolant is
+poor): the step that reaches it finds the crossing again, or lands on it.
 
 Where ξ = t0 (m = 0: φ(t0) may differ from y0) f itself jumps at t*, and a step straddling it has a poor
 interpolant too. So from the first sign of the crossing, α_i is held on t0's near side (φ(t0) is read, the left
-limit; its gradient kept), the crossing is located on a step taken so, and after landing the first stage is
+limit; its gradient kept), the crossing is located on a step taken so (one taken without the hold gives a tentative
+target, as a rejected trial does), and after landing the first stage is
 re-evaluated on the far side (y0 read as y(α), the right limit). t* moves with the solution there, and the state
 after it is y + (f⁻ − f⁺)(t* − t̂) with t* carrying the implicit function theorem's dt*/dp (switching later by δ
 follows f⁻ for δ longer). Elsewhere t* carries no gradient: it places a step boundary, across which f is continuous.
@@ -24,6 +26,7 @@ follows f⁻ for δ longer). Elsewhere t* carries no gradient: it places a step 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -69,13 +72,20 @@ class Tracker:
         with torch.no_grad():
             self.past = self.alphas(t, y.detach()).unsqueeze(2) > self.xi.unsqueeze(1)
 
-    def alphas(self, s: Tensor, y: Tensor) -> Tensor:
-        """α_i = s − τ_i(s, y) per sample and delay (B, D) float64, a StateDelay clamped to its bounds."""
+    def alphas(self, s: Tensor, y: Tensor, accept: Tensor | None = None) -> Tensor:
+        """α_i = s − τ_i(s, y) per sample and delay (B, D) float64, a StateDelay clamped to its bounds; with
+        ``accept`` (the samples whose step ends at (s, y)), those whose τ was clamped are noted for the warning."""
         integ = self.integ
         blocks, s_col = integ._blocks(y), s.to(integ.dtype).unsqueeze(1)
-        columns = [s - value if delay is None else
-                   s - delay(s_col, blocks).reshape(integ.batch).to(torch.float64).clamp(delay.lower, delay.upper)
-                   for value, delay in zip(integ.delays, integ.state_delays)]
+        columns = []
+        for i, (value, delay) in enumerate(zip(integ.delays, integ.state_delays)):
+            if delay is None:
+                columns.append(s - value)
+                continue
+            tau = delay(s_col, blocks).reshape(integ.batch).to(torch.float64)
+            if accept is not None:
+                integ.outside[i] = integ.outside[i] | (accept & ((tau < delay.lower) | (tau > delay.upper)))
+            columns.append(s - tau.clamp(delay.lower, delay.upper))
         return torch.stack(columns, 1)
 
     def bound(self, i: int, s: Tensor) -> Tensor:
@@ -104,7 +114,7 @@ class Tracker:
         with torch.no_grad():
             trial_end = start + length  # a rejected attempt's record ends at its start
             trial_y = y_start.detach() + coef.detach().reshape(*y_start.shape, -1).sum(-1)  # its interpolant at θ = 1
-            alpha = self.alphas(trial_end, trial_y)  # (B, D)
+            alpha = self.alphas(trial_end, trial_y, accept)  # (B, D)
             past = alpha.unsqueeze(2) > self.xi.unsqueeze(1)  # (B, D, K)
             reached = accept & (end >= self.target - self.tol)
             # a tentative target is landed on where α_i sits on its ξ; elsewhere the step's own check finds it again
@@ -123,16 +133,19 @@ class Tracker:
             undo = torch.zeros_like(accept)
             at = end
             if flags[0]:
-                t_star, which = self._locate(start, length, y_start.detach(), coef.detach(), trial_end, changed)
+                piece = (start, length, y_start.detach(), coef.detach(), trial_end)
+                which, line, level, ends = self._choose(piece, changed)
+                # located accurately: on an accepted step's interpolant, smooth across the crossing unless f jumps
+                # there (a crossing of t0) and the step ran without the hold; elsewhere the straight line between
+                # the step's ends is guess enough
+                delay, column = self._pair(which)
+                held = (torch.isfinite(self.low) | torch.isfinite(self.high)).gather(1, delay.unsqueeze(1)).squeeze(1)
+                accurate = hit & accept & ((self.order.gather(1, column.unsqueeze(1)).squeeze(1) > 0) | held)
+                t_star = self._root(piece, accurate, level, ends, line) if bool(accurate.any()) else line
                 inside = hit & (t_star > start + self.tol) & (t_star < trial_end - self.tol)
                 undo = inside & accept
                 edge = hit & accept & ~inside  # a crossing on an accepted step's start or end: landed on as it is
                 far = past.flatten(1).gather(1, which.unsqueeze(1)).squeeze(1)
-                # located accurately: on an accepted step's interpolant, smooth across the crossing unless f jumps
-                # there (a crossing of t0) and the step ran without the hold
-                delay, column = self._pair(which)
-                held = (torch.isfinite(self.low) | torch.isfinite(self.high)).gather(1, delay.unsqueeze(1)).squeeze(1)
-                accurate = accept & ((self.order.gather(1, column.unsqueeze(1)).squeeze(1) > 0) | held)
                 aimed = undo | (inside & ~accept & (t_star < self.target))  # a rejected trial's crossing, if nearer
                 self.target = torch.where(aimed, t_star, torch.where(edge, math.inf, self.target))
                 self.tentative = torch.where(aimed, ~accurate, self.tentative)
@@ -232,23 +245,31 @@ class Tracker:
         usable = mask & (slope != 0) & torch.isfinite(slope)
         return torch.where(usable, -(level - level.detach()) / torch.where(usable, slope, 1.0), 0.0)
 
-    def _locate(self, start, length, y_start, coef, end, changed: Tensor) -> tuple[Tensor, Tensor]:
-        """Each crossing sample's crossing inside its step (B,) and its flat (delay, source) index: where several
-        pairs changed sides, the one a straight line between the step's ends puts first (a later step finds the
-        others). One root search for the batch."""
+    def _choose(self, piece: tuple, changed: Tensor) -> tuple[Tensor, Tensor, Callable, tuple[Tensor, Tensor]]:
+        """Per crossing sample, the (delay, source) pair that changed sides (flat index) which a straight line
+        between the step's ends puts first (a later step finds the others), that line's crossing time, its level
+        function α_i(s, y) − ξ ((B, D) → (B,)) and the level at the step's two ends."""
+        start, length, y_start, coef, end = piece
         integ = self.integ
-        piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
-                            coef.reshape(integ.batch, -1), integ.sizes)
         alpha_start = self.alphas(start, y_start)
         alpha_end = self.alphas(end, y_start + coef.reshape(integ.batch, integ.dim, -1).sum(-1))
         rise = (alpha_end - alpha_start).unsqueeze(2)
-        line = ((self.xi.unsqueeze(1) - alpha_start.unsqueeze(2)) / rise).nan_to_num(0.0, 0.0, 0.0)
-        which = torch.where(changed, line, math.inf).flatten(1).argmin(1)
+        fraction = ((self.xi.unsqueeze(1) - alpha_start.unsqueeze(2)) / rise).nan_to_num(0.0, 0.0, 0.0)
+        fraction, which = torch.where(changed, fraction.clamp(0.0, 1.0), math.inf).flatten(1).min(1)
         delay, column = self._pair(which)
         xi = self.xi.gather(1, column.unsqueeze(1)).squeeze(1)
         level = lambda alpha: alpha.gather(1, delay.unsqueeze(1)).squeeze(1) - xi
-        found = changed.flatten(1).any(1)
+        line = torch.where(torch.isfinite(fraction), start + fraction * length, math.inf)
+        return which, line, level, (level(alpha_start), level(alpha_end))
+
+    def _root(self, piece: tuple, found: Tensor, level: Callable, ends: tuple[Tensor, Tensor], line: Tensor) -> Tensor:
+        """The crossing on each ``found`` sample's step interpolant (one root search for the batch; ``line`` for
+        the others)."""
+        start, length, y_start, coef, end = piece
+        integ = self.integ
+        dense = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
+                            coef.reshape(integ.batch, -1), integ.sizes)
         g = lambda s, y: level(self.alphas(s, y)).unsqueeze(1)
         rows = torch.arange(integ.batch, device=start.device)
-        root = _root(piece, g, torch.zeros_like(which), level(alpha_start), level(alpha_end), found, 0, 0, rows)
-        return torch.where(found, root, math.inf), which
+        root = _root(dense, g, torch.zeros_like(rows), *ends, found, 0, 0, rows)
+        return torch.where(found, root, line)

@@ -2,6 +2,7 @@
 manufactured closed-form solution, a hand-written fine-step RK4 with a piecewise-linear history (numpy), central
 finite differences for the gradient, and the error cases."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -111,16 +112,22 @@ def test_the_gradient_through_the_delay_against_finite_differences():
 
 
 def test_delays_outside_the_bounds_are_clamped():
-    """τ = 5 declared in [1, 2]: the solve reads y(t − 2), as the fine-step RK4 with a lag of 2 does (to 5e-7)."""
+    """τ = 5 declared in [1, 2] for the second sample only: the solve reads y(t − 2) there, as the fine-step RK4
+    with a lag of 2 does (to 5e-7), and one warning names the sample; a τ inside its bounds gives none."""
     class Clamped(Decay):
         def __init__(self):
             super().__init__()
-            self.delays = (StateDelay(lambda t, state: torch.full_like(state[0][:, 0], 5.0), 1.0, 2.0),)
+            self.delays = (StateDelay(lambda t, state: torch.tensor([1.5, 5.0], dtype=F64), 1.0, 2.0),)
 
     times, ref = decay_reference(0.8, 6.0, lag=lambda y: 2.0)
     t = torch.tensor(times[::2500], dtype=F64)
-    clamped = odelab.solve(Clamped(), torch.ones(1, 1, dtype=F64), t, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(clamped.y[0, :, 0].numpy(), ref[::2500], atol=5e-7, rtol=0)
+    with pytest.warns(RuntimeWarning, match=r"delays\[0\] .* clamped onto them along 1 sample\(s\) \(1\)") as caught:
+        clamped = odelab.solve(Clamped(), torch.ones(2, 1, dtype=F64), t, rtol=1e-10, atol=1e-12)
+    assert len([w for w in caught if "clamped" in str(w.message)]) == 1 and caught[0].filename == __file__
+    np.testing.assert_allclose(clamped.y[1, :, 0].numpy(), ref[::2500], atol=5e-7, rtol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        odelab.solve(Decay(), torch.ones(2, 1, dtype=F64), t, rtol=1e-8, atol=1e-10)
 
 
 def test_errors():
