@@ -347,7 +347,8 @@ class _Integrator:
         if self.state_dependent and opts.track:
             reach = self.t0 - max(self.delays)
             earlier = tuple((s, m) for s, m in getattr(history, "kinks", ()) if reach < s < self.t0)
-            self.tracker = Tracker(self, breakpoints.kinks + earlier, depth, 64 * math.ulp(scale))
+            self.tracker = Tracker(self, breakpoints.kinks + earlier, depth, 64 * math.ulp(scale),
+                                   getattr(history, "sample_kinks", None))
         points = list(breakpoints.stops) + [self.t_end]
         self.landing = torch.tensor(points + [math.inf], **time)
         # per landing index k (the next point a sample steps towards): the point before it, and whether f
@@ -1012,6 +1013,8 @@ def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstop
     pieces = solver.pieces_kept
     if pieces is not None:
         pieces.kinks = solver.kinks
+        if solver.tracker is not None:
+            pieces.sample_kinks = solver.tracker.found()
     return Solution(ts=t_tensor, ys=tuple(blocks), blocks=system.blocks, stats=stats, status=carry.code,
                     dense_output=pieces)
 

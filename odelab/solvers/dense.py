@@ -55,7 +55,7 @@ class DenseOutput:
     that time, where θ = 0 gives its starting state); ``y`` (S B, dim) and ``coef`` (S B, dim m), piece k of sample
     b in row k B + b. ``sizes``: the state blocks' widths, in order. Set by ``odelab.solve`` once solved: ``span``,
     the user's first and last time; ``backwards``, s = −t; ``kinks`` (the user's times), where the solution's
-    derivatives may jump."""
+    derivatives may jump, and ``sample_kinks``, those a state-dependent delay put at each sample's own times."""
 
     def __init__(self, start: Tensor, length: Tensor, end: Tensor, y: Tensor, coef: Tensor, sizes: list[int]):
         self.start, self.length, self.end, self.y, self.coef = start, length, end, y, coef
@@ -65,6 +65,9 @@ class DenseOutput:
         self.sizes, self.backwards = list(sizes), False
         self.span: tuple[float, float] | None = None
         self.kinks: tuple[tuple[float, int], ...] = ()  # (time, m): y^(m) may jump there (see .breakpoints)
+        # each sample's own kinks, found by tracking a state-dependent delay (.tracking): (times (B, K), m (B, K)),
+        # inf / a huge m in a sample's empty slots
+        self.sample_kinks: tuple[Tensor, Tensor] | None = None
         self.end_rows, self.start_rows, self.length_rows = (x.T.contiguous() for x in (end, start, length))
 
     @classmethod

@@ -87,7 +87,7 @@ class SolutionHistory:
                              "continue it")
         self.dense.check_span(torch.tensor([t0, t0 - reach], dtype=torch.float64), "history", self.WHOSE)
         self.low, self.high = sorted(self.dense.span)
-        self.kinks = self.dense.kinks
+        self.kinks, self.sample_kinks = self.dense.kinks, self.dense.sample_kinks
         # NaN past a failed sample's last step: looked for only when some sample failed (a host read per read)
         self.failed = solution.status is not None and not bool((solution.status == 0).all())
 

@@ -42,18 +42,27 @@ class Tracker:
     their orders, the side of each ξ every α_i stood on at the last accepted step, and the crossing the sample
     steps towards (``target``, inf where none)."""
 
-    def __init__(self, integ, kinks: tuple[tuple[float, int], ...], depth: int, tol: float):
+    def __init__(self, integ, kinks: tuple[tuple[float, int], ...], depth: int, tol: float,
+                 history_kinks: tuple[Tensor, Tensor] | None = None):
+        """``kinks``: the solve's (time, m), shared by the batch; ``history_kinks``: a continued solve's own per
+        sample (times (B, K), m (B, K)), which every delay reads (none of them was propagated ahead)."""
         self.integ, self.depth, self.tol = integ, depth, tol
         batch, device, delays = integ.batch, integ.device, len(integ.delays)
         seeds = sorted({(s, m) for s, m in kinks if m < depth})
         time = dict(dtype=torch.float64, device=device)
         self.xi = torch.tensor([s for s, _ in seeds], **time).expand(batch, -1).contiguous()  # (B, K)
         self.order = torch.tensor([m for _, m in seeds], dtype=torch.int64, device=device).expand(batch, -1)
-        self.seeds = len(seeds)
-        # the seeds are read through the state-dependent delays (the constant lags propagate them in .breakpoints)
+        # the shared seeds are read through the state-dependent delays (the constant lags propagate them ahead)
         dependent = torch.tensor([tau is not None for tau in integ.state_delays], device=device)
         self.eligible = dependent.unsqueeze(1).expand(delays, len(seeds))  # (D, K)
-        self.past = torch.zeros(batch, delays, len(seeds), dtype=torch.bool, device=device)  # α_i > ξ_k
+        if history_kinks is not None:
+            times, orders = (x.to(device) for x in history_kinks)
+            early = (times <= integ.t0 - max(integ.delays)) | (times >= integ.t0) | (orders >= depth)
+            self.xi = torch.cat([self.xi, torch.where(early, math.inf, times.double())], 1)
+            self.order = torch.cat([self.order, torch.where(early, _EMPTY_ORDER, orders)], 1)
+            self.eligible = torch.cat([self.eligible, self.eligible.new_ones(delays, times.shape[1])], 1)
+        self.seeds = self.xi.shape[1]  # the columns before the points found here
+        self.past = torch.zeros(batch, delays, self.seeds, dtype=torch.bool, device=device)  # α_i > ξ_k
         self.count = torch.zeros(batch, dtype=torch.int64, device=device)  # crossings landed on, per sample
         self.stored = torch.zeros(batch, dtype=torch.int64, device=device)  # of them kept as sources
         self.target = torch.full((batch,), math.inf, **time)
@@ -71,6 +80,11 @@ class Tracker:
         some α_i already."""
         with torch.no_grad():
             self.past = self.alphas(t, y.detach()).unsqueeze(2) > self.xi.unsqueeze(1)
+
+    def found(self) -> tuple[Tensor, Tensor]:
+        """The points found and kept as sources: times (B, K) and orders (B, K), inf and a huge order in empty
+        slots (a dense output's ``sample_kinks``, for a solve that continues this one)."""
+        return self.xi[:, self.seeds:], self.order[:, self.seeds:]
 
     def alphas(self, s: Tensor, y: Tensor, accept: Tensor | None = None) -> Tensor:
         """α_i = s − τ_i(s, y) per sample and delay (B, D) float64, a StateDelay clamped to its bounds; with

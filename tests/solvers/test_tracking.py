@@ -170,3 +170,26 @@ def test_gradients_match_the_closed_form():
 def test_the_option_is_checked():
     with pytest.raises(TypeError, match="track_discontinuities: expected True or False"):
         odelab.solve(Feedback(), torch.ones(1, 1, dtype=F64), [0.0, 1.0], track_discontinuities="yes")
+
+
+def test_a_continued_solve_reads_the_kinks_its_history_found():
+    """[0, 2], then [2, 5] from the first solve's dense solution: the kinks ξ1, ξ2 the first solve found (per
+    sample) reach the second through t − τ, which lands on ξ3 (whose source is ξ2) and ξ4, and meets scipy's method
+    of steps; without the first solve's kinks ξ3 is straddled."""
+    reference, points = scipy_reference(5.0)
+    options = dict(rtol=1e-10, atol=1e-12, dense=True)
+    first = odelab.solve(Feedback(), torch.ones(2, 1, dtype=F64), torch.linspace(0.0, 2.0, 5, dtype=F64), **options)
+    times, orders = first.dense_output.sample_kinks
+    for xi in points[:2]:
+        assert float((times - xi).abs().min(1).values.max()) < 1e-9, (times, points)
+    t = torch.linspace(2.0, 5.0, 31, dtype=F64)
+    second = odelab.solve(Feedback(), first.y[:, -1], t, history=first, **options)
+    np.testing.assert_allclose(second.y[0, :, 0].numpy(), reference(t.numpy()), atol=1e-9, rtol=0)
+    steps = boundaries(second)[0]
+    later = [p for p in points if 2.0 < p < 4.5]
+    assert len(later) == 2
+    for xi in later:
+        assert float((steps - xi).abs().nan_to_num(math.inf).min()) < 1e-9, (xi, points)
+    first.dense_output.sample_kinks = None  # as if the first solve had kept none
+    blind = boundaries(odelab.solve(Feedback(), first.y[:, -1], t, history=first, **options))[0]
+    assert float((blind - later[0]).abs().nan_to_num(math.inf).min()) > 1e-6
