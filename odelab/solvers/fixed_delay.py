@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..systems.base import State, System
+from ..systems.base import State, StateDelay, System
 from .breakpoints import collect, nodes_near
 from .cache import inductor_options, keep_compiled_code
 from .compiled import BatchDynamic, own_code, tracing_options
@@ -49,7 +49,7 @@ from .dense import DenseOutput
 from . import fused_fixed
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
-from .history import History, delay_values, history_function
+from .history import History, SolutionHistory, as_history_state, delay_values, history_function
 from .inputs import FunctionInput, InputPath
 from .schemes import ExplicitRK, PartitionedEuler, Scheme
 from .solution import Solution, finish
@@ -110,8 +110,12 @@ class _Past:
     """
 
     def __init__(self, grid: list[float], phi: History, delays: list[tuple[float, Tensor | None]],
-                 jumps: set[int], tol: float, keep: bool = False):
+                 jumps: set[int], tol: float, keep: bool = False, state_delays: tuple = (), per_sample=None):
         self.grid, self.phi, self.delays, self.jumps, self.tol = grid, phi, delays, jumps, tol
+        # per delay: its StateDelay (read per sample at t − τ(t, y), :meth:`read_state`) or None; the history at
+        # per-sample times (batch,) for those reads
+        self.state_delays, self.per_sample = state_delays or (None,) * len(delays), per_sample
+        self.window: tuple | None = None  # the stacked Hermite data the state-dependent reads gather from
         self.keep = keep  # the nodes' states and derivatives stay (a dense output); stage states are released
         self.t0 = grid[0]
         self.states: list[State | None] = []
@@ -177,19 +181,74 @@ class _Past:
                                    [flat(self.right[k]) for k in range(last)],
                                    [flat(self._end_derivative(k)) for k in range(1, last + 1)], sizes)
 
-    def __call__(self, t: float) -> tuple[State, ...]:
-        """y(t − τ_i) for every delay, by time (the ``delayed`` of a :class:`Field`)."""
-        return tuple(self.read(t, i) for i in range(len(self.delays)))
+    def __call__(self, t: float, state: State | None = None) -> tuple[State, ...]:
+        """y(t − τ_i) for every delay, by time (the ``delayed`` of a :class:`Field`; ``state``: where a
+        state-dependent delay reads from)."""
+        return tuple(self.read(t, i) if self.state_delays[i] is None else self.read_state(t, i, state)
+                     for i in range(len(self.delays)))
 
-    def stage_delayed(self, index: int, t: float) -> tuple[State, ...]:
-        """The delayed states of stage ``index`` (at time t) of the current step."""
+    def stage_delayed(self, index: int, t: float, state: State) -> tuple[State, ...]:
+        """The delayed states of stage ``index`` (at time t, the stage state ``state``) of the current step."""
         out = []
         for i, j in enumerate(self.plan):
             if j is not None and j >= 0:
                 out.append(self.stages[j][index])
+            elif self.state_delays[i] is not None:
+                out.append(self.read_state(t, i, state))
             else:
                 out.append(self.read(t, i))
         return tuple(out)
+
+    def read_state(self, t: float, i: int, state: State) -> State:
+        """y(t − τ(t, y)) per sample for the state-dependent delay i, τ clamped to its bounds: φ before t0 (and at
+        t0 for a stage after the step's start, φ(t0⁻)), else the cubic Hermite interpolant of the interval that
+        holds the delayed time, gathered per sample from the stored nodes; gradients pass through the delayed
+        time into the interpolant (and a callable history)."""
+        delay, like = self.state_delays[i], state[0]
+        batch = like.shape[0]
+        tau = delay(t, state)
+        if not isinstance(tau, Tensor) or tau.shape not in ((batch,), (batch, 1)):
+            raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({batch},) or "
+                             f"({batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
+        s = t - tau.reshape(batch).to(torch.float64).clamp(delay.lower, delay.upper)
+        where = s.detach()
+        at_end = t > self.grid[self.k] + self.tol  # a stage after the step's start: φ(t0⁻) at t0
+        before = (where < self.t0 + self.tol) if at_end else (where < self.t0 - self.tol)
+        grid, first, starts, lengths, data = self._window(like)
+        index = (torch.searchsorted(grid, where, right=True) - 1 - first).clamp_(0, starts.shape[0] - 1)
+        theta = ((s - starts[index]) / lengths[index]).to(like.dtype).unsqueeze(1)
+        h = lengths[index].to(like.dtype).unsqueeze(1)
+        weights = _hermite_weights(theta, h)
+        rows = torch.arange(batch, device=like.device)
+        inside = tuple(_hermite(y0[index, rows], f0[index, rows], y1[index, rows], f1[index, rows], weights)
+                       for y0, f0, y1, f1 in data)
+        if not bool(before.any()):
+            return inside
+        past = self.per_sample(s)
+        return tuple(torch.where(before.unsqueeze(1), p, x) for p, x in zip(past, inside))
+
+    def _window(self, like: Tensor) -> tuple:
+        """The grid (float64) and, per interval [t_j, t_{j+1}] from the first a delay reaches from this step to the
+        last complete one, its start, length and per block its Hermite data (y_j, f(t_j⁺), y(t_{j+1}⁻), f(t_{j+1}⁻))
+        stacked (J, batch, n); rebuilt when an interval completes (about once a step)."""
+        first = max(self.released, bisect_right(self.grid, self.grid[self.k] - self.reach - self.tol) - 2, 0)
+        key = (first, self.complete)
+        if self.window is None or self.window[0] != key:
+            grid = torch.tensor(self.grid, dtype=torch.float64, device=like.device)
+            last = max(self.complete, first)
+            nodes = range(first, last + 1)
+            stack = lambda values: torch.stack(list(values))
+            data = []
+            for b in range(len(self.states[-1])):
+                if self.complete < first:  # no interval yet: every read is φ's (a placeholder keeps the shapes)
+                    data.append((self.states[-1][b].unsqueeze(0),) * 4)
+                    continue
+                data.append((stack(self.states[j][b] for j in nodes), stack(self.right[j][b] for j in nodes),
+                             stack(self.left_states.get(j + 1, self.states[j + 1])[b] for j in nodes),
+                             stack(self._end_derivative(j + 1)[b] for j in nodes)))
+            starts = grid[first:last + 1]
+            self.window = (key, (grid, first, starts, grid[first + 1:last + 2] - starts, data))
+        return self.window[1]
 
     def read(self, t: float, i: int) -> State:
         key = (t, i)
@@ -232,7 +291,7 @@ class _DelayField(Field):
         index = len(stages)
         stages.append(state)
         u = self.input(t, state[0])
-        out = self.system.derivative(self.time(t, state[0]), state, u, *past.stage_delayed(index, t))
+        out = self.system.derivative(self.time(t, state[0]), state, u, *past.stage_delayed(index, t, state))
         if not self.checked:
             check_derivative(self.system, state, out)
             self.checked.add(None)
@@ -244,7 +303,7 @@ class _DelayField(Field):
         """An evaluation that is not a stage (Hermite data the scheme does not compute)."""
         self.evaluations += 1
         u = self.input(t, state[0])
-        return self.system.derivative(self.time(t, state[0]), state, u, *self.past(t))
+        return self.system.derivative(self.time(t, state[0]), state, u, *self.past(t, state))
 
 
 class _StaticReads:
@@ -428,17 +487,29 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     smallest delay. Stats: ``nfe`` counts the stage evaluations plus the derivative evaluations the
     Hermite interpolant needs beyond them (partitioned schemes; left limits at hold-input jumps).
     """
-    delays = delay_values(system)
+    delays = delay_values(system, state_dependent=True)  # a StateDelay: its upper bound (the reach)
     taus = [value for value, _ in delays]
-    if min(taus) <= 0:
+    state_delays = tuple(tau if isinstance(tau, StateDelay) else None for tau in system.delays)
+    dependent = any(tau is not None for tau in state_delays)
+    shortest = min(value if tau is None else tau.lower for value, tau in zip(taus, state_delays))
+    if shortest <= 0:
         raise ValueError(f"{type(system).__name__}.delays: solve needs positive delays, got {taus}")
-    if dt > min(taus) * (1 + 1e-9):
-        raise ValueError(f"dt: fixed-step DDE stepping needs dt <= the smallest delay {min(taus)} (a stage's "
+    if dt > shortest * (1 + 1e-9):
+        raise ValueError(f"dt: fixed-step DDE stepping needs dt <= the smallest delay {shortest} (a stage's "
                          f"delayed time would fall inside the step being taken), got {dt}")
+    if dependent:
+        if not isinstance(scheme, ExplicitRK):
+            raise ValueError(f"{type(system).__name__}.delays: a state-dependent delay reads each stage's own state; "
+                             f"fixed-step solves take it under explicit Runge–Kutta schemes, not {scheme.name!r}")
+        if any(learn is not None for _, learn in delays) or compile:
+            raise ValueError(f"{type(system).__name__}.delays: a state-dependent delay is read by time, without "
+                             f"learnable delays beside it or compile=True")
     t0, t1 = times[0], times[-1]
     phi = history_function(system, state, history, t0)
     tol = 1e-7 * dt
-    breakpoints = collect(t0, t1, path, tstops, jump_times, taus, max(scheme.order, 1), tol,
+    # t0 propagates through the constant lags onto the grid; where t − τ(t, y(t)) meets it is not known ahead
+    lags = [value for value, tau in zip(taus, state_delays) if tau is None]
+    breakpoints = collect(t0, t1, path, tstops, jump_times, lags, max(scheme.order, 1), tol,
                           getattr(history, "kinks", ()))
     grid, out_index = step_grid(times, dt, breakpoints.stops)
     # nodes where f jumps (input jumps, jump_times, t0 + τ_i): the Hermite data take f's left limit there
@@ -456,9 +527,12 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
                 moving.setdefault(k, []).append(learn)
 
     plan = _plan(grid, delays, scheme, tol)
+    if dependent:  # read per sample by time
+        plan = [tuple(None if tau is not None else j for j, tau in zip(row, state_delays)) for row in plan]
     hermite = any(j is None for row in plan for j in row)
     record = set(out_index)
-    static = isinstance(scheme, ExplicitRK) and scheme.tableau.c[0] == 0 and not learnable
+    static = isinstance(scheme, ExplicitRK) and scheme.tableau.c[0] == 0 and not learnable and not dependent
+    by_sample = _per_sample_history(system, state, history, phi) if dependent else None
     if compile and not (static and path is None and not edges and not tensor_time(system) and not dense):
         raise ValueError("compile: fixed-step DDE solves compile explicit RK schemes with fixed (not learnable) "
                          "delays, without an input u, jump_times or a dense output")
@@ -466,7 +540,8 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
     if dense:
         jumps.add(len(grid) - 1)  # the last node's derivative: the left limit, inside the last step
         outputs, nfe, past = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, True, jumps,
-                                            moving, tol, record, keep=True)
+                                            moving, tol, record, keep=True, state_delays=state_delays,
+                                            per_sample=by_sample)
         pieces = past.dense_output([x.shape[1] for x in state])
         pieces.kinks = breakpoints.kinks
     elif static:
@@ -475,8 +550,19 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
                                               jumps if hermite else set(), tol, record, compile)
     else:
         outputs, nfe, _ = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
-                                         moving, tol, record)
+                                         moving, tol, record, state_delays=state_delays, per_sample=by_sample)
     return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe, stacked=stacked, dense_output=pieces)
+
+
+def _per_sample_history(system: System, y0: State, history, phi: History) -> Callable[[Tensor], State]:
+    """φ at per-sample times s (batch,) float64, for state-dependent reads: a constant history as it is, a callable
+    one (or an earlier solution) given s as a ``(batch, 1)`` tensor of the state's dtype, as the adaptive methods
+    pass it."""
+    if history is None or isinstance(history, Tensor) or not callable(history):
+        return lambda s: phi(0.0)
+    if isinstance(history, SolutionHistory):
+        return lambda s: history(s.unsqueeze(1))
+    return lambda s: as_history_state(system, y0, history(s.to(y0[0].dtype).unsqueeze(1)), "the callable's value")
 
 
 _CHUNK = 96  # steps whose reads are resolved at a time (and whose past is released together): a multiple of _BLOCK
@@ -658,11 +744,13 @@ def _compiled_block(system: System, tableau, state: State) -> Callable:
 def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[float], path: InputPath | None,
                    edges: set[int], phi: History, delays: list[tuple[float, Tensor | None]],
                    plan: list[tuple[int | None, ...]], hermite: bool, jumps: set[int], moving: dict[int, list[Tensor]],
-                   tol: float, record: set[int], keep: bool = False) -> tuple[list[State], int, "_Past"]:
+                   tol: float, record: set[int], keep: bool = False, state_delays: tuple = (),
+                   per_sample=None) -> tuple[list[State], int, "_Past"]:
     """The steps with every delayed read found by time as the stages ask (:class:`_Past`): learnable delays,
+    state-dependent ones (``state_delays``, read per sample, φ at per-sample times from ``per_sample``),
     partitioned schemes, dense outputs (``keep``: no node released). Returns the states at the nodes in
     ``record`` (after y0), the evaluation count and the past."""
-    past = _Past(grid, phi, delays, jumps, tol, keep)
+    past = _Past(grid, phi, delays, jumps, tol, keep, state_delays, per_sample)
     field = _DelayField(system, past)
     field.inp_tensor_time = isinstance(path, FunctionInput)
     past.push(state)

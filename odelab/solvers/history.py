@@ -23,8 +23,8 @@ def delay_values(system: System, state_dependent: bool = False) -> list[tuple[fl
         if isinstance(tau, StateDelay):
             if not state_dependent:
                 raise ValueError(f"{type(system).__name__}.delays[{i}]: a state-dependent delay ({tau!r}) is solved by "
-                                 f"the adaptive methods (dopri5, tsit5, bosh3) without an adjoint; not by fixed-step "
-                                 f"methods, cells or the adjoints")
+                                 f"the adaptive methods (dopri5, tsit5, bosh3) and fixed-step explicit Runge–Kutta "
+                                 f"schemes without an adjoint; not by cells or the adjoints")
             out.append((tau.upper, None))
             continue
         if isinstance(tau, Tensor):
