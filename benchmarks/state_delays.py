@@ -14,6 +14,8 @@ and y^(m) where it reaches the points found before. Ways, medians of ``--repeats
 - odelab tracked: ``solve(..., method="dopri5")``, the default (:mod:`odelab.solvers.tracking`);
 - odelab untracked: the same with ``track_discontinuities=False`` (steps straddle the breakpoints; the error control
   alone shrinks them), at rtol 1e-6 and at ``--matched-rtol`` (1e-8: about the tracked solve's error);
+- odelab rk4: the fixed-step scheme at ``--dt`` (0.05), each stage's delayed state from the cubic Hermite
+  interpolant of the nodes (f's jump at each sample's crossing of t0 falls between nodes: first order there);
 - scipy: ``solve_ivp(DOP853)`` on pieces shorter than the smallest delay (every delayed time in the past), each
   ended by an event where t − τ(N) crosses a breakpoint found so far; one sample at a time, timed on ``--checked``
   samples and scaled to the batch; forward only (no gradient).
@@ -100,6 +102,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--matched-rtol", type=float, default=1e-8, help="the untracked solve's rtol of a like error")
+    parser.add_argument("--dt", type=float, default=0.05, help="the rk4 row's step")
     parser.add_argument("--out", default="benchmarks/results/state_delays.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -118,27 +121,26 @@ def main() -> None:
             slopes[:, j] += sign * np.array(sums) / (2 * step)
 
     rows = {}
-    ways = (("odelab tracked", True, RTOL), ("odelab untracked", False, RTOL),
-            (f"odelab untracked, rtol {args.matched_rtol:g}", False, args.matched_rtol))
-    for name, track, rtol in ways:
+    adaptive = lambda rtol, track: dict(method="dopri5", rtol=rtol, atol=ATOL, track_discontinuities=track)
+    ways = (("odelab tracked", adaptive(RTOL, True)), ("odelab untracked", adaptive(RTOL, False)),
+            (f"odelab untracked, rtol {args.matched_rtol:g}", adaptive(args.matched_rtol, False)),
+            (f"odelab rk4, dt {args.dt:g}", dict(method="rk4", dt=args.dt)))
+    for name, method in ways:
         params = torch.tensor(PARAMS, dtype=F64)
 
         def forward():
             with torch.no_grad():
-                return odelab.solve(Maturation(params), n0, times, history=HISTORY, rtol=rtol, atol=ATOL,
-                                    track_discontinuities=track)
+                return odelab.solve(Maturation(params), n0, times, history=HISTORY, **method)
 
         def gradient():
             p = params.clone().requires_grad_(True)
-            solution = odelab.solve(Maturation(p), n0[checked], times, history=HISTORY, rtol=rtol, atol=ATOL,
-                                    track_discontinuities=track)
+            solution = odelab.solve(Maturation(p), n0[checked], times, history=HISTORY, **method)
             return torch.stack([torch.autograd.grad(solution.y[b, :, 0].sum(), p, retain_graph=True)[0]
                                 for b in range(len(checked))])
 
         def training():
             p = params.clone().requires_grad_(True)
-            odelab.solve(Maturation(p), n0, times, history=HISTORY, rtol=rtol, atol=ATOL,
-                         track_discontinuities=track).y.sum().backward()
+            odelab.solve(Maturation(p), n0, times, history=HISTORY, **method).y.sum().backward()
 
         seconds, solution = median_time(forward, args.repeats)
         grad_seconds, _ = median_time(training, args.repeats)

@@ -30,6 +30,13 @@
   move with τ, the gradient takes the motion into account: the Hermite data keep left limits at every
   s + τ where y' jumps at s, and at t0 + τ (the history's jump arriving) y gets the zero-valued term
   (f(t⁻) − f(t⁺)) (τ − τ), the jump of ∂y/∂τ there.
+
+  A :class:`~odelab.systems.StateDelay` (explicit RK schemes, dt ≤ its lower bound) is read per sample at
+  t − τ(t, y) with τ from the stage's own time and state (clamped to its bounds): φ before t0, else the cubic
+  Hermite interpolant of the node interval holding it (:meth:`_Past.read_state`), its gradient through the
+  delayed time. The points where t − τ(t, y(t)) reaches a kink depend on the solution and fall between nodes: the
+  scheme's order holds where they sit on nodes and drops to 1 where f jumps there (φ(t0) ≠ y0); the adaptive pairs
+  step onto them (:mod:`.tracking`).
 """
 from __future__ import annotations
 
