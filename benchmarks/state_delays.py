@@ -8,8 +8,8 @@ Hutchinson's equation with a density-dependent maturation delay (``examples/stat
 N' = r N (1 − N(t − τ)), τ = τ0 + τ1 N / (1 + N) held to [0.3, 6], (r, τ0, τ1) = (1.1, 1.0, 1.2) (a limit
 cycle), the history N = 0.5 on t ≤ 0, ``--batch`` samples N(0) ~ U[0.1, 2] (seed 0), float64, on [0, 30] with 61
 outputs, rtol 1e-6 / atol 1e-9. N(0) ≠ 0.5, so f jumps where t − τ(N(t)) reaches 0 (a time of each sample's own),
-and y^(m) where it reaches the points found before. Ways, medians of ``--repeats``, forward alone (no grad) and forward + backward of
-Σ N(t_k) to (r, τ0, τ1):
+and y^(m) where it reaches the points found before. Ways, medians of ``--repeats``, forward alone (no grad) and
+forward + backward of Σ N(t_k) to (r, τ0, τ1):
 
 - odelab tracked: ``solve(..., method="dopri5")``, the default (:mod:`odelab.solvers.tracking`);
 - odelab untracked: the same with ``track_discontinuities=False`` (steps straddle the breakpoints; the error control
