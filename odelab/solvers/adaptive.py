@@ -71,10 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import sys
 import types
-import warnings
 from typing import Callable, Sequence
 
 import torch
@@ -90,7 +87,7 @@ from .compiled import BatchDynamic, own_code, tracing_options
 from .dense import DenseOutput
 from .derivatives import forward_mode_or_transform
 from .field import check_derivative
-from .history import as_history_state, delay_values, history_function
+from .history import as_history_state, delay_values, history_function, warn_clamped
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
 from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau, horner
@@ -234,15 +231,6 @@ class _History:
                          fused=not self.tangents)
         before = where < self.t0 - self.eps if right else where <= self.t0 + self.eps
         return torch.where(before.unsqueeze(1), self.before(s), inside)
-
-
-def _outside_odelab() -> int:
-    """The stack level of the first caller outside the odelab package, for ``warnings.warn`` from its caller."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _primal(x: Tensor) -> Tensor:
@@ -460,23 +448,13 @@ class _Integrator:
 
     def note_bounds(self, t: Tensor, y: Tensor, accept: Tensor) -> None:
         """Mark the samples whose state-dependent τ lies outside its bounds at the end of an accepted step (where it
-        is clamped; :meth:`warn_bounds` tells the user once, after the solve)."""
+        is clamped; :func:`.history.warn_clamped` tells the user once, after the solve)."""
         with torch.no_grad():
             blocks, t_col = self._blocks(y.detach()), t.to(self.dtype).unsqueeze(1)
             for i, delay in enumerate(self.state_delays):
                 if delay is not None:
                     tau = delay(t_col, blocks).reshape(self.batch)
                     self.outside[i] = self.outside[i] | (accept & ((tau < delay.lower) | (tau > delay.upper)))
-
-    def warn_bounds(self) -> None:
-        """One RuntimeWarning per state-dependent delay whose τ left its bounds along a sample's solution."""
-        for i, (delay, outside) in enumerate(zip(self.state_delays, self.outside)):
-            if delay is not None and bool(outside.any()):
-                samples = outside.nonzero().flatten().tolist()
-                shown = ", ".join(map(str, samples[:8])) + (", …" if len(samples) > 8 else "")
-                warnings.warn(f"odelab: {type(self.system).__name__}.delays[{i}] ({delay!r}) left its bounds and was "
-                              f"clamped onto them along {len(samples)} sample(s) ({shown}); widen lower / upper if "
-                              f"the delay should reach there", RuntimeWarning, stacklevel=_outside_odelab())
 
     def _learnable_read(self, t: Tensor, learn: Tensor, right: bool) -> Tensor:
         """y(t − τ) for a learnable τ: the dense history's value, with the τ-derivative −y'(t − τ) taken from
@@ -1007,7 +985,7 @@ def _integrate(tableau, system, y0, sizes, t_tensor, times, path, history, tstop
     stats = {"steps": carry.steps, "accepted": carry.accepted, "rejected": carry.steps - carry.accepted,
              "nfe": nfe, "t_final": carry.t}
     if solver.state_dependent:
-        solver.warn_bounds()
+        warn_clamped(system, solver.outside)
     if solver.tracker is not None:
         stats["discontinuities"] = solver.tracker.count  # crossings of kinks by t − τ(t, y) stepped onto
     pieces = solver.pieces_kept

@@ -56,7 +56,7 @@ from .dense import DenseOutput
 from . import fused_fixed
 from .field import Field, check_derivative, tensor_time
 from .grid import step_grid
-from .history import History, SolutionHistory, as_history_state, delay_values, history_function
+from .history import History, SolutionHistory, as_history_state, delay_values, history_function, warn_clamped
 from .inputs import FunctionInput, InputPath
 from .schemes import ExplicitRK, PartitionedEuler, Scheme
 from .solution import Solution, finish
@@ -123,6 +123,7 @@ class _Past:
         # per-sample times (batch,) for those reads
         self.state_delays, self.per_sample = state_delays or (None,) * len(delays), per_sample
         self.window: tuple | None = None  # the stacked Hermite data the state-dependent reads gather from
+        self.outside: list[Tensor | None] = [None] * len(delays)  # per delay: the samples whose τ was clamped
         self.keep = keep  # the nodes' states and derivatives stay (a dense output); stage states are released
         self.t0 = grid[0]
         self.states: list[State | None] = []
@@ -217,7 +218,11 @@ class _Past:
         if not isinstance(tau, Tensor) or tau.shape not in ((batch,), (batch, 1)):
             raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({batch},) or "
                              f"({batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
-        s = t - tau.reshape(batch).to(torch.float64).clamp(delay.lower, delay.upper)
+        tau = tau.reshape(batch).to(torch.float64)
+        with torch.no_grad():
+            clamped = (tau < delay.lower) | (tau > delay.upper)
+            self.outside[i] = clamped if self.outside[i] is None else self.outside[i] | clamped
+        s = t - tau.clamp(delay.lower, delay.upper)
         where = s.detach()
         at_end = t > self.grid[self.k] + self.tol  # a stage after the step's start: φ(t0⁻) at t0
         before = (where < self.t0 + self.tol) if at_end else (where < self.t0 - self.tol)
@@ -556,8 +561,10 @@ def solve_fixed_delay(system: System, scheme: Scheme, state: State, t_tensor: Te
         outputs, nfe, stacked = _steps_static(system, scheme, state, grid, path, edges, phi, taus, plan,
                                               jumps if hermite else set(), tol, record, compile)
     else:
-        outputs, nfe, _ = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite, jumps,
-                                         moving, tol, record, state_delays=state_delays, per_sample=by_sample)
+        outputs, nfe, past = _steps_by_time(system, scheme, state, grid, path, edges, phi, delays, plan, hermite,
+                                            jumps, moving, tol, record, state_delays=state_delays, per_sample=by_sample)
+    if dependent:
+        warn_clamped(system, past.outside)
     return finish(system, t_tensor, outputs, steps=len(grid) - 1, nfe=nfe, stacked=stacked, dense_output=pieces)
 
 

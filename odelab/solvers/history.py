@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 from typing import Callable
 
 import torch
@@ -41,6 +44,27 @@ def delay_values(system: System, state_dependent: bool = False) -> list[tuple[fl
             raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a finite delay >= 0, got {value}")
         out.append((value, learnable))
     return out
+
+
+def warn_clamped(system: System, outside: list[Tensor | None]) -> None:
+    """One RuntimeWarning per state-dependent delay of ``system`` whose τ left its bounds (and was clamped onto
+    them) in the samples marked in ``outside`` (per delay: (batch,) bool, or None); one host read per delay."""
+    for i, (delay, marked) in enumerate(zip(system.delays, outside)):
+        if isinstance(delay, StateDelay) and marked is not None and bool(marked.any()):
+            samples = marked.nonzero().flatten().tolist()
+            shown = ", ".join(map(str, samples[:8])) + (", …" if len(samples) > 8 else "")
+            warnings.warn(f"odelab: {type(system).__name__}.delays[{i}] ({delay!r}) left its bounds and was clamped "
+                          f"onto them along {len(samples)} sample(s) ({shown}); widen lower / upper if the delay "
+                          f"should reach there", RuntimeWarning, stacklevel=_outside_odelab())
+
+
+def _outside_odelab() -> int:
+    """The stack level of the first caller outside the odelab package, for ``warnings.warn`` from its caller."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def as_history_state(system: System, y0: State, value, what: str) -> State:

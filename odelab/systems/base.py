@@ -31,8 +31,7 @@ class StateDelay:
     ``lower`` caps the adaptive steps, so that every delayed time lies in the accepted past; ``upper`` sizes the
     history. Solved by the adaptive explicit pairs, which step onto the kinks the delay carries into the solution
     (``odelab.solvers.tracking``), and by the fixed-step explicit Runge–Kutta schemes (dt ≤ lower; first order where
-    f jumps between nodes); a τ outside the bounds is clamped onto them (with a RuntimeWarning after an adaptive
-    solve)."""
+    f jumps between nodes); a τ outside the bounds is clamped onto them, with a RuntimeWarning after the solve."""
 
     def __init__(self, function: Callable, lower: float, upper: float):
         if not callable(function):

@@ -68,7 +68,7 @@ def test_gradients_match_central_differences_of_the_solve():
     def total(c, y0):
         return odelab.solve(Feedback(c), y0.reshape(1, 1), T, method="rk4", dt=0.05, history=1.0).y.sum()
 
-    c, y0 = torch.tensor(1.05, dtype=F64, requires_grad=True), torch.tensor(1.0, dtype=F64, requires_grad=True)
+    c, y0 = torch.tensor(0.95, dtype=F64, requires_grad=True), torch.tensor(1.0, dtype=F64, requires_grad=True)
     got = torch.autograd.grad(total(c, y0), (c, y0))
     eps = 1e-6
     with torch.no_grad():
@@ -76,6 +76,13 @@ def test_gradients_match_central_differences_of_the_solve():
                 (total(c, y0 + eps) - total(c, y0 - eps)) / (2 * eps))
     for g, w in zip(got, want):
         assert abs(float(g) - float(w)) < 1e-6 * max(1.0, abs(float(w))), (got, want)
+
+
+def test_a_clamped_delay_warns_once():
+    """τ = c + y/2 with c = 1.2 exceeds the upper bound 1.5 while y > 0.6: read at 1.5 there, one warning."""
+    with pytest.warns(RuntimeWarning, match=r"clamped onto them along 1 sample\(s\) \(0\)") as caught:
+        odelab.solve(Feedback(1.2), torch.ones(1, 1, dtype=F64), T, method="rk4", dt=0.05, history=1.0)
+    assert len(caught) == 1 and caught[0].filename == __file__
 
 
 def test_the_errors():
