@@ -5,10 +5,11 @@ interpolants of a dense solve, with its gradient through the implicit function t
 System) and ``t`` as a ``(batch, 1)`` tensor of the state's dtype, and returns ``(batch,)`` or ``(batch, k)``
 (k event functions; the first of them to cross stops the sample).
 
-Detection: g at t0 and at the end of every step (the interpolant at θ = 1). The event of sample b lies in its first
-step whose end value has crossed the value before it: the sign changed from a nonzero value (``direction`` 0),
-rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting on g = 0 is no
-event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
+Detection: g at t0 and at the end of every step taken (the interpolant at θ = 1; a piece that ends where it starts,
+a rejected or undone attempt whose interpolant is the trial's, keeps the value before it). The event of sample b lies
+in its first step whose end value has crossed the value before it: the sign changed from a nonzero value
+(``direction`` 0), rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting
+on g = 0 is no event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
 
 Location: the Illinois method (Dowell & Jarratt 1971: regula falsi with the retained end's value halved; bisection
 where it stalls) on θ ∈ [0, 1] of that step's interpolant P, to a bracket of a few float64 ulps of the time, the
@@ -102,8 +103,13 @@ def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction
     with torch.no_grad():
         ends = dense.y + dense.coef.view(count * batch, dim, m).sum(-1)  # each piece at θ = 1
         start = torch.full((batch,), t0, dtype=torch.float64, device=y0.device)
-        values = torch.stack([g(start, y0.detach())] + [g(dense.end[k], ends[k * batch:(k + 1) * batch])
-                                                       for k in range(count)])  # (S + 1, B, k)
+        # a piece that ends where it starts (a rejected or undone attempt of the torch loop, whose interpolant is the
+        # trial's) keeps the value before it: only the steps the solution took can cross
+        values = [g(start, y0.detach())]
+        for k in range(count):
+            value = g(dense.end[k], ends[k * batch:(k + 1) * batch])
+            values.append(torch.where((dense.end[k] > dense.start[k]).unsqueeze(1), value, values[-1]))
+        values = torch.stack(values)  # (S + 1, B, k)
         crossed = _crossed(values[:-1], values[1:], direction)  # (S, B, k): piece k ends past a crossing
         found = crossed.any(0)  # (B, k)
         piece = crossed.int().argmax(0)  # the first crossed piece (0 where none)

@@ -150,6 +150,20 @@ def test_the_gradient_through_an_event_before_a_blow_up_is_finite(method, max_st
     assert abs(float(d_output) - (0.5 / 0.25 + 0.25 * 0.5 / 0.75 ** 2)) < 1e-5
 
 
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "rodas4"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_rejected_trial_across_the_surface_is_no_event(method, grad):
+    """y' = −y from 1 with a first trial step of 2 (to e^−2, past y = 0.5, and rejected): the event is where the
+    accepted steps cross, t* = ln 2, also in the torch loop a recorded gradient takes, whose step records keep the
+    rejected trial's interpolant (it put t* 0.06–0.21 early)."""
+    y0 = torch.ones(1, 1, dtype=torch.float64, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        solution = odelab.solve(lambda t, y: -y, y0, [0.0, 3.0], method=method, rtol=1e-9, atol=1e-12,
+                                first_step=2.0, event=lambda t, y: y[:, 0] - 0.5)
+    assert int(solution.stats["rejected"][0]) >= 1
+    assert abs(float(solution.event.t[0].detach()) - math.log(2)) < 2e-9
+
+
 def test_backwards_in_time():
     """y' = y from 1 at t = 0, solved to t = −5, halves at t = ln ½; its outputs further back are NaN."""
     sol = odelab.solve(lambda t, y: y, torch.ones(1, 1, dtype=F64), [0.0, -0.5, -5.0], event=lambda t, y: y[:, 0] - 0.5,

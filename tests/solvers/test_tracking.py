@@ -193,3 +193,18 @@ def test_a_continued_solve_reads_the_kinks_its_history_found():
     first.dense_output.sample_kinks = None  # as if the first solve had kept none
     blind = boundaries(odelab.solve(Feedback(), first.y[:, -1], t, history=first, **options))[0]
     assert float((blind - later[0]).abs().nan_to_num(math.inf).min()) > 1e-6
+
+
+def test_a_terminal_event_ignores_the_undone_steps():
+    """g = y + 0.2 on the tracked solve: y0 = 0.5 reaches it at 0.7, before its ξ1 (y = y0 − t there); y0 = 0.8
+    after its ξ1, where scipy's brentq finds it on the closed form. The undone steps across ξ1 (their interpolants
+    straddle the jump of f) take no part (they put t* 7e-3 early)."""
+    from scipy.optimize import brentq
+
+    y0 = torch.tensor([0.5, 0.8], dtype=F64)
+    solution = odelab.solve(Feedback(), y0.unsqueeze(1), torch.linspace(0.0, 1.4, 8, dtype=F64), history=1.0,
+                            rtol=1e-10, atol=1e-12, event=lambda t, state: state[0][:, 0] + 0.2)
+    level = lambda s, b: float(closed_form(torch.tensor([s], dtype=F64), y0[b:b + 1], 1.0)[0][0, 0]) + 0.2
+    exact = [0.7, brentq(level, 0.95, 1.4, args=(1,), xtol=1e-15)]
+    assert exact[1] > float(closed_form(torch.zeros(1, dtype=F64), y0, 1.0)[1][1])  # after ξ1
+    torch.testing.assert_close(solution.event.t, torch.tensor(exact, dtype=F64), rtol=0, atol=1e-9)
