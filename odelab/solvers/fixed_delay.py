@@ -244,7 +244,8 @@ class _Past:
         first = max(self.released, bisect_right(self.grid, self.grid[self.k] - self.reach - self.tol) - 2, 0)
         key = (first, self.complete)
         if self.window is None or self.window[0] != key:
-            grid = torch.tensor(self.grid, dtype=torch.float64, device=like.device)
+            grid = self.window[1][0] if self.window is not None else \
+                torch.tensor(self.grid, dtype=torch.float64, device=like.device)  # one copy a solve
             last = max(self.complete, first)
             nodes = range(first, last + 1)
             stack = lambda values: torch.stack(list(values))
