@@ -118,9 +118,9 @@ class Tracker:
         it, (y, k1, t, h, prev, landing, steps, code, active, …)). A crossing inside an accepted step undoes it and
         becomes the sample's target; one inside a rejected trial step, or where f jumps and the step did not hold
         the delayed time, a tentative target (the interpolant is poor there: the crossing is located again from the
-        step that reaches it); landing on a target makes it a source. Returns (y, k1, t, undone, accepted,
-        restarted), the undone samples back where they started (t is also the record's end); one host read unless
-        something crossed."""
+        step that reaches it); landing on a target makes it a source. Returns (y, k1, t, undone, accepted, f's
+        evaluations for restarts), the undone samples back where they started (t is also the record's end); one host
+        read unless something crossed."""
         start, length, y_start, coef, end = record
         y_before, k1_before = before[:2]
         tried = before[8]
@@ -176,7 +176,7 @@ class Tracker:
         y = torch.where(undo_col, y_before, y)
         k1 = torch.where(undo_col, k1_before, k1)
         t = torch.where(undo, start, end)
-        restarted = torch.zeros_like(accept)
+        restarted = torch.zeros_like(accept, dtype=torch.int64)
         if flags[1]:
             y, k1, restarted = self._land(landed, at, y, k1, t, before[5])
         return y, k1, t, undo, kept, restarted
@@ -208,7 +208,8 @@ class Tracker:
 
     def _land(self, landed: Tensor, at: Tensor, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor) -> tuple:
         """The landed samples: their crossing a source (while its order is below the method's), f re-evaluated
-        with the far side's delayed state after a crossing of t0. Returns (y, k1, restarted)."""
+        with the far side's delayed state after a crossing of t0. Returns (y, k1, the evaluations of f per sample
+        that this took)."""
         with torch.no_grad():
             i, k = self._pair(self.source)
             order = self.order.gather(1, k.unsqueeze(1)).squeeze(1) + 1
@@ -229,6 +230,7 @@ class Tracker:
             self.order = torch.where(put, order.unsqueeze(1), self.order)
             self.stored = self.stored + keep
             restart = landed & (order == 1)  # the crossing of t0: f jumps there
+        evaluations = restart.long()
         if bool(restart.any()):
             self._hold(restart, "far")
             y_jumped, k1_jumped = self.integ.restart(y, k1, t, landing, restart)
@@ -236,10 +238,11 @@ class Tracker:
                 shift = self._shift(y, k1, t, restart).to(y.dtype).unsqueeze(1)
                 y_jumped = y + (k1 - k1_jumped) * shift
                 y_jumped, k1_jumped = self.integ.restart(y_jumped, k1, t, landing, restart)
+                evaluations = evaluations * 2
             y, k1 = y_jumped, k1_jumped
         if self.held:
             self._hold(landed, None)
-        return y, k1, restart
+        return y, k1, evaluations
 
     def _shift(self, y: Tensor, k1: Tensor, t: Tensor, mask: Tensor) -> Tensor:
         """t* − t̂ per sample (zero in value) carrying dt*/dp of the crossing α_i(t*, y(t*)) = t0 the samples in
