@@ -438,12 +438,7 @@ class _Integrator:
         """y(t − τ(t, y)) for a state-dependent delay (the ``index``-th), τ clamped to its bounds, per sample; the
         delayed time carries τ's gradient into the history (through its interpolant's slope, or a callable history).
         Near a tracked crossing of t0 the delayed time is held on one side of it (:mod:`.tracking`)."""
-        tau = delay(t_col, blocks)
-        if not isinstance(tau, Tensor) or tau.shape not in ((self.batch,), (self.batch, 1)):
-            raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({self.batch},) "
-                             f"or ({self.batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
-        tau = tau.reshape(self.batch).to(torch.float64).clamp(delay.lower, delay.upper)
-        s = t - tau
+        s = t - delay.evaluate(t_col, blocks, self.batch).clamp(delay.lower, delay.upper)
         return self.history.at(s if self.tracker is None else self.tracker.bound(index, s), right)
 
     def note_bounds(self, t: Tensor, y: Tensor, accept: Tensor) -> None:
@@ -453,8 +448,8 @@ class _Integrator:
             blocks, t_col = self._blocks(y.detach()), t.to(self.dtype).unsqueeze(1)
             for i, delay in enumerate(self.state_delays):
                 if delay is not None:
-                    tau = delay(t_col, blocks).reshape(self.batch)
-                    self.outside[i] = self.outside[i] | (accept & ((tau < delay.lower) | (tau > delay.upper)))
+                    tau = delay.evaluate(t_col, blocks, self.batch)
+                    self.outside[i] = self.outside[i] | (accept & delay.outside(tau))
 
     def _learnable_read(self, t: Tensor, learn: Tensor, right: bool) -> Tensor:
         """y(t − τ) for a learnable τ: the dense history's value, with the τ-derivative −y'(t − τ) taken from

@@ -123,6 +123,7 @@ class _Past:
         # per-sample times (batch,) for those reads
         self.state_delays, self.per_sample = state_delays or (None,) * len(delays), per_sample
         self.window: tuple | None = None  # the stacked Hermite data the state-dependent reads gather from
+        self.grid_tensor: Tensor | None = None  # the grid on the state's device, for their interval search
         self.outside: list[Tensor | None] = [None] * len(delays)  # per delay: the samples whose τ was clamped
         self.keep = keep  # the nodes' states and derivatives stay (a dense output); stage states are released
         self.t0 = grid[0]
@@ -214,13 +215,9 @@ class _Past:
         time into the interpolant (and a callable history)."""
         delay, like = self.state_delays[i], state[0]
         batch = like.shape[0]
-        tau = delay(t, state)
-        if not isinstance(tau, Tensor) or tau.shape not in ((batch,), (batch, 1)):
-            raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({batch},) or "
-                             f"({batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
-        tau = tau.reshape(batch).to(torch.float64)
+        tau = delay.evaluate(t, state, batch)
         with torch.no_grad():
-            clamped = (tau < delay.lower) | (tau > delay.upper)
+            clamped = delay.outside(tau)
             self.outside[i] = clamped if self.outside[i] is None else self.outside[i] | clamped
         s = t - tau.clamp(delay.lower, delay.upper)
         where = s.detach()
@@ -243,9 +240,10 @@ class _Past:
         stacked (J, batch, n); rebuilt when an interval completes (about once a step)."""
         first = max(self.released, bisect_right(self.grid, self.grid[self.k] - self.reach - self.tol) - 2, 0)
         key = (first, self.complete)
+        if self.grid_tensor is None:
+            self.grid_tensor = torch.tensor(self.grid, dtype=torch.float64, device=like.device)
         if self.window is None or self.window[0] != key:
-            grid = self.window[1][0] if self.window is not None else \
-                torch.tensor(self.grid, dtype=torch.float64, device=like.device)  # one copy a solve
+            grid = self.grid_tensor
             last = max(self.complete, first)
             nodes = range(first, last + 1)
             stack = lambda values: torch.stack(list(values))

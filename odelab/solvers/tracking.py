@@ -96,9 +96,9 @@ class Tracker:
             if delay is None:
                 columns.append(s - value)
                 continue
-            tau = delay(s_col, blocks).reshape(integ.batch).to(torch.float64)
+            tau = delay.evaluate(s_col, blocks, integ.batch)
             if accept is not None:
-                integ.outside[i] = integ.outside[i] | (accept & ((tau < delay.lower) | (tau > delay.upper)))
+                integ.outside[i] = integ.outside[i] | (accept & delay.outside(tau))
             columns.append(s - tau.clamp(delay.lower, delay.upper))
         return torch.stack(columns, 1)
 

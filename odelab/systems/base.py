@@ -46,6 +46,18 @@ class StateDelay:
     def __call__(self, t, state: State) -> Tensor:
         return self.function(t, state)
 
+    def evaluate(self, t, state: State, batch: int) -> Tensor:
+        """τ(t, state) as a (batch,) float64 tensor, not yet clamped (a ValueError names any other shape)."""
+        tau = self.function(t, state)
+        if not isinstance(tau, Tensor) or tau.shape not in ((batch,), (batch, 1)):
+            raise ValueError(f"delays: a StateDelay's function must return (batch,) or (batch, 1) = ({batch},) or "
+                             f"({batch}, 1), got {tuple(tau.shape) if isinstance(tau, Tensor) else type(tau)}")
+        return tau.reshape(batch).to(torch.float64)
+
+    def outside(self, tau: Tensor) -> Tensor:
+        """Where ``tau`` lies outside [lower, upper] (where the solvers clamp it), as a bool tensor."""
+        return (tau < self.lower) | (tau > self.upper)
+
     def __repr__(self) -> str:
         return f"StateDelay({getattr(self.function, '__name__', 'τ')}, lower={self.lower}, upper={self.upper})"
 
