@@ -8,7 +8,9 @@ A ball with linear drag, x'' = −g − c x' (g = 9.81, c = 0.35), ``--batch`` s
 and dt*/dx0. Ways to get them, medians of ``--repeats``:
 
 - odelab: one ``solve(..., [0, 5], event=lambda t, y: y[:, 0], event_direction=-1)`` for the batch (every sample
-  stops at its own landing); forward alone (no grad), and forward + backward of Σ t* to x0;
+  stops at its own landing, g read at four interior points of every step and its end, the default); forward
+  alone (no grad), and forward + backward of Σ t* to x0; again with ``event_points=0`` (g at the step ends only,
+  as the others: what seeing grazes costs);
 - torchdiffeq: ``odeint_event`` stops a whole batch at its first event (its event functions are combined into one
   by a min), so one call per sample; forward and forward + backward, timed on the first 16 samples and scaled;
 - scipy: ``solve_ivp(RK45, events=...)`` per sample, forward only (no gradient), timed on 32 and scaled;
@@ -97,12 +99,12 @@ def field(t, y):
     return torch.cat([y[..., 1:], -G - C * y[..., 1:]], -1)
 
 
-def odelab_row(x0: torch.Tensor, v0: torch.Tensor, repeats: int) -> dict:
+def odelab_row(x0: torch.Tensor, v0: torch.Tensor, repeats: int, points: int = 4) -> dict:
     def landing(grad: bool):
         start = x0.clone().requires_grad_(grad)
         with torch.set_grad_enabled(grad):
             sol = odelab.solve(field, torch.stack([start, v0], 1), [0.0, END], event=lambda t, y: y[:, 0],
-                               event_direction=-1, rtol=RTOL, atol=ATOL)
+                               event_direction=-1, event_points=points, rtol=RTOL, atol=ATOL)
         if not grad:
             return sol.event.t, None, sol
         (slope,) = torch.autograd.grad(sol.event.t.sum(), (start,))
@@ -197,7 +199,7 @@ def main() -> None:
     x0, v0 = balls(args.batch)
     true_times, true_slopes = reference(x0.numpy(), v0.numpy())
 
-    rows = {"odelab": odelab_row(x0, v0, args.repeats)}
+    rows = {"odelab": odelab_row(x0, v0, args.repeats), "odelab_ends": odelab_row(x0, v0, args.repeats, 0)}
     found = torchdiffeq_row(x0, v0, args.repeats)
     if found is not None:
         rows["torchdiffeq"] = found

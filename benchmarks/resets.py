@@ -9,7 +9,8 @@ v0 ~ U[−1, 3], seed 0, float64, dopri5 at rtol 1e-8 / atol 1e-10); at each lan
 by e = 0.8. The task: each ball's ``--bounces``-th landing time and its derivative in x0. Ways, medians of
 ``--repeats``, forward alone (no grad) and forward + backward of Σ t_n to x0:
 
-- odelab ``reset=``: one ``solve(..., [0, 20], event=..., reset=..., max_events=bounces)`` for the batch;
+- odelab ``reset=``: one ``solve(..., [0, 20], event=..., reset=..., max_events=bounces)`` for the batch (g read
+  at four interior points of every step and its end, the default); again with ``event_points=0`` (the ends only);
 - odelab chained: one terminal-event solve per flight for the batch, the next flight from each ball's event state
   (what a user of terminal events writes);
 - torchdiffeq: ``odeint_event`` per sample and flight (it stops a whole batch at its first event), timed on 8
@@ -66,9 +67,9 @@ bounce = lambda t, y: torch.stack([torch.zeros_like(y[:, 0]), -E * y[:, 1]], 1)
 
 
 def odelab_rows(x0: torch.Tensor, v0: torch.Tensor, bounces: int, repeats: int) -> dict:
-    def with_reset(start):
+    def with_reset(start, points=4):
         sol = odelab.solve(field, torch.stack([start, v0], 1), [0.0, SPAN], event=floor, event_direction=-1,
-                           reset=bounce, max_events=bounces, rtol=RTOL, atol=ATOL)
+                           reset=bounce, max_events=bounces, event_points=points, rtol=RTOL, atol=ATOL)
         return sol.event.t[:, bounces - 1], int(sol.stats["steps"].max())
 
     def chained(start):
@@ -80,7 +81,9 @@ def odelab_rows(x0: torch.Tensor, v0: torch.Tensor, bounces: int, repeats: int) 
         return clock, steps
 
     rows = {}
-    for name, way in (("odelab_reset", with_reset), ("odelab_chained", chained)):
+    ways = (("odelab_reset", with_reset), ("odelab_reset_ends", lambda start: with_reset(start, 0)),
+            ("odelab_chained", chained))
+    for name, way in ways:
         def run(grad: bool):
             start = x0.clone().requires_grad_(grad)
             with torch.set_grad_enabled(grad):

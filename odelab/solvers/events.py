@@ -5,15 +5,18 @@ interpolants of a dense solve, with its gradient through the implicit function t
 System) and ``t`` as a ``(batch, 1)`` tensor of the state's dtype, and returns ``(batch,)`` or ``(batch, k)``
 (k event functions; the first of them to cross stops the sample).
 
-Detection: g at t0 and at the end of every step taken (the interpolant at θ = 1; a piece that ends where it starts,
-a rejected or undone attempt whose interpolant is the trial's, keeps the value before it). The event of sample b lies
-in its first step whose end value has crossed the value before it: the sign changed from a nonzero value
+Detection: g at t0 and, on every step taken, at ``points`` equally spaced interior points of its interpolant
+(θ = j / (points + 1)) and at its end (θ = 1); a piece that ends where it starts, a rejected or undone attempt whose
+interpolant is the trial's, keeps the value before it. The event of sample b lies in its first interval between
+two such points whose later value has crossed the earlier one: the sign changed from a nonzero value
 (``direction`` 0), rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting
-on g = 0 is no event, and two crossings inside one step are not seen (as in scipy's and diffrax's event handling).
+on g = 0 is no event. The interior points catch g leaving and re-crossing zero inside one step (a graze, which the
+step ends alone miss, as scipy's and diffrax's event handling do; ``event_points`` in the spirit of
+DifferentialEquations.jl's ``interp_points``): a pair of crossings closer together than the points is still missed.
 
 Location: the Illinois method (Dowell & Jarratt 1971: regula falsi with the retained end's value halved; bisection
-where it stalls) on θ ∈ [0, 1] of that step's interpolant P, to a bracket of a few float64 ulps of the time, the
-time on the crossed side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
+where it stalls) on that interval's θ of the step's interpolant P, to a bracket of a few float64 ulps of the time,
+the time on the crossed side. Gradient: t* solves g(t*, P(t*)) = 0 for the discretised solution P, so (implicit
 function theorem)
 
     dt*/dp = −(∂g/∂p + ∂g/∂y ∂P/∂p) / (∂g/∂t + ∂g/∂y P'(t*)),
@@ -93,32 +96,57 @@ def _crossed(before: Tensor, after: Tensor, direction: int) -> Tensor:
     return (before != 0) & ((after == 0) | ((before < 0) & (after > 0)) | ((before > 0) & (after < 0)))
 
 
+def check_points(points) -> None:
+    """ValueError naming ``event_points``."""
+    if isinstance(points, bool) or not isinstance(points, int) or points < 0:
+        raise ValueError(f"event_points: expected a non-negative integer (interior points of a step at which g is "
+                         f"checked), got {points!r}")
+
+
+def thetas(points: int) -> list[float]:
+    """The points of a step at which g is read, θ = j / (points + 1), j = 1 … points + 1 (the end last)."""
+    return [j / (points + 1) for j in range(1, points + 2)]
+
+
 def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction: int, function: bool,
-           blocks: tuple[str, ...]) -> Event:
+           blocks: tuple[str, ...], points: int) -> Event:
     """The first event of every sample on the pieces of ``dense`` (solver times; ``y0``: the flat initial state at
-    solver time ``t0``), see the module docstring."""
+    solver time ``t0``; ``points``: interior points of each piece at which g is read), see the module docstring."""
     count, batch, dim, m = dense.count, dense.batch, dense.dim, dense.m
     g = _Condition(event, dense.sizes, function, dense.backwards, batch)
     rows = torch.arange(batch, device=y0.device)
+    grid = thetas(points)
     with torch.no_grad():
-        ends = dense.y + dense.coef.view(count * batch, dim, m).sum(-1)  # each piece at θ = 1
         start = torch.full((batch,), t0, dtype=torch.float64, device=y0.device)
+        parts = dense.coef.view(count * batch, dim, m).unbind(-1)
+        values = []  # (S, B, k) per point of the grid
+        for theta in grid:
+            at = dense.end if theta == 1.0 else dense.start + theta * dense.length
+            states = horner(dense.y, parts, torch.tensor(theta, dtype=dense.y.dtype, device=y0.device))
+            values.append(torch.stack([g(at[k], states[k * batch:(k + 1) * batch]) for k in range(count)]))
+        values = torch.stack(values, 1).flatten(0, 1)  # (S (points + 1), B, k), piece by piece
         # a piece that ends where it starts (a rejected or undone attempt of the torch loop, whose interpolant is the
-        # trial's) keeps the value before it: only the steps the solution took can cross
-        values = [g(start, y0.detach())]
-        for k in range(count):
-            value = g(dense.end[k], ends[k * batch:(k + 1) * batch])
-            values.append(torch.where((dense.end[k] > dense.start[k]).unsqueeze(1), value, values[-1]))
-        values = torch.stack(values)  # (S + 1, B, k)
-        crossed = _crossed(values[:-1], values[1:], direction)  # (S, B, k): piece k ends past a crossing
+        # trial's) keeps the value before it, the last taken piece's end or g(t0): only the steps taken can cross
+        values = torch.cat([g(start, y0.detach()).unsqueeze(0), values])
+        pieces = torch.arange(count, device=y0.device).unsqueeze(1)
+        last = torch.where(dense.end > dense.start, pieces, -1).cummax(0).values  # (S, B)
+        own = 1 + pieces.unsqueeze(1) * (points + 1) + torch.arange(points + 1, device=y0.device).view(1, -1, 1)
+        held = torch.where(last >= 0, 1 + last * (points + 1) + points, 0).unsqueeze(1)
+        source = torch.where((last == pieces).unsqueeze(1), own, held).flatten(0, 1)  # (S (points + 1), B)
+        index = torch.cat([torch.zeros_like(source[:1]), source]).unsqueeze(-1).expand(-1, -1, values.shape[-1])
+        values = values.gather(0, index)  # (S (points + 1) + 1, B, k)
+        crossed = _crossed(values[:-1], values[1:], direction)  # (S (points + 1), B, k): interval i ends past one
         found = crossed.any(0)  # (B, k)
-        piece = crossed.int().argmax(0)  # the first crossed piece (0 where none)
+        interval = crossed.int().argmax(0)  # the first crossed interval (0 where none)
         times = torch.full(found.shape, torch.inf, dtype=torch.float64, device=y0.device)
         for j in range(found.shape[1]):
             if bool(found[:, j].any()):
-                first = piece[:, j]
-                times[:, j] = _root(dense, g, first, values[first, rows, j], values[first + 1, rows, j], found[:, j], j,
-                                     direction, rows)
+                first = interval[:, j]
+                piece, sub = first // (points + 1), first % (points + 1)
+                low = sub.double() / (points + 1)
+                high = torch.where(sub == points, 1.0, (sub + 1).double() / (points + 1))
+                times[:, j] = _root(dense, g, piece, values[first, rows, j], values[first + 1, rows, j], found[:, j],
+                                     j, direction, rows, (low, high))
         times = torch.where(found, times, torch.inf)
         s_star, which = times.min(1)
         happened = found.any(1)
@@ -133,17 +161,18 @@ def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction
 
 
 def _root(dense: DenseOutput, g: _Condition, piece: Tensor, before: Tensor, after: Tensor, found: Tensor, j: int,
-          direction: int, rows: Tensor) -> Tensor:
+          direction: int, rows: Tensor, bracket: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Solver time (B,) of component j's crossing inside each sample's ``piece``, on its crossed side: the Illinois
     method on θ (regula falsi, halving the retained end's value when one end is kept twice), a bisection wherever
-    two iterations did not halve the bracket, until the bracket is a few ulps of the time wide (``found``: the
-    samples that crossed; the others are left at θ = 1)."""
+    two iterations did not halve the bracket, until the bracket is a few ulps of the time wide. ``bracket``: the
+    (B,) θ interval at whose ends g is ``before`` and ``after`` (default [0, 1]); ``found``: the samples that
+    crossed; the others are left at the bracket's high end."""
     batch, dim, m = dense.batch, dense.dim, dense.m
     flat = piece * batch + rows
     base, parts = dense.y[flat], dense.coef[flat].view(batch, dim, m).unbind(-1)
     start, length = dense.start[piece, rows], dense.length[piece, rows]
-    high = torch.ones_like(start)
-    low = torch.where(found, 0.0, high)
+    low, high = bracket if bracket is not None else (torch.zeros_like(start), torch.ones_like(start))
+    low = torch.where(found, low, high)
     g_low, g_high = before.double(), after.double()
     tolerance = 8 * torch.finfo(torch.float64).eps * (start.abs() + length).clamp_min(1.0) / length.clamp_min(1e-300)
     last = torch.zeros_like(piece)  # +1: the last iteration moved the high end, −1: the low end

@@ -2,12 +2,12 @@
 y⁺ = r(t*, y⁻) and the integration goes on from t*, inside the adaptive loops (the explicit pairs' torch loop and
 the Rosenbrock loop; a bouncing ball in one solve).
 
-After every accepted step, g is evaluated at its end; where it crossed (the rule of :mod:`.events`), the crossing is
-located on the step's interpolant as for a terminal event (Illinois, the implicit function theorem's gradient for
-t*), the step is cut at t* (its piece of the dense output ends there), the state is reset and f re-evaluated there
-(a restart: no FSAL across the jump). The reset state usually sits on g = 0 (a ball back on the floor): the next
-crossing is judged from g a little way along the new path, at t* + √eps (1 + |t*|) on the line y⁺ + δ f, so that
-a step that leaves the surface and comes back to it still shows a sign change.
+After every accepted step, g is evaluated at its interior points and its end (the rule of :mod:`.events`); where it
+crossed, the first crossing is located on the step's interpolant as for a terminal event (Illinois, the implicit
+function theorem's gradient for t*), the step is cut at t* (its piece of the dense output ends there), the state
+is reset and f re-evaluated there (a restart: no FSAL across the jump). The reset state usually sits on g = 0 (a
+ball back on the floor): the next crossing is judged from g a little way along the new path, at t* + √eps (1 + |t*|)
+on the line y⁺ + δ f, so that a step that leaves the surface and comes back to it still shows a sign change.
 
 Gradient across a reset: the continuation from (t*, y⁺) depends on t* as well as on y⁺. The flow property gives
 ∂y(T)/∂t* = −Φ(T, t*) f(t*, y⁺), which the continuation receives through its start state
@@ -27,22 +27,26 @@ import torch
 from torch import Tensor
 
 from .dense import DenseOutput
-from .events import Event, _at_event, _Condition, _crossed, _root
+from .events import Event, _at_event, _Condition, _crossed, _root, thetas
+from .tableau import horner
 
 _PROBE = 2.0 ** -26  # √eps (float64): the time after a reset at which g's side is read
 
 
 class Resets:
     """The events and resets of one solve: ``event`` g(t, y), ``direction``, ``reset`` r(t, y) (the state as f
-    gets it; it returns one in the same form), at most ``max_events`` per sample."""
+    gets it; it returns one in the same form), at most ``max_events`` per sample, g read at ``points`` interior
+    points of every step as well as its end."""
 
-    def __init__(self, event: Callable, direction: int, reset: Callable, max_events: int, function: bool):
+    def __init__(self, event: Callable, direction: int, reset: Callable, max_events: int, function: bool,
+                 points: int):
         if not callable(reset):
             raise TypeError(f"reset: expected a callable r(t, y), got {type(reset).__name__}")
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
             raise ValueError(f"max_events: expected a positive integer, got {max_events!r}")
         self.event, self.direction, self.reset, self.max_events, self.function = (event, direction, reset,
                                                                                   max_events, function)
+        self.points = points
         self.log: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # per reset step: (mask, t*, which, y⁻)
 
     def begin(self, t: Tensor, y: Tensor, sizes: list[int]) -> None:
@@ -62,24 +66,40 @@ class Resets:
         """After an attempt (``step``: its record (start, h, y_start, coef, end)): the crossing samples cut at t*,
         reset and restarted. Returns (y, k1, the samples' times, landing, the record's end); one host read."""
         start, length, y_start, coef, end = step
-        previous = self.before  # g at the step's start (its last accepted end)
+        piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
+                            coef.reshape(self.batch, -1), self.sizes)
+        live = (accept & ~self.halted).unsqueeze(1)
         with torch.no_grad():
-            value = self.g(end, y.detach())
-            crossed = accept.unsqueeze(1) & _crossed(previous, value, self.direction) & ~self.halted.unsqueeze(1)
-            self.before = torch.where(accept.unsqueeze(1), value, previous)
+            # g along the step from its start (its last accepted end): the interior points, then the end; per sample
+            # and component, the first crossed interval's θ bracket and g at its ends
+            parts = tuple(c.detach() for c in piece.coef.view(self.batch, piece.dim, piece.m).unbind(-1))
+            previous, low = self.before, 0.0
+            crossed = torch.zeros_like(previous, dtype=torch.bool)
+            before, after = previous.double(), previous.double()
+            bracket_low, bracket_high = torch.zeros_like(before), torch.ones_like(before)
+            for theta in thetas(self.points):
+                at = end if theta == 1.0 else start + theta * length
+                state = y.detach() if theta == 1.0 else horner(
+                    piece.y.detach(), parts, torch.tensor(theta, dtype=y.dtype, device=y.device))
+                value = self.g(at, state)
+                new = live & ~crossed & _crossed(previous, value, self.direction)
+                before, after = torch.where(new, previous.double(), before), torch.where(new, value.double(), after)
+                bracket_low = torch.where(new, low, bracket_low)
+                bracket_high = torch.where(new, theta, bracket_high)
+                crossed = crossed | new
+                previous, low = value, theta
+            self.before = torch.where(accept.unsqueeze(1), value, self.before)
         hit = crossed.any(1)
         if not bool(hit.any()):
             return y, k1, end, landing, end
         rows = torch.arange(self.batch, device=y.device)
-        piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
-                            coef.reshape(self.batch, -1), self.sizes)
         first = torch.zeros(self.batch, dtype=torch.int64, device=y.device)
         with torch.no_grad():
             times = torch.full(crossed.shape, torch.inf, dtype=torch.float64, device=y.device)
             for j in range(crossed.shape[1]):
                 if bool(crossed[:, j].any()):
-                    times[:, j] = _root(piece, self.g, first, previous[:, j].double(), value[:, j].double(),
-                                        crossed[:, j], j, self.direction, rows)
+                    times[:, j] = _root(piece, self.g, first, before[:, j], after[:, j], crossed[:, j], j,
+                                        self.direction, rows, (bracket_low[:, j], bracket_high[:, j]))
             s_star, which = torch.where(crossed, times, torch.inf).min(1)
             s_hat = torch.where(hit, s_star, start)
         blocks, t_star = _at_event(piece, self.g, s_hat, which)

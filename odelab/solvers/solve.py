@@ -13,7 +13,7 @@ from .adjoint import ADJOINTS, solve_with_adjoint
 from .cuda_graph import replayed
 from .derivatives import forward_mode_or_transform
 from .device import on_device_of
-from .events import check_event, locate
+from .events import check_event, check_points, locate
 from .fixed import solve_fixed
 from .fixed_delay import solve_fixed_delay
 from .fused_step import records_state_gradient
@@ -53,6 +53,7 @@ def solve(
     dense: bool = False,
     event: Callable | None = None,
     event_direction: int = 0,
+    event_points: int = 4,
     reset: Callable | None = None,
     max_events: int = 100,
     **options,
@@ -117,7 +118,9 @@ def solve(
     ``event=g`` stops each sample at the first time the event function ``g(t, y)`` crosses zero (``event_direction``:
     0 either way, 1 rising, −1 falling), like torchdiffeq's ``odeint_event`` and diffrax's ``Event`` but per sample:
     ``g`` gets ``t`` as ``(batch, 1)`` and the state as f does, and returns ``(batch,)`` or ``(batch, k)`` (the first
-    of k functions to cross). ``solution.event`` holds the times (a gradient through the implicit function
+    of k functions to cross). g is read at ``event_points`` (default 4) equally spaced interior points of every step as
+    well as its end, so that g leaving and re-crossing zero inside one step (a graze) is seen; 0 reads the step
+    ends only, as scipy and diffrax do. ``solution.event`` holds the times (a gradient through the implicit function
     theorem), the states there, which samples had one and which function crossed; a sample's outputs after its
     event are NaN, and a failure after it (a blow-up the event guards against) is no failure. The solve runs to
     ``t[-1]`` with a dense output and locates the crossings on the steps' interpolants (see
@@ -141,6 +144,7 @@ def solve(
                              f"singular: DAEs of index 1) or 'rosenbrock23' (M nonsingular); got method={method!r}")
     if event is not None:
         check_event(event, event_direction)
+        check_points(event_points)
         if adjoint is not None and not forward_mode_or_transform():
             raise ValueError(f"event: located on the steps' interpolants, which the adjoint {adjoint!r} does not keep; "
                              f"solve with adjoint=None")
@@ -184,21 +188,22 @@ def solve(
         if reset is not None:
             if problem.backwards:
                 raise ValueError("reset: events with resets integrate forwards in time; t must increase")
-            resets = Resets(event, event_direction, reset, max_events, not isinstance(system, System))
+            resets = Resets(event, event_direction, reset, max_events, not isinstance(system, System), event_points)
             solution = _solve_problem(system, problem, method, dt, history, False, {**options, "resets": resets},
                                       dense)
             return _after_resets(solution, resets, throw)
         solution = _solve_problem(system, problem, method, dt, history, False, options, True)
-        return _stop_at_event(solution, problem, event, event_direction, not isinstance(system, System), dense, throw)
+        return _stop_at_event(solution, problem, event, event_direction, event_points, not isinstance(system, System),
+                              dense, throw)
 
 
-def _stop_at_event(solution: Solution, problem, event, direction: int, function: bool, dense: bool,
+def _stop_at_event(solution: Solution, problem, event, direction: int, points: int, function: bool, dense: bool,
                    throw: bool) -> Solution:
     """``solution`` with its ``event`` located, ended at each sample's event, and the dense output dropped unless
     asked for."""
     state = problem.state
     found = locate(solution.dense_output, state[0] if len(state) == 1 else torch.cat(state, -1), problem.times[0],
-                   event, direction, function, solution.blocks)
+                   event, direction, function, solution.blocks, points)
     solution.event = found
     if not dense:
         solution.dense_output = None

@@ -215,6 +215,52 @@ def test_dense_output_kept_when_asked():
     assert sol.evaluate(0.2)[0].item() == pytest.approx(math.exp(-0.2), abs=1e-6)
 
 
+GRAZE = [("dopri5", dict(rtol=1e-8, atol=1e-10), 1e-6), ("tsit5", dict(rtol=1e-8, atol=1e-10), 1e-6),
+         ("rodas4", dict(rtol=1e-5, atol=1e-7), 3e-4), ("rk4", dict(dt=0.1), 2e-4)]
+
+
+@pytest.mark.parametrize("method,options,tol", GRAZE)
+def test_interior_points_see_a_graze_inside_one_step(method, options, tol):
+    """cos t + c for c = 0.9999 dips below zero only on π ± 0.0141, inside one step: the step ends alone miss it
+    (``event_points=0``), the default four interior points and nine find it at arccos(−c) (|ẋ| = 0.014 there, so
+    the time is 70× as sensitive as the state); the second sample (c = ½) crosses plainly, at the same time either
+    way (to the root search's ulps); dt*/dc = 1 / √(1 − c²)."""
+    c = torch.tensor([0.9999, 0.5], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=F64)
+    event = lambda t, y: y[:, 0] + c
+    ends = odelab.solve(rotation, y0, [0.0, 4.0], method=method, event=event, event_points=0, **options)
+    assert ends.event.happened.tolist() == [False, True]
+    default = odelab.solve(rotation, y0, [0.0, 4.0], method=method, event=event, **options)
+    assert default.event.happened.all()
+    inside = odelab.solve(rotation, y0, [0.0, 4.0], method=method, event=event, event_points=9, **options)
+    exact = torch.acos(-c.detach())
+    torch.testing.assert_close(inside.event.t.detach(), exact, atol=tol, rtol=0)
+    assert float(inside.event.t[1].detach()) == pytest.approx(float(ends.event.t[1].detach()), abs=1e-13)
+    (slope,) = torch.autograd.grad(inside.event.t.sum(), (c,))
+    torch.testing.assert_close(slope, 1 / torch.sqrt(1 - c.detach() ** 2), rtol=2e-2 if tol > 1e-6 else 1e-3,
+                               atol=0)
+    assert math.isnan(float(inside.y[0, -1, 0])) and not math.isnan(float(ends.y[0, -1, 0]))
+
+
+@pytest.mark.parametrize("direction,side", [(-1, -1), (1, 1)])
+def test_interior_points_keep_the_direction(direction, side):
+    """A graze has a falling and a rising crossing in one step, at π ∓ (π − arccos(−c)): the direction picks which
+    one is the event."""
+    c = 0.9999
+    sol = odelab.solve(rotation, torch.tensor([[1.0, 0.0]], dtype=F64), [0.0, 4.0], rtol=1e-8, atol=1e-10,
+                       event=lambda t, y: y[:, 0] + c, event_direction=direction, event_points=9)
+    assert float(sol.event.t[0]) == pytest.approx(math.pi + side * (math.pi - math.acos(-c)), abs=1e-6)
+
+
+def test_interior_points_skip_rejected_and_held_pieces():
+    """The rejected first trial (step 2 from y = 1 under y' = −y, down to e^−2) is no piece to look inside: the
+    event at y = ½ stays at ln 2 with interior points."""
+    sol = odelab.solve(lambda t, y: -y, torch.ones(1, 1, dtype=F64), [0.0, 3.0], rtol=1e-9, atol=1e-12,
+                       first_step=2.0, event=lambda t, y: y[:, 0] - 0.5, event_points=3)
+    assert int(sol.stats["rejected"][0]) >= 1
+    assert abs(float(sol.event.t[0]) - math.log(2)) < 2e-9
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(event=3), TypeError, "event: expected a callable"),
     (dict(event=lambda t, y: y[:, 0], event_direction=2), ValueError, "event_direction"),
@@ -224,6 +270,9 @@ def test_dense_output_kept_when_asked():
     (dict(event=lambda t, y: (y[:, 0] > 0).long()), TypeError, "real floating tensor"),
     (dict(event=lambda t, y: y[:, 0], adjoint="checkpoint"), ValueError, "adjoint=None"),
     (dict(event=lambda t, y: y[:, 0], cuda_graph=True), ValueError, "without cuda_graph"),
+    (dict(event=lambda t, y: y[:, 0], event_points=-1), ValueError, "event_points: expected a non-negative"),
+    (dict(event=lambda t, y: y[:, 0], event_points=1.5), ValueError, "event_points"),
+    (dict(event=lambda t, y: y[:, 0], event_points=True), ValueError, "event_points"),
 ])
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -142,6 +142,28 @@ def test_no_event_in_the_span():
     torch.testing.assert_close(sol.y[:, -1, 0], torch.full((2,), math.exp(-1.0), dtype=F64), atol=1e-9, rtol=0)
 
 
+@pytest.mark.parametrize("method,options", [("dopri5", dict(rtol=1e-6, atol=1e-9)),
+                                            ("rodas4", dict(rtol=1e-6, atol=1e-9))])
+def test_interior_points_see_grazes_between_resets(method, options):
+    """x = cos t reflected (x' → −x') where x + c falls through 0, c = 0.9995: every event grazes (x + c < 0 only
+    within 0.032 of the turning point), at t* = arccos(−c) and then, the motion retracing itself, at 3t*, 5t*, …
+    Four interior points find each; the step ends alone miss at least one under one of the methods (checked
+    below for rodas4)."""
+    c = 0.9995
+    y0 = torch.tensor([[1.0, 0.0]], dtype=F64)
+    solve = lambda points: odelab.solve(lambda t, y: torch.cat([y[:, 1:], -y[:, :1]], 1), y0, [0.0, 20.0],
+                                        method=method, event=lambda t, y: y[:, 0] + c, event_direction=-1,
+                                        reset=lambda t, y: torch.stack([y[:, 0], -y[:, 1]], 1), event_points=points,
+                                        **options)
+    t_star = math.acos(-c)
+    exact = [k * t_star for k in range(1, 20, 2) if k * t_star <= 20.0]
+    found = solve(4).event
+    np.testing.assert_allclose(found.t[0][found.happened[0]].numpy(), exact, atol=2e-4, rtol=0)
+    if method == "rodas4":
+        missed = solve(0).event
+        assert float(missed.t[0, 0]) > exact[0] + 1.0
+
+
 def test_errors():
     y0 = torch.tensor([[1.0, 0.0]], dtype=F64)
     field = lambda t, y: torch.cat([y[:, 1:], -torch.ones_like(y[:, 1:])], 1)
