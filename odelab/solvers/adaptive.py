@@ -87,9 +87,10 @@ from .compiled import BatchDynamic, own_code, tracing_options
 from .dense import DenseOutput
 from .derivatives import forward_mode_or_transform
 from .field import check_derivative
-from .history import as_history_state, delay_values, history_function, warn_clamped
+from .history import delay_values, warn_clamped
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
+from .step_history import StepHistory, flat_history
 from .tableau import ADAPTIVE_TABLEAUX, ButcherTableau, horner
 from .tracking import Tracker
 
@@ -178,61 +179,6 @@ class _Carry:
         return tuple(getattr(self, name) for name in self.fields)
 
 
-class _History:
-    """Dense history of a delay solve, read from the loop's step records (start, length, state, interpolant
-    coefficients, end) of the last ``window`` iterations; ``before`` gives the state for t ≤ t0. The window
-    doubles whenever it no longer reaches back a full τ_max for some active sample, so lookups stay O(window)
-    per step (the records themselves are never copied into a growing buffer)."""
-
-    def __init__(self, before: Callable[[Tensor], Tensor], t0: float, tau_max: float, dense: Tensor, eps: float):
-        self.before, self.t0, self.tau_max, self.dense, self.eps = before, t0, tau_max, dense, eps
-        self.tangents = False  # the records carry forward-mode tangents (a learnable delay's sensitivity)
-        self.window, self.stacked, self.source, self.loaded = 16, 0, None, 0
-
-    def load(self, records: list, t: Tensor, active: Tensor) -> Tensor:
-        """Bring the stacked window up to date with ``records`` (appending the new ones: one copy of the
-        window per step, no per-record stacking) and return a flag: some active sample is not covered."""
-        fresh = records is not self.source or self.loaded > len(records) or self.stacked != self.window
-        first = max(0, len(records) - self.window) if fresh else self.loaded
-        start, length, y, coef, end = (torch.stack(x) for x in zip(*records[first:]))
-        coef = coef.view(*y.shape, -1)  # (new, B, dim, m)
-        if fresh:
-            self.start, self.length, self.y, self.coef, self.end = start, length, y, coef, end
-        else:
-            keep = lambda old, new: torch.cat([old, new])[-self.window:]
-            self.start, self.length, self.end = keep(self.start, start), keep(self.length, length), keep(self.end, end)
-            self.y, self.coef = keep(self.y, y), keep(self.coef, coef)
-        self.source, self.loaded, self.stacked = records, len(records), self.window
-        self.end_rows = self.end.T.contiguous()
-        # covered when the window's first record ends before the earliest delayed time that is past t0
-        earliest = (t - self.tau_max).clamp_min(self.t0)
-        short = active & (self.end[0] >= earliest) & (self.end[0] > self.t0)
-        return (short & (self.end.shape[0] < len(records))).any()
-
-    def at(self, s: Tensor, right: bool = False) -> Tensor:
-        """y(s) per sample (s: (batch,) float64, at most the sample's current time; it may carry the gradient
-        of a learnable delay). Within ``eps`` (round-off of t − τ) of t0 the history φ(t0) is read, the left
-        limit, unless ``right`` (the re-evaluated first stage of a step starting at t0 + τ), which reads y0."""
-        rows = torch.arange(s.shape[0], device=s.device).unsqueeze(1)
-        where = s.detach()
-        # the step containing s: the first record ending at or after s, or for a right limit the first one
-        # ending after it (at t0 that skips the initial record, which carries no derivative); ``eps`` absorbs the
-        # round-off of t − τ at a step boundary s + τ
-        key = where.clamp_min(self.t0) + self.eps if right else where - self.eps
-        step = torch.searchsorted(self.end_rows, key.unsqueeze(1), right=right).clamp_max_(self.end.shape[0] - 1)
-        length = self.length[step, rows]
-        if self.tangents:  # θ = (s − start) / length with the tangent of s, in fast all-dual arithmetic
-            s_dot = fwAD.unpack_dual(s).tangent
-            theta = fwAD.make_dual(((where.unsqueeze(1) - self.start[step, rows]) / length).to(self.y.dtype),
-                                   torch.zeros_like(length) if s_dot is None else s_dot.unsqueeze(1) / length)
-        else:
-            theta = ((s.unsqueeze(1) - self.start[step, rows]) / length).to(self.y.dtype)
-        inside = horner(self.y[step, rows].squeeze(1), self.coef[step, rows].squeeze(1).unbind(-1), theta,
-                         fused=not self.tangents)
-        before = where < self.t0 - self.eps if right else where <= self.t0 + self.eps
-        return torch.where(before.unsqueeze(1), self.before(s), inside)
-
-
 def _primal(x: Tensor) -> Tensor:
     return fwAD.unpack_dual(x).primal
 
@@ -316,8 +262,8 @@ class _Integrator:
                                  f"the learnable delay's derivative is read through constant delays only")
             # a learnable delay's derivative reads f at t − τ, which reads y at t − τ − τ_i: reach twice as far
             reach = max(self.delays) * (2 if any(learn is not None for learn in self.learnable) else 1)
-            self.history = _History(self._history_function(history, y0), self.t0, reach, self.dense,
-                                    eps=8 * math.ulp(scale))
+            self.history = StepHistory(flat_history(system, self.sizes, history, y0, self.t0), self.t0, reach,
+                                       eps=8 * math.ulp(scale))
             self.history.tangents = self.sensitive
         elif history is not None:
             raise ValueError(f"history: {type(system).__name__} declares no delays")
@@ -490,18 +436,6 @@ class _Integrator:
         if self.hold_times is None:
             return None
         return self.path.at_indices(self.hold_index[landing])
-
-    # -- delay systems ------------------------------------------------------------------------------
-    def _history_function(self, history, y0: Tensor) -> Callable[[Tensor], Tensor]:
-        """φ(s) as a flat (batch, dim) tensor for per-sample times s (batch,); the callable gets s as a
-        (batch, 1) tensor (semantics of ``history`` as in :func:`odelab.solvers.history.history_function`)."""
-        blocks = self._blocks(y0)
-        phi = history_function(self.system, blocks, history, self.t0)  # validates; constant histories
-        if history is None or not callable(history) or isinstance(history, Tensor):
-            value = self._flat(phi(self.t0))
-            return lambda s: value
-        coerce = lambda value: self._flat(as_history_state(self.system, blocks, value, "the callable's value"))
-        return lambda s: coerce(history(s.to(self.dtype).unsqueeze(1)))
 
     # -- step-size control --------------------------------------------------------------------------
     def ratio2(self, y: Tensor, y_new: Tensor, err: Tensor, tolerance: tuple[Tensor, Tensor]) -> Tensor:

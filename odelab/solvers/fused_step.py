@@ -14,7 +14,7 @@ coefficients) and then stacks and searches its step records for the outputs.
   rounded to the state dtype before they are summed; ``-ffp-contract=off``: no fused multiply-adds that torch
   would not do, explicit ones where it does: addcmul's in the Horner sums); for a delay system it also pushes
   each accepted step onto the sample's ring of records (:class:`NativeHistory`);
-- ``rk_history``: a delay system's y(t − τ) per sample from its ring (the torch loop's ``_History.at``: the same
+- ``rk_history``: a delay system's y(t − τ) per sample from its ring (the torch loop's ``StepHistory.at``: the same
   record, θ and Horner sum, bit for bit; φ(t − τ) before t0);
 - ``rk_emit``: the outputs a segment owes from the last accepted step before it;
 - ``rk_combine``: a fixed step's stage sum or update over every state block (:mod:`.fused_fixed`).
@@ -255,7 +255,7 @@ i64 finish(i64 B, i64 D, i64 stages, i64 m, i64 J, bool check_max_steps, bool ha
 
 // y(s_b) per sample from its ring, s_b in the past of the solve: the record of the first step ending at or after
 // s − eps (``right``: the first ending after max(s, t0) + eps), y + θ (C_1 + θ (C_2 + …)), θ = (s − start) / length
-// (the torch path's _History.at); before[b] = 1 where the history φ is read instead (s ≤ t0 + eps; ``right``:
+// (the torch path's StepHistory.at); before[b] = 1 where the history φ is read instead (s ≤ t0 + eps; ``right``:
 // s < t0 − eps; or no record yet). Returns how many samples read φ.
 template <typename S>
 i64 history(i64 B, i64 D, i64 m, bool right, double t0, const Ring& r, const double* s, S* out, u8* before) {
@@ -435,7 +435,7 @@ def _pointers(tensors) -> ctypes.Array:
 class RingHistory:
     """The dense history of a delay solve in a fused loop: per sample a ring of its last ``window`` accepted steps
     (start, length, end, state, continuous-extension coefficients) that the finish kernel pushes onto and a lookup
-    kernel reads -- the lookups of :class:`.adaptive._History` (same record, same θ, the same Horner sum) without
+    kernel reads -- the lookups of :class:`.step_history.StepHistory` (same record, same θ, the same Horner sum) without
     its per-read torch ops; subclasses give ``at`` (its interface) on their device. A ring whose oldest record a
     read may still need is doubled (``grow``) before a push would overwrite it."""
 
@@ -487,7 +487,7 @@ class NativeHistory(RingHistory):
         self.scalars = (ctypes.c_double * 3)(self.t0, self.eps, self.tau_max)
 
     def at(self, s: Tensor, right: bool = False) -> Tensor:
-        """y(s) per sample (s: (batch,) float64), as :meth:`.adaptive._History.at`."""
+        """y(s) per sample (s: (batch,) float64), as :meth:`.step_history.StepHistory.at`."""
         s = s.detach().to(torch.float64).contiguous()
         out = torch.empty(self.batch, self.dim, dtype=self.dtype)
         before = torch.empty(self.batch, dtype=torch.bool)

@@ -375,7 +375,7 @@ class TritonHistory(RingHistory):
         self.block_d = min(64, triton.next_power_of_2(max(self.dim, 1)))
 
     def at(self, s: Tensor, right: bool = False) -> Tensor:
-        """y(s) per sample (s: (batch,) float64), as :meth:`.adaptive._History.at`."""
+        """y(s) per sample (s: (batch,) float64), as :meth:`.step_history.StepHistory.at`."""
         s = s.detach().to(torch.float64).contiguous()
         out = torch.empty(self.batch, self.dim, dtype=self.dtype, device=s.device)
         before = torch.empty(self.batch, dtype=torch.int8, device=s.device)
