@@ -16,6 +16,8 @@ forward + backward of Σ N(t_k) to (r, τ0, τ1):
   alone shrinks them), at rtol 1e-6 and at ``--matched-rtol`` (1e-8: about the tracked solve's error);
 - odelab rk4: the fixed-step scheme at ``--dt`` (0.05), each stage's delayed state from the cubic Hermite
   interpolant of the nodes (f's jump at each sample's crossing of t0 falls between nodes: first order there);
+- odelab rodas4: the linearly implicit method with the same tracking (the problem is not stiff: what the
+  Jacobian and the LU cost where they buy nothing);
 - scipy: ``solve_ivp(DOP853)`` on pieces shorter than the smallest delay (every delayed time in the past), each
   ended by an event where t − τ(N) crosses a breakpoint found so far; one sample at a time, timed on ``--checked``
   samples and scaled to the batch; forward only (no gradient).
@@ -124,7 +126,8 @@ def main() -> None:
     adaptive = lambda rtol, track: dict(method="dopri5", rtol=rtol, atol=ATOL, track_discontinuities=track)
     ways = (("odelab tracked", adaptive(RTOL, True)), ("odelab untracked", adaptive(RTOL, False)),
             (f"odelab untracked, rtol {args.matched_rtol:g}", adaptive(args.matched_rtol, False)),
-            (f"odelab rk4, dt {args.dt:g}", dict(method="rk4", dt=args.dt)))
+            (f"odelab rk4, dt {args.dt:g}", dict(method="rk4", dt=args.dt)),
+            ("odelab rodas4 tracked", dict(method="rodas4", rtol=RTOL, atol=ATOL)))
     for name, method in ways:
         params = torch.tensor(PARAMS, dtype=F64)
 

@@ -87,7 +87,7 @@ from .compiled import BatchDynamic, own_code, tracing_options
 from .dense import DenseOutput
 from .derivatives import forward_mode_or_transform
 from .field import check_derivative
-from .history import delay_values, warn_clamped
+from .history import delay_values, mark_clamped, warn_clamped
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .solution import Solution, Status
 from .step_history import StepHistory, flat_history
@@ -387,16 +387,6 @@ class _Integrator:
         s = t - delay.evaluate(t_col, blocks, self.batch).clamp(delay.lower, delay.upper)
         return self.history.at(s if self.tracker is None else self.tracker.bound(index, s), right)
 
-    def note_bounds(self, t: Tensor, y: Tensor, accept: Tensor) -> None:
-        """Mark the samples whose state-dependent τ lies outside its bounds at the end of an accepted step (where it
-        is clamped; :func:`.history.warn_clamped` tells the user once, after the solve)."""
-        with torch.no_grad():
-            blocks, t_col = self._blocks(y.detach()), t.to(self.dtype).unsqueeze(1)
-            for i, delay in enumerate(self.state_delays):
-                if delay is not None:
-                    tau = delay.evaluate(t_col, blocks, self.batch)
-                    self.outside[i] = self.outside[i] | (accept & delay.outside(tau))
-
     def _learnable_read(self, t: Tensor, learn: Tensor, right: bool) -> Tensor:
         """y(t − τ) for a learnable τ: the dense history's value, with the τ-derivative −y'(t − τ) taken from
         f(s, y(s), …) at s = t − τ rather than from the continuous extension's slope (one order lower, O(h⁴)
@@ -600,7 +590,8 @@ class _Integrator:
                 restarts = restarts + restarted
                 active = (code == _SUCCESS) & (t < stop)
             elif self.state_dependent:  # (the tracker notes them as it reads τ at the step's end)
-                self.note_bounds(t, y, accepts[-1])
+                mark_clamped(self.state_delays, self.outside, t.to(self.dtype).unsqueeze(1), self._blocks(y.detach()),
+                             accepts[-1], self.batch)
         accepted = carry.accepted + (torch.cat([a.view(-1, self.batch) for a in accepts]).sum(0) if accepts else 0)
         outputs, last = self.dense_output(records, out_times, t)
         return outputs, _Carry(y, k1, t, h, prev, landing, steps, accepted, code, restarts, *last)

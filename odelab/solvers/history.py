@@ -26,8 +26,8 @@ def delay_values(system: System, state_dependent: bool = False) -> list[tuple[fl
         if isinstance(tau, StateDelay):
             if not state_dependent:
                 raise ValueError(f"{type(system).__name__}.delays[{i}]: a state-dependent delay ({tau!r}) is solved by "
-                                 f"the adaptive methods (dopri5, tsit5, bosh3) and fixed-step explicit Runge–Kutta "
-                                 f"schemes without an adjoint; not by cells or the adjoints")
+                                 f"the adaptive methods (dopri5, tsit5, bosh3, rodas4, rosenbrock23) and fixed-step "
+                                 f"explicit Runge–Kutta schemes without an adjoint; not by cells or the adjoints")
             out.append((tau.upper, None))
             continue
         if isinstance(tau, Tensor):
@@ -44,6 +44,17 @@ def delay_values(system: System, state_dependent: bool = False) -> list[tuple[fl
             raise ValueError(f"{type(system).__name__}.delays[{i}]: expected a finite delay >= 0, got {value}")
         out.append((value, learnable))
     return out
+
+
+def mark_clamped(delays: tuple, outside: list[Tensor], t_col: Tensor, blocks: tuple[Tensor, ...], accept: Tensor,
+                 batch: int) -> None:
+    """Mark in ``outside`` (per delay, (batch,) bool) the ``accept``-ed samples whose state-dependent τ (``delays``:
+    a StateDelay or None per delay) lies outside its bounds at (t_col, blocks), where it is clamped: the adaptive
+    loops call it at every accepted step's end, and :func:`warn_clamped` tells the user once, after the solve."""
+    with torch.no_grad():
+        for i, delay in enumerate(delays):
+            if delay is not None:
+                outside[i] = outside[i] | (accept & delay.outside(delay.evaluate(t_col, blocks, batch)))
 
 
 def warn_clamped(system: System, outside: list[Tensor | None]) -> None:

@@ -50,15 +50,18 @@ step's F0 would make autograd's engine walk every earlier step's graph (Robertso
 → 0.5 s a forward pass). The batch advances together (one host read an attempt), finished samples held in place by
 masks.
 
-Delay systems with constant lags τ_i: y(t − τ_i) at every stage is φ before t0 and otherwise the continuous
-extension of the sample's accepted step containing it (:class:`.step_history.StepHistory`, the step records the loop
-keeps anyway); the steps are no longer than the smallest lag, so no stage reaches past the accepted steps, and t0
-with the other kinks is propagated through the lags up to the method's order and landed on. The stage at a step's
-start reads the right limit (y0 where t − τ = t0: f jumps at t0 + τ when φ(t0) ≠ y0). J is ∂f/∂y of the current
-state, the delayed states a known forcing, whose slope ∂f/∂y(t − τ) y'(t − τ) enters T through the interpolant
-(the delayed time carries the stage time's derivative); without it the forcing's time dependence falls on the
-error estimate (y' = −10⁴ y + 5000 y(t − 1): 12 798 steps instead of 304). State-dependent and learnable delays are
-not read here.
+Delay systems: y(t − τ_i) at every stage is φ before t0 and otherwise the continuous extension of the sample's
+accepted step containing it (:class:`.step_history.StepHistory`, the step records the loop keeps anyway); the steps
+are no longer than the smallest delay (a state-dependent one's lower bound), so no stage reaches past the accepted
+steps, and t0 with the other kinks is propagated through the constant lags up to the method's order and landed on.
+The stage at a step's start reads the right limit (y0 where t − τ = t0: f jumps at t0 + τ when φ(t0) ≠ y0). J is
+∂f/∂y of the current state (through τ(t, y) too, for a :class:`~odelab.systems.StateDelay`: its delayed time moves
+with y), the delayed states otherwise a known forcing, whose slope ∂f/∂y(t − τ) y'(t − τ) enters T through the
+interpolant (the delayed time carries the stage time's derivative); without it the forcing's time dependence falls
+on the error estimate (y' = −10⁴ y + 5000 y(t − 1): 12 798 steps instead of 304). Where t − τ(t, y(t)) crosses a
+kink the loop steps onto it as the explicit pairs' does (:mod:`.tracking`, ``track_discontinuities``, default True;
+f⁻ there is evaluated afresh, and the delayed time held on the far side of a crossing of t0 for the step after it).
+Learnable delays (a tensor τ that requires grad) are not read here.
 """
 from __future__ import annotations
 
@@ -74,15 +77,17 @@ from .adaptive import _Options
 from .breakpoints import collect
 from .dense import DenseOutput
 from .field import check_derivative
-from .history import delay_values
+from .history import delay_values, mark_clamped, warn_clamped
 from .inputs import FunctionInput, Hold, InputPath, Linear
 from .mass import check_consistent, consistent_start, mass_matrix
 from .solution import Solution, Status
 from .step_history import StepHistory, flat_history
+from .tracking import Tracker
 
 _D = 1.0 / (2.0 + math.sqrt(2.0))
 _E32 = 6.0 + math.sqrt(2.0)
-_OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min", "factor_max")
+_OPTION_NAMES = ("rtol", "atol", "max_steps", "first_step", "dt_min", "dt_max", "safety", "factor_min", "factor_max",
+                 "track_discontinuities")
 _SUCCESS, _MAX_STEPS, _UNDERFLOW, _NONFINITE = (int(s) for s in Status)
 
 
@@ -141,8 +146,13 @@ class _Rosenbrock:
         time = dict(dtype=torch.float64, device=self.device)
         if path is not None and not isinstance(path, (Hold, Linear, FunctionInput)):
             raise TypeError(f"u: {self.name} takes hold, linear or callable inputs, got {type(path).__name__}")
-        # constant lags: y(t − τ_i) read from the accepted steps (or φ), the steps no longer than the smallest lag
-        self.delays = tuple(value for value, _ in delay_values(system)) if system.is_delay else ()
+        # y(t − τ_i) read from the accepted steps (or φ), the steps no longer than the smallest delay: constant lags,
+        # and state-dependent ones (τ(t, y) per stage, clamped to its bounds; the history reaches to the upper one)
+        delays = delay_values(system, state_dependent=True) if system.is_delay else []
+        self.delays = tuple(value for value, _ in delays)
+        self.state_delays = tuple(tau if isinstance(tau, StateDelay) else None for tau in system.delays) \
+            if system.is_delay else ()
+        self.outside = [torch.zeros(self.batch, dtype=torch.bool, device=self.device) for _ in self.state_delays]
         scale = abs(self.t0) + abs(self.t_end) + max(self.delays, default=0.0)
         self.history = None
         if self.delays:
@@ -152,10 +162,19 @@ class _Rosenbrock:
             # the records before the first step: φ's reach only (the loop reloads its own pieces)
             self.history.load([(time0, torch.ones_like(time0), y0, y0.new_zeros(self.batch, self.dim * self.m), time0)],
                               time0, torch.zeros_like(time0, dtype=torch.bool))
-        self.dt_max = min((opts.dt_max, *self.delays))
-        breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, self.delays, self.order,
+        shortest = [value if tau is None else tau.lower for value, tau in zip(self.delays, self.state_delays)]
+        self.dt_max = min((opts.dt_max, *shortest))
+        lags = tuple(value for value, tau in zip(self.delays, self.state_delays) if tau is None)
+        breakpoints = collect(self.t0, self.t_end, path, tstops, jump_times, lags, self.order,
                               tol=64 * math.ulp(scale), history_kinks=getattr(history, "kinks", ()))
         self.kinks = breakpoints.kinks
+        # where t − τ(t, y(t)) crosses a kink (t0 first): found after every attempt and stepped onto (.tracking)
+        self.tracker = None
+        if any(tau is not None for tau in self.state_delays) and opts.track:
+            reach = self.t0 - max(self.delays)
+            earlier = tuple((p, m) for p, m in getattr(history, "kinks", ()) if reach < p < self.t0)
+            self.tracker = Tracker(self, breakpoints.kinks + earlier, self.order, 64 * math.ulp(scale),
+                                   getattr(history, "sample_kinks", None), lazy_restart=True)
         points = list(breakpoints.stops) + [self.t_end]
         self.landing = torch.tensor(points + [math.inf], **time)
         jumps = set(breakpoints.jumps)
@@ -211,12 +230,32 @@ class _Rosenbrock:
         elif isinstance(self.path, FunctionInput):
             inp = self.path.at(t_col)
         blocks = self._blocks(y)
-        delayed = tuple(self._blocks(self.history.at(moving - tau, right)) for tau in self.delays)
+        delayed = tuple(self._blocks(self._delayed(i, moving, t_col, blocks, right)) for i in range(len(self.delays)))
         out = self.system.derivative(t_col, blocks, inp, *delayed)
         if not self.checked:
             check_derivative(self.system, blocks, out)
             self.checked = True
         return out[0] if len(out) == 1 else torch.cat(out, -1)
+
+    def _delayed(self, i: int, t: Tensor, t_col: Tensor, blocks: tuple[Tensor, ...], right: bool) -> Tensor:
+        """y(t − τ_i) per sample; a state-dependent τ_i(t, y) clamped to its bounds, its delayed time held on one side
+        of a tracked crossing of t0 (:mod:`.tracking`)."""
+        delay = self.state_delays[i]
+        if delay is None:
+            return self.history.at(t - self.delays[i], right)
+        s = t - delay.evaluate(t_col, blocks, self.batch).clamp(delay.lower, delay.upper)
+        return self.history.at(s if self.tracker is None else self.tracker.bound(i, s), right)
+
+    def slope(self, y: Tensor, t: Tensor, landing: Tensor) -> Tensor:
+        """f(t, y) at the samples' times, the delayed times held where the tracker holds them (for :mod:`.tracking`:
+        the left limit at a crossing it landed on)."""
+        return self.field(t, y, self.held_input(landing))
+
+    def restart(self, y: Tensor, k1: Tensor, t: Tensor, landing: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """f(t⁺, y) for the samples in ``mask`` (the tracker holds their delayed times on the far side of the
+        crossing they landed on), k1 for the others; y unchanged (the tracker's interface of the explicit loop)."""
+        fresh = self.field(t, y, self.held_input(landing), right=True)
+        return y, torch.where(mask.unsqueeze(1), fresh, k1)
 
     def linearise(self, t: Tensor, y: Tensor, held: Tensor | None, track: bool) -> tuple[Tensor, Tensor, Tensor]:
         """F0 = f(t, y), J = ∂f/∂y (batch, dim, dim) and T = ∂f/∂t (batch, dim), by dim backward passes through F0
@@ -305,9 +344,11 @@ class _Rosenbrock:
         t = torch.full((batch,), self.t0, dtype=torch.float64, device=self.device)
         landing = torch.zeros(batch, dtype=torch.int64, device=self.device)
         zeros = torch.zeros(batch, dtype=torch.int64, device=self.device)
-        steps, accepted, code = zeros, zeros, zeros.clone()
+        steps, accepted, code, restarts = zeros, zeros, zeros.clone(), zeros
         held = None if self.hold_index is None else self.path.at_indices(self.hold_index[landing])
         h = self.initial_step(y0, f_start, held)
+        if self.tracker is not None:
+            self.tracker.begin(t, y0)
         y = y0
         last = (t, torch.ones_like(t), y0, y0.new_zeros(batch, self.dim * self.m))  # a piece ending at t0 (θ = 0: y0)
         pieces = [(*last, t)]
@@ -323,6 +364,8 @@ class _Rosenbrock:
                     continue
                 if not going:
                     break
+            if self.tracker is not None:  # steps cut to end on each sample's tracked crossing
+                h = self.tracker.clip(t, h)
             target = self.landing.index_select(0, landing)
             room = target - t
             lands = h >= room * (1 - 1e-12)
@@ -354,6 +397,8 @@ class _Rosenbrock:
             accepted = accepted + accept
             code = torch.where(lost, torch.where(finite, _UNDERFLOW, _NONFINITE), code)
             keep = accept.unsqueeze(1)
+            trial = (t, step, y, coef)  # the attempt's record (the tracker reads a rejected trial's interpolant too)
+            previous = last
             last = (torch.where(accept, t, last[0]), torch.where(accept, step, last[1]),
                     torch.where(keep, y, last[2]), torch.where(keep, coef, last[3]))
             y = torch.where(keep, y_new, y)
@@ -361,6 +406,16 @@ class _Rosenbrock:
             before = landing
             landing = landing + (accept & lands)
             h = torch.where(accept & lands, torch.maximum(h_next, h), h_next)
+            if self.tracker is not None:  # a step across a tracked crossing undone, a landing restarted there
+                y, _, t, undone, kept, restarted = self.tracker.after(
+                    (*trial, t), y, None, accept, (trial[2], None, trial[0], None, None, before, None, None, active))
+                accepted = accepted - undone.long()
+                restarts = restarts + restarted
+                landing = torch.where(undone, before, landing)
+                last = tuple(torch.where(undone.view(-1, *[1] * (a.dim() - 1)), a, b) for a, b in zip(previous, last))
+            elif self.state_delays:  # (the tracker notes them as it reads τ at the step's end)
+                mark_clamped(self.state_delays, self.outside, t.to(self.dtype).unsqueeze(1), self._blocks(y.detach()),
+                             accept, batch)
             if self.resets is not None:  # the accepted steps cut at their events, the state reset there
                 y, _, t, landing, _ = self.resets.after(_Field(self), (*last, t), y, y, accept, before, landing)
             pieces.append((*last, t))
@@ -370,7 +425,8 @@ class _Rosenbrock:
         dense = DenseOutput(start, length, end, base.reshape(count * batch, self.dim),
                             coef.reshape(count * batch, self.dim * self.m), self.sizes)
         dense.kinks = self.kinks
-        return dense, code, {"steps": steps, "accepted": accepted, "rejected": steps - accepted, "t_final": t}
+        return dense, code, {"steps": steps, "accepted": accepted, "rejected": steps - accepted, "t_final": t,
+                             "restarts": restarts}
 
     def attempt(self, t: Tensor, first: Tensor, end: Tensor, step: Tensor, y: Tensor, held: Tensor | None,
                 track: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -447,10 +503,9 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
                         f"{list(_OPTION_NAMES)}")
     if system.is_delay:
         for i, tau in enumerate(system.delays):
-            if isinstance(tau, StateDelay) or (isinstance(tau, Tensor) and tau.requires_grad):
-                kind = "state-dependent" if isinstance(tau, StateDelay) else "learnable (requires grad)"
-                raise ValueError(f"{type(system).__name__}.delays[{i}]: {name} reads constant lags; this one is {kind} "
-                                 f"(solve it with dopri5, tsit5 or bosh3)")
+            if isinstance(tau, Tensor) and tau.requires_grad:
+                raise ValueError(f"{type(system).__name__}.delays[{i}]: {name} reads constant and state-dependent "
+                                 f"delays; this one is learnable (requires grad): solve it with dopri5, tsit5 or bosh3")
         if resets is not None:
             raise ValueError("reset: events with resets are solved for ODEs")
     elif history is not None:
@@ -488,8 +543,14 @@ def integrate_rosenbrock(system: System, state: tuple[Tensor, ...], t_tensor: Te
         outputs.append(pieces.at(later, unreached=not bool((code == _SUCCESS).all())))
     ys = torch.cat(outputs, 1)
     per_attempt = 3 if tableau is None else len(tableau.alpha)  # one evaluation a stage
-    stats["nfe"] = 1 + (solver.opts.first_step is None) + per_attempt * stats["steps"]  # f(t0) and the probe too
+    # f(t0), the probe, and those of the tracked crossings (f on either side of one where f jumps)
+    stats["nfe"] = 1 + (solver.opts.first_step is None) + per_attempt * stats["steps"] + stats.pop("restarts")
     stats["jacobians"] = stats["steps"]
+    if solver.state_delays:
+        warn_clamped(system, solver.outside)
+    if solver.tracker is not None:
+        stats["discontinuities"] = solver.tracker.count  # crossings of kinks by t − τ(t, y) stepped onto
+        pieces.sample_kinks = solver.tracker.found()
     return Solution(ts=t_tensor, ys=tuple(ys.split(sizes, -1)) if len(sizes) > 1 else (ys,), blocks=system.blocks,
                     stats=stats, status=code, dense_output=pieces if dense else None)
 

@@ -71,9 +71,8 @@ def solve(
     ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs the linearly implicit ``rodas4`` and ``rosenbrock23``
     (L-stable, J by autograd: see :mod:`odelab.solvers.rosenbrock`).
     Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
-    that this one continues; default: constant y0), under every method (the Rosenbrock ones: constant lags);
-    state-dependent delays (:class:`~odelab.systems.StateDelay`) take the adaptive explicit pairs and the fixed-step
-    explicit Runge–Kutta schemes.
+    that this one continues; default: constant y0), under every method; state-dependent delays
+    (:class:`~odelab.systems.StateDelay`) under the adaptive methods and the fixed-step explicit Runge–Kutta schemes.
 
     Time as user code sees it: a plain callable f, a callable input u(t) and a callable history get ``t`` as
     a tensor of y0's dtype and device -- 0-dim under the fixed-step methods (the batch shares the time),

@@ -1,7 +1,7 @@
 """Discontinuity tracking for state-dependent delays: where the deviating argument α(t) = t − τ(t, y(t)) of a delay
 crosses a point ξ at which y^(m) jumps, y(α(t)) carries that jump into f, and y^(m+1) jumps (the method of steps
 for state-dependent lags, Neves & Feldstein 1976). Such points depend on the solution, so they are found as the
-solve goes (the adaptive explicit pairs' torch loop steps onto each instead of straddling it).
+solve goes (the adaptive explicit pairs' torch loop and the Rosenbrock loop step onto each instead of straddling it).
 
 Sources ξ, each with the order m of the derivative that jumps there: the solve's kinks (t0 with m = 0, input sample
 times, ``jump_times``, the constant lags' propagations; :mod:`.breakpoints`), read through the state-dependent
@@ -43,10 +43,13 @@ class Tracker:
     steps towards (``target``, inf where none)."""
 
     def __init__(self, integ, kinks: tuple[tuple[float, int], ...], depth: int, tol: float,
-                 history_kinks: tuple[Tensor, Tensor] | None = None):
+                 history_kinks: tuple[Tensor, Tensor] | None = None, lazy_restart: bool = False):
         """``kinks``: the solve's (time, m), shared by the batch; ``history_kinks``: a continued solve's own per
-        sample (times (B, K), m (B, K)), which every delay reads (none of them was propagated ahead)."""
-        self.integ, self.depth, self.tol = integ, depth, tol
+        sample (times (B, K), m (B, K)), which every delay reads (none of them was propagated ahead).
+        ``lazy_restart``: the loop carries no last stage (the Rosenbrock loop evaluates f afresh at every step's
+        start), so at a crossing of t0 f⁻ is evaluated here, and the hold on the far side lasts until the sample's
+        next accepted step, whose stages read it."""
+        self.integ, self.depth, self.tol, self.lazy = integ, depth, tol, lazy_restart
         batch, device, delays = integ.batch, integ.device, len(integ.delays)
         seeds = sorted({(s, m) for s, m in kinks if m < depth})
         time = dict(dtype=torch.float64, device=device)
@@ -74,6 +77,7 @@ class Tracker:
         self.low = torch.full((batch, delays), -math.inf, **time)
         self.high = torch.full((batch, delays), math.inf, **time)
         self.held = False
+        self.pending = torch.zeros(batch, dtype=torch.bool, device=device)  # far holds kept for the next step
 
     def begin(self, t: Tensor, y: Tensor) -> None:
         """The sides at the start (t (B,), the flat y0): a history's kinks within a delay before t0 may lie behind
@@ -125,6 +129,9 @@ class Tracker:
         y_before, k1_before = before[:2]
         tried = before[8]
         shape = (-1, 1, 1)
+        if self.lazy and self.held:  # the far holds of the last landings, read by the stages of the step after them
+            self._hold(self.pending & accept, None)
+            self.pending = self.pending & ~accept
         with torch.no_grad():
             trial_end = start + length  # a rejected attempt's record ends at its start
             trial_y = y_start.detach() + coef.detach().reshape(*y_start.shape, -1).sum(-1)  # its interpolant at θ = 1
@@ -174,7 +181,7 @@ class Tracker:
             self.past = torch.where(kept.view(shape), past, self.past)
         undo_col = undo.unsqueeze(1)
         y = torch.where(undo_col, y_before, y)
-        k1 = torch.where(undo_col, k1_before, k1)
+        k1 = None if k1 is None else torch.where(undo_col, k1_before, k1)
         t = torch.where(undo, start, end)
         restarted = torch.zeros_like(accept, dtype=torch.int64)
         if flags[1]:
@@ -232,16 +239,21 @@ class Tracker:
             restart = landed & (order == 1)  # the crossing of t0: f jumps there
         evaluations = restart.long()
         if bool(restart.any()):
+            if k1 is None:  # f⁻, the delayed time still held on the near side
+                k1 = self.integ.slope(y, t, landing)
+                evaluations = evaluations * 2
             self._hold(restart, "far")
             y_jumped, k1_jumped = self.integ.restart(y, k1, t, landing, restart)
             if torch.is_grad_enabled():  # f jumps at t*, and t* moves with the solution: its saltation term
                 shift = self._shift(y, k1, t, restart).to(y.dtype).unsqueeze(1)
                 y_jumped = y + (k1 - k1_jumped) * shift
                 y_jumped, k1_jumped = self.integ.restart(y_jumped, k1, t, landing, restart)
-                evaluations = evaluations * 2
+                evaluations = evaluations + restart.long()
             y, k1 = y_jumped, k1_jumped
         if self.held:
-            self._hold(landed, None)
+            kept = restart if self.lazy else torch.zeros_like(restart)
+            self._hold(landed & ~kept, None)
+            self.pending = self.pending | kept
         return y, k1, evaluations
 
     def _shift(self, y: Tensor, k1: Tensor, t: Tensor, mask: Tensor) -> Tensor:

@@ -1,7 +1,9 @@
-"""Stiff delay equations under the Rosenbrock methods (``rodas4``, ``rosenbrock23``): constant lags read from the
-solve's own continuous extension. References: the closed form of y' = −λ y + μ y(t − 1) by the method of steps (a
-stiff λ = 10⁴, a history that meets y0 and one that jumps there), its derivatives by autograd through that closed
-form, and a scipy Radau method of steps for a nonlinear problem with two lags and a callable history."""
+"""Stiff delay equations under the Rosenbrock methods (``rodas4``, ``rosenbrock23``): constant lags and
+state-dependent delays read from the solve's own continuous extension, the crossings of t − τ(t, y) with the kinks
+tracked. References: the closed form of y' = −λ y + μ y(t − 1) by the method of steps (a stiff λ = 10⁴, a history
+that meets y0 and one that jumps there), its derivatives by autograd through that closed form, a scipy Radau method
+of steps for a nonlinear problem with two lags and a callable history, and test_tracking's closed form and scipy
+DOP853 method of steps for a state-dependent delay."""
 import itertools
 import math
 
@@ -11,7 +13,8 @@ import torch
 from scipy.integrate import solve_ivp
 
 import odelab
-from odelab.systems import StateDelay, System
+from odelab.systems import System
+from test_tracking import Feedback, boundaries, closed_form as tracked_closed_form, scipy_reference
 
 F64 = torch.float64
 
@@ -175,11 +178,66 @@ def test_a_mass_matrix_scales_the_derivative():
     torch.testing.assert_close(sol.y[0, :, 0], exact, atol=1e-8, rtol=0)
 
 
-class StateDependent(System):
-    delays = (StateDelay(lambda t, state: 1 + state[0] ** 2 / 10, lower=1.0, upper=2.0),)
+@pytest.mark.parametrize("method", ["rodas4", "rosenbrock23"])
+def test_a_tracked_state_dependent_crossing_of_t0(method):
+    """y' = −y(t − τ), τ = 1 + y/2 (test_tracking's closed form), y0 ≠ φ(t0) for three of four samples: f jumps at
+    ξ1 = (1 + y0/2)/1.5, a different time per sample; the tracked solve lands on every sample's ξ1 (to 1e-9) and
+    restarts there, with fewer steps than the untracked one, which straddles it; rodas4 (order 4) meets the closed
+    form more than 10× closer tracked than untracked."""
+    y0 = torch.tensor([1.0, 0.8, 0.5, 0.3], dtype=F64)
+    t = torch.linspace(0.0, 1.4, 29, dtype=F64)
+    exact, xi = tracked_closed_form(t, y0, 1.0)
+    options = dict(history=torch.ones(4, 1, dtype=F64), rtol=1e-9, atol=1e-11, method=method, tstops=t)
+    tracked = odelab.solve(Feedback(), y0.unsqueeze(1), t, dense=True, **options)
+    plain = odelab.solve(Feedback(), y0.unsqueeze(1), t, track_discontinuities=False, **options)
+    nearest = (boundaries(tracked) - xi.unsqueeze(1)).abs().nan_to_num(math.inf).min(1).values
+    assert float(nearest.max()) < 1e-9, nearest
+    assert tracked.stats["discontinuities"].tolist() == [1, 1, 1, 1] and "discontinuities" not in plain.stats
+    assert bool((tracked.stats["steps"][1:] < plain.stats["steps"][1:]).all())
+    error = float((tracked.y[..., 0] - exact).abs().max())
+    if method == "rodas4":
+        assert error < 1e-10 and float((plain.y[..., 0] - exact).abs().max()) > 10 * error
+    else:
+        assert error < 1e-7
+    torch.testing.assert_close(tracked.dense_output.sample_kinks[0][:, 0], xi, atol=1e-9, rtol=0)
 
-    def derivative(self, t, state, inp, delayed):
-        return (-delayed[0],)
+
+@pytest.mark.parametrize("method,rtol,tol", [("rodas4", 1e-10, 1e-9), ("rosenbrock23", 1e-7, 2e-6)])
+def test_gradients_through_a_tracked_jump_of_f(method, rtol, tol):
+    """d/dy0 and d/dc of Σ y(t_k) (ξ1 moves with both, and f jumps there) against the closed form's; untracked,
+    the gradient misses the jump's motion (44 % off in d/dc, measured)."""
+    t = torch.linspace(0.0, 1.4, 15, dtype=F64)
+
+    def grads(solve):
+        y0 = torch.tensor([0.5, 0.9], dtype=F64, requires_grad=True)
+        c = torch.tensor(1.05, dtype=F64, requires_grad=True)
+        return torch.autograd.grad(solve(y0, c).sum(), (y0, c))
+
+    exact = grads(lambda y0, c: tracked_closed_form(t, y0, c)[0])
+    tracked = grads(lambda y0, c: odelab.solve(Feedback(c), y0.unsqueeze(1), t, method=method, history=1.0, rtol=rtol,
+                                               atol=rtol * 1e-2).y[..., 0])
+    for got, want in zip(tracked, exact):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_a_tracked_kink_and_a_constant_lag_against_scipy():
+    """y' = −y(t − τ(y)) − 0.5 y(t − 0.7) under rodas4: every breakpoint scipy's method of steps finds before 2.5
+    (t0 + 0.7 known ahead, the tracked crossings, their images through the lag) is a step boundary, and the outputs
+    meet the reference to 1e-10."""
+    reference, points = scipy_reference(3.0, b=0.5)
+    t = torch.linspace(0.0, 3.0, 31, dtype=F64)
+    solution = odelab.solve(Feedback(b=0.5), torch.ones(1, 1, dtype=F64), t, method="rodas4", rtol=1e-10,
+                            atol=1e-12, dense=True, tstops=t)
+    np.testing.assert_allclose(solution.y[0, :, 0].numpy(), reference(t.numpy()), atol=1e-10, rtol=0)
+    steps = boundaries(solution)[0]
+    for xi in [p for p in points if p < 2.5]:
+        assert float((steps - xi).abs().nan_to_num(math.inf).min()) < 1e-9, (xi, points)
+
+
+def test_a_clamped_state_dependent_delay_warns():
+    """τ = 1 + y/2 leaves [0.5, 1.5] for y0 = 1.3: clamped, with one RuntimeWarning naming the sample."""
+    with pytest.warns(RuntimeWarning, match=r"Feedback.delays\[0\].*1 sample\(s\) \(1\)"):
+        odelab.solve(Feedback(), torch.tensor([[0.5], [1.3]], dtype=F64), [0.0, 1.0], method="rodas4", history=1.0)
 
 
 class Learnable(Linear):
@@ -189,10 +247,10 @@ class Learnable(Linear):
 
 
 @pytest.mark.parametrize("system,kwargs,match", [
-    (StateDependent(), {}, r"delays\[0\]: rodas4 reads constant lags; this one is state-dependent"),
-    (Learnable(), {}, r"learnable \(requires grad\)"),
+    (Learnable(), {}, r"delays\[0\]: rodas4 reads constant and state-dependent delays; this one is learnable"),
     (Linear(1.0, 1.0), dict(event=lambda t, y: y[0][:, 0], reset=lambda t, y: y), "reset: events with resets"),
+    (Feedback(), dict(track_discontinuities=1), "track_discontinuities: expected True or False"),
 ])
 def test_refused(system, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         odelab.solve(system, torch.ones(1, 1, dtype=F64), [0.0, 1.0], method="rodas4", **kwargs)
