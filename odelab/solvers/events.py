@@ -6,8 +6,9 @@ System) and ``t`` as a ``(batch, 1)`` tensor of the state's dtype, and returns `
 (k event functions; the first of them to cross stops the sample).
 
 Detection: g at t0 and, on every step taken, at ``points`` equally spaced interior points of its interpolant
-(θ = j / (points + 1)) and at its end (θ = 1); a piece that ends where it starts, a rejected or undone attempt whose
-interpolant is the trial's, keeps the value before it. The event of sample b lies in its first interval between
+(θ = j / (points + 1)) and at its end (θ = 1); a piece that ends where it starts (a rejected or undone attempt whose
+interpolant is the trial's) or where the piece before it ends (a repeat of the last accepted step) keeps the value
+before it. The event of sample b lies in its first interval between
 two such points whose later value has crossed the earlier one: the sign changed from a nonzero value
 (``direction`` 0), rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting
 on g = 0 is no event. The interior points catch g leaving and re-crossing zero inside one step (a graze, which the
@@ -125,11 +126,14 @@ def locate(dense: DenseOutput, y0: Tensor, t0: float, event: Callable, direction
             states = horner(dense.y, parts, torch.tensor(theta, dtype=dense.y.dtype, device=y0.device))
             values.append(torch.stack([g(at[k], states[k * batch:(k + 1) * batch]) for k in range(count)]))
         values = torch.stack(values, 1).flatten(0, 1)  # (S (points + 1), B, k), piece by piece
-        # a piece that ends where it starts (a rejected or undone attempt of the torch loop, whose interpolant is the
-        # trial's) keeps the value before it, the last taken piece's end or g(t0): only the steps taken can cross
+        # a piece that ends no later than the one before it keeps the value before it, the last taken piece's end or
+        # g(t0): a rejected or undone attempt of the torch loop (it ends where it starts, its interpolant the
+        # trial's), or a repeat of the last accepted step (the Rosenbrock and fused loops' record of a rejection);
+        # only the steps taken can cross, each once
         values = torch.cat([g(start, y0.detach()).unsqueeze(0), values])
         pieces = torch.arange(count, device=y0.device).unsqueeze(1)
-        last = torch.where(dense.end > dense.start, pieces, -1).cummax(0).values  # (S, B)
+        before = torch.cat([start.unsqueeze(0), dense.end[:-1]])
+        last = torch.where((dense.end > dense.start) & (dense.end > before), pieces, -1).cummax(0).values  # (S, B)
         own = 1 + pieces.unsqueeze(1) * (points + 1) + torch.arange(points + 1, device=y0.device).view(1, -1, 1)
         held = torch.where(last >= 0, 1 + last * (points + 1) + points, 0).unsqueeze(1)
         source = torch.where((last == pieces).unsqueeze(1), own, held).flatten(0, 1)  # (S (points + 1), B)

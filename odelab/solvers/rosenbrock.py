@@ -407,7 +407,7 @@ class _Rosenbrock:
             landing = landing + (accept & lands)
             h = torch.where(accept & lands, torch.maximum(h_next, h), h_next)
             if self.tracker is not None:  # a step across a tracked crossing undone, a landing restarted there
-                y, _, t, undone, kept, restarted = self.tracker.after(
+                y, _, t, undone, _, restarted = self.tracker.after(
                     (*trial, t), y, None, accept, (trial[2], None, trial[0], None, None, before, None, None, active))
                 accepted = accepted - undone.long()
                 restarts = restarts + restarted

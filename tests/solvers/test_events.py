@@ -261,6 +261,25 @@ def test_interior_points_skip_rejected_and_held_pieces():
     assert abs(float(sol.event.t[0]) - math.log(2)) < 2e-9
 
 
+@pytest.mark.parametrize("points", [0, 4])
+def test_a_repeated_piece_is_no_second_crossing(points):
+    """The Rosenbrock and fused loops record a rejected attempt as a repeat of the last accepted step. Pieces
+    y = −1 + 2θ on [0, 1], that piece again, then y = 1 + θ on [1, 2]: g = y rises through 0 once, so a falling event
+    (direction −1) never happens, and a rising one (+1) happens at ½; read again, the repeat's interior would seem
+    to fall from 1 back to −0.6."""
+    from odelab.solvers.dense import DenseOutput
+    from odelab.solvers.events import locate
+    start, length, end = (torch.tensor(x, dtype=F64).view(3, 1) for x in ([0.0, 0.0, 1.0], [1.0] * 3, [1.0, 1.0, 2.0]))
+    base = torch.tensor([[-1.0], [-1.0], [1.0]], dtype=F64)
+    coef = torch.tensor([[2.0], [2.0], [1.0]], dtype=F64)  # y = base + θ C1
+    dense = DenseOutput(start, length, end, base, coef, [1])
+    g = lambda t, y: y[:, 0]
+    y0 = torch.tensor([[-1.0]], dtype=F64)
+    assert not bool(locate(dense, y0, 0.0, g, -1, True, ("y",), points).happened[0])
+    rising = locate(dense, y0, 0.0, g, 1, True, ("y",), points)
+    assert float(rising.t[0]) == pytest.approx(0.5, abs=1e-12)
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(event=3), TypeError, "event: expected a callable"),
     (dict(event=lambda t, y: y[:, 0], event_direction=2), ValueError, "event_direction"),
