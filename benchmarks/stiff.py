@@ -1,5 +1,5 @@
-"""A stiff batch: odelab's ``rodas4`` and ``rosenbrock23`` against scipy's implicit solvers, diffrax's Kvaerno5 and
-odelab's own explicit dopri5.
+"""A stiff batch: odelab's ``rodas4``, ``rodas4p2`` and ``rosenbrock23`` against scipy's implicit solvers, diffrax's
+Kvaerno5 and odelab's own explicit dopri5.
 
     python benchmarks/stiff.py [--batch 64] [--repeats 3] [--threads 1] [--no-diffrax]
                                [--out benchmarks/results/stiff.json]
@@ -11,8 +11,8 @@ seed 0), from (1, 0, 0) over t ∈ [0, 1e5], outputs at 21 log-spaced times, flo
 
 Ways to solve it at rtol 1e-4 / atol 1e-10 (y2 peaks at 3.6e-5), medians of ``--repeats``:
 
-- odelab ``rodas4`` and ``rosenbrock23``: one batched solve each (no gradient), and forward + backward of
-  Σ y3(t_end) to the rates; ``rodas4_dae`` the same with y3 algebraic, 0 = y1 + y2 + y3 − 1 (``mass`` diag(1, 1, 0),
+- odelab ``rodas4``, ``rodas4p2`` and ``rosenbrock23``: one batched solve each (no gradient), and forward + backward
+  of Σ y3(t_end) to the rates; ``rodas4_dae`` the same with y3 algebraic, 0 = y1 + y2 + y3 − 1 (``mass`` diag(1, 1, 0),
   HNW's DAE form of the problem);
 - scipy ``solve_ivp`` with Radau, BDF and LSODA, one call a sample (timed on 8 samples and scaled to the batch);
 - diffrax ``Kvaerno5`` (an ESDIRK method, its Newton solves on ``jax.vmap``'s batch), jitted; the first call with
@@ -76,7 +76,8 @@ def odelab_rows(rates: torch.Tensor, repeats: int) -> dict:
     y0 = torch.tensor([[1.0, 0.0, 0.0]], dtype=F64).expand(rates.shape[0], -1).contiguous()
     times = torch.tensor(TIMES, dtype=F64)
     rows = {}
-    ways = {"rodas4": ("rodas4", robertson, {}), "rosenbrock23": ("rosenbrock23", robertson, {}),
+    ways = {"rodas4": ("rodas4", robertson, {}), "rodas4p2": ("rodas4p2", robertson, {}),
+            "rosenbrock23": ("rosenbrock23", robertson, {}),
             "rodas4_dae": ("rodas4", robertson_dae, {"mass": [1.0, 1.0, 0.0]})}
     for name, (method, field, extra) in ways.items():
         def forward():

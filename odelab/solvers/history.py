@@ -26,7 +26,7 @@ def delay_values(system: System, state_dependent: bool = False) -> list[tuple[fl
         if isinstance(tau, StateDelay):
             if not state_dependent:
                 raise ValueError(f"{type(system).__name__}.delays[{i}]: a state-dependent delay ({tau!r}) is solved by "
-                                 f"the adaptive methods (dopri5, tsit5, bosh3, rodas4, rosenbrock23) and fixed-step "
+                                 f"the adaptive methods (dopri5, tsit5, bosh3 and the Rosenbrock ones) and fixed-step "
                                  f"explicit Runge–Kutta schemes without an adjoint; not by cells or the adjoints")
             out.append((tau.upper, None))
             continue

@@ -43,7 +43,7 @@ def mass_matrix(mass, y0: Tensor, singular: bool, name: str) -> Tensor:
         raise ValueError("mass: contains NaN or Inf")
     if not singular and null_spaces(mass)[0].shape[-1]:
         raise ValueError(f"mass: singular; {name} takes a nonsingular M (as MATLAB's ode23s); a DAE of index 1 "
-                         f"(M singular) needs method='rodas4'")
+                         f"(M singular) needs method='rodas4' (or 'rodas4p', 'rodas4p2')")
     return mass
 
 

@@ -68,7 +68,9 @@ def solve(
     ``interpolation`` ("hold": u_n acts on (t_{n−1}, t_n]; "linear"), or a callable u(t).
     Fixed-step methods (``euler``, ``midpoint``, ``heun``, ``rk4``, ``imex``, ``imex-implicit``,
     ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``: the explicit pairs
-    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs the linearly implicit ``rodas4`` and ``rosenbrock23``
+    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs the linearly implicit ``rodas4``, ``rodas4p``, ``rodas4p2``
+    (the latter two for stiff components under a time-dependent forcing, a delayed state's included) and
+    ``rosenbrock23``
     (L-stable, J by autograd: see :mod:`odelab.solvers.rosenbrock`).
     Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
     that this one continues; default: constant y0), under every method; state-dependent delays
@@ -103,11 +105,12 @@ def solve(
     solves without an input that record no gradient (captured at a configuration's second call, replayed with the
     new y0 from its third: see :mod:`odelab.solvers.cuda_graph`).
 
-    ``mass=M`` (``rodas4``, ``rosenbrock23``) solves M y' = f(t, y) with a constant M ``(d, d)``, ``(batch, d, d)``
-    or its diagonal ``(d,)`` over the flat state (the blocks concatenated): a singular M under ``rodas4`` makes a
-    differential-algebraic system of index 1, the rows of M's left null space algebraic equations 0 = f, which y0
-    must satisfy (``initialize="check"``, a ValueError otherwise) or which Newton's method solves for y0's algebraic
-    components, keeping the rest (``initialize="algebraic"``, differentiably); M may carry a gradient.
+    ``mass=M`` (the Rosenbrock methods) solves M y' = f(t, y) with a constant M ``(d, d)``, ``(batch, d, d)``
+    or its diagonal ``(d,)`` over the flat state (the blocks concatenated): a singular M under the RODAS methods
+    (``rodas4``, ``rodas4p``, ``rodas4p2``) makes a differential-algebraic system of index 1, the rows of M's left
+    null space algebraic equations 0 = f, which y0 must satisfy (``initialize="check"``, a ValueError otherwise) or
+    which Newton's method solves for y0's algebraic components, keeping the rest (``initialize="algebraic"``,
+    differentiably); M may carry a gradient.
 
     ``dense=True`` keeps every step's interpolant, so that ``solution.evaluate(t)`` gives the state at any time
     between the first and last output time (see :mod:`odelab.solvers.dense`): the adaptive methods' continuous
@@ -140,8 +143,9 @@ def solve(
         raise TypeError(f"dense: expected True or False, got {type(dense).__name__}")
     for name in ("mass", "initialize"):
         if options.get(name) is not None and not (isinstance(method, str) and method in STIFF_METHODS):
-            raise ValueError(f"{name}: M y' = f is solved by the linearly implicit methods only: 'rodas4' (M may be "
-                             f"singular: DAEs of index 1) or 'rosenbrock23' (M nonsingular); got method={method!r}")
+            raise ValueError(f"{name}: M y' = f is solved by the linearly implicit methods only: 'rodas4', 'rodas4p' "
+                             f"or 'rodas4p2' (M may be singular: DAEs of index 1) or 'rosenbrock23' (M nonsingular); "
+                             f"got method={method!r}")
     if event is not None:
         check_event(event, event_direction)
         check_points(event_points)

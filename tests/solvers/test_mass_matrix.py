@@ -1,5 +1,5 @@
-"""``mass=M``: M y' = f(t, y) under ``rodas4`` (M may be singular: DAEs of index 1) and ``rosenbrock23`` (M
-nonsingular). References: closed forms (a linear DAE whose algebraic component is sin t, a decay with a learnable
+"""``mass=M``: M y' = f(t, y) under ``rodas4`` (and ``rodas4p``, ``rodas4p2``; M may be singular: DAEs of index 1)
+and ``rosenbrock23`` (M nonsingular). References: closed forms (a linear DAE whose algebraic component is sin t, a decay with a learnable
 mass, a constant-coefficient system through the matrix exponential), Robertson's kinetics as a DAE against scipy's
 Radau on the ODE form, the empirical order at fixed steps, and gradcheck."""
 import math
@@ -34,13 +34,15 @@ def test_linear_dae_against_its_closed_form():
     np.testing.assert_allclose(sol.y[0].numpy(), sine_dae_exact(t.numpy()), atol=1e-8, rtol=0)
 
 
-def test_order_four_on_the_dae_at_fixed_steps():
-    """Steps held at h: y1's error at t = 2 falls as h⁴ (RODAS keeps order 4 on index-1 DAEs), and the algebraic
-    y2 sits on its constraint at every step's end (stiffly accurate: the last stage solves 0 = y2 − sin t)."""
+@pytest.mark.parametrize("method", ["rodas4", "rodas4p", "rodas4p2"])
+def test_order_four_on_the_dae_at_fixed_steps(method):
+    """Steps held at h: y1's error at t = 2 falls as h⁴ (the RODAS methods keep order 4 on index-1 DAEs), and the
+    algebraic y2 sits on its constraint at every step's end (stiffly accurate: the last stage solves
+    0 = y2 − sin t)."""
     steps, errors = [0.2, 0.1, 0.05, 0.025], []
     exact = sine_dae_exact(np.array([2.0]))[0]
     for h in steps:
-        sol = odelab.solve(sine_dae, torch.zeros(1, 2, dtype=F64), [0.0, 2.0], method="rodas4", mass=[1.0, 0.0],
+        sol = odelab.solve(sine_dae, torch.zeros(1, 2, dtype=F64), [0.0, 2.0], method=method, mass=[1.0, 0.0],
                            first_step=h, dt_max=h, rtol=1e3, atol=1e3)
         assert int(sol.stats["rejected"]) == 0
         errors.append(abs(float(sol.y[0, -1, 0]) - exact[0]))

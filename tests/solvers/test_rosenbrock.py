@@ -1,5 +1,5 @@
-"""``rosenbrock23`` (Shampine & Reichelt's Rosenbrock triple) and ``rodas4`` (Hairer & Wanner's RODAS) for stiff
-ODEs. References: closed forms (decay, the
+"""``rosenbrock23`` (Shampine & Reichelt's Rosenbrock triple), ``rodas4`` (Hairer & Wanner's RODAS), ``rodas4p`` and
+``rodas4p2`` (Steinebach's RODASP and its 2020 improvement) for stiff ODEs. References: closed forms (decay, the
 Prothero–Robinson problem, a piecewise-exponential solution under a hold input), scipy's Radau at tight tolerances
 (an independent implicit solver), the empirical convergence order at fixed steps, and gradients by hand."""
 import math
@@ -13,7 +13,7 @@ import odelab
 from odelab.systems import VanDerPol
 
 F64 = torch.float64
-METHODS = ["rosenbrock23", "rodas4"]
+METHODS = ["rosenbrock23", "rodas4", "rodas4p", "rodas4p2"]
 _GAMMA23 = 1.0 / (2.0 + math.sqrt(2.0))  # rosenbrock23's d
 
 
@@ -22,7 +22,8 @@ def forced(t, y):
     return torch.cat([-y[:, :1] + torch.sin(t), -2 * y[:, 1:] + y[:, :1] ** 2], 1)
 
 
-@pytest.mark.parametrize("method,order,dense_order", [("rosenbrock23", 2, 2), ("rodas4", 4, 3)])
+@pytest.mark.parametrize("method,order,dense_order", [("rosenbrock23", 2, 2), ("rodas4", 4, 3), ("rodas4p", 4, 3),
+                                                      ("rodas4p2", 4, 3)])
 def test_order_at_fixed_steps_and_for_the_interpolant(method, order, dense_order):
     """Steps held at h (dt_max = first_step = h, tolerances that accept everything): the error at t = 2 falls as
     h^order (slope of log error against log h within 0.15; T enters), the dense output's between the steps at least
@@ -59,6 +60,30 @@ def test_prothero_robinson_takes_large_steps_where_dopri5_is_held_by_stability(m
     assert int(sol.stats["steps"].max()) < 1000 and sol.success.all()
     explicit = odelab.solve(f, torch.tensor([[2.0]], dtype=F64), [0.0, 0.01], rtol=1e-4, atol=1e-7)
     assert int(explicit.stats["steps"]) > 0.01 * 1e6 / 3.3 * 0.5
+
+
+@pytest.mark.parametrize("method,order", [("rodas4", 1.0), ("rodas4p", 2.6), ("rodas4p2", 2.8)])
+def test_prothero_robinson_at_intermediate_stiffness(method, order):
+    """y' = −10³ (y − sin t) + cos t, y = sin t: with h λ between −200 and −25, RODAS's order drops to about 1 (its
+    stages are order 1 on this problem), while RODASP and its successor keep about 3 (they satisfy Prothero and
+    Robinson's conditions too); adaptively at rtol 1e-6 over [0, 20] RODAS takes over 1000 steps where they take
+    under 100 (scipy's Radau: 67)."""
+    f = lambda t, y: -1e3 * (y - torch.sin(t)) + torch.cos(t)
+    steps = [0.2, 0.1, 0.05, 0.025]
+    errors = []
+    for h in steps:
+        sol = odelab.solve(f, torch.zeros(1, 1, dtype=F64), [0.0, 2.0], method=method, first_step=h, dt_max=h,
+                           rtol=1e10, atol=1e10)
+        errors.append(abs(float(sol.y[0, -1, 0]) - math.sin(2.0)))
+    slope = np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert abs(slope - order) < 0.35, slope
+    adaptive = odelab.solve(f, torch.zeros(1, 1, dtype=F64), torch.linspace(0.0, 20.0, 81, dtype=F64), method=method,
+                            rtol=1e-6, atol=1e-9, max_steps=5000)
+    count = int(adaptive.stats["steps"][0])
+    assert count > 1000 if method == "rodas4" else count < 100
+    assert abs(float(adaptive.y[0, -1, 0]) - math.sin(20.0)) < 1e-5  # a step's end
+    torch.testing.assert_close(adaptive.y[0, :, 0], torch.sin(torch.linspace(0.0, 20.0, 81, dtype=F64)), atol=5e-4,
+                               rtol=0)  # the outputs between steps, from the order-3 continuous extension
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -193,7 +218,8 @@ def test_gradcheck_at_fixed_steps(method):
     assert torch.autograd.gradcheck(end, (scale, y0), eps=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("method,gamma,tolerance", [("rodas4", 0.25, 1e-6), ("rosenbrock23", _GAMMA23, 1e-4)])
+@pytest.mark.parametrize("method,gamma,tolerance", [("rodas4", 0.25, 1e-6), ("rodas4p2", 0.25, 1e-6),
+                                                     ("rosenbrock23", _GAMMA23, 1e-4)])
 def test_a_rejected_attempt_with_a_singular_matrix_passes_no_nan_into_the_gradient(method, gamma, tolerance):
     """y' = a y with a first step h = 1/(γ a): W = 1 − hγ a = 0, the first attempt's solves are NaN and it is
     rejected; autograd's pass back through it would give NaN unless it is recomputed. d/da Σ y(5) against

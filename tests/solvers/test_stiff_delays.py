@@ -48,7 +48,7 @@ def closed_form(t, lam, mu, y0, phi=1.0):
 TIMES = [0.0, 0.3, 1.0, 1.0 + 1e-3, 1.4, 2.0]
 
 
-@pytest.mark.parametrize("method,tol", [("rodas4", 5e-9), ("rosenbrock23", 2e-7)])
+@pytest.mark.parametrize("method,tol", [("rodas4", 5e-9), ("rodas4p2", 5e-9), ("rosenbrock23", 2e-7)])
 @pytest.mark.parametrize("y0", [1.0, 2.0])
 def test_a_stiff_linear_delay_equation_against_its_closed_form(method, tol, y0):
     """λ = 10⁴ (an explicit pair needs h < 3.3e-4 there: dopri5 takes ~7000 steps), μ = 5000; y0 = 1 meets the
@@ -60,7 +60,7 @@ def test_a_stiff_linear_delay_equation_against_its_closed_form(method, tol, y0):
                        atol=1e-10, history=1.0, tstops=TIMES)
     exact = torch.tensor([closed_form(t, lam, mu, y0) for t in TIMES], dtype=F64)
     torch.testing.assert_close(sol.y[0, :, 0], exact, atol=tol, rtol=0)
-    assert int(sol.stats["steps"][0]) < (1000 if method == "rodas4" else 3000)
+    assert int(sol.stats["steps"][0]) < (3000 if method == "rosenbrock23" else 1000)
 
 
 @pytest.mark.parametrize("method,rtol,tol", [("rodas4", 1e-7, 1e-7), ("rosenbrock23", 1e-6, 2e-4)])
@@ -122,7 +122,8 @@ def radau_method_of_steps(y0: float, end: float):
     return lambda s: y0 if s == 0 else at(s)
 
 
-@pytest.mark.parametrize("method,rtol,tol", [("rodas4", 1e-7, 1e-6), ("rosenbrock23", 1e-5, 3e-5)])
+@pytest.mark.parametrize("method,rtol,tol", [("rodas4", 1e-7, 1e-6), ("rodas4p2", 1e-7, 1e-6),
+                                            ("rosenbrock23", 1e-5, 3e-5)])
 def test_two_lags_and_a_callable_history_against_scipy_radau(method, rtol, tol):
     """Two samples from y0 = 1.2 and 0.8 (the history's φ(0) = 0.8: the second meets it), their own steps; the
     outputs landed on (``tstops``: between step ends the continuous extension is order 3, under the error control
@@ -178,12 +179,12 @@ def test_a_mass_matrix_scales_the_derivative():
     torch.testing.assert_close(sol.y[0, :, 0], exact, atol=1e-8, rtol=0)
 
 
-@pytest.mark.parametrize("method", ["rodas4", "rosenbrock23"])
+@pytest.mark.parametrize("method", ["rodas4", "rodas4p2", "rosenbrock23"])
 def test_a_tracked_state_dependent_crossing_of_t0(method):
     """y' = −y(t − τ), τ = 1 + y/2 (test_tracking's closed form), y0 ≠ φ(t0) for three of four samples: f jumps at
     ξ1 = (1 + y0/2)/1.5, a different time per sample; the tracked solve lands on every sample's ξ1 (to 1e-9) and
-    restarts there, with fewer steps than the untracked one, which straddles it; rodas4 (order 4) meets the closed
-    form more than 10× closer tracked than untracked."""
+    restarts there, with fewer steps than the untracked one, which straddles it; rodas4 meets the closed form more
+    than 10× closer tracked than untracked."""
     y0 = torch.tensor([1.0, 0.8, 0.5, 0.3], dtype=F64)
     t = torch.linspace(0.0, 1.4, 29, dtype=F64)
     exact, xi = tracked_closed_form(t, y0, 1.0)
@@ -195,10 +196,9 @@ def test_a_tracked_state_dependent_crossing_of_t0(method):
     assert tracked.stats["discontinuities"].tolist() == [1, 1, 1, 1] and "discontinuities" not in plain.stats
     assert bool((tracked.stats["steps"][1:] < plain.stats["steps"][1:]).all())
     error = float((tracked.y[..., 0] - exact).abs().max())
+    assert error < (1e-7 if method == "rosenbrock23" else 1e-10)
     if method == "rodas4":
-        assert error < 1e-10 and float((plain.y[..., 0] - exact).abs().max()) > 10 * error
-    else:
-        assert error < 1e-7
+        assert float((plain.y[..., 0] - exact).abs().max()) > 10 * error
     torch.testing.assert_close(tracked.dense_output.sample_kinks[0][:, 0], xi, atol=1e-9, rtol=0)
 
 
