@@ -31,6 +31,7 @@ def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
     ("stiff_kinetics.py", ("--out", "out"), ("stiff_kinetics.png", "results.json")),
     ("diode_circuit.py", ("--out", "out"), ("diode_circuit.png", "results.json")),
     ("state_delay.py", ("--out", "out"), ("state_delay.png", "results.json")),
+    ("gene_oscillator.py", ("--out", "out"), ("gene_oscillator.png", "results.json")),
 ])
 def test_example_runs_tiny(tmp_path, name, args, outputs):
     result = run_example(name, *args, cwd=tmp_path)
