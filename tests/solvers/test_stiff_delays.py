@@ -179,6 +179,32 @@ def test_a_mass_matrix_scales_the_derivative():
     torch.testing.assert_close(sol.y[0, :, 0], exact, atol=1e-8, rtol=0)
 
 
+class DelayDAE(System):
+    """y1' = −y1 + y2(t − 1), 0 = y2 − sin t (M = diag(1, 0)): a differential-algebraic system of index 1 whose
+    differential component reads the algebraic one's past."""
+
+    delays = (1.0,)
+
+    def derivative(self, t, state, inp, delayed):
+        y, past = state[0], delayed[0]
+        return (torch.cat([-y[:, :1] + past[:, 1:], y[:, 1:] - torch.sin(t)], 1),)
+
+
+@pytest.mark.parametrize("method", ["rodas4", "rodas4p2"])
+def test_a_delay_differential_algebraic_system(method):
+    """With the consistent history (0, sin s): y2 = sin t, and y1' = −y1 + sin(t − 1) from 0, so
+    y1 = C e^(−t) + (sin(t − 1) − cos(t − 1)) / 2 with C = (sin 1 + cos 1) / 2: to 1e-9 at rtol 1e-9, y2 on its
+    constraint to round-off at every step's end."""
+    t = torch.linspace(0.0, 3.0, 13, dtype=F64)
+    history = lambda s: torch.cat([torch.zeros_like(s.reshape(-1, 1)), torch.sin(s.reshape(-1, 1))], 1)
+    sol = odelab.solve(DelayDAE(), torch.zeros(1, 2, dtype=F64), t, method=method, mass=[1.0, 0.0], rtol=1e-9,
+                       atol=1e-11, history=history, tstops=t)
+    constant = (math.sin(1.0) + math.cos(1.0)) / 2
+    exact = constant * torch.exp(-t) + (torch.sin(t - 1) - torch.cos(t - 1)) / 2
+    torch.testing.assert_close(sol.y[0, :, 0], exact, atol=1e-9, rtol=0)
+    torch.testing.assert_close(sol.y[0, :, 1], torch.sin(t), atol=1e-14, rtol=0)
+
+
 @pytest.mark.parametrize("method", ["rodas4", "rodas4p2", "rosenbrock23"])
 def test_a_tracked_state_dependent_crossing_of_t0(method):
     """y' = −y(t − τ), τ = 1 + y/2 (test_tracking's closed form), y0 ≠ φ(t0) for three of four samples: f jumps at
