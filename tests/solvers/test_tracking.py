@@ -151,8 +151,12 @@ def test_samples_track_their_own_discontinuities():
             assert int(batch.stats[key][b]) == int(alone.stats[key][0])
 
 
-def test_gradients_match_the_closed_form():
-    """d/dy0 and d/dc of Σ y(t_k) through the tracked solve (ξ1 moves with both) against the closed form's."""
+@pytest.mark.parametrize("method,rtol,tol", [("dopri5", 1e-10, 1e-6), ("rodas4", 1e-10, 1e-6),
+                                            ("rosenbrock23", 1e-7, 2e-6)])
+def test_gradients_match_the_closed_form(method, rtol, tol):
+    """d/dy0 and d/dc of Σ y(t_k) through the tracked solve (ξ1 moves with both, and f jumps there) against the
+    closed form's, under an explicit pair and the Rosenbrock loop; untracked, the gradient misses the jump's motion
+    (44 % off in d/dc, measured)."""
     t = torch.linspace(0.0, 1.4, 15, dtype=F64)
 
     def grads(solve):
@@ -161,10 +165,10 @@ def test_gradients_match_the_closed_form():
         return torch.autograd.grad(solve(y0, c).sum(), (y0, c))
 
     exact = grads(lambda y0, c: closed_form(t, y0, c)[0])
-    tracked = grads(lambda y0, c: odelab.solve(Feedback(c), y0.unsqueeze(1), t, history=1.0, rtol=1e-10,
-                                               atol=1e-12).y[..., 0])
+    tracked = grads(lambda y0, c: odelab.solve(Feedback(c), y0.unsqueeze(1), t, method=method, history=1.0,
+                                               rtol=rtol, atol=rtol * 1e-2).y[..., 0])
     for got, want in zip(tracked, exact):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
+        torch.testing.assert_close(got, want, rtol=tol, atol=1e-8 if method == "dopri5" else tol)
 
 
 def test_the_option_is_checked():
