@@ -8,10 +8,9 @@ System) and ``t`` as a ``(batch, 1)`` tensor of the state's dtype, and returns `
 Detection: g at t0 and, on every step taken, at ``points`` equally spaced interior points of its interpolant
 (θ = j / (points + 1)) and at its end (θ = 1); a piece that ends where it starts (a rejected or undone attempt whose
 interpolant is the trial's) or where the piece before it ends (a repeat of the last accepted step) keeps the value
-before it. The event of sample b lies in its first interval between
-two such points whose later value has crossed the earlier one: the sign changed from a nonzero value
-(``direction`` 0), rose from negative to ≥ 0 (+1) or fell from positive to ≤ 0 (−1), as the solve proceeds. Starting
-on g = 0 is no event. The interior points catch g leaving and re-crossing zero inside one step (a graze, which the
+before it. The event of sample b lies in its first interval between two such points whose later value has crossed
+the earlier one: the sign changed from a nonzero value (``direction`` 0), rose from negative to ≥ 0 (+1) or fell from
+positive to ≤ 0 (−1), as the solve proceeds. Starting on g = 0 is no event. The interior points catch g leaving and re-crossing zero inside one step (a graze, which the
 step ends alone miss, as scipy's and diffrax's event handling do; ``event_points`` in the spirit of
 DifferentialEquations.jl's ``interp_points``): a pair of crossings closer together than the points is still missed.
 

@@ -68,10 +68,9 @@ def solve(
     ``interpolation`` ("hold": u_n acts on (t_{n−1}, t_n]; "linear"), or a callable u(t).
     Fixed-step methods (``euler``, ``midpoint``, ``heun``, ``rk4``, ``imex``, ``imex-implicit``,
     ``symplectic-euler``) take ``dt``; adaptive ones take ``rtol``, ``atol``, ``max_steps``: the explicit pairs
-    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff ODEs the linearly implicit ``rodas4``, ``rodas4p``, ``rodas4p2``
-    (the latter two for stiff components under a time-dependent forcing, a delayed state's included) and
-    ``rosenbrock23``
-    (L-stable, J by autograd: see :mod:`odelab.solvers.rosenbrock`).
+    ``dopri5``, ``tsit5``, ``bosh3``, and for stiff problems the linearly implicit, L-stable ``rodas4``, ``rodas4p``,
+    ``rodas4p2`` (the latter two for stiff components under a time-dependent forcing, a delayed state's included) and
+    ``rosenbrock23`` (J by autograd: see :mod:`odelab.solvers.rosenbrock`).
     Delay systems take ``history`` (constant, tensor, callable of t, or the dense solution of an earlier solve
     that this one continues; default: constant y0), under every method; state-dependent delays
     (:class:`~odelab.systems.StateDelay`) under the adaptive methods and the fixed-step explicit Runge–Kutta schemes.
