@@ -25,10 +25,11 @@ which t* = t̂ − (G − Ĝ) / Ġ carries in autograd (G = g(t̂, P(t̂)) recor
 total time derivative, t̂ the located time); the state at the event is P(t*), read through the interpolant's time.
 A tangential touch (Ġ = 0) passes no gradient through the time.
 
-A blow-up after the event (the failure it guards against) leaves the gradient finite under the adaptive methods:
-their overflowing attempts are rejected and recomputed without the overflow for the backward pass. The fixed-step
-methods keep stepping such a sample on the shared grid, and the backward pass through its overflowed steps (0 · inf)
-makes the gradient NaN: use an adaptive method there.
+A blow-up after the event (the failure it guards against) leaves the gradient finite: the adaptive methods reject
+the overflowing attempts and recompute them without the overflow for the backward pass, and the fixed-step methods,
+which cannot reject, retire the sample at its overflowing step (recomputed with its state zeroed, its later values
+NaN constants: :func:`.fixed._run_dense`). Fixed-step delay solves do not retire samples yet: there the backward
+pass through the overflowed steps (0 · inf) still makes the gradient NaN; use an adaptive method.
 """
 from __future__ import annotations
 

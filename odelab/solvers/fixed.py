@@ -99,25 +99,44 @@ def _run_dense(system: System, scheme: Scheme, field: Field, state: State, t_ten
                kinks: tuple) -> Solution:
     """The steps of :func:`solve_fixed` keeping, for the dense output, every node's state and f at each step's ends
     (in the step: its input segment, and one ulp inside at a ``jump_times`` edge). f_b of a step is f_a of the next
-    unless f jumps at the node (a hold sample time, a jump time)."""
+    unless f jumps at the node (a hold sample time, a jump time).
+
+    Recording a gradient (the path of terminal events, which forgive a blow-up after them), a sample whose step
+    overflows is retired: that step is recomputed with the sample's state replaced by zeros, and from then on it is
+    fed zeros and its nodes, slopes and outputs are NaN constants, so that no 0 · inf reaches the backward pass (the
+    batch's parameter gradients summed NaN before); its status stays NONFINITE. One host read a step."""
     flat = (lambda x: x[0]) if len(state) == 1 else (lambda x: torch.cat(x, -1))
     steps = len(grid) - 1
     nodes, starts, ends, outputs = [flat(state)], [], [], [state]
     f_a, extra = None, 0  # extra: the evaluations of f beyond the scheme's stages
+    guard = torch.is_grad_enabled()
+    dead = None  # (B, 1): the retired samples
+    fed = lambda x: x if dead is None else tuple(torch.where(dead, torch.zeros_like(b), b) for b in x)
+    shown = lambda x: x if dead is None else torch.where(dead, torch.nan, x)  # NaN constants, no graph
     for k in range(steps):
         ta, tb = _enter_step(field, grid, k, path, edges)
         if f_a is None:
-            f_a, extra = flat(field(ta, state)), extra + 1
-        state = scheme.step(field, ta, state, tb - ta)
-        f_b = flat(field(tb, state))  # the left limit at t_{k+1}: still this step's input
+            f_a, extra = shown(flat(field(ta, fed(state)))), extra + 1
+        new = scheme.step(field, ta, fed(state), tb - ta)
+        if guard:
+            bad = ~torch.stack([torch.isfinite(b).all(1) for b in new]).all(0, keepdim=True).T  # (B, 1)
+            if dead is not None:
+                bad = bad | dead
+            if bool((bad if dead is None else bad & ~dead).any()):  # a new overflow: the step without it
+                dead = bad
+                new = scheme.step(field, ta, fed(state), tb - ta)
+            if dead is not None:
+                new = tuple(torch.where(dead, b.detach(), n) for b, n in zip(state, new))
+        state = new
+        f_b = shown(flat(field(tb, fed(state))))  # the left limit at t_{k+1}: still this step's input
         extra += 1
-        nodes.append(flat(state))
+        nodes.append(shown(flat(state)))
         starts.append(f_a)
         # f continuous at the node (no hold sample time, no jump time there): the next step starts with it
         f_a = None if k + 1 in jumps else f_b
         ends.append(f_b)
         if k + 1 in record:
-            outputs.append(state)
+            outputs.append(tuple(shown(b) for b in state))
     pieces = DenseOutput.hermite(grid, nodes[:-1], nodes[1:], starts, ends, [x.shape[1] for x in state])
     pieces.kinks = kinks
     return finish(system, t_tensor, outputs, steps=steps, nfe=steps * scheme.stages + extra, dense_output=pieces)

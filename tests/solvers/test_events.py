@@ -150,6 +150,25 @@ def test_the_gradient_through_an_event_before_a_blow_up_is_finite(method, max_st
     assert abs(float(d_output) - (0.5 / 0.25 + 0.25 * 0.5 / 0.75 ** 2)) < 1e-5
 
 
+@pytest.mark.parametrize("method,dt,tol", [("rk4", 0.01, 1e-4), ("heun", 1e-3, 1e-3), ("euler", 1e-3, 0.05)])
+def test_a_fixed_step_blow_up_after_the_event_passes_no_nan(method, dt, tol):
+    """The same y' = k y² under fixed steps, which cannot reject: each sample's step that overflows past its event
+    is recomputed without it and the sample retired (its later outputs NaN), so dt*/dk = −2.8 and the output's
+    gradient are finite and right (they were NaN: the batch's sum met 0 · inf); without an event the blow-up is
+    still a failure."""
+    k = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[1.0], [0.5]], dtype=F64)
+    sol = odelab.solve(lambda t, y: k * y * y, y0, [0.0, 0.5, 3.0], method=method, dt=dt,
+                       event=lambda t, y: y[:, 0] - 10.0)
+    d_event, = torch.autograd.grad(sol.event.t.sum(), k, retain_graph=True)
+    d_output, = torch.autograd.grad(sol.y[:, 1, 0].sum(), k)
+    assert abs(float(d_event) + 2.8) < 2 * tol
+    assert abs(float(d_output) - (0.5 / 0.25 + 0.25 * 0.5 / 0.75 ** 2)) < tol
+    assert sol.success.all() and bool(torch.isnan(sol.y[:, -1]).all())
+    plain = odelab.solve(lambda t, y: k * y * y, y0, [0.0, 0.5, 3.0], method=method, dt=dt, dense=True, throw=False)
+    assert plain.status.tolist() == [int(odelab.Status.NONFINITE)] * 2
+
+
 @pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "rodas4"])
 @pytest.mark.parametrize("grad", [True, False])
 def test_a_rejected_trial_across_the_surface_is_no_event(method, grad):
