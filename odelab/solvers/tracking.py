@@ -208,8 +208,11 @@ class Tracker:
             xi = self.xi.gather(1, k.unsqueeze(1))  # (B, 1)
             column = torch.nn.functional.one_hot(i, self.low.shape[1]).bool() & zero.unsqueeze(1)  # (B, D)
             above = (self.rising == (side == "far")).unsqueeze(1)  # hold above t0 (a lower bound) or below it
-            low = torch.where(column & above, xi, low)
-            high = torch.where(column & ~above, xi, high)
+            # two of the history's round-off margins past t0, so that a read there takes the held side's limit
+            # whichever limit it asks for (a stage at a step's start asks for the right one, y0)
+            margin = 2 * self.integ.history.eps
+            low = torch.where(column & above, xi + margin, low)
+            high = torch.where(column & ~above, xi - margin, high)
         self.low, self.high = low, high
         self.held = bool(torch.isfinite(low).any() | torch.isfinite(high).any())
 
