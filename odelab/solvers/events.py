@@ -27,9 +27,9 @@ A tangential touch (Ġ = 0) passes no gradient through the time.
 
 A blow-up after the event (the failure it guards against) leaves the gradient finite: the adaptive methods reject
 the overflowing attempts and recompute them without the overflow for the backward pass, and the fixed-step methods,
-which cannot reject, retire the sample at its overflowing step (recomputed with its state zeroed, its later values
-NaN constants: :func:`.fixed._run_dense`). Fixed-step delay solves do not retire samples yet: there the backward
-pass through the overflowed steps (0 · inf) still makes the gradient NaN; use an adaptive method.
+which cannot reject, retire the sample at its overflowing step (recomputed with its state, and for a delay system
+its delayed states, fed to f as zeros, its later values NaN constants: :func:`.fixed._run_dense`,
+:func:`.fixed_delay._steps_by_time`).
 """
 from __future__ import annotations
 

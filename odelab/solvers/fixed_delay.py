@@ -287,20 +287,29 @@ class _DelayField(Field):
     explicit RK step, in the scheme's fixed order: their states are recorded (stage i of an aligned later
     step reads them) and the first one, f(t_k, y_k), is kept as the node's right derivative at no cost."""
 
-    __slots__ = ("past",)
+    __slots__ = ("past", "dead")
 
     def __init__(self, system: System, past: _Past):
         super().__init__(system, delayed=past)
         self.past = past
+        self.dead: Tensor | None = None  # (B, 1): retired samples (see _steps_by_time), fed zeros
+
+    def _fed(self, blocks: State) -> State:
+        """The blocks with the retired samples' rows zero (no value, no gradient of theirs reaches f)."""
+        if self.dead is None:
+            return blocks
+        return tuple(torch.where(self.dead, torch.zeros_like(b), b) for b in blocks)
 
     def __call__(self, t, state):
         self.evaluations += 1
         past = self.past
         stages = past.stages[past.k]
         index = len(stages)
+        state = self._fed(state)
         stages.append(state)
         u = self.input(t, state[0])
-        out = self.system.derivative(self.time(t, state[0]), state, u, *past.stage_delayed(index, t, state))
+        delayed = tuple(self._fed(d) for d in past.stage_delayed(index, t, state))
+        out = self.system.derivative(self.time(t, state[0]), state, u, *delayed)
         if not self.checked:
             check_derivative(self.system, state, out)
             self.checked.add(None)
@@ -311,8 +320,10 @@ class _DelayField(Field):
     def evaluate(self, t: float, state: State) -> State:
         """An evaluation that is not a stage (Hermite data the scheme does not compute)."""
         self.evaluations += 1
+        state = self._fed(state)
         u = self.input(t, state[0])
-        return self.system.derivative(self.time(t, state[0]), state, u, *self.past(t, state))
+        delayed = tuple(self._fed(d) for d in self.past(t, state))
+        return self.system.derivative(self.time(t, state[0]), state, u, *delayed)
 
 
 class _StaticReads:
@@ -760,10 +771,16 @@ def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[floa
     """The steps with every delayed read found by time as the stages ask (:class:`_Past`): learnable delays,
     state-dependent ones (``state_delays``, read per sample, φ at per-sample times from ``per_sample``),
     partitioned schemes, dense outputs (``keep``: no node released). Returns the states at the nodes in
-    ``record`` (after y0), the evaluation count and the past."""
+    ``record`` (after y0), the evaluation count and the past.
+
+    A dense solve that records a gradient (the path of terminal events, which forgive a blow-up after them) retires
+    a sample whose step overflows, as :func:`.fixed._run_dense` does: the step is recomputed with the sample's state
+    and delayed states fed to f as zeros, from then on too, and its nodes are NaN constants (its status NONFINITE),
+    so that no 0 · inf reaches the backward pass. One host read a step."""
     past = _Past(grid, phi, delays, jumps, tol, keep, state_delays, per_sample)
     field = _DelayField(system, past)
     field.inp_tensor_time = isinstance(path, FunctionInput)
+    guard = keep and torch.is_grad_enabled()
     past.push(state)
     outputs = [state]
     for k in range(len(grid) - 1):
@@ -774,6 +791,16 @@ def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[floa
         if edges:
             field.edges = (ta, tb, k in edges, k + 1 in edges)
         new = scheme.step(field, ta, state, tb - ta)
+        if guard:
+            dead = field.dead
+            bad = ~torch.stack([torch.isfinite(b).all(1) for b in new]).all(0, keepdim=True).T  # (B, 1)
+            if bool((bad if dead is None else bad & ~dead).any()):  # a new overflow: the step without it
+                field.dead = bad if dead is None else bad | dead
+                past.stages[k], past.right[k] = [], None
+                past.cache.clear()
+                new = scheme.step(field, ta, state, tb - ta)
+            if field.dead is not None:
+                new = tuple(torch.where(field.dead, torch.nan, b) for b in new)
         if hermite:  # the Hermite data the scheme did not compute itself
             if past.right[k] is None:
                 past.set_right(k, field.evaluate(ta, state))

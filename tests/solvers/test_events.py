@@ -169,6 +169,33 @@ def test_a_fixed_step_blow_up_after_the_event_passes_no_nan(method, dt, tol):
     assert plain.status.tolist() == [int(odelab.Status.NONFINITE)] * 2
 
 
+class Quadratic(System):
+    """y' = k y² + c y(t − ½) with c = 0: the blow-up of y' = k y², as a delay system (its fixed-step solves keep a
+    past that later steps read)."""
+
+    delays = (0.5,)
+
+    def __init__(self, k, c=0.0):
+        super().__init__()
+        self.k, self.c = k, c
+
+    def derivative(self, t, state, inp, delayed):
+        return (self.k * state[0] ** 2 + self.c * delayed[0],)
+
+
+@pytest.mark.parametrize("method,dt", [("rk4", 0.01), ("heun", 1e-3)])
+def test_a_fixed_step_delay_blow_up_after_the_event_passes_no_nan(method, dt):
+    """The fixed-step delay driver retires a sample that overflows as the ODE one does, its delayed reads fed as
+    zeros too: dt*/dk = −2.8 (it was NaN), the blow-up without an event still a failure."""
+    k = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[1.0], [0.5]], dtype=F64)
+    sol = odelab.solve(Quadratic(k), y0, [0.0, 0.5, 3.0], method=method, dt=dt, event=lambda t, y: y[0][:, 0] - 10.0)
+    d_event, = torch.autograd.grad(sol.event.t.sum(), k)
+    assert abs(float(d_event) + 2.8) < 2e-3
+    plain = odelab.solve(Quadratic(k), y0, [0.0, 0.5, 3.0], method=method, dt=dt, dense=True, throw=False)
+    assert plain.status.tolist() == [int(odelab.Status.NONFINITE)] * 2
+
+
 @pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "rodas4"])
 @pytest.mark.parametrize("grad", [True, False])
 def test_a_rejected_trial_across_the_surface_is_no_event(method, grad):
