@@ -13,7 +13,7 @@ from .grid import step_grid
 from .inputs import FunctionInput, InputPath
 from .schemes import Scheme
 from .dense import DenseOutput
-from .solution import Solution, finish
+from .solution import Solution, finish, newly_overflowed
 
 
 def solve_fixed(system: System, scheme: Scheme, state: State, t_tensor: Tensor, times: list[float],
@@ -119,24 +119,21 @@ def _run_dense(system: System, scheme: Scheme, field: Field, state: State, t_ten
             f_a, extra = shown(flat(field(ta, fed(state)))), extra + 1
         new = scheme.step(field, ta, fed(state), tb - ta)
         if guard:
-            bad = ~torch.stack([torch.isfinite(b).all(1) for b in new]).all(0, keepdim=True).T  # (B, 1)
-            if dead is not None:
-                bad = bad | dead
-            if bool((bad if dead is None else bad & ~dead).any()):  # a new overflow: the step without it
-                dead = bad
+            grown = newly_overflowed(new, dead)
+            if grown is not None:  # the step again, without the overflow
+                dead = grown
                 new = scheme.step(field, ta, fed(state), tb - ta)
-            if dead is not None:
-                new = tuple(torch.where(dead, b.detach(), n) for b, n in zip(state, new))
+            new = tuple(shown(b) for b in new)
         state = new
         f_b = shown(flat(field(tb, fed(state))))  # the left limit at t_{k+1}: still this step's input
         extra += 1
-        nodes.append(shown(flat(state)))
+        nodes.append(flat(state))
         starts.append(f_a)
         # f continuous at the node (no hold sample time, no jump time there): the next step starts with it
         f_a = None if k + 1 in jumps else f_b
         ends.append(f_b)
         if k + 1 in record:
-            outputs.append(tuple(shown(b) for b in state))
+            outputs.append(state)
     pieces = DenseOutput.hermite(grid, nodes[:-1], nodes[1:], starts, ends, [x.shape[1] for x in state])
     pieces.kinks = kinks
     return finish(system, t_tensor, outputs, steps=steps, nfe=steps * scheme.stages + extra, dense_output=pieces)

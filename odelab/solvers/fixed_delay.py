@@ -59,7 +59,7 @@ from .grid import step_grid
 from .history import History, SolutionHistory, as_history_state, delay_values, history_function, warn_clamped
 from .inputs import FunctionInput, InputPath
 from .schemes import ExplicitRK, PartitionedEuler, Scheme
-from .solution import Solution, finish
+from .solution import Solution, finish, newly_overflowed
 
 
 _NODE, _HISTORY, _HERMITE = range(3)  # where a delayed state is read from (see _locate)
@@ -792,10 +792,9 @@ def _steps_by_time(system: System, scheme: Scheme, state: State, grid: list[floa
             field.edges = (ta, tb, k in edges, k + 1 in edges)
         new = scheme.step(field, ta, state, tb - ta)
         if guard:
-            dead = field.dead
-            bad = ~torch.stack([torch.isfinite(b).all(1) for b in new]).all(0, keepdim=True).T  # (B, 1)
-            if bool((bad if dead is None else bad & ~dead).any()):  # a new overflow: the step without it
-                field.dead = bad if dead is None else bad | dead
+            grown = newly_overflowed(new, field.dead)
+            if grown is not None:  # the step again, without the overflow
+                field.dead = grown
                 past.stages[k], past.right[k] = [], None
                 past.cache.clear()
                 new = scheme.step(field, ta, state, tb - ta)

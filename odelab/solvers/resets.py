@@ -66,13 +66,11 @@ class Resets:
         """After an attempt (``step``: its record (start, h, y_start, coef, end)): the crossing samples cut at t*,
         reset and restarted. Returns (y, k1, the samples' times, landing, the record's end); one host read."""
         start, length, y_start, coef, end = step
-        piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
-                            coef.reshape(self.batch, -1), self.sizes)
         live = (accept & ~self.halted).unsqueeze(1)
         with torch.no_grad():
             # g along the step from its start (its last accepted end): the interior points, then the end; per sample
             # and component, the first crossed interval's θ bracket and g at its ends
-            parts = tuple(c.detach() for c in piece.coef.view(self.batch, piece.dim, piece.m).unbind(-1))
+            parts = tuple(c.detach() for c in coef.reshape(*y_start.shape, -1).unbind(-1))
             previous, low = self.before, 0.0
             crossed = torch.zeros_like(previous, dtype=torch.bool)
             before, after = previous.double(), previous.double()
@@ -80,7 +78,7 @@ class Resets:
             for theta in thetas(self.points):
                 at = end if theta == 1.0 else start + theta * length
                 state = y.detach() if theta == 1.0 else horner(
-                    piece.y.detach(), parts, torch.tensor(theta, dtype=y.dtype, device=y.device))
+                    y_start.detach(), parts, torch.tensor(theta, dtype=y.dtype, device=y.device))
                 value = self.g(at, state)
                 new = live & ~crossed & _crossed(previous, value, self.direction)
                 before, after = torch.where(new, previous.double(), before), torch.where(new, value.double(), after)
@@ -92,6 +90,8 @@ class Resets:
         hit = crossed.any(1)
         if not bool(hit.any()):
             return y, k1, end, landing, end
+        piece = DenseOutput(start.unsqueeze(0), length.unsqueeze(0), end.unsqueeze(0), y_start,
+                            coef.reshape(self.batch, -1), self.sizes)
         rows = torch.arange(self.batch, device=y.device)
         first = torch.zeros(self.batch, dtype=torch.int64, device=y.device)
         with torch.no_grad():

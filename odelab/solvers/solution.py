@@ -75,6 +75,15 @@ class Solution(ByBlock):
         return "; ".join(lines)
 
 
+def newly_overflowed(blocks: tuple[Tensor, ...], dead: Tensor | None) -> Tensor | None:
+    """The retired samples ``dead`` (B, 1) grown by those whose ``blocks`` hold a non-finite value, where one of
+    them is new (one host read); None where none is. The fixed-step drivers retire such samples under gradients."""
+    bad = ~torch.stack([torch.isfinite(b).all(1) for b in blocks]).all(0, keepdim=True).T
+    if not bool((bad if dead is None else bad & ~dead).any()):
+        return None
+    return bad if dead is None else bad | dead
+
+
 def finish(system, t_tensor: Tensor, outputs: list[tuple[Tensor, ...]], steps, nfe, extra_stats=None, status=None,
            stacked: tuple[Tensor, ...] | None = None, dense_output: DenseOutput | None = None) -> Solution:
     """Stack recorded states batch-first (``stacked``: already so) and attach per-sample stats and status
